@@ -1,0 +1,26 @@
+//! # metaroce-core
+//!
+//! The MetaRoCE protocol core: wire formats and (in later modules) the
+//! connection engine, logical paths, congestion control and memory keys of an
+//! RDMA transport for lossy Ethernet. It is a sans-IO state machine: it reads
+//! no clock (time is an argument), performs no I/O, never allocates and
+//! contains no `unsafe`; every capacity is fixed at compile time. The same
+//! code runs in DPU firmware, under QEMU and in host programs.
+//!
+//! It is **not** a driver: moving frames, ringing doorbells and copying
+//! payloads belong to `metaroce-platform`.
+//!
+//! Layers:
+//! * [`wire`]: packet formats in the smoltcp style (checked views, `Repr`s
+//!   with `parse`/`emit`), the 256-bit SACK bitvector and the Ethernet/IP/UDP
+//!   encapsulation.
+//!
+//! Section numbers in comments (`spec 4.2`) refer to `docs/spec/`.
+
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod wire;

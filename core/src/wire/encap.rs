@@ -1,0 +1,325 @@
+//! Ethernet / IPv4 or IPv6 / UDP encapsulation (spec 3.1), on `smoltcp::wire`.
+//!
+//! The UDP source port carries the logical path's entropy, so switches that
+//! hash the 5-tuple spread paths over their ECMP next hops. Data packets are
+//! sent ECN-capable (ECT(0)); the fabric may rewrite that to CE, which the
+//! receiver reads here and echoes per path in its ACKs.
+
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
+    Ipv4Address, Ipv4Packet, Ipv4Repr, Ipv6Address, Ipv6Packet, Ipv6Repr, UdpPacket, UdpRepr,
+};
+
+use super::{Error, Result};
+
+/// ECN codepoints of the IP header's two ECN bits (RFC 3168).
+pub mod ecn {
+    /// Not ECN-capable transport.
+    pub const NOT_ECT: u8 = 0b00;
+    /// ECN-capable transport (1).
+    pub const ECT1: u8 = 0b01;
+    /// ECN-capable transport (0): what MetaRoCE data packets carry.
+    pub const ECT0: u8 = 0b10;
+    /// Congestion experienced.
+    pub const CE: u8 = 0b11;
+}
+
+/// Length of an Ethernet II header.
+pub const ETHERNET_HEADER_LEN: usize = 14;
+/// Length of an IPv4 header without options.
+pub const IPV4_HEADER_LEN: usize = 20;
+/// Length of an IPv6 header without extension headers.
+pub const IPV6_HEADER_LEN: usize = 40;
+/// Length of a UDP header.
+pub const UDP_HEADER_LEN: usize = 8;
+
+/// Source and destination IP addresses of one family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum IpPair {
+    V4 { src: Ipv4Address, dst: Ipv4Address },
+    V6 { src: Ipv6Address, dst: Ipv6Address },
+}
+
+impl IpPair {
+    /// Source address.
+    pub fn src(&self) -> IpAddress {
+        match *self {
+            IpPair::V4 { src, .. } => IpAddress::Ipv4(src),
+            IpPair::V6 { src, .. } => IpAddress::Ipv6(src),
+        }
+    }
+
+    /// Destination address.
+    pub fn dst(&self) -> IpAddress {
+        match *self {
+            IpPair::V4 { dst, .. } => IpAddress::Ipv4(dst),
+            IpPair::V6 { dst, .. } => IpAddress::Ipv6(dst),
+        }
+    }
+
+    /// The same pair seen from the other end.
+    pub fn reversed(&self) -> IpPair {
+        match *self {
+            IpPair::V4 { src, dst } => IpPair::V4 { src: dst, dst: src },
+            IpPair::V6 { src, dst } => IpPair::V6 { src: dst, dst: src },
+        }
+    }
+
+    fn header_len(&self) -> usize {
+        match self {
+            IpPair::V4 { .. } => IPV4_HEADER_LEN,
+            IpPair::V6 { .. } => IPV6_HEADER_LEN,
+        }
+    }
+}
+
+/// What to put around a MetaRoCE packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct EncapRepr {
+    pub src_mac: EthernetAddress,
+    pub dst_mac: EthernetAddress,
+    pub ip: IpPair,
+    /// Path entropy.
+    pub src_port: u16,
+    /// The peer's MetaRoCE port ([`super::DEFAULT_UDP_PORT`] by default).
+    pub dst_port: u16,
+    /// Differentiated services codepoint (6 bits).
+    pub dscp: u8,
+    /// ECN codepoint (2 bits), see [`ecn`].
+    pub ecn: u8,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub hop_limit: u8,
+}
+
+/// What the receiver learns from the encapsulation of a MetaRoCE frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FrameInfo {
+    pub src_mac: EthernetAddress,
+    pub dst_mac: EthernetAddress,
+    pub ip: IpPair,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub dscp: u8,
+    pub ecn: u8,
+    pub hop_limit: u8,
+}
+
+impl FrameInfo {
+    /// Whether the fabric marked this frame Congestion Experienced.
+    pub fn is_ce(&self) -> bool {
+        self.ecn == ecn::CE
+    }
+
+    /// The encapsulation of a reply: addresses and ports swapped.
+    pub fn reply(&self, src_port: u16, ecn_codepoint: u8) -> EncapRepr {
+        EncapRepr {
+            src_mac: self.dst_mac,
+            dst_mac: self.src_mac,
+            ip: self.ip.reversed(),
+            src_port,
+            dst_port: self.src_port,
+            dscp: self.dscp,
+            ecn: ecn_codepoint,
+            hop_limit: 64,
+        }
+    }
+}
+
+fn checksums() -> ChecksumCapabilities {
+    ChecksumCapabilities::default()
+}
+
+impl EncapRepr {
+    /// Bytes of Ethernet, IP and UDP headers.
+    pub fn header_len(&self) -> usize {
+        ETHERNET_HEADER_LEN + self.ip.header_len() + UDP_HEADER_LEN
+    }
+
+    /// Frame length for a transport packet of `transport_len` bytes (before
+    /// any padding to the Ethernet minimum, which the device adds).
+    pub fn frame_len(&self, transport_len: usize) -> usize {
+        self.header_len() + transport_len
+    }
+
+    /// Writes a whole frame into `frame[..frame_len(transport_len)]`: headers,
+    /// then `fill_transport` writes the MetaRoCE packet into the UDP payload,
+    /// then the IP and UDP checksums are computed. Returns the frame length,
+    /// or `Error::BadLength` if it does not fit in `frame` or in a UDP datagram.
+    pub fn emit(
+        &self,
+        frame: &mut [u8],
+        transport_len: usize,
+        fill_transport: impl FnOnce(&mut [u8]),
+    ) -> Result<usize> {
+        let total = self.frame_len(transport_len);
+        let udp_len = UDP_HEADER_LEN + transport_len;
+        if total > frame.len() || udp_len > usize::from(u16::MAX) - IPV6_HEADER_LEN {
+            return Err(Error::BadLength);
+        }
+        let frame = &mut frame[..total];
+        let caps = checksums();
+        let ethertype = match self.ip {
+            IpPair::V4 { .. } => EthernetProtocol::Ipv4,
+            IpPair::V6 { .. } => EthernetProtocol::Ipv6,
+        };
+        let mut eth = EthernetFrame::new_unchecked(&mut *frame);
+        EthernetRepr {
+            src_addr: self.src_mac,
+            dst_addr: self.dst_mac,
+            ethertype,
+        }
+        .emit(&mut eth);
+        let ip_bytes = eth.payload_mut();
+        let udp_repr = UdpRepr {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+        };
+        let (src, dst) = (self.ip.src(), self.ip.dst());
+        match self.ip {
+            IpPair::V4 { src: s, dst: d } => {
+                let mut ip = Ipv4Packet::new_unchecked(&mut *ip_bytes);
+                Ipv4Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    next_header: IpProtocol::Udp,
+                    payload_len: udp_len,
+                    hop_limit: self.hop_limit,
+                }
+                .emit(&mut ip, &caps);
+                ip.set_dscp(self.dscp & 0x3f);
+                ip.set_ecn(self.ecn & 0b11);
+                // Don't fragment: MetaRoCE sizes packets to the path MTU.
+                ip.set_dont_frag(true);
+                ip.fill_checksum();
+                let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
+                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, &caps);
+            }
+            IpPair::V6 { src: s, dst: d } => {
+                let mut ip = Ipv6Packet::new_unchecked(&mut *ip_bytes);
+                Ipv6Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    next_header: IpProtocol::Udp,
+                    payload_len: udp_len,
+                    hop_limit: self.hop_limit,
+                }
+                .emit(&mut ip);
+                ip.set_traffic_class(((self.dscp & 0x3f) << 2) | (self.ecn & 0b11));
+                let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
+                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, &caps);
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// Parses an Ethernet frame carrying MetaRoCE over UDP to `udp_port`,
+/// verifying the IPv4 header checksum and the UDP checksum, and returns what
+/// the encapsulation says plus the UDP payload (the MetaRoCE packet).
+/// Ethernet padding after the IP packet is ignored.
+pub fn parse_frame(frame: &[u8], udp_port: u16) -> Result<(FrameInfo, &[u8])> {
+    let caps = checksums();
+    let eth = EthernetFrame::new_checked(frame).map_err(|_| Error::Truncated)?;
+    let eth_repr = EthernetRepr::parse(&eth).map_err(|_| Error::Truncated)?;
+    let ip_bytes = &frame[ETHERNET_HEADER_LEN..];
+    let (ip, dscp, ecn_bits, hop_limit, udp_bytes) = match eth_repr.ethertype {
+        EthernetProtocol::Ipv4 => {
+            let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|_| Error::Encapsulation)?;
+            let repr = Ipv4Repr::parse(&ip, &caps).map_err(|_| Error::Encapsulation)?;
+            if repr.next_header != IpProtocol::Udp {
+                return Err(Error::NotMetaRoce);
+            }
+            let hl = usize::from(ip.header_len());
+            let end = usize::from(ip.total_len());
+            let pair = IpPair::V4 {
+                src: repr.src_addr,
+                dst: repr.dst_addr,
+            };
+            (
+                pair,
+                ip.dscp(),
+                ip.ecn(),
+                repr.hop_limit,
+                &ip_bytes[hl..end],
+            )
+        }
+        EthernetProtocol::Ipv6 => {
+            let ip = Ipv6Packet::new_checked(ip_bytes).map_err(|_| Error::Encapsulation)?;
+            let repr = Ipv6Repr::parse(&ip).map_err(|_| Error::Encapsulation)?;
+            if repr.next_header != IpProtocol::Udp {
+                return Err(Error::NotMetaRoce);
+            }
+            let end = IPV6_HEADER_LEN + repr.payload_len;
+            let tc = ip.traffic_class();
+            let pair = IpPair::V6 {
+                src: repr.src_addr,
+                dst: repr.dst_addr,
+            };
+            (
+                pair,
+                tc >> 2,
+                tc & 0b11,
+                repr.hop_limit,
+                &ip_bytes[IPV6_HEADER_LEN..end],
+            )
+        }
+        _ => return Err(Error::NotMetaRoce),
+    };
+    let udp = UdpPacket::new_checked(udp_bytes).map_err(|_| Error::Encapsulation)?;
+    let udp_repr =
+        UdpRepr::parse(&udp, &ip.src(), &ip.dst(), &caps).map_err(|_| Error::Encapsulation)?;
+    if udp_repr.dst_port != udp_port {
+        return Err(Error::NotMetaRoce);
+    }
+    let udp_end = usize::from(udp.len());
+    let info = FrameInfo {
+        src_mac: eth_repr.src_addr,
+        dst_mac: eth_repr.dst_addr,
+        ip,
+        src_port: udp_repr.src_port,
+        dst_port: udp_repr.dst_port,
+        dscp,
+        ecn: ecn_bits,
+        hop_limit,
+    };
+    Ok((info, &udp_bytes[UDP_HEADER_LEN..udp_end]))
+}
+
+/// Marks an IP frame Congestion Experienced if it is ECN-capable, as a
+/// switch does above its marking threshold, fixing the IPv4 header checksum.
+/// Returns whether the frame was marked. The UDP checksum does not cover the
+/// ECN bits, so it stays valid.
+pub fn mark_ce(frame: &mut [u8]) -> bool {
+    let Ok(mut eth) = EthernetFrame::new_checked(&mut *frame) else {
+        return false;
+    };
+    match eth.ethertype() {
+        EthernetProtocol::Ipv4 => {
+            let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else {
+                return false;
+            };
+            if ip.ecn() == ecn::NOT_ECT {
+                return false;
+            }
+            ip.set_ecn(ecn::CE);
+            ip.fill_checksum();
+            true
+        }
+        EthernetProtocol::Ipv6 => {
+            let Ok(mut ip) = Ipv6Packet::new_checked(eth.payload_mut()) else {
+                return false;
+            };
+            let tc = ip.traffic_class();
+            if tc & 0b11 == ecn::NOT_ECT {
+                return false;
+            }
+            ip.set_traffic_class(tc | ecn::CE);
+            true
+        }
+        _ => false,
+    }
+}

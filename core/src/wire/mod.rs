@@ -1,0 +1,125 @@
+//! Wire formats (spec section 3).
+//!
+//! Every format follows one shape, borrowed from smoltcp: a `Packet<T: AsRef<[u8]>>`
+//! view over a buffer with a table of byte ranges (`mod field`), `new_checked`
+//! that validates lengths once so no accessor can panic afterwards, and a
+//! `Repr` that `parse`s from a checked view, `emit`s into one and knows its
+//! `buffer_len`.
+//!
+//! Layers, outermost first:
+//! * [`encap`]: Ethernet / IPv4 or IPv6 / UDP, built and parsed with
+//!   `smoltcp::wire` (checksums on), plus the ECN field and the UDP source
+//!   port that carries path entropy.
+//! * [`packet`]: the MetaRoCE transport packet: 28-byte common header, a
+//!   type-specific extension header, payload and the 32-bit CRC trailer.
+//! * [`sack`]: the 256-bit selective acknowledgment bitvector.
+//!
+//! All multi-byte fields are big-endian (network order).
+
+pub mod encap;
+pub mod packet;
+pub mod sack;
+
+pub use encap::{EncapRepr, FrameInfo, IpPair};
+pub use packet::{
+    parse, AcceptRepr, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, DataRepr, Flags, Header,
+    MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType, Placement, ReadRequestRepr,
+    ReadResponseRepr, Repr, SendRepr, WriteRepr, HEADER_LEN,
+};
+pub use sack::SackBits;
+
+/// Protocol version carried in every packet (spec 3.2).
+pub const VERSION: u8 = 1;
+
+/// Default UDP destination port (spec 3.1). Not IANA-assigned; every
+/// endpoint and tool takes another one as configuration.
+pub const DEFAULT_UDP_PORT: u16 = 4795;
+
+/// Length of the end-to-end CRC trailer in bytes (spec 3.9).
+pub const CRC_LEN: usize = 4;
+
+/// Why a buffer is not a valid MetaRoCE packet or frame. Parsers return this
+/// and never panic; the engine counts drops by these reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Error {
+    /// The buffer is shorter than the headers it claims to hold.
+    Truncated,
+    /// The version field is not [`VERSION`].
+    BadVersion(u8),
+    /// The packet type is not one this version defines.
+    UnknownType(u8),
+    /// The CRC trailer does not match the packet's contents.
+    BadCrc,
+    /// A length field disagrees with the buffer or with the packet type.
+    BadLength,
+    /// Reserved bits or bytes that must be zero are not, or a flag is not
+    /// allowed on this packet type.
+    Reserved,
+    /// A field holds a value outside its allowed range (spec gives ranges).
+    BadField,
+    /// The frame is not MetaRoCE over UDP (other EtherType, protocol or port).
+    NotMetaRoce,
+    /// The Ethernet, IP or UDP layer is malformed (bad checksum included).
+    Encapsulation,
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Truncated => write!(f, "truncated packet"),
+            Error::BadVersion(v) => write!(f, "unsupported version {v}"),
+            Error::UnknownType(t) => write!(f, "unknown packet type {t:#04x}"),
+            Error::BadCrc => write!(f, "CRC trailer mismatch"),
+            Error::BadLength => write!(f, "length field inconsistent with packet"),
+            Error::Reserved => write!(f, "reserved bits set or flag not allowed"),
+            Error::BadField => write!(f, "field value out of range"),
+            Error::NotMetaRoce => write!(f, "not a MetaRoCE frame"),
+            Error::Encapsulation => write!(f, "malformed Ethernet/IP/UDP encapsulation"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// Result of parsing.
+pub type Result<T> = core::result::Result<T, Error>;
+
+/// A byte range within a header, as in smoltcp's `field` tables.
+pub(crate) type Field = core::ops::Range<usize>;
+
+#[inline]
+pub(crate) fn read_u16(b: &[u8], f: Field) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[f]);
+    u16::from_be_bytes(a)
+}
+
+#[inline]
+pub(crate) fn read_u32(b: &[u8], f: Field) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[f]);
+    u32::from_be_bytes(a)
+}
+
+#[inline]
+pub(crate) fn read_u64(b: &[u8], f: Field) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[f]);
+    u64::from_be_bytes(a)
+}
+
+#[inline]
+pub(crate) fn write_u16(b: &mut [u8], f: Field, v: u16) {
+    b[f].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline]
+pub(crate) fn write_u32(b: &mut [u8], f: Field, v: u32) {
+    b[f].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline]
+pub(crate) fn write_u64(b: &mut [u8], f: Field, v: u64) {
+    b[f].copy_from_slice(&v.to_be_bytes());
+}
