@@ -23,4 +23,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod time;
 pub mod wire;
+
+pub use time::Instant;
