@@ -23,6 +23,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod api;
 pub mod time;
 pub mod wire;
 
