@@ -3,7 +3,7 @@
 //! ```text
 //! +----------------+--------------------+-----------+-----------+
 //! | common header  | extension header   | payload   | CRC-32    |
-//! | 28 bytes       | 0-52 bytes by type | 0-MTU     | 4 bytes   |
+//! | 28 bytes       | 0-56 bytes by type | 0-MTU     | 4 bytes   |
 //! +----------------+--------------------+-----------+-----------+
 //! ```
 //!
@@ -39,7 +39,10 @@ pub mod field {
         pub const MSG_LEN: Field = 8..12;
         pub const KEY: Field = 12..16;
         pub const ADDR: Field = 16..24;
+        /// WRITE_IMM only.
         pub const IMM: Field = 24..28;
+        /// WRITE_IMM only: the receive it completes at the responder.
+        pub const RECV_INDEX: Field = 28..32;
     }
 
     /// SEND and SEND_IMM (spec 3.4.2).
@@ -67,13 +70,14 @@ pub mod field {
     pub mod ack {
         use crate::wire::Field;
         pub const CUMULATIVE: Field = 0..4;
-        pub const ECHO_TIMESTAMP: Field = 4..8;
-        pub const ECHO_PATH: Field = 8..10;
-        pub const PATH_RX_COUNT: Field = 10..12;
-        pub const PATH_CE_COUNT: Field = 12..14;
-        pub const RESERVED: Field = 14..16;
-        pub const RATE_HINT: Field = 16..20;
-        pub const SACK: Field = 20..52;
+        pub const ECHO_PSN: Field = 4..8;
+        pub const ECHO_TIMESTAMP: Field = 8..12;
+        pub const ECHO_PATH: Field = 12..14;
+        pub const PATH_RX_COUNT: Field = 14..16;
+        pub const PATH_CE_COUNT: Field = 16..18;
+        pub const RESERVED: Field = 18..20;
+        pub const RATE_HINT: Field = 20..24;
+        pub const SACK: Field = 24..56;
     }
 
     /// NAK (spec 3.7).
@@ -93,7 +97,7 @@ pub mod field {
         pub const MTU: Field = 12..14;
         pub const MAX_PATHS: Field = 14..16;
         pub const WINDOW: Field = 16..18;
-        pub const RESERVED: Field = 18..20;
+        pub const REPLY_PORT: Field = 18..20;
         pub const INITIAL_PSN: Field = 20..24;
     }
 
@@ -182,11 +186,11 @@ impl PacketType {
     pub const fn extension_len(self) -> Option<usize> {
         Some(match self {
             PacketType::Write | PacketType::ReadResponse => 24,
-            PacketType::WriteImm => 28,
+            PacketType::WriteImm => 32,
             PacketType::Send => 16,
             PacketType::SendImm => 20,
             PacketType::ReadRequest => 32,
-            PacketType::Ack => 52,
+            PacketType::Ack => 56,
             PacketType::Nak => 12,
             PacketType::Connect | PacketType::Accept => 24,
             PacketType::Close => 4,
@@ -561,9 +565,18 @@ pub struct WriteRepr {
     pub msg: MessageSpan,
     /// Where this packet's payload goes.
     pub target: MemoryTarget,
-    /// Immediate data (WRITE_IMM); carried by every packet of the message so
-    /// whichever packet completes it can report it.
-    pub imm: Option<u32>,
+    /// WRITE_IMM: immediate data and the receive index it completes (shared
+    /// counter with SEND, spec 4.8); carried by every packet of the message
+    /// so whichever packet completes it can report it.
+    pub imm: Option<WriteImm>,
+}
+
+/// The WRITE_IMM-only fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct WriteImm {
+    pub imm: u32,
+    pub recv_index: u32,
 }
 
 /// SEND and SEND_IMM fields (spec 3.4.2).
@@ -626,6 +639,8 @@ pub struct ReadRequestRepr {
 pub struct AckRepr {
     /// Every PSN before this one has been received.
     pub cumulative: u32,
+    /// PSN of the packet that triggered this ACK.
+    pub echo_psn: u32,
     /// Timestamp of the packet that triggered this ACK.
     pub echo_timestamp: u32,
     /// Path of the packet that triggered this ACK.
@@ -665,6 +680,9 @@ pub struct ConnectRepr {
     pub window: u16,
     /// First PSN the sender will use.
     pub initial_psn: u32,
+    /// UDP port the sender receives MetaRoCE on; 0 means the same port this
+    /// packet was sent to.
+    pub reply_port: u16,
 }
 
 /// ACCEPT carries the same fields as CONNECT: the acceptor's side, with the
@@ -721,7 +739,7 @@ impl Body {
             Body::Write(w) => DataRepr {
                 msg: w.msg,
                 placement: Placement::Memory(w.target),
-                imm: w.imm,
+                imm: w.imm.map(|wi| wi.imm),
             },
             Body::Send(s) => DataRepr {
                 msg: s.msg,
@@ -792,7 +810,6 @@ fn emit_target(ext: &mut [u8], target: &MemoryTarget) {
 
 fn parse_connect(ext: &[u8]) -> Result<ConnectRepr> {
     use field::connect as f;
-    check_zero(&ext[f::RESERVED])?;
     let r = ConnectRepr {
         src_conn: read_u32(ext, f::SRC_CONN),
         src_token: read_u64(ext, f::SRC_TOKEN),
@@ -800,6 +817,7 @@ fn parse_connect(ext: &[u8]) -> Result<ConnectRepr> {
         max_paths: read_u16(ext, f::MAX_PATHS),
         window: read_u16(ext, f::WINDOW),
         initial_psn: read_u32(ext, f::INITIAL_PSN),
+        reply_port: read_u16(ext, f::REPLY_PORT),
     };
     let mtu_ok = (MIN_MTU..=MAX_MTU).contains(&r.mtu);
     let paths_ok = (1..=MAX_PATHS_WIRE).contains(&r.max_paths);
@@ -833,7 +851,10 @@ impl Repr {
             PacketType::Write | PacketType::WriteImm => Body::Write(WriteRepr {
                 msg: parse_span(ext),
                 target: parse_target(ext),
-                imm: (t == PacketType::WriteImm).then(|| read_u32(ext, field::memory::IMM)),
+                imm: (t == PacketType::WriteImm).then(|| WriteImm {
+                    imm: read_u32(ext, field::memory::IMM),
+                    recv_index: read_u32(ext, field::memory::RECV_INDEX),
+                }),
             }),
             PacketType::Send | PacketType::SendImm => Body::Send(SendRepr {
                 msg: parse_span(ext),
@@ -866,6 +887,7 @@ impl Repr {
                 sack.copy_from_slice(&ext[f::SACK]);
                 Body::Ack(AckRepr {
                     cumulative: read_u32(ext, f::CUMULATIVE),
+                    echo_psn: read_u32(ext, f::ECHO_PSN),
                     echo_timestamp: read_u32(ext, f::ECHO_TIMESTAMP),
                     echo_path: read_u16(ext, f::ECHO_PATH),
                     path_rx_count: read_u16(ext, f::PATH_RX_COUNT),
@@ -956,8 +978,9 @@ impl Repr {
             Body::Write(w) => {
                 emit_span(ext, &w.msg);
                 emit_target(ext, &w.target);
-                if let Some(imm) = w.imm {
-                    write_u32(ext, field::memory::IMM, imm);
+                if let Some(wi) = w.imm {
+                    write_u32(ext, field::memory::IMM, wi.imm);
+                    write_u32(ext, field::memory::RECV_INDEX, wi.recv_index);
                 }
             }
             Body::ReadResponse(r) => {
@@ -983,6 +1006,7 @@ impl Repr {
             Body::Ack(a) => {
                 use field::ack as f;
                 write_u32(ext, f::CUMULATIVE, a.cumulative);
+                write_u32(ext, f::ECHO_PSN, a.echo_psn);
                 write_u32(ext, f::ECHO_TIMESTAMP, a.echo_timestamp);
                 write_u16(ext, f::ECHO_PATH, a.echo_path);
                 write_u16(ext, f::PATH_RX_COUNT, a.path_rx_count);
@@ -1005,7 +1029,7 @@ impl Repr {
                 write_u16(ext, f::MTU, c.mtu);
                 write_u16(ext, f::MAX_PATHS, c.max_paths);
                 write_u16(ext, f::WINDOW, c.window);
-                write_u16(ext, f::RESERVED, 0);
+                write_u16(ext, f::REPLY_PORT, c.reply_port);
                 write_u32(ext, f::INITIAL_PSN, c.initial_psn);
             }
             Body::Close(c) => {
