@@ -93,7 +93,10 @@ mod tests {
         let t = Instant::from_micros(5);
         assert_eq!((t + Duration::from_nanos(7)).as_nanos(), 5_007);
         assert_eq!(t - Instant::from_micros(9), Duration::ZERO);
-        assert_eq!((Instant::FAR_FUTURE + Duration::from_secs(1)), Instant::FAR_FUTURE);
+        assert_eq!(
+            (Instant::FAR_FUTURE + Duration::from_secs(1)),
+            Instant::FAR_FUTURE
+        );
         assert_eq!(Instant::from_nanos(0x1_0000_0005).wire_timestamp(), 5);
     }
 }
