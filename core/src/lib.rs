@@ -24,7 +24,18 @@
 extern crate std;
 
 pub mod api;
+pub mod cc;
+pub mod config;
+pub mod conn;
+pub mod endpoint;
+pub mod memory;
+pub mod path;
+pub mod rng;
+pub mod stats;
 pub mod time;
 pub mod wire;
 
+pub use config::Config;
+pub use conn::{ConnState, Event};
+pub use endpoint::{finish_packet, CommandError, Endpoint, Footprint};
 pub use time::Instant;

@@ -1,0 +1,155 @@
+//! Endpoint configuration and the compile-time capacities.
+
+use core::time::Duration;
+
+use crate::wire::DEFAULT_UDP_PORT;
+
+/// PSNs the sender may have outstanding beyond the cumulative ACK at most:
+/// exactly what one 256-bit SACK describes (spec 4.4).
+pub const MAX_WINDOW: usize = 256;
+/// Work requests (user and READ-response jobs) queued per connection.
+pub const SEND_QUEUE_DEPTH: usize = 32;
+/// Receives posted per connection.
+pub const RECV_QUEUE_DEPTH: usize = 32;
+/// Memory regions per endpoint.
+pub const MAX_REGIONS: usize = 32;
+/// Completions buffered per endpoint before the caller must drain them.
+pub const COMPLETION_QUEUE_DEPTH: usize = 128;
+/// Connection events buffered per endpoint.
+pub const EVENT_QUEUE_DEPTH: usize = 32;
+
+/// Which congestion controller a connection runs (spec 4.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CcAlgorithm {
+    /// ECN-driven AIMD with DCTCP's marked-fraction estimate, capped by the
+    /// receiver's fair-share hint.
+    EcnAimd,
+    /// Line rate, only the receiver hint and the window limit sending
+    /// (for experiments that isolate loss recovery).
+    Fixed,
+}
+
+/// Endpoint configuration. `Default` gives values for a 100 Gbit/s data
+/// centre fabric with round trips of about 10 microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    /// UDP port this endpoint receives on.
+    pub udp_port: u16,
+    /// Whether CONNECTs are accepted.
+    pub accept_incoming: bool,
+    /// Protection domain of accepted connections.
+    pub accept_pd: u32,
+    /// Largest payload per packet offered in the handshake.
+    pub mtu: u16,
+    /// Logical paths per connection offered (at most the endpoint's `P`).
+    pub paths: u16,
+    /// Window offered (at most [`MAX_WINDOW`]).
+    pub window: u16,
+    /// Link rate in Mbit/s: the sender's starting and maximum rate, and what
+    /// the receiver divides among its active senders.
+    pub link_rate_mbps: u32,
+    /// Send a fair-share hint in ACKs.
+    pub rate_hints: bool,
+    /// A sender counts as active at the receiver if it delivered data within
+    /// this interval.
+    pub active_sender_window: Duration,
+    /// Congestion controller.
+    pub cc: CcAlgorithm,
+    /// Additive increase per round trip, Mbit/s.
+    pub cc_additive_increase_mbps: u32,
+    /// Lowest rate the controller goes to, Mbit/s.
+    pub cc_min_rate_mbps: u32,
+    /// DCTCP gain g for the marked-fraction average, as 1/2^shift.
+    pub cc_alpha_shift: u8,
+    /// ACK after this many unacknowledged reliable packets.
+    pub ack_every: u8,
+    /// ... or after this delay, whichever comes first.
+    pub ack_delay: Duration,
+    /// Initial retransmission timeout (before any RTT sample).
+    pub rto_initial: Duration,
+    /// Lower and upper bounds of the retransmission timeout.
+    pub rto_min: Duration,
+    /// See `rto_min`.
+    pub rto_max: Duration,
+    /// Consecutive timeouts before the connection fails with RetryExceeded.
+    pub retry_limit: u8,
+    /// Wait after a RECEIVER_NOT_READY NAK before retrying.
+    pub rnr_delay: Duration,
+    /// RNR retries per message before it fails.
+    pub rnr_retry_limit: u8,
+    /// Handshake retransmission interval (doubles per retry).
+    pub handshake_timeout: Duration,
+    /// Handshake attempts before giving up.
+    pub handshake_retries: u8,
+    /// Send a KEEPALIVE after this much silence towards the peer.
+    pub keepalive_interval: Duration,
+    /// Fail the connection after this much silence from the peer.
+    pub idle_timeout: Duration,
+    /// Re-draw a path's entropy when it is persistently worse than its peers.
+    pub path_reroll: bool,
+    /// Packets sent per path between two path evaluations.
+    pub path_epoch_packets: u16,
+    /// Range from which path entropy (UDP source ports) is drawn.
+    pub entropy_base: u16,
+    /// See `entropy_base`: number of values.
+    pub entropy_span: u16,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            udp_port: DEFAULT_UDP_PORT,
+            accept_incoming: true,
+            accept_pd: 0,
+            mtu: 4096,
+            paths: 16,
+            window: MAX_WINDOW as u16,
+            link_rate_mbps: 100_000,
+            rate_hints: true,
+            active_sender_window: Duration::from_micros(100),
+            cc: CcAlgorithm::EcnAimd,
+            cc_additive_increase_mbps: 2_000,
+            cc_min_rate_mbps: 100,
+            cc_alpha_shift: 4,
+            ack_every: 4,
+            ack_delay: Duration::from_micros(2),
+            rto_initial: Duration::from_micros(500),
+            rto_min: Duration::from_micros(100),
+            rto_max: Duration::from_millis(50),
+            retry_limit: 12,
+            rnr_delay: Duration::from_micros(50),
+            rnr_retry_limit: 7,
+            handshake_timeout: Duration::from_millis(2),
+            handshake_retries: 8,
+            keepalive_interval: Duration::from_millis(100),
+            idle_timeout: Duration::from_secs(1),
+            path_reroll: true,
+            path_epoch_packets: 64,
+            entropy_base: 49152,
+            entropy_span: 16384,
+        }
+    }
+}
+
+impl Config {
+    /// Settings for slow, emulated links (QEMU, host loopback): round trips
+    /// of milliseconds, so every timer is scaled up.
+    pub fn for_emulation() -> Config {
+        Config {
+            link_rate_mbps: 1_000,
+            active_sender_window: Duration::from_millis(20),
+            ack_delay: Duration::from_micros(200),
+            rto_initial: Duration::from_millis(20),
+            rto_min: Duration::from_millis(5),
+            rto_max: Duration::from_millis(500),
+            rnr_delay: Duration::from_millis(2),
+            handshake_timeout: Duration::from_millis(50),
+            keepalive_interval: Duration::from_millis(500),
+            idle_timeout: Duration::from_secs(10),
+            cc_additive_increase_mbps: 20,
+            cc_min_rate_mbps: 10,
+            ..Config::default()
+        }
+    }
+}

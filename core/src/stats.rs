@@ -1,0 +1,97 @@
+//! Counters, copyable for telemetry export (spec 4.13).
+
+/// Per-connection counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ConnStats {
+    /// Reliable packets sent for the first time.
+    pub packets_sent: u64,
+    /// Payload bytes sent for the first time.
+    pub bytes_sent: u64,
+    pub retransmissions: u64,
+    /// Retransmissions whose original turned out to have arrived.
+    pub spurious_retransmissions: u64,
+    pub packets_acked: u64,
+    /// Packets declared lost (RACK or timeout).
+    pub packets_lost: u64,
+    pub timeouts: u64,
+    pub acks_sent: u64,
+    pub acks_received: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub rnr_naks_received: u64,
+    /// Reliable packets received and accepted (placed).
+    pub packets_received: u64,
+    /// Payload bytes placed.
+    pub bytes_received: u64,
+    /// Reliable packets received again (already had them): re-ACKed, not placed.
+    pub duplicates_received: u64,
+    /// Data packets that arrived CE-marked.
+    pub ce_received: u64,
+    /// Reliable packets outside the receive window: dropped.
+    pub out_of_window: u64,
+    /// Packets on a path id beyond the negotiated count, or otherwise
+    /// impossible for the connection's state: dropped.
+    pub invalid_dropped: u64,
+    /// ACKs acknowledging PSNs never sent: dropped.
+    pub invalid_acks: u64,
+    pub path_rerolls: u64,
+    pub completions: u64,
+    /// Current controller rate and the last hint received, Mbit/s.
+    pub rate_mbps: u32,
+    pub rate_hint_mbps: u32,
+}
+
+/// Endpoint-wide drop counters by reason (spec 5.1): every packet the
+/// endpoint does not accept is counted here or in [`ConnStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DropStats {
+    pub truncated: u64,
+    pub bad_version: u64,
+    pub unknown_type: u64,
+    pub bad_crc: u64,
+    pub bad_length: u64,
+    pub reserved_bits: u64,
+    pub bad_field: u64,
+    pub unknown_connection: u64,
+    pub bad_token: u64,
+    /// The source IP address is not the connection's peer.
+    pub bad_source: u64,
+    /// CONNECT refused: not accepting, or no free connection slot.
+    pub refused: u64,
+    /// Packet of a type that makes no sense in the connection's state.
+    pub unexpected: u64,
+}
+
+impl DropStats {
+    /// Sum of every reason.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.bad_version
+            + self.unknown_type
+            + self.bad_crc
+            + self.bad_length
+            + self.reserved_bits
+            + self.bad_field
+            + self.unknown_connection
+            + self.bad_token
+            + self.bad_source
+            + self.refused
+            + self.unexpected
+    }
+
+    pub(crate) fn count_wire_error(&mut self, e: crate::wire::Error) {
+        use crate::wire::Error as E;
+        match e {
+            E::Truncated => self.truncated += 1,
+            E::BadVersion(_) => self.bad_version += 1,
+            E::UnknownType(_) => self.unknown_type += 1,
+            E::BadCrc => self.bad_crc += 1,
+            E::BadLength => self.bad_length += 1,
+            E::Reserved => self.reserved_bits += 1,
+            E::BadField => self.bad_field += 1,
+            E::NotMetaRoce | E::Encapsulation => self.truncated += 1,
+        }
+    }
+}
