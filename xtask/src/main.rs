@@ -1,1 +1,79 @@
-fn main() {}
+//! # xtask
+//!
+//! The project's developer and CI entry points, run as `cargo xtask <command>`
+//! (the alias lives in `.cargo/config.toml`). It follows rust-analyzer's xtask:
+//! plain Rust with the standard library only (plus `metaroce-core` for the
+//! demo), so it builds in seconds on a fresh machine and needs no extra tools.
+//!
+//! It is **not** a build system: it only orders `cargo` invocations and a few
+//! checks (formatting, lints, host tests, the no_std release build, the
+//! allocator check and the source tidy rules) and prints what it does.
+//!
+//! One module per subcommand (`test`, `qemu`); shared helpers live in
+//! `util` (running commands), `project` (crate lists, targets, paths) and
+//! `system` (installing Debian packages a step needs). To add a subcommand,
+//! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
+
+mod no_alloc;
+mod project;
+mod qemu;
+mod system;
+mod test;
+mod tidy;
+mod util;
+
+use std::process::ExitCode;
+
+use util::Error;
+
+/// Subcommands and their one-line help, printed by `cargo xtask help`.
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        "test [--list] [STEP...]",
+        "run every check and test in order (or only the named steps); see --list",
+    ),
+    (
+        "qemu",
+        "the main job (for now a host demo of the wire format; the QEMU run arrives with issue 4)",
+    ),
+    ("help", "print this message"),
+];
+
+fn usage() -> String {
+    let mut s = String::from("Usage: cargo xtask <command> [args]\n\nCommands:\n");
+    let width = COMMANDS.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    for (cmd, help) in COMMANDS {
+        s.push_str(&format!("  {cmd:<width$}  {help}\n"));
+    }
+    s
+}
+
+fn run(args: &[String]) -> Result<(), Error> {
+    let (cmd, rest) = match args.split_first() {
+        Some((cmd, rest)) => (cmd.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    match cmd {
+        "test" => test::run(rest),
+        "qemu" => qemu::run(rest),
+        "help" | "-h" | "--help" => {
+            print!("{}", usage());
+            Ok(())
+        }
+        other => Err(Error::new(format!(
+            "unknown command `{other}`\n\n{}",
+            usage()
+        ))),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

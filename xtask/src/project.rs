@@ -1,0 +1,21 @@
+//! Facts about the project that several steps need, kept in one place.
+
+/// The bare-metal target of the DPU firmware and of QEMU `virt`.
+pub const FIRMWARE_TARGET: &str = "aarch64-unknown-none";
+
+/// Library crates that are `no_std` and must build for [`FIRMWARE_TARGET`]:
+/// each is linted for that target. Add `metaroce-platform` etc. here.
+pub const NO_STD_CRATES: &[&str] = &["metaroce-core"];
+
+/// `no_std` crates built in release for [`FIRMWARE_TARGET`] whose compiled
+/// code, dependencies included, must not reference an allocator.
+pub const ALLOCATION_FREE_CRATES: &[&str] = &["metaroce-core"];
+
+/// Crate folders (relative to the root) whose `src/` must contain no
+/// `unsafe` and no `alloc`, and whose `src/lib.rs` must declare `#![no_std]`
+/// and `#![forbid(unsafe_code)]` (the tidy step). `unsafe` belongs in
+/// `platform/` and `boards/` only.
+pub const SAFE_NO_ALLOC_CRATE_DIRS: &[&str] = &["core"];
+
+/// Folders the tidy step never reads (build output, fuzzing state).
+pub const TIDY_SKIP_DIRS: &[&str] = &["target", "fuzz/target", "fuzz/corpus", "fuzz/artifacts"];
