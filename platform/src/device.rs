@@ -1,0 +1,167 @@
+//! Frame devices: raw Ethernet frames in and out.
+//!
+//! smoltcp's `phy::Device` idea, folded into two calls: `receive` lends the
+//! received frame in place (the RX ring slot) to a closure and recycles the
+//! slot afterwards; `transmit` lends a TX slot of the requested length to a
+//! closure that writes the frame, then hands it to the hardware. No copy
+//! happens in the device layer, and a device never allocates.
+
+use crate::ring::{Consumer, Producer, RingConsumer, RingProducer, SpscRing};
+
+/// Largest Ethernet frame without FCS at the standard 1500-byte MTU.
+pub const MAX_FRAME_LEN: usize = 1514;
+/// Shortest Ethernet frame without FCS; shorter frames are zero-padded.
+pub const MIN_FRAME_LEN: usize = 60;
+
+/// A network device that moves whole Ethernet frames (no FCS).
+pub trait FrameDevice {
+    /// The longest frame `transmit` accepts and `receive` delivers.
+    fn max_frame_len(&self) -> usize;
+    /// Calls `f` with the next received frame, if any, and recycles its
+    /// buffer afterwards.
+    fn receive<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R>;
+    /// Whether `transmit` has a free slot now.
+    fn transmit_ready(&mut self) -> bool;
+    /// Calls `f` to fill a `len`-byte frame in a TX slot, then sends it.
+    /// `None` (and `f` not called) if no slot is free or `len` is too long.
+    fn transmit<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R>;
+}
+
+/// Bytes in an in-memory frame slot.
+pub const FRAME_SLOT_LEN: usize = 1536;
+
+/// One in-memory frame: a fixed slot and its used length.
+#[derive(Clone, Copy)]
+pub struct Frame {
+    len: u16,
+    bytes: [u8; FRAME_SLOT_LEN],
+}
+
+impl core::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Frame").field("len", &self.len).finish()
+    }
+}
+
+impl Frame {
+    /// A frame holding `data`, or `None` if it does not fit a slot.
+    pub fn from_bytes(data: &[u8]) -> Option<Frame> {
+        let mut frame = Frame {
+            len: u16::try_from(data.len()).ok()?,
+            bytes: [0; FRAME_SLOT_LEN],
+        };
+        frame.bytes.get_mut(..data.len())?.copy_from_slice(data);
+        Some(frame)
+    }
+
+    /// The frame's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len).min(FRAME_SLOT_LEN)]
+    }
+}
+
+/// The two rings of an in-memory point-to-point link of `N` slots per
+/// direction: what a NIC's RX and TX descriptor rings are to its driver.
+#[derive(Debug, Default)]
+pub struct MemLink<const N: usize> {
+    a_to_b: SpscRing<Frame, N>,
+    b_to_a: SpscRing<Frame, N>,
+}
+
+impl<const N: usize> MemLink<N> {
+    pub const fn new() -> Self {
+        MemLink {
+            a_to_b: SpscRing::new(),
+            b_to_a: SpscRing::new(),
+        }
+    }
+
+    /// Both ends of the link; `None` after the first call. Either end can
+    /// be an engine's device or a test thread playing the device.
+    pub fn ends(&self) -> Option<(MemFrameDevice<'_, N>, MemFrameDevice<'_, N>)> {
+        let (ab_tx, ab_rx) = self.a_to_b.split()?;
+        let (ba_tx, ba_rx) = self.b_to_a.split()?;
+        Some((
+            MemFrameDevice {
+                rx: ba_rx,
+                tx: ab_tx,
+            },
+            MemFrameDevice {
+                rx: ab_rx,
+                tx: ba_tx,
+            },
+        ))
+    }
+}
+
+/// One end of a [`MemLink`].
+#[derive(Debug)]
+pub struct MemFrameDevice<'a, const N: usize> {
+    rx: Consumer<'a, Frame, N>,
+    tx: Producer<'a, Frame, N>,
+}
+
+impl<const N: usize> MemFrameDevice<'_, N> {
+    /// Sends a whole frame (test convenience); `false` if the ring is full
+    /// or the frame too long.
+    pub fn send_frame(&mut self, data: &[u8]) -> bool {
+        Frame::from_bytes(data).is_some_and(|f| self.tx.push(f).is_ok())
+    }
+
+    /// Frames waiting to be received.
+    pub fn rx_pending(&self) -> usize {
+        self.rx.len()
+    }
+}
+
+impl<const N: usize> FrameDevice for MemFrameDevice<'_, N> {
+    fn max_frame_len(&self) -> usize {
+        MAX_FRAME_LEN
+    }
+
+    fn receive<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.rx.pop_with(|frame| f(frame.as_bytes()))
+    }
+
+    fn transmit_ready(&mut self) -> bool {
+        !self.tx.is_full()
+    }
+
+    fn transmit<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        if len > MAX_FRAME_LEN || self.tx.is_full() {
+            return None;
+        }
+        let mut frame = Frame {
+            len: u16::try_from(len).ok()?,
+            bytes: [0; FRAME_SLOT_LEN],
+        };
+        let result = f(&mut frame.bytes[..len]);
+        self.tx.push(frame).ok()?;
+        Some(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_carries_frames_both_ways() {
+        let link: MemLink<4> = MemLink::new();
+        let (mut a, mut b) = link.ends().unwrap();
+        assert!(link.ends().is_none());
+        assert_eq!(a.transmit(3, |f| f.copy_from_slice(&[1, 2, 3])), Some(()));
+        assert!(b.send_frame(&[9; 70]));
+        assert_eq!(b.receive(|f| f.to_vec()), Some(std::vec![1, 2, 3]));
+        assert_eq!(a.receive(|f| f.len()), Some(70));
+        assert_eq!(a.receive(|f| f.len()), None);
+        assert_eq!(a.transmit(MAX_FRAME_LEN + 1, |_| ()), None);
+        for _ in 0..4 {
+            assert!(a.transmit_ready());
+            a.transmit(60, |_| ()).unwrap();
+        }
+        assert!(!a.transmit_ready());
+        assert_eq!(a.transmit(60, |_| ()), None);
+        assert!(Frame::from_bytes(&[0; FRAME_SLOT_LEN + 1]).is_none());
+    }
+}

@@ -1,0 +1,616 @@
+//! The engine loop: one function, [`Engine::poll`], that moves everything
+//! between a frame device, a transport endpoint, DMA and the host
+//! interface. The same code runs on the DPU, under QEMU and on a host.
+//!
+//! One poll, in order, each step bounded by [`Budget`]:
+//! 1. **RX**: frames from the device ring. Ethernet/IP/UDP is parsed with
+//!    `metaroce_core::wire::encap::parse_frame` (CE mark and the UDP source
+//!    port, the sender's path entropy, go into [`RxMeta`]); transport
+//!    packets go to [`Transport::handle_packet`] with a [`DmaMemory`] that
+//!    places payload by DMA; ARP and ICMP echo are answered by [`crate::net`].
+//! 2. **Admin, receive and send queues**: registrations, receive buffers and
+//!    work requests from the host rings, posted to the transport.
+//! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed.
+//! 4. **Completions** into the completion ring, then its doorbell.
+//! 5. **TX**: [`Transport::poll_transmit`] until the device is full; the
+//!    headers are wrapped in Ethernet/IP/UDP (`EncapRepr::emit`) directly in
+//!    the TX slot, the payload is gathered from host memory by DMA behind
+//!    them, and [`Transport::finish_packet`] writes the trailer.
+//!
+//! The caller owns the clock and the waiting: [`PollOutcome`] says whether
+//! anything happened and when the transport next needs time.
+
+use metaroce_core::api::{Completion, Opcode, PeerAddr, RxMeta};
+use metaroce_core::wire::{encap, EncapRepr, IpPair};
+use metaroce_core::Instant;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv4Repr, IpAddress, IpProtocol,
+    Ipv4Address, Ipv4Packet,
+};
+
+use crate::device::{FrameDevice, FRAME_SLOT_LEN};
+use crate::dma::{DmaCopy, DmaMemory};
+use crate::doorbell::Doorbell;
+use crate::host::{AdminCommand, AdminResult, EnginePort};
+use crate::net::{self, Control, NeighborCache, NetConfig};
+use crate::ring::{RingConsumer, RingProducer};
+use crate::transport::{opcode_of, PostError, Transport};
+
+/// Most items each step of one poll handles, so a flood on one side cannot
+/// starve the others and one call's work stays bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Budget {
+    pub rx_frames: u32,
+    pub tx_frames: u32,
+    pub work_requests: u32,
+    pub completions: u32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            rx_frames: 32,
+            tx_frames: 32,
+            work_requests: 32,
+            completions: 64,
+        }
+    }
+}
+
+/// Counters of the loop. Transport-level counters (retransmissions, CE
+/// echoes, ...) belong to the transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct EngineStats {
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    /// Frames handed to the transport.
+    pub rx_transport: u64,
+    /// Transport frames that arrived marked Congestion Experienced.
+    pub rx_ce: u64,
+    pub rx_arp: u64,
+    pub rx_icmp: u64,
+    /// Frames for another host, protocol or port.
+    pub rx_not_ours: u64,
+    /// Frames with a malformed Ethernet/IP/UDP/ARP/ICMP layer or checksum.
+    pub rx_malformed: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub tx_transport: u64,
+    pub arp_replies: u64,
+    pub arp_requests: u64,
+    pub echo_replies_sent: u64,
+    pub echo_replies_received: u64,
+    /// Replies (ARP, ICMP) dropped because the TX ring was full.
+    pub tx_reply_dropped: u64,
+    /// Transport packets dropped: peer MAC unknown (an ARP request went out).
+    pub tx_no_neighbor: u64,
+    /// Transport packets dropped: IPv6 peer (no neighbour discovery here),
+    /// too long for the device, or a header longer than the scratch buffer.
+    pub tx_unsendable: u64,
+    pub admin_commands: u64,
+    pub posted_sends: u64,
+    pub posted_recvs: u64,
+    /// Posts refused for good (completed with an error status).
+    pub post_errors: u64,
+    /// Posts refused for now (left on the host queue).
+    pub post_retries: u64,
+    pub completions: u64,
+    /// Polls that stopped writing completions because the ring was full.
+    pub cq_full: u64,
+    pub timeouts: u64,
+    /// DMA copies refused (outside the DMA window).
+    pub dma_faults: u64,
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollOutcome {
+    /// Something moved: poll again before sleeping.
+    pub busy: bool,
+    /// The transport's next deadline.
+    pub next_timeout: Option<Instant>,
+}
+
+/// The last echo reply to [`Engine::send_ping`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct EchoResult {
+    pub seq_no: u16,
+    pub rtt_nanos: u64,
+}
+
+/// Why a ping was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PingError {
+    /// The peer's MAC is unknown; an ARP request was sent instead.
+    Unresolved,
+    /// The TX ring is full.
+    DeviceBusy,
+}
+
+/// Header scratch buffer for `poll_transmit`.
+const HEADER_BUF_LEN: usize = 128;
+/// ICMP identifier of this node's echo requests.
+const PING_IDENT: u16 = 0x4d52;
+/// Bytes of echo request payload (send time plus filler).
+const PING_DATA_LEN: usize = 32;
+/// Least time between two ARP requests.
+const ARP_RETRY_NANOS: u64 = 10_000_000;
+
+/// State of the loop for one node: addresses, neighbour cache, scratch
+/// buffers and counters. `NEIGHBORS` is the ARP cache size.
+#[derive(Debug)]
+pub struct Engine<const NEIGHBORS: usize = 16> {
+    net: NetConfig,
+    neighbors: NeighborCache<NEIGHBORS>,
+    budget: Budget,
+    dscp: u8,
+    stats: EngineStats,
+    last_echo: Option<EchoResult>,
+    last_arp_request: Option<Instant>,
+    header_buf: [u8; HEADER_BUF_LEN],
+    reply_buf: [u8; FRAME_SLOT_LEN],
+}
+
+impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
+    pub fn new(net: NetConfig) -> Self {
+        Engine {
+            net,
+            neighbors: NeighborCache::new(),
+            budget: Budget::default(),
+            dscp: 0,
+            stats: EngineStats::default(),
+            last_echo: None,
+            last_arp_request: None,
+            header_buf: [0; HEADER_BUF_LEN],
+            reply_buf: [0; FRAME_SLOT_LEN],
+        }
+    }
+
+    /// Sets the per-poll budget.
+    pub fn set_budget(&mut self, budget: Budget) {
+        self.budget = budget;
+    }
+
+    /// Sets the DSCP of transport packets (traffic class on the fabric).
+    pub fn set_dscp(&mut self, dscp: u8) {
+        self.dscp = dscp & 0x3f;
+    }
+
+    /// Adds a neighbour that is never evicted (a configured peer), so the
+    /// first packets need no ARP round trip.
+    pub fn add_static_neighbor(&mut self, ip: Ipv4Address, mac: EthernetAddress) {
+        self.neighbors.insert_static(ip, mac);
+    }
+
+    /// The MAC address of `ip`, if known.
+    pub fn neighbor(&self, ip: Ipv4Address) -> Option<EthernetAddress> {
+        self.neighbors.lookup(ip)
+    }
+
+    /// This node's addresses.
+    pub fn net_config(&self) -> NetConfig {
+        self.net
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// The last echo reply received, if any.
+    pub fn last_echo(&self) -> Option<EchoResult> {
+        self.last_echo
+    }
+
+    /// Sends an ICMP echo request to `dst` carrying the send time.
+    pub fn send_ping<D: FrameDevice>(
+        &mut self,
+        device: &mut D,
+        dst: Ipv4Address,
+        seq_no: u16,
+        now: Instant,
+    ) -> Result<(), PingError> {
+        let Some(dst_mac) = self.neighbors.lookup(dst) else {
+            self.request_neighbor(device, dst, now);
+            return Err(PingError::Unresolved);
+        };
+        let mut data = [0u8; PING_DATA_LEN];
+        data[..8].copy_from_slice(&now.as_nanos().to_be_bytes());
+        let repr = Icmpv4Repr::EchoRequest {
+            ident: PING_IDENT,
+            seq_no,
+            data: &data,
+        };
+        let len = net::emit_icmp(&mut self.reply_buf, &self.net, dst_mac, dst, &repr)
+            .ok_or(PingError::DeviceBusy)?;
+        self.send_reply(device, len).ok_or(PingError::DeviceBusy)
+    }
+
+    /// Sends an ARP request for `ip`, at most once per `ARP_RETRY_NANOS`.
+    fn request_neighbor<D: FrameDevice>(&mut self, device: &mut D, ip: Ipv4Address, now: Instant) {
+        if self.last_arp_request.is_some_and(|t| {
+            now.saturating_duration_since(t).as_nanos() < u128::from(ARP_RETRY_NANOS)
+        }) {
+            return;
+        }
+        let repr = net::arp_request(&self.net, ip);
+        if let Some(len) = net::emit_arp(&mut self.reply_buf, EthernetAddress::BROADCAST, &repr) {
+            if self.send_reply(device, len).is_some() {
+                self.stats.arp_requests += 1;
+                self.last_arp_request = Some(now);
+            }
+        }
+    }
+
+    /// Sends `reply_buf[..len]`.
+    fn send_reply<D: FrameDevice>(&mut self, device: &mut D, len: usize) -> Option<()> {
+        let frame = self.reply_buf.get(..len)?;
+        let sent = device.transmit(len, |slot| slot.copy_from_slice(frame));
+        match sent {
+            Some(()) => {
+                self.stats.tx_frames += 1;
+                self.stats.tx_bytes += len as u64;
+            }
+            None => self.stats.tx_reply_dropped += 1,
+        }
+        sent
+    }
+
+    /// One bounded round of the loop; see the module documentation.
+    pub fn poll<T, D, M, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        device: &mut D,
+        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        dma: &mut M,
+    ) -> PollOutcome
+    where
+        T: Transport,
+        D: FrameDevice,
+        M: DmaCopy,
+    {
+        let mut busy = false;
+        busy |= self.receive(now, transport, device, dma);
+        busy |= self.take_host_work(transport, port);
+        if transport.poll_timeout().is_some_and(|t| t <= now) {
+            transport.handle_timeout(now);
+            self.stats.timeouts += 1;
+            busy = true;
+        }
+        busy |= self.write_completions(transport, port);
+        busy |= self.transmit(now, transport, device, dma);
+        PollOutcome {
+            busy,
+            next_timeout: transport.poll_timeout(),
+        }
+    }
+
+    fn receive<T: Transport, D: FrameDevice, M: DmaCopy>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        device: &mut D,
+        dma: &mut M,
+    ) -> bool {
+        let mut any = false;
+        for _ in 0..self.budget.rx_frames {
+            let Some(control) =
+                device.receive(|frame| self.handle_frame(now, frame, transport, dma))
+            else {
+                break;
+            };
+            any = true;
+            match control {
+                Control::Reply(len) => {
+                    let _ = self.send_reply(device, len);
+                }
+                Control::EchoReply {
+                    ident: PING_IDENT,
+                    seq_no,
+                    sent,
+                } => {
+                    self.stats.echo_replies_received += 1;
+                    self.last_echo = Some(EchoResult {
+                        seq_no,
+                        rtt_nanos: sent
+                            .map_or(0, |t| now.saturating_duration_since(t).as_nanos() as u64),
+                    });
+                }
+                Control::EchoReply { .. } | Control::Consumed => {}
+                Control::NotOurs => self.stats.rx_not_ours += 1,
+                Control::Malformed => self.stats.rx_malformed += 1,
+            }
+        }
+        any
+    }
+
+    /// Classifies one frame and acts on it. Returns what is left to do
+    /// after the RX slot is released (send a reply, count).
+    fn handle_frame<T: Transport, M: DmaCopy>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        transport: &mut T,
+        dma: &mut M,
+    ) -> Control {
+        self.stats.rx_frames += 1;
+        self.stats.rx_bytes += frame.len() as u64;
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            return Control::Malformed;
+        };
+        let dst = eth.dst_addr();
+        if dst != self.net.mac && !dst.is_broadcast() {
+            return Control::NotOurs;
+        }
+        let src_mac = eth.src_addr();
+        match eth.ethertype() {
+            EthernetProtocol::Arp => {
+                self.stats.rx_arp += 1;
+                net::handle_arp(
+                    &self.net,
+                    &mut self.neighbors,
+                    eth.payload(),
+                    now,
+                    &mut self.reply_buf,
+                )
+            }
+            EthernetProtocol::Ipv4 => {
+                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+                    return Control::Malformed;
+                };
+                if ip.dst_addr() != self.net.ip {
+                    return Control::NotOurs;
+                }
+                match ip.next_header() {
+                    IpProtocol::Icmp => {
+                        self.stats.rx_icmp += 1;
+                        let control = net::handle_icmp(
+                            &self.net,
+                            src_mac,
+                            eth.payload(),
+                            &mut self.reply_buf,
+                        );
+                        if let Control::Reply(_) = control {
+                            self.stats.echo_replies_sent += 1;
+                        }
+                        control
+                    }
+                    IpProtocol::Udp => self.deliver(now, frame, transport, dma),
+                    _ => Control::NotOurs,
+                }
+            }
+            EthernetProtocol::Ipv6 => self.deliver(now, frame, transport, dma),
+            _ => Control::NotOurs,
+        }
+    }
+
+    /// Hands a UDP frame for the transport's port to the transport.
+    fn deliver<T: Transport, M: DmaCopy>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        transport: &mut T,
+        dma: &mut M,
+    ) -> Control {
+        match encap::parse_frame(frame, transport.udp_port()) {
+            Ok((info, packet)) => {
+                if let IpPair::V4 { src, .. } = info.ip {
+                    self.neighbors.learn(src, info.src_mac, now);
+                }
+                let meta = RxMeta {
+                    source: PeerAddr {
+                        ip: info.ip.src(),
+                        port: info.src_port,
+                    },
+                    ce: info.is_ce(),
+                };
+                self.stats.rx_transport += 1;
+                self.stats.rx_ce += u64::from(meta.ce);
+                let mut mem = DmaMemory::new(dma);
+                transport.handle_packet(now, &meta, packet, &mut mem);
+                self.stats.dma_faults += u64::from(mem.faults());
+                Control::Consumed
+            }
+            Err(metaroce_core::wire::Error::NotMetaRoce) => Control::NotOurs,
+            Err(_) => Control::Malformed,
+        }
+    }
+
+    /// Drains the admin, receive and send queues into the transport.
+    fn take_host_work<
+        T: Transport,
+        const SQ: usize,
+        const RQ: usize,
+        const CQ: usize,
+        const AQ: usize,
+    >(
+        &mut self,
+        transport: &mut T,
+        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+    ) -> bool {
+        // The rings are the truth; doorbells only wake a sleeping engine.
+        let _ = port.take_doorbells();
+        let mut any = false;
+        let mut answered = false;
+        while !port.admin_result.is_full() {
+            let Some(AdminCommand::RegisterRegion { tag, region }) = port.admin.pop() else {
+                break;
+            };
+            self.stats.admin_commands += 1;
+            let result = transport.register_region(region).map_err(|e| e.status());
+            let _ = port.admin_result.push(AdminResult { tag, result });
+            answered = true;
+        }
+        let mut budget = self.budget.work_requests;
+        while budget > 0 && !port.completion.is_full() {
+            let Some(entry) = port.recv.peek() else { break };
+            budget -= 1;
+            match transport.post_recv(entry.conn, entry.rr) {
+                Ok(()) => self.stats.posted_recvs += 1,
+                Err(e) if e.is_retryable() => {
+                    self.stats.post_retries += 1;
+                    break;
+                }
+                Err(e) => {
+                    self.stats.post_errors += 1;
+                    let _ = port.completion.push(Completion {
+                        conn: entry.conn,
+                        wr_id: entry.rr.id,
+                        opcode: Opcode::Recv,
+                        status: e.status(),
+                        byte_len: 0,
+                        imm: None,
+                    });
+                    answered = true;
+                }
+            }
+            let _ = port.recv.pop();
+            any = true;
+        }
+        let mut budget = self.budget.work_requests;
+        while budget > 0 && !port.completion.is_full() {
+            let Some(entry) = port.send.peek() else { break };
+            budget -= 1;
+            match transport.post_send(entry.conn, entry.wr) {
+                Ok(()) => self.stats.posted_sends += 1,
+                Err(e) if e.is_retryable() => {
+                    self.stats.post_retries += 1;
+                    break;
+                }
+                Err(e) => {
+                    self.stats.post_errors += 1;
+                    let _ = port.completion.push(Completion {
+                        conn: entry.conn,
+                        wr_id: entry.wr.id,
+                        opcode: opcode_of(&entry.wr.op),
+                        status: e.status(),
+                        byte_len: 0,
+                        imm: None,
+                    });
+                    answered = true;
+                }
+            }
+            let _ = port.send.pop();
+            any = true;
+        }
+        if answered {
+            port.bells.completion.ring();
+        }
+        any || answered
+    }
+
+    /// Moves completions from the transport to the completion ring.
+    fn write_completions<
+        T: Transport,
+        const SQ: usize,
+        const RQ: usize,
+        const CQ: usize,
+        const AQ: usize,
+    >(
+        &mut self,
+        transport: &mut T,
+        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+    ) -> bool {
+        let mut written = 0;
+        while written < self.budget.completions {
+            if port.completion.is_full() {
+                self.stats.cq_full += 1;
+                break;
+            }
+            let Some(completion) = transport.poll_completion() else {
+                break;
+            };
+            // Cannot fail: the ring had a free slot and we are its only producer.
+            let _ = port.completion.push(completion);
+            written += 1;
+        }
+        self.stats.completions += u64::from(written);
+        if written > 0 {
+            port.bells.completion.ring();
+        }
+        written > 0
+    }
+
+    /// Drains `poll_transmit` into the device.
+    fn transmit<T: Transport, D: FrameDevice, M: DmaCopy>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        device: &mut D,
+        dma: &mut M,
+    ) -> bool {
+        let mut any = false;
+        for _ in 0..self.budget.tx_frames {
+            if !device.transmit_ready() {
+                break;
+            }
+            let Some(tx) = transport.poll_transmit(now, &mut self.header_buf) else {
+                break;
+            };
+            any = true;
+            let IpAddress::Ipv4(dst_ip) = tx.peer.ip else {
+                self.stats.tx_unsendable += 1;
+                continue;
+            };
+            let Some(dst_mac) = self.neighbors.lookup(dst_ip) else {
+                self.stats.tx_no_neighbor += 1;
+                self.request_neighbor(device, dst_ip, now);
+                continue;
+            };
+            let encap = EncapRepr {
+                src_mac: self.net.mac,
+                dst_mac,
+                ip: IpPair::V4 {
+                    src: self.net.ip,
+                    dst: dst_ip,
+                },
+                src_port: tx.src_port,
+                dst_port: tx.peer.port,
+                dscp: self.dscp,
+                ecn: tx.ecn,
+                hop_limit: 64,
+            };
+            let header_len = tx.header_len;
+            let payload_len = tx.payload.map_or(0, |p| p.len as usize);
+            let transport_len = tx.packet_len();
+            let frame_len = encap.frame_len(transport_len);
+            if header_len > HEADER_BUF_LEN || frame_len > device.max_frame_len() {
+                self.stats.tx_unsendable += 1;
+                continue;
+            }
+            let wire_len = net::padded(frame_len);
+            let header = &self.header_buf[..header_len];
+            let mut mem = DmaMemory::new(dma);
+            let sent = device.transmit(wire_len, |slot| {
+                slot[frame_len..].fill(0);
+                encap.emit(slot, transport_len, |packet| {
+                    packet[..header_len].copy_from_slice(header);
+                    if let Some(payload) = tx.payload {
+                        metaroce_core::api::Memory::read(
+                            &mut mem,
+                            payload.addr,
+                            &mut packet[header_len..header_len + payload_len],
+                        );
+                    }
+                    transport.finish_packet(&tx, &encap, packet);
+                })
+            });
+            self.stats.dma_faults += u64::from(mem.faults());
+            match sent {
+                Some(Ok(_)) => {
+                    self.stats.tx_frames += 1;
+                    self.stats.tx_transport += 1;
+                    self.stats.tx_bytes += wire_len as u64;
+                }
+                // `transmit_ready` said yes, so only a length error is left.
+                Some(Err(_)) | None => self.stats.tx_unsendable += 1,
+            }
+        }
+        any
+    }
+}

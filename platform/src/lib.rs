@@ -1,0 +1,51 @@
+//! # metaroce-platform
+//!
+//! The platform layer between a transport engine and hardware: small traits
+//! for DMA descriptor rings ([`ring`]), doorbells ([`doorbell`]), a
+//! monotonic clock ([`clock`]), DMA copies between host memory and packet
+//! buffers ([`dma`]), random numbers ([`random`]) and frame devices
+//! ([`device`]); the host interface a host driver uses ([`host`]: send,
+//! receive, completion and admin queues as rings in shared memory, each
+//! with a doorbell); and the one engine loop ([`engine`]) that drives a
+//! [`transport::Transport`] through them, answering ARP and ICMP echo on
+//! the way ([`net`]). The same loop runs on the DPU, under QEMU and on a
+//! host; only the trait implementations differ: in-memory ones here
+//! (for host tests), virtio-net over `virtio-drivers` behind the `virtio`
+//! feature ([`virtio`]).
+//!
+//! It is **not** a protocol: MetaRoCE (and the RoCEv2 baseline) live in
+//! their own sans-IO crates and plug in through [`transport::Transport`];
+//! [`datagram`] is only a minimal unreliable stand-in for bring-up and
+//! tests. `no_std`, no allocation; `unsafe` only in the ring slots and the
+//! virtio DMA glue, each block with a `SAFETY:` comment.
+
+#![no_std]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod clock;
+pub mod datagram;
+pub mod device;
+pub mod dma;
+pub mod doorbell;
+pub mod engine;
+pub mod host;
+pub mod net;
+pub mod random;
+pub mod ring;
+pub mod transport;
+#[cfg(feature = "virtio")]
+pub mod virtio;
+
+pub use clock::Clock;
+pub use device::FrameDevice;
+pub use dma::DmaCopy;
+pub use doorbell::Doorbell;
+pub use engine::{Engine, EngineStats, PollOutcome};
+pub use host::{EnginePort, HostPort, HostQueues};
+pub use random::RandomSource;
+pub use ring::{DescriptorRing, RingConsumer, RingProducer, SpscRing};
+pub use transport::Transport;
