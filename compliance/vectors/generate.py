@@ -495,7 +495,36 @@ def malformed_frame_cases():
               "NotMetaRoce"))
     c.append(("err_frame_short", "10 bytes: not even an Ethernet header", good4[:10],
               "Truncated"))
+    c.append(("err_frame_ipv4_more_fragments", "IPv4 fragment: More Fragments set (spec 3.1.5)",
+              ipv4_edit(good4, 6, b"\x20\x00"), "Encapsulation"))
+    c.append(("err_frame_ipv4_fragment_offset", "IPv4 fragment: offset 8 bytes (spec 3.1.5)",
+              ipv4_edit(good4, 6, b"\x00\x01"), "Encapsulation"))
+    c.append(("err_frame_ipv4_tcp", "IPv4 protocol 6 (TCP), not UDP",
+              ipv4_edit(good4, 9, b"\x06"), "NotMetaRoce"))
+    c.append(("err_frame_ipv4_version_6", "EtherType IPv4 but IP version 6",
+              ipv4_edit(good4, 0, b"\x65"), "Encapsulation"))
+    c.append(("err_frame_ipv6_next_header_tcp", "IPv6 next header 6 (TCP), not UDP",
+              good6[:14 + 6] + b"\x06" + good6[14 + 7:], "NotMetaRoce"))
+    c.append(("err_frame_udp_dst_port_zero", "UDP destination port 0 (spec 3.1.5)",
+              frame(dict(V4_ENCAP, udp_dst_port=0), transport), "Encapsulation"))
+    c.append(("err_frame_udp_length_past_ip", "UDP length larger than the IP payload",
+              good4[:14 + 24] + struct.pack(">H", 8 + len(transport) + 1) + good4[14 + 26:],
+              "Encapsulation"))
+    c.append(("err_frame_ipv6_udp_zero_checksum",
+              "IPv6 with UDP checksum 0, invalid over IPv6 (spec 3.1.5, RFC 8200)",
+              good6[:14 + 46] + b"\0\0" + good6[14 + 48:], "Encapsulation"))
     return c
+
+
+def ipv4_edit(eth_frame, offset, data):
+    """Overwrite bytes of the IPv4 header (offset from its start) and
+    recompute its header checksum, so only the edit is wrong."""
+    b = bytearray(eth_frame)
+    b[14 + offset:14 + offset + len(data)] = data
+    ihl = (b[14] & 0x0F) * 4 if b[14] >> 4 == 4 else 20
+    b[14 + 10:14 + 12] = b"\0\0"
+    b[14 + 10:14 + 12] = struct.pack(">H", checksum(bytes(b[14:14 + ihl])))
+    return bytes(b)
 
 
 # --------------------------------------------------------------------------

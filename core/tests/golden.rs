@@ -31,7 +31,7 @@ use smoltcp::wire::EthernetAddress;
 /// lost cases.
 const MIN_VALID: usize = 33;
 const MIN_MALFORMED: usize = 42;
-const MIN_MALFORMED_FRAMES: usize = 5;
+const MIN_MALFORMED_FRAMES: usize = 13;
 const MIN_FRAMES: usize = 6;
 
 fn vector_dir() -> PathBuf {

@@ -631,3 +631,38 @@ fn every_single_bit_flip_of_every_type_is_detected() {
     }
     assert!(flips > 12 * 32 * 8, "only {flips} flips checked");
 }
+
+/// Spec 3.1.5: a receiver MUST accept IPv4 options, skipping them by the
+/// header length, and a zero UDP checksum over IPv4 means "not computed".
+#[test]
+fn ipv4_options_and_zero_udp_checksum_are_accepted() {
+    let (repr, payload) = sample_packet();
+    let transport = emit(&repr, &payload);
+    let e = sample_encap(sample_ips()[0], ecn::ECT0);
+    let plain = emit_frame(&e, &transport);
+    let ip_start = encap::ETHERNET_HEADER_LEN;
+    let options_at = ip_start + encap::IPV4_HEADER_LEN;
+
+    // Four NOP options: IHL 6, total length + 4, checksum recomputed. The UDP
+    // checksum does not cover the IP header, so it stays valid.
+    let mut with_options = plain[..options_at].to_vec();
+    with_options.extend_from_slice(&[1, 1, 1, 1]);
+    with_options.extend_from_slice(&plain[options_at..]);
+    {
+        let mut ip = smoltcp::wire::Ipv4Packet::new_unchecked(&mut with_options[ip_start..]);
+        ip.set_header_len(24);
+        ip.set_total_len(ip.total_len() + 4);
+        ip.fill_checksum();
+    }
+    let (info, got) =
+        encap::parse_frame(&with_options, DEFAULT_UDP_PORT).expect("IPv4 options are accepted");
+    assert_eq!(got, transport.as_slice());
+    assert_eq!(info.ecn, ecn::ECT0);
+
+    let mut zero_checksum = plain.clone();
+    let udp_checksum = options_at + 6;
+    zero_checksum[udp_checksum..udp_checksum + 2].copy_from_slice(&[0, 0]);
+    let (_, got) = encap::parse_frame(&zero_checksum, DEFAULT_UDP_PORT)
+        .expect("a zero UDP checksum is accepted over IPv4");
+    assert_eq!(got, transport.as_slice());
+}
