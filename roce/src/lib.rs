@@ -33,3 +33,18 @@
 extern crate std;
 
 pub mod wire;
+pub mod cc;
+pub mod config;
+pub mod endpoint;
+pub mod psn;
+pub mod qp;
+pub mod regions;
+pub mod stats;
+
+pub use cc::{Cc, CcConfig, CongestionControl, Dcqcn, DcqcnConfig};
+pub use config::{Config, QpSetup};
+pub use endpoint::{Error, RoceEndpoint, RxError, MAX_HEADER_LEN};
+pub use qp::{PostError, QpState};
+pub use stats::{EndpointCounters, QpCounters};
+pub use wire::frame::{emit_frame, finish, ip_udp_header, parse_frame, transport_len};
+pub use wire::UDP_PORT;

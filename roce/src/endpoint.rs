@@ -1,0 +1,395 @@
+//! The endpoint: a RoCE NIC's transport for up to `QPS` queue pairs, driven
+//! sans-IO in the shape of `quinn-proto`.
+//!
+//! * Setup: [`RoceEndpoint::register_region`], [`RoceEndpoint::create_qp`]
+//!   (both ends, with each other's QP numbers and PSNs: RoCE connects out of
+//!   band).
+//! * Commands: [`RoceEndpoint::post_send`], [`RoceEndpoint::post_recv`].
+//! * Inputs: [`RoceEndpoint::handle_packet`] (a transport packet, BTH to
+//!   ICRC, whose ICRC the caller checked) or [`RoceEndpoint::handle_frame`]
+//!   (a whole Ethernet frame, ICRC checked here), and
+//!   [`RoceEndpoint::handle_timeout`] at the instant
+//!   [`RoceEndpoint::poll_timeout`] named.
+//! * Outputs, polled after every input in this order:
+//!   [`RoceEndpoint::poll_transmit`] until `None`,
+//!   [`RoceEndpoint::poll_completion`] until `None`, then
+//!   [`RoceEndpoint::poll_timeout`].
+//! * Getters: [`RoceEndpoint::counters`], [`RoceEndpoint::qp_state`],
+//!   [`RoceEndpoint::send_rate_bps`], [`RoceEndpoint::dcqcn`].
+//!
+//! Time only moves forward between calls.
+
+use metaroce_core::api::{
+    Completion, ConnHandle, Memory, PeerAddr, RecvRequest, Region, RxMeta, Transmit, WorkRequest,
+};
+use metaroce_core::wire::encap::ecn;
+use metaroce_core::Instant;
+
+use crate::cc::{CongestionControl, Dcqcn};
+use crate::config::{Config, QpSetup, VALID_MTUS};
+use crate::psn;
+use crate::qp::{PostError, Qp, QpState};
+use crate::regions::Regions;
+use crate::stats::{EndpointCounters, QpCounters};
+use crate::wire::{self, frame, Repr};
+
+/// Buffer `poll_transmit` needs for the longest header set (BTH + RETH +
+/// ImmDt).
+pub const MAX_HEADER_LEN: usize = 32;
+
+/// Why a command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Error {
+    /// Every QP slot is taken.
+    NoFreeQp,
+    /// The QP number is 0, 1 (management QPs), wider than 24 bits, or in use.
+    BadQpn,
+    /// The MTU is not an InfiniBand path MTU.
+    BadMtu,
+    /// No QP has this handle.
+    UnknownQp,
+    /// The region table is full or the region wraps the address space.
+    RegionTable,
+    /// No region has this key.
+    UnknownKey,
+    /// Posting refused.
+    Post(PostError),
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::NoFreeQp => write!(f, "no free queue pair slot"),
+            Error::BadQpn => write!(f, "invalid or duplicate QP number"),
+            Error::BadMtu => write!(f, "MTU is not 256, 512, 1024, 2048 or 4096"),
+            Error::UnknownQp => write!(f, "unknown queue pair handle"),
+            Error::RegionTable => write!(f, "region table full or region invalid"),
+            Error::UnknownKey => write!(f, "unknown memory key"),
+            Error::Post(e) => write!(f, "post refused: {e:?}"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        Error::Post(e)
+    }
+}
+
+/// Why a received packet was dropped before reaching a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RxError {
+    /// Not a valid RoCEv2 packet (or frame, or ICRC).
+    Wire(wire::Error),
+    /// No QP has this destination QP number.
+    UnknownQp(u32),
+    /// The source address is not the QP's peer.
+    WrongPeer,
+    /// The partition key does not match.
+    BadPkey(u16),
+}
+
+/// A RoCEv2 endpoint with room for `QPS` queue pairs.
+#[derive(Debug)]
+pub struct RoceEndpoint<const QPS: usize> {
+    config: Config,
+    regions: Regions,
+    qps: [Option<Qp>; QPS],
+    next_tx: usize,
+    next_cq: usize,
+    now: Instant,
+    counters: EndpointCounters,
+}
+
+impl<const QPS: usize> RoceEndpoint<QPS> {
+    pub fn new(config: Config) -> Self {
+        RoceEndpoint {
+            config,
+            regions: Regions::new(),
+            qps: core::array::from_fn(|_| None),
+            next_tx: 0,
+            next_cq: 0,
+            now: Instant::ZERO,
+            counters: EndpointCounters::default(),
+        }
+    }
+
+    /// Bytes this endpoint occupies (all state is inline; nothing else is
+    /// allocated).
+    pub const fn memory_bytes() -> usize {
+        core::mem::size_of::<Self>()
+    }
+
+    /// Bytes of one queue pair's state.
+    pub const fn qp_memory_bytes() -> usize {
+        core::mem::size_of::<Option<Qp>>()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    // ---- Setup -------------------------------------------------------------
+
+    /// Registers memory; the key returned serves as lkey and rkey.
+    pub fn register_region(&mut self, region: Region) -> Result<u32, Error> {
+        self.regions.register(region).ok_or(Error::RegionTable)
+    }
+
+    pub fn deregister_region(&mut self, key: u32) -> Result<(), Error> {
+        if self.regions.deregister(key) {
+            Ok(())
+        } else {
+            Err(Error::UnknownKey)
+        }
+    }
+
+    /// Creates a queue pair in the ready-to-send state, wired to the peer
+    /// QP the setup names.
+    pub fn create_qp(&mut self, setup: QpSetup) -> Result<ConnHandle, Error> {
+        if !VALID_MTUS.contains(&setup.mtu) {
+            return Err(Error::BadMtu);
+        }
+        if setup.local_qpn < 2
+            || setup.local_qpn > psn::MASK
+            || setup.remote_qpn > psn::MASK
+            || self.find_qpn(setup.local_qpn).is_some()
+        {
+            return Err(Error::BadQpn);
+        }
+        let slot = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .ok_or(Error::NoFreeQp)?;
+        let handle = ConnHandle(u16::try_from(slot).map_err(|_| Error::NoFreeQp)?);
+        self.qps[slot] = Some(Qp::new(handle, setup, &self.config));
+        Ok(handle)
+    }
+
+    /// Removes a queue pair; completions not yet polled are lost.
+    pub fn destroy_qp(&mut self, qp: ConnHandle) -> Result<(), Error> {
+        let slot = self
+            .qps
+            .get_mut(usize::from(qp.0))
+            .ok_or(Error::UnknownQp)?;
+        if slot.take().is_some() {
+            Ok(())
+        } else {
+            Err(Error::UnknownQp)
+        }
+    }
+
+    fn find_qpn(&self, qpn: u32) -> Option<usize> {
+        self.qps
+            .iter()
+            .position(|q| q.as_ref().is_some_and(|q| q.setup().local_qpn == qpn))
+    }
+
+    fn qp(&self, qp: ConnHandle) -> Option<&Qp> {
+        self.qps.get(usize::from(qp.0)).and_then(Option::as_ref)
+    }
+
+    // ---- Commands ------------------------------------------------------------
+
+    /// Queues a send-queue work request. The local buffer is checked now
+    /// (key, domain, bounds, and local write for READ); a bad one is refused
+    /// with `Post(LocalProtection)` rather than completed in error.
+    pub fn post_send(&mut self, qp: ConnHandle, wr: WorkRequest) -> Result<(), Error> {
+        let regions = &self.regions;
+        let q = self
+            .qps
+            .get_mut(usize::from(qp.0))
+            .and_then(Option::as_mut)
+            .ok_or(Error::UnknownQp)?;
+        q.post_send(wr, regions).map_err(Error::from)
+    }
+
+    /// Queues a receive buffer for one incoming SEND or WRITE with immediate.
+    pub fn post_recv(&mut self, qp: ConnHandle, rr: RecvRequest) -> Result<(), Error> {
+        let regions = &self.regions;
+        let q = self
+            .qps
+            .get_mut(usize::from(qp.0))
+            .and_then(Option::as_mut)
+            .ok_or(Error::UnknownQp)?;
+        q.post_recv(rr, regions).map_err(Error::from)
+    }
+
+    // ---- Inputs --------------------------------------------------------------
+
+    /// Takes in one transport packet (the UDP payload: BTH through ICRC).
+    /// The ICRC is not checked here: the caller that has the IP header does
+    /// it ([`wire::icrc::verify`]), or uses [`RoceEndpoint::handle_frame`].
+    /// Payload is placed through `mem` only inside registered regions the
+    /// packet's key, rights and bounds allow.
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        bytes: &[u8],
+        mem: &mut impl Memory,
+    ) -> Result<(), RxError> {
+        self.advance(now);
+        let (repr, payload) = match Repr::parse(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                self.counters.malformed += 1;
+                return Err(RxError::Wire(e));
+            }
+        };
+        let Some(slot) = self.find_qpn(repr.bth.dest_qp) else {
+            self.counters.unknown_qp += 1;
+            return Err(RxError::UnknownQp(repr.bth.dest_qp));
+        };
+        if repr.bth.pkey != self.config.pkey {
+            self.counters.bad_pkey += 1;
+            return Err(RxError::BadPkey(repr.bth.pkey));
+        }
+        let Some(qp) = self.qps[slot].as_mut() else {
+            return Err(RxError::UnknownQp(repr.bth.dest_qp));
+        };
+        if qp.setup().peer.ip != meta.source.ip {
+            self.counters.wrong_peer += 1;
+            return Err(RxError::WrongPeer);
+        }
+        qp.on_packet(now, &repr, payload, meta.ce, &self.config, &self.regions, mem);
+        Ok(())
+    }
+
+    /// Takes in a whole Ethernet frame: checks the IP and UDP layers and the
+    /// ICRC, then handles the transport packet.
+    pub fn handle_frame(
+        &mut self,
+        now: Instant,
+        frame_bytes: &[u8],
+        mem: &mut impl Memory,
+    ) -> Result<(), RxError> {
+        let (info, transport) = match frame::parse_frame(frame_bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                if e == wire::Error::BadIcrc {
+                    self.counters.bad_icrc += 1;
+                } else {
+                    self.counters.malformed += 1;
+                }
+                return Err(RxError::Wire(e));
+            }
+        };
+        let meta = RxMeta {
+            source: PeerAddr {
+                ip: info.ip.src(),
+                port: info.src_port,
+            },
+            ce: info.is_ce(),
+        };
+        self.handle_packet(now, &meta, transport, mem)
+    }
+
+    /// Runs the timers due at `now`: retry timeouts, the end of RNR waits,
+    /// DCQCN's rate timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        for qp in self.qps.iter_mut().flatten() {
+            qp.handle_timeout(now);
+        }
+    }
+
+    fn advance(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    // ---- Outputs -------------------------------------------------------------
+
+    /// The next packet to send, queue pairs served round robin. Its headers
+    /// are written to `buf[..header_len]` (`buf` needs [`MAX_HEADER_LEN`]
+    /// bytes, else nothing is sent); the payload is to be gathered from the
+    /// sender's memory, then the pad the BTH announces and the ICRC appended
+    /// ([`frame::finish`], [`frame::emit_frame`]; the whole length is
+    /// [`frame::transport_len`]). A QP whose DCQCN rate holds it back sends
+    /// nothing before its next-send time, which `poll_timeout` includes.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.advance(now);
+        if buf.len() < MAX_HEADER_LEN || QPS == 0 {
+            return None;
+        }
+        for i in 0..QPS {
+            let slot = (self.next_tx + i) % QPS;
+            let Some(qp) = self.qps[slot].as_mut() else {
+                continue;
+            };
+            let Some(out) = qp.poll_transmit(now, &self.config) else {
+                continue;
+            };
+            out.repr.emit_header(buf);
+            self.next_tx = (slot + 1) % QPS;
+            return Some(Transmit {
+                peer: qp.setup().peer,
+                src_port: qp.src_port(),
+                // Everything ECN-capable, as ConnectX sends (its CNPs too).
+                ecn: ecn::ECT0,
+                header_len: out.repr.header_len(),
+                payload: out.payload,
+            });
+        }
+        None
+    }
+
+    /// The next work completion, queue pairs served round robin.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        for i in 0..QPS {
+            let slot = (self.next_cq + i) % QPS;
+            if let Some(c) = self.qps[slot].as_mut().and_then(Qp::pop_completion) {
+                self.next_cq = (slot + 1) % QPS;
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// When `handle_timeout` (or, for a paced QP, `poll_transmit`) next has
+    /// work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps
+            .iter()
+            .flatten()
+            .filter_map(|q| q.poll_timeout(self.now))
+            .min()
+    }
+
+    // ---- Getters ---------------------------------------------------------------
+
+    pub fn counters(&self, qp: ConnHandle) -> Option<QpCounters> {
+        self.qp(qp).map(|q| *q.counters())
+    }
+
+    pub fn endpoint_counters(&self) -> EndpointCounters {
+        self.counters
+    }
+
+    pub fn qp_state(&self, qp: ConnHandle) -> Option<QpState> {
+        self.qp(qp).map(Qp::state)
+    }
+
+    /// The QP's current sending rate (bits per second).
+    pub fn send_rate_bps(&self, qp: ConnHandle) -> Option<u64> {
+        self.qp(qp).map(|q| q.cc().rate_bps())
+    }
+
+    /// The QP's DCQCN reaction point, when DCQCN is configured.
+    pub fn dcqcn(&self, qp: ConnHandle) -> Option<&Dcqcn> {
+        self.qp(qp).and_then(|q| q.cc().dcqcn())
+    }
+
+    /// The setup a QP was created with.
+    pub fn qp_setup(&self, qp: ConnHandle) -> Option<&QpSetup> {
+        self.qp(qp).map(Qp::setup)
+    }
+}
