@@ -1,13 +1,18 @@
 //! Fuzz target: `wire::parse` on arbitrary bytes must never panic, and a
 //! packet it accepts must be canonical: emitting the parsed `Repr` with its
 //! payload (into a buffer pre-filled with 0xa5) gives back exactly the input.
+//!
+//! Each input is parsed twice: as it is, and with its last four bytes
+//! replaced by the CRC-32 of the rest. A fuzzer cannot guess CRCs, so the
+//! second pass is what lets mutations reach the checks behind the CRC
+//! (flags, reserved fields, reason codes, CONNECT ranges, message spans).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use metaroce_core::wire;
+use metaroce_core::wire::{self, packet::crc32, CRC_LEN};
 
-fuzz_target!(|data: &[u8]| {
+fn check(data: &[u8]) {
     let Ok((repr, payload)) = wire::parse(data) else {
         return;
     };
@@ -15,4 +20,15 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = vec![0xa5u8; repr.buffer_len()];
     repr.emit(&mut buf, payload);
     assert_eq!(buf.as_slice(), data, "re-emit of {repr:?} differs");
+}
+
+fuzz_target!(|data: &[u8]| {
+    check(data);
+    if data.len() >= CRC_LEN {
+        let mut fixed = data.to_vec();
+        let end = fixed.len() - CRC_LEN;
+        let crc = crc32(&[&fixed[..end]]);
+        fixed[end..].copy_from_slice(&crc.to_be_bytes());
+        check(&fixed);
+    }
 });
