@@ -1,0 +1,3 @@
+//! # metaroce-qemu
+//!
+//! Host harness for the QEMU firmware runs (work in progress: see issue 4).
