@@ -74,8 +74,10 @@ impl Default for CcConfig {
     }
 }
 
-/// A QP's controller.
+/// A QP's controller. Held inline in each QP (no allocation), so the
+/// variants' sizes differ by design.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Cc {
     None(NoCc),
     Dcqcn(Dcqcn),
@@ -257,9 +259,9 @@ fn pow_fixed(base: u64, mut exp: u64) -> u64 {
     let mut b = base;
     while exp > 0 {
         if exp & 1 == 1 {
-            result = result * b >> 20;
+            result = (result * b) >> 20;
         }
-        b = b * b >> 20;
+        b = (b * b) >> 20;
         exp >>= 1;
     }
     result
@@ -347,14 +349,13 @@ impl Dcqcn {
             return;
         }
         let keep = ONE - self.g;
-        self.alpha = self.alpha * keep >> 20;
+        self.alpha = (self.alpha * keep) >> 20;
         if self.cnp_in_period {
             self.alpha += self.g;
         }
-        self.alpha = (self.alpha * pow_fixed(keep, periods - 1) >> 20).min(ONE);
+        self.alpha = ((self.alpha * pow_fixed(keep, periods - 1)) >> 20).min(ONE);
         self.cnp_in_period = false;
-        self.alpha_period_start = self.alpha_period_start
-            + Duration::from_nanos(periods.saturating_mul(period));
+        self.alpha_period_start += Duration::from_nanos(periods.saturating_mul(period));
     }
 
     fn decrease(&mut self, now: Instant) {
@@ -364,7 +365,7 @@ impl Dcqcn {
         }
         let cap = u64::from(self.cfg.max_decrease_percent.min(100)) * ONE / 100;
         let cut = (self.alpha / 2).min(cap);
-        let reduced = u128::from(self.current_bps) * u128::from(ONE - cut) >> 20;
+        let reduced = (u128::from(self.current_bps) * u128::from(ONE - cut)) >> 20;
         self.current_bps = (reduced as u64).max(self.cfg.min_rate_bps.min(self.line_rate_bps));
         self.timer_stage = 0;
         self.byte_stage = 0;
@@ -486,7 +487,7 @@ mod tests {
         let keep = ONE - ONE / 256;
         let mut slow = ONE;
         for _ in 0..100 {
-            slow = slow * keep >> 20;
+            slow = (slow * keep) >> 20;
         }
         let fast = pow_fixed(keep, 100);
         assert!(slow.abs_diff(fast) <= 100, "{slow} vs {fast}");

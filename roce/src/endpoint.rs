@@ -28,7 +28,7 @@ use metaroce_core::Instant;
 use crate::cc::{CongestionControl, Dcqcn};
 use crate::config::{Config, QpSetup, VALID_MTUS};
 use crate::psn;
-use crate::qp::{PostError, Qp, QpState};
+use crate::qp::{Env, PostError, Qp, QpState};
 use crate::regions::Regions;
 use crate::stats::{EndpointCounters, QpCounters};
 use crate::wire::{self, frame, Repr};
@@ -257,7 +257,11 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             self.counters.wrong_peer += 1;
             return Err(RxError::WrongPeer);
         }
-        qp.on_packet(now, &repr, payload, meta.ce, &self.config, &self.regions, mem);
+        let env = Env {
+            cfg: &self.config,
+            regions: &self.regions,
+        };
+        qp.on_packet(now, &repr, payload, meta.ce, env, mem);
         Ok(())
     }
 

@@ -32,7 +32,6 @@
 #[cfg(test)]
 extern crate std;
 
-pub mod wire;
 pub mod cc;
 pub mod config;
 pub mod endpoint;
@@ -40,6 +39,7 @@ pub mod psn;
 pub mod qp;
 pub mod regions;
 pub mod stats;
+pub mod wire;
 
 pub use cc::{Cc, CcConfig, CongestionControl, Dcqcn, DcqcnConfig};
 pub use config::{Config, QpSetup};

@@ -99,7 +99,10 @@ struct ReadJob {
 #[derive(Debug, Clone, Copy)]
 enum RespItem {
     /// An ACKNOWLEDGE packet: ACK, RNR NAK or NAK.
-    Ack { psn: u32, aeth: AethRepr },
+    Ack {
+        psn: u32,
+        aeth: AethRepr,
+    },
     Read(ReadJob),
 }
 
@@ -111,6 +114,13 @@ enum Reject {
     /// the receive the request was consuming, if any.
     Fatal(NakCode),
     ReceiveTooSmall(RecvRequest),
+}
+
+/// What a QP reads from its endpoint while handling a packet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Env<'a> {
+    pub cfg: &'a Config,
+    pub regions: &'a Regions,
 }
 
 /// A packet the QP hands out: headers to emit and payload to gather.
@@ -289,7 +299,11 @@ impl Qp {
 
     // ---- Posting ----------------------------------------------------------
 
-    pub(crate) fn post_send(&mut self, wr: WorkRequest, regions: &Regions) -> Result<(), PostError> {
+    pub(crate) fn post_send(
+        &mut self,
+        wr: WorkRequest,
+        regions: &Regions,
+    ) -> Result<(), PostError> {
         if self.sq.is_full() || self.pending_entries() >= CQ_DEPTH {
             return Err(PostError::QueueFull);
         }
@@ -338,7 +352,11 @@ impl Qp {
         Ok(())
     }
 
-    pub(crate) fn post_recv(&mut self, rr: RecvRequest, regions: &Regions) -> Result<(), PostError> {
+    pub(crate) fn post_recv(
+        &mut self,
+        rr: RecvRequest,
+        regions: &Regions,
+    ) -> Result<(), PostError> {
         if self.rq.is_full() || self.pending_entries() >= CQ_DEPTH {
             return Err(PostError::QueueFull);
         }
@@ -492,7 +510,8 @@ impl Qp {
                 if self.rnr_left != RNR_RETRY_INFINITE {
                     self.rnr_left -= 1;
                 }
-                self.rnr_until = Some(now + core::time::Duration::from_nanos(rnr_timer_nanos(timer)));
+                self.rnr_until =
+                    Some(now + core::time::Duration::from_nanos(rnr_timer_nanos(timer)));
                 self.tx_psn = self.una;
                 self.last_rewind = Some(self.una);
                 self.retry_deadline = None;
@@ -537,7 +556,11 @@ impl Qp {
         let Some(read) = self
             .sq
             .iter()
-            .find(|w| w.is_read() && psn::lt(w.first_psn, max_sent) && psn::in_range(p, w.first_psn, w.npkts))
+            .find(|w| {
+                w.is_read()
+                    && psn::lt(w.first_psn, max_sent)
+                    && psn::in_range(p, w.first_psn, w.npkts)
+            })
             .copied()
         else {
             self.counters.stale_responses += 1;
@@ -601,7 +624,9 @@ impl Qp {
     // ---- Requester: transmission -----------------------------------------
 
     fn has_request_to_send(&self) -> bool {
-        self.state == QpState::ReadyToSend && self.rnr_until.is_none() && self.tx_psn != self.next_psn
+        self.state == QpState::ReadyToSend
+            && self.rnr_until.is_none()
+            && self.tx_psn != self.next_psn
     }
 
     fn next_request(&mut self, now: Instant, cfg: &Config) -> Option<Outgoing> {
@@ -663,7 +688,8 @@ impl Qp {
                 out
             }
             op => {
-                let len = (u64::from(total) - offset.min(u64::from(total))).min(u64::from(self.mtu)) as u32;
+                let len = (u64::from(total) - offset.min(u64::from(total))).min(u64::from(self.mtu))
+                    as u32;
                 let position = match (index == 0, index + 1 == w.npkts) {
                     (true, true) => Position::Only,
                     (true, false) => Position::First,
@@ -873,7 +899,8 @@ impl Qp {
         match op.position() {
             Some(Position::First) | Some(Position::Only) => {
                 let first = op == Opcode::SendFirst;
-                if self.inbound.is_some() || (first && payload.len() != mtu) || payload.len() > mtu {
+                if self.inbound.is_some() || (first && payload.len() != mtu) || payload.len() > mtu
+                {
                     return Err(invalid);
                 }
                 let Some(recv) = self.rq.front().copied() else {
@@ -894,7 +921,13 @@ impl Qp {
                 } else {
                     self.msn = psn::add(self.msn, 1);
                     let imm = if with_imm { repr.imm } else { None };
-                    self.complete_recv(&recv, CqOpcode::Recv, Status::Success, payload.len() as u32, imm);
+                    self.complete_recv(
+                        &recv,
+                        CqOpcode::Recv,
+                        Status::Success,
+                        payload.len() as u32,
+                        imm,
+                    );
                 }
                 Ok(1)
             }
@@ -903,7 +936,9 @@ impl Qp {
                     return Err(invalid);
                 };
                 let last = op != Opcode::SendMiddle;
-                if (!last && payload.len() != mtu) || (last && (payload.is_empty() || payload.len() > mtu)) {
+                if (!last && payload.len() != mtu)
+                    || (last && (payload.is_empty() || payload.len() > mtu))
+                {
                     return Err(invalid);
                 }
                 let end = u64::from(offset) + payload.len() as u64;
@@ -1026,12 +1061,23 @@ impl Qp {
         self.msn = psn::add(self.msn, 1);
         if with_imm {
             if let Some(recv) = self.rq.pop_front() {
-                self.complete_recv(&recv, CqOpcode::RecvWriteImm, Status::Success, byte_len, imm);
+                self.complete_recv(
+                    &recv,
+                    CqOpcode::RecvWriteImm,
+                    Status::Success,
+                    byte_len,
+                    imm,
+                );
             }
         }
     }
 
-    fn execute_read(&mut self, repr: &Repr, cfg: &Config, regions: &Regions) -> Result<u32, Reject> {
+    fn execute_read(
+        &mut self,
+        repr: &Repr,
+        cfg: &Config,
+        regions: &Regions,
+    ) -> Result<u32, Reject> {
         if self.inbound.is_some() {
             return Err(Reject::Fatal(NakCode::InvalidRequest));
         }
@@ -1177,7 +1223,8 @@ impl Qp {
         job.next += 1;
         let job = *job;
         let offset = u64::from(index) * u64::from(self.mtu);
-        let len = (u64::from(job.len) - offset.min(u64::from(job.len))).min(u64::from(self.mtu)) as u32;
+        let len =
+            (u64::from(job.len) - offset.min(u64::from(job.len))).min(u64::from(self.mtu)) as u32;
         let last = index + 1 >= job.npkts;
         if last {
             self.resp.pop_front();
@@ -1228,10 +1275,10 @@ impl Qp {
         repr: &Repr,
         payload: &[u8],
         ce: bool,
-        cfg: &Config,
-        regions: &Regions,
+        env: Env<'_>,
         mem: &mut impl Memory,
     ) {
+        let Env { cfg, regions } = env;
         self.counters.packets_received += 1;
         let op = repr.bth.opcode;
         if ce && (op.is_request() || op.is_read_response()) {
@@ -1286,7 +1333,9 @@ impl Qp {
                     let nanos = u128::from(wire) * 8 * 1_000_000_000 / u128::from(rate);
                     let start = self.next_send.max(now);
                     self.next_send = start
-                        + core::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+                        + core::time::Duration::from_nanos(
+                            u64::try_from(nanos).unwrap_or(u64::MAX),
+                        );
                 }
                 out
             }
@@ -1303,10 +1352,15 @@ impl Qp {
     /// `poll_transmit`; pacing deadlines count only if later than `now`.
     pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         let pacing = (self.has_data() && self.next_send > now).then_some(self.next_send);
-        [self.retry_deadline, self.rnr_until, self.cc.poll_timeout(), pacing]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.retry_deadline,
+            self.rnr_until,
+            self.cc.poll_timeout(),
+            pacing,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub(crate) fn handle_timeout(&mut self, now: Instant) {

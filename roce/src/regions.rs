@@ -145,7 +145,10 @@ mod tests {
             r.check(k, 0x1000, 1, Access::REMOTE_WRITE, 1),
             Err(AccessError::InvalidKey)
         );
-        assert_eq!(r.check(0, 0, 0, Access::REMOTE_WRITE, 1), Err(AccessError::InvalidKey));
+        assert_eq!(
+            r.check(0, 0, 0, Access::REMOTE_WRITE, 1),
+            Err(AccessError::InvalidKey)
+        );
         assert!(r
             .register(Region {
                 base: u64::MAX,

@@ -193,7 +193,12 @@ mod tests {
     #[test]
     fn syndromes() {
         let cases = [
-            (0x1f, Syndrome::Ack { credits: UNLIMITED_CREDITS }),
+            (
+                0x1f,
+                Syndrome::Ack {
+                    credits: UNLIMITED_CREDITS,
+                },
+            ),
             (0x2e, Syndrome::RnrNak { timer: 14 }),
             (0x60, Syndrome::Nak(NakCode::PsnSequenceError)),
             (0x61, Syndrome::Nak(NakCode::InvalidRequest)),
@@ -217,7 +222,10 @@ mod tests {
             syndrome: Syndrome::RnrNak { timer: 2 },
             msn: 0x102,
         };
-        assert_eq!(AethRepr::parse(&Packet::new_checked(&bytes[..]).unwrap()), Ok(repr));
+        assert_eq!(
+            AethRepr::parse(&Packet::new_checked(&bytes[..]).unwrap()),
+            Ok(repr)
+        );
         let mut buf = [0xa5u8; 4];
         repr.emit(&mut Packet::new_unchecked(&mut buf[..]));
         assert_eq!(buf, bytes);

@@ -514,7 +514,10 @@ mod tests {
             BthRepr::parse(&Packet::new_unchecked(&bad[..])),
             Err(Error::UnknownOpcode(0x24))
         );
-        assert_eq!(Packet::new_checked(&BYTES[..11]).err(), Some(Error::Truncated));
+        assert_eq!(
+            Packet::new_checked(&BYTES[..11]).err(),
+            Some(Error::Truncated)
+        );
     }
 
     #[test]

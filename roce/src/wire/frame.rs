@@ -31,7 +31,7 @@ pub fn finish(out: &mut [u8], header: &[u8], payload: &[u8], ip_udp: &[u8]) -> R
         return Err(Error::Truncated);
     }
     let pad = usize::from(bth::Packet::new_unchecked(header).pad_count());
-    if (payload.len() + pad) % 4 != 0 {
+    if !(payload.len() + pad).is_multiple_of(4) {
         return Err(Error::BadLength);
     }
     let total = header.len() + payload.len() + pad + ICRC_LEN;
@@ -129,7 +129,7 @@ pub fn emit_frame(
         return Err(Error::Truncated);
     }
     let pad = usize::from(bth::Packet::new_unchecked(header).pad_count());
-    if (payload.len() + pad) % 4 != 0 {
+    if !(payload.len() + pad).is_multiple_of(4) {
         return Err(Error::BadLength);
     }
     let len = header.len() + payload.len() + pad + ICRC_LEN;
@@ -156,9 +156,7 @@ pub fn emit_frame(
 /// what the encapsulation says plus the transport packet (BTH to ICRC).
 pub fn parse_frame(frame: &[u8]) -> Result<(FrameInfo, &[u8])> {
     let (info, transport) = encap::parse_frame(frame, UDP_PORT).map_err(from_core)?;
-    let ip = frame
-        .get(ETHERNET_HEADER_LEN..)
-        .ok_or(Error::Truncated)?;
+    let ip = frame.get(ETHERNET_HEADER_LEN..).ok_or(Error::Truncated)?;
     let hl = icrc::ip_udp_len(ip)?;
     icrc::verify(&ip[..hl], transport)?;
     Ok((info, transport))

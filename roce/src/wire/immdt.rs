@@ -65,10 +65,16 @@ mod tests {
     #[test]
     fn round_trip() {
         let bytes = [0x01u8, 0x02, 0x03, 0x04];
-        assert_eq!(parse(&Packet::new_checked(&bytes[..]).unwrap()), Ok(0x0102_0304));
+        assert_eq!(
+            parse(&Packet::new_checked(&bytes[..]).unwrap()),
+            Ok(0x0102_0304)
+        );
         let mut buf = [0xa5u8; 4];
         emit(0x0102_0304, &mut Packet::new_unchecked(&mut buf[..]));
         assert_eq!(buf, bytes);
-        assert_eq!(Packet::new_checked(&bytes[..3]).err(), Some(Error::Truncated));
+        assert_eq!(
+            Packet::new_checked(&bytes[..3]).err(),
+            Some(Error::Truncated)
+        );
     }
 }

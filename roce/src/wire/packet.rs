@@ -67,14 +67,16 @@ impl Repr {
             None
         };
         let imm = if opcode.has_immdt() {
-            Some(immdt::parse(&immdt::Packet::new_unchecked(&bytes[offset..]))?)
+            Some(immdt::parse(&immdt::Packet::new_unchecked(
+                &bytes[offset..],
+            ))?)
         } else {
             None
         };
         let rest = bytes.len() - header_len - ICRC_LEN;
         let pad = usize::from(bth.pad_count);
         let payload_len = if opcode.carries_payload() {
-            if rest % 4 != 0 || pad > rest {
+            if !rest.is_multiple_of(4) || pad > rest {
                 return Err(Error::BadLength);
             }
             rest - pad

@@ -119,6 +119,9 @@ mod tests {
         let mut buf = [0xa5u8; 16];
         REPR.emit(&mut Packet::new_unchecked(&mut buf[..]));
         assert_eq!(buf, BYTES);
-        assert_eq!(Packet::new_checked(&BYTES[..15]).err(), Some(Error::Truncated));
+        assert_eq!(
+            Packet::new_checked(&BYTES[..15]).err(),
+            Some(Error::Truncated)
+        );
     }
 }

@@ -13,7 +13,9 @@ use metaroce_core::api::{Access, Completion, ConnHandle, LocalBuf, PeerAddr, Reg
 use metaroce_core::wire::encap::IpPair;
 use metaroce_core::Instant;
 use roce_baseline::wire::{icrc, Opcode, Repr};
-use roce_baseline::{finish, ip_udp_header, transport_len, Config, QpSetup, RoceEndpoint, UDP_PORT};
+use roce_baseline::{
+    finish, ip_udp_header, transport_len, Config, QpSetup, RoceEndpoint, UDP_PORT,
+};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
 /// SplitMix64: a small seeded generator.
@@ -58,7 +60,10 @@ impl Mem {
             .next_back()
             .unwrap_or_else(|| panic!("access at {addr:#x} outside memory"));
         let off = (addr - base) as usize;
-        assert!(off + len <= bytes.len(), "access {addr:#x}+{len} outside memory");
+        assert!(
+            off + len <= bytes.len(),
+            "access {addr:#x}+{len} outside memory"
+        );
         (base, off)
     }
 
@@ -247,7 +252,10 @@ impl Pair {
         let ip = IpPair::V4 { src: host.ip, dst };
         let ip_udp = ip_udp_header(&ip, t.src_port, UDP_PORT, len).unwrap();
         let mut bytes = vec![0u8; len];
-        assert_eq!(finish(&mut bytes, header, &payload, ip_udp.as_bytes()).unwrap(), len);
+        assert_eq!(
+            finish(&mut bytes, header, &payload, ip_udp.as_bytes()).unwrap(),
+            len
+        );
         let (repr, _) = Repr::parse(&bytes).unwrap();
         let index = self.counts[side];
         self.counts[side] += 1;
@@ -380,6 +388,10 @@ impl Pair {
 
     /// Completions of `side` so far.
     pub fn completions(&self, side: usize) -> Vec<Completion> {
-        self.hosts[side].completions.iter().map(|(_, c)| *c).collect()
+        self.hosts[side]
+            .completions
+            .iter()
+            .map(|(_, c)| *c)
+            .collect()
     }
 }
