@@ -33,6 +33,7 @@ pub mod dma;
 pub mod doorbell;
 pub mod engine;
 pub mod host;
+pub mod metaroce;
 pub mod net;
 pub mod random;
 pub mod ring;

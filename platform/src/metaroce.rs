@@ -1,0 +1,81 @@
+//! [`Transport`] for the MetaRoCE [`Endpoint`], so the engine loop drives
+//! it. (It lives here because the trait is the platform's and the endpoint
+//! is the core's: Rust's orphan rule puts the impl in the trait's crate.)
+//!
+//! Connection setup (`Endpoint::connect`, `Endpoint::poll_event`) stays with
+//! the owner of the endpoint (the board or host program).
+
+use metaroce_core::api::{
+    Completion, ConnHandle, Memory, RecvRequest, Region, RxMeta, Status, Transmit, WorkRequest,
+};
+use metaroce_core::wire::{packet::Repr, EncapRepr, CRC_LEN};
+use metaroce_core::{CommandError, Endpoint, Instant};
+
+use crate::transport::{PostError, Transport};
+
+impl PostError for CommandError {
+    fn is_retryable(&self) -> bool {
+        matches!(self, CommandError::QueueFull)
+    }
+
+    fn status(&self) -> Status {
+        match self {
+            CommandError::UnknownConnection | CommandError::NotOpen => Status::Flushed,
+            CommandError::NoFreeConnection
+            | CommandError::QueueFull
+            | CommandError::LocalProtection(_)
+            | CommandError::Region(_)
+            | CommandError::BadLength => Status::LocalProtection,
+        }
+    }
+}
+
+impl<const C: usize, const P: usize> Transport for Endpoint<C, P> {
+    type Error = CommandError;
+
+    fn register_region(&mut self, region: Region) -> Result<u32, CommandError> {
+        Endpoint::register_region(self, region)
+    }
+
+    fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), CommandError> {
+        Endpoint::post_send(self, conn, wr)
+    }
+
+    fn post_recv(&mut self, conn: ConnHandle, rr: RecvRequest) -> Result<(), CommandError> {
+        Endpoint::post_recv(self, conn, rr)
+    }
+
+    fn handle_packet(&mut self, now: Instant, meta: &RxMeta, packet: &[u8], mem: &mut impl Memory) {
+        Endpoint::handle_packet(self, now, meta, packet, mem);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Endpoint::handle_timeout(self, now);
+    }
+
+    fn poll_transmit(&mut self, now: Instant, header_buf: &mut [u8]) -> Option<Transmit> {
+        Endpoint::poll_transmit(self, now, header_buf)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Endpoint::poll_timeout(self)
+    }
+
+    fn poll_completion(&mut self) -> Option<Completion> {
+        Endpoint::poll_completion(self)
+    }
+
+    fn udp_port(&self) -> u16 {
+        self.config().udp_port
+    }
+
+    fn finish_packet(&self, tx: &Transmit, _encap: &EncapRepr, packet: &mut [u8]) {
+        let Some(body_len) = packet.len().checked_sub(CRC_LEN) else {
+            return;
+        };
+        let (body, trailer) = packet.split_at_mut(body_len);
+        let header_len = tx.header_len.min(body_len);
+        let (header, payload) = body.split_at(header_len);
+        trailer.copy_from_slice(&Repr::trailer(header, payload));
+    }
+}
