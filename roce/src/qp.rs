@@ -17,7 +17,7 @@ use metaroce_core::Instant;
 use crate::cc::{Cc, CongestionControl};
 use crate::config::{Config, QpSetup, RNR_RETRY_INFINITE};
 use crate::psn;
-use crate::regions::Regions;
+use crate::regions::{AccessError, Regions};
 use crate::stats::QpCounters;
 use crate::wire::aeth::{rnr_timer_nanos, UNLIMITED_CREDITS};
 use crate::wire::bth::Position;
@@ -110,8 +110,7 @@ enum RespItem {
 enum Reject {
     /// No receive posted: RNR NAK, the requester retries later.
     NotReady,
-    /// A fatal NAK; the QP goes to the error state. `recv_status` completes
-    /// the receive the request was consuming, if any.
+    /// A fatal NAK; the QP goes to the error state.
     Fatal(NakCode),
     ReceiveTooSmall(RecvRequest),
 }
@@ -807,6 +806,27 @@ impl Qp {
         }
     }
 
+    /// The responder's R_Key check. A zero-length RDMA operation names no
+    /// memory, so its key and address are not checked (IBA compliance
+    /// statement C9-88, as Linux rxe's `check_rkey` applies it).
+    fn check_remote(
+        &self,
+        regions: &Regions,
+        reth: &RethRepr,
+        need: Access,
+    ) -> Result<(), AccessError> {
+        if reth.dma_len == 0 {
+            return Ok(());
+        }
+        regions.check(
+            reth.rkey,
+            reth.va,
+            u64::from(reth.dma_len),
+            need,
+            self.setup.pd,
+        )
+    }
+
     fn read_jobs(&self) -> usize {
         self.resp
             .iter()
@@ -984,14 +1004,7 @@ impl Qp {
                     return Err(invalid);
                 }
                 let reth = repr.reth.ok_or(Reject::Fatal(NakCode::InvalidRequest))?;
-                regions
-                    .check(
-                        reth.rkey,
-                        reth.va,
-                        u64::from(reth.dma_len),
-                        Access::REMOTE_WRITE,
-                        self.setup.pd,
-                    )
+                self.check_remote(regions, &reth, Access::REMOTE_WRITE)
                     .map_err(|_| Reject::Fatal(NakCode::RemoteAccessError))?;
                 let len = payload.len();
                 let ok = if ends {
@@ -1082,14 +1095,7 @@ impl Qp {
             return Err(Reject::Fatal(NakCode::InvalidRequest));
         }
         let reth = repr.reth.ok_or(Reject::Fatal(NakCode::InvalidRequest))?;
-        regions
-            .check(
-                reth.rkey,
-                reth.va,
-                u64::from(reth.dma_len),
-                Access::REMOTE_READ,
-                self.setup.pd,
-            )
+        self.check_remote(regions, &reth, Access::REMOTE_READ)
             .map_err(|_| Reject::Fatal(NakCode::RemoteAccessError))?;
         let limit = usize::from(cfg.max_dest_rd_atomic).clamp(1, MAX_DEST_RD_ATOMIC);
         if self.read_jobs() >= limit || reth.dma_len > MAX_MESSAGE_LEN {
@@ -1117,14 +1123,8 @@ impl Qp {
         let Some(reth) = repr.reth else {
             return;
         };
-        if regions
-            .check(
-                reth.rkey,
-                reth.va,
-                u64::from(reth.dma_len),
-                Access::REMOTE_READ,
-                self.setup.pd,
-            )
+        if self
+            .check_remote(regions, &reth, Access::REMOTE_READ)
             .is_err()
         {
             return;

@@ -633,3 +633,33 @@ fn dcqcn_cuts_the_rate_on_cnps_and_recovers() {
         "no timers once at line rate"
     );
 }
+
+#[test]
+fn zero_length_operations_name_no_memory() {
+    let mut pair = Pair::new(14, config(), 4096);
+    let local = pair.hosts[A].region(SRC, 16);
+    let nowhere = MemoryTarget {
+        key: 0xdead,
+        addr: 0,
+    };
+    post(
+        &mut pair,
+        1,
+        Op::Write { remote: nowhere },
+        local.key,
+        SRC,
+        0,
+    );
+    post(
+        &mut pair,
+        2,
+        Op::Read { remote: nowhere },
+        local.key,
+        SRC,
+        0,
+    );
+    assert!(pair.run_until(LIMIT, done(A, 2)));
+    for c in pair.completions(A) {
+        assert_eq!((c.status, c.byte_len), (Status::Success, 0), "{c:?}");
+    }
+}
