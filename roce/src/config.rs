@@ -8,12 +8,12 @@ use crate::cc::{CcConfig, DEFAULT_CNP_INTERVAL};
 use crate::wire::DEFAULT_PKEY;
 
 /// Local ACK timeout of the IBA encoding: 4.096 us * 2^`exponent` (IBA
-/// 9.7.6.1.3, the `timeout` QP attribute).
+/// the `timeout` QP attribute).
 pub const fn local_ack_timeout(exponent: u8) -> Duration {
     Duration::from_nanos(4096u64 << (exponent & 0x1f))
 }
 
-/// `rnr_retry` value meaning "retry forever" (IBA 9.7.5.2.8).
+/// `rnr_retry` value meaning "retry forever" (IBA, as `ibv_modify_qp` documents).
 pub const RNR_RETRY_INFINITE: u8 = 7;
 
 /// Endpoint-wide settings (those a NIC has per port or per QP but that a

@@ -1,4 +1,4 @@
-//! 24-bit packet sequence numbers (IBA 9.7.1): arithmetic modulo 2^24, and
+//! 24-bit packet sequence numbers: arithmetic modulo 2^24, and
 //! comparison in serial-number style, valid while two PSNs are less than
 //! 2^23 apart (the spec's window for "duplicate" versus "out of sequence").
 

@@ -37,7 +37,7 @@ const RESP_DEPTH: usize = 2 * MAX_DEST_RD_ATOMIC + 4;
 /// Largest message (IBA: 2^31 bytes).
 pub const MAX_MESSAGE_LEN: u32 = 1 << 31;
 
-/// Queue-pair state (the subset of IBA 10.3 states a wired QP goes through).
+/// Queue-pair state (the subset of the IBA QP states a wired QP goes through).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum QpState {
@@ -473,8 +473,8 @@ impl Qp {
         true
     }
 
-    /// An ACK past an unfinished READ means its responses were lost (IBA
-    /// 9.7.5.1.x, "implied NAK"): re-issue the READ from what is missing.
+    /// An ACK past an unfinished READ means its responses were lost (the
+    /// IBA's "implied NAK"): re-issue the READ for what is missing.
     fn check_read_gap(&mut self) {
         let blocked = matches!(self.sq.front(), Some(w) if w.is_read());
         if blocked && psn::lt(self.una, self.acked_to) && self.rewind() {
@@ -846,7 +846,7 @@ impl Qp {
         let d = psn::diff(p, self.epsn);
         if d > 0 {
             // Out of sequence: one NAK per gap, then silence until the
-            // expected PSN arrives (IBA 9.7.5.1.3).
+            // expected PSN arrives (the IBA responder rule; rxe does the same).
             self.counters.out_of_sequence_dropped += 1;
             if !self.nak_sent {
                 self.nak_sent = true;
@@ -1117,8 +1117,8 @@ impl Qp {
         Ok(npkts)
     }
 
-    /// A duplicate READ request: execute it again from its PSN (IBA
-    /// 9.7.5.2.2), after dropping queued responses from that PSN on.
+    /// A duplicate READ request: execute it again from its PSN, as the IBA
+    /// requires, after dropping queued responses from that PSN on.
     fn repeat_read(&mut self, repr: &Repr, regions: &Regions) {
         let Some(reth) = repr.reth else {
             return;

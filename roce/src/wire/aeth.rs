@@ -1,4 +1,4 @@
-//! ACK Extended Transport Header (IBA Vol. 1, 9.3.5): syndrome and MSN.
+//! ACK Extended Transport Header (IBA Vol. 1 chapter 9): syndrome and MSN.
 //!
 //! ```text
 //! byte 0   | 0 | type(2) | value(5) |   type 00 ACK (value: credit count)
@@ -17,11 +17,11 @@ pub mod field {
     pub const MSN: Field = 1..4;
 }
 
-/// The credit count meaning "no end-to-end flow control" (IBA 9.7.7.2.4);
+/// The credit count meaning "no end-to-end flow control";
 /// what this responder always advertises, like rxe.
 pub const UNLIMITED_CREDITS: u8 = 0b1_1111;
 
-/// NAK codes (IBA table 47).
+/// NAK codes (the IBA NAK code table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum NakCode {
@@ -101,8 +101,8 @@ impl Syndrome {
     }
 }
 
-/// The minimum RNR NAK timer of each 5-bit code, in nanoseconds (IBA table
-/// 45; the same table as `enum ibv_rnr_timer` in rdma-core). Code 0 is the
+/// The minimum RNR NAK timer of each 5-bit code, in nanoseconds (the IBA
+/// table that rdma-core's `enum ibv_rnr_timer` repeats). Code 0 is the
 /// longest, 655.36 ms.
 pub const fn rnr_timer_nanos(code: u8) -> u64 {
     const TENS_OF_MICROS: [u64; 32] = [

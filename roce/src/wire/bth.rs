@@ -1,4 +1,4 @@
-//! Base Transport Header (IBA Vol. 1, 9.2) and the RC opcodes (table 35).
+//! Base Transport Header (IBA Vol. 1 chapter 9) and the RC opcodes.
 //!
 //! ```text
 //!  byte 0   | OpCode                                  |
@@ -10,7 +10,7 @@
 //!  byte 9-11| PSN (24)                                |
 //! ```
 //!
-//! RoCEv2 reuses byte 4's top bits as FECN/BECN (annex A17.9.3: a CNP sets
+//! RoCEv2 reuses byte 4's top bits as FECN/BECN (annex A17: a CNP sets
 //! BECN). The whole byte is masked in the ICRC.
 
 use super::{read_u16, read_u24, write_u16, write_u24, Error, Result, BTH_LEN};
@@ -54,7 +54,7 @@ pub enum Opcode {
     ReadResponseLast,
     ReadResponseOnly,
     Acknowledge,
-    /// Congestion Notification Packet (annex A17.9.3), sent by the DCQCN
+    /// Congestion Notification Packet (annex A17), sent by the DCQCN
     /// notification point.
     Cnp,
     /// Any other value (UC, UD, atomics, ...); parsing rejects it.
@@ -386,8 +386,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// BTH fields. Reserved bits are zero on emit and ignored on parse (IBA
-/// 9.2: "ignored by the receiver").
+/// BTH fields. Reserved bits are zero on emit and ignored on parse, as
+/// the IBA asks of receivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct BthRepr {

@@ -1,4 +1,4 @@
-//! The invariant CRC of RoCEv2 (InfiniBand annex A17.4.1, "ICRC").
+//! The invariant CRC of RoCEv2 (InfiniBand annex A17, "ICRC").
 //!
 //! CRC-32 (the IEEE 802.3 polynomial, reflected, initial value all ones,
 //! final complement: exactly what `crc32fast` and zlib compute) over:

@@ -1,4 +1,4 @@
-//! Immediate Data header (IBA Vol. 1, 9.3.4): four opaque bytes handed to
+//! Immediate Data header (IBA Vol. 1 chapter 9): four opaque bytes handed to
 //! the receiver's completion, carried by SEND and WRITE "with immediate".
 
 use super::{read_u32, write_u32, Error, Result, IMMDT_LEN};

@@ -31,7 +31,7 @@ pub use bth::{BthRepr, Opcode};
 pub use packet::Repr;
 pub use reth::RethRepr;
 
-/// IANA-assigned UDP destination port of RoCEv2 (annex A17.2.1).
+/// IANA-assigned UDP destination port of RoCEv2 (annex A17).
 pub const UDP_PORT: u16 = 4791;
 /// Length of the Base Transport Header.
 pub const BTH_LEN: usize = 12;
@@ -43,7 +43,7 @@ pub const AETH_LEN: usize = 4;
 pub const IMMDT_LEN: usize = 4;
 /// Length of the invariant CRC trailer.
 pub const ICRC_LEN: usize = 4;
-/// Reserved bytes after the BTH of a CNP (annex A17.9.3).
+/// Reserved bytes after the BTH of a CNP (annex A17).
 pub const CNP_RESERVED_LEN: usize = 16;
 /// The default partition key (full member of the default partition).
 pub const DEFAULT_PKEY: u16 = 0xffff;

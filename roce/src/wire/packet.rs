@@ -4,9 +4,9 @@
 //! | BTH 12 | RETH 16? | AETH 4? | ImmDt 4? | payload | pad 0-3 | ICRC 4 |
 //! ```
 //!
-//! The opcode decides which extended headers follow the BTH (IBA 9.2.x,
-//! table 35) and whether payload may follow. A CNP is a BTH, 16 reserved
-//! bytes and the ICRC (annex A17.9.3); its reserved bytes count as header
+//! The opcode decides which extended headers follow the BTH (IBA chapter 9,
+//! the opcode table) and whether payload may follow. A CNP is a BTH, 16 reserved
+//! bytes and the ICRC (annex A17); its reserved bytes count as header
 //! here and are emitted as zeros.
 //!
 //! [`Repr::parse`] does not check the ICRC: it needs the IP and UDP headers,

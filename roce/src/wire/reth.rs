@@ -1,4 +1,4 @@
-//! RDMA Extended Transport Header (IBA Vol. 1, 9.3.3): where a WRITE
+//! RDMA Extended Transport Header (IBA Vol. 1 chapter 9): where a WRITE
 //! goes or where a READ comes from. Carried by the first (or only) packet of
 //! a WRITE and by the READ request.
 
