@@ -227,7 +227,21 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// it ([`wire::icrc::verify`]), or uses [`RoceEndpoint::handle_frame`].
     /// Payload is placed through `mem` only inside registered regions the
     /// packet's key, rights and bounds allow.
+    ///
+    /// Drops are counted ([`RoceEndpoint::endpoint_counters`]);
+    /// [`RoceEndpoint::try_handle_packet`] also says why.
     pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        bytes: &[u8],
+        mem: &mut impl Memory,
+    ) {
+        let _ = self.try_handle_packet(now, meta, bytes, mem);
+    }
+
+    /// [`RoceEndpoint::handle_packet`], returning why a packet was dropped.
+    pub fn try_handle_packet(
         &mut self,
         now: Instant,
         meta: &RxMeta,
@@ -267,7 +281,12 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
 
     /// Takes in a whole Ethernet frame: checks the IP and UDP layers and the
     /// ICRC, then handles the transport packet.
-    pub fn handle_frame(
+    pub fn handle_frame(&mut self, now: Instant, frame_bytes: &[u8], mem: &mut impl Memory) {
+        let _ = self.try_handle_frame(now, frame_bytes, mem);
+    }
+
+    /// [`RoceEndpoint::handle_frame`], returning why a frame was dropped.
+    pub fn try_handle_frame(
         &mut self,
         now: Instant,
         frame_bytes: &[u8],
@@ -291,7 +310,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             },
             ce: info.is_ce(),
         };
-        self.handle_packet(now, &meta, transport, mem)
+        self.try_handle_packet(now, &meta, transport, mem)
     }
 
     /// Runs the timers due at `now`: retry timeouts, the end of RNR waits,

@@ -327,7 +327,7 @@ impl Pair {
             };
             let host = &mut self.hosts[p.to];
             host.ep
-                .handle_packet(now, &meta, &p.bytes, &mut host.mem)
+                .try_handle_packet(now, &meta, &p.bytes, &mut host.mem)
                 .expect("packet accepted");
         }
         any
