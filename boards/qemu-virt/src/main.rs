@@ -1,14 +1,35 @@
-//! Firmware for QEMU `virt` (work in progress: see issue 4).
+//! # board-qemu-virt
+//!
+//! MetaRoCE firmware for QEMU `virt` (`-cpu cortex-a72`): one image for
+//! every node. It boots on `aarch64-rt` (identity map, exception vectors,
+//! PSCI), brings up the PL011 console, the GICv2, the generic timer and the
+//! first virtio-net device, reads its role from QEMU's fw_cfg file
+//! `opt/metaroce/config`, and runs the platform's engine loop with a
+//! workload task that plays a host application: it registers memory and
+//! posts work only through the host-interface rings and doorbells, checks
+//! the integrity of every byte moved, prints one `METAROCE-RESULT` line on
+//! the console and exits through semihosting with a status the harness
+//! reads (0 ok, 1 integrity or workload failure, 101 panic).
+//!
+//! Logs are `defmt` frames written through semihosting to QEMU's standard
+//! output (the harness decodes them with the ELF); the PL011 console, which
+//! the harness sends to a file, carries only text.
+//! It is **not** a general OS: one core, polling plus `wfi`, no heap.
 
 #![cfg_attr(target_os = "none", no_std, no_main)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(target_os = "none")]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {
-        core::hint::spin_loop();
-    }
-}
+mod config;
+#[cfg(target_os = "none")]
+mod hw;
+#[cfg(target_os = "none")]
+mod logger;
+#[cfg(target_os = "none")]
+mod node;
+#[cfg(target_os = "none")]
+mod workload;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

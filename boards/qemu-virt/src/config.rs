@@ -1,0 +1,185 @@
+//! The node's configuration: one line of `key=value` words that the harness
+//! passes as the QEMU fw_cfg file `opt/metaroce/config`
+//! (`-fw_cfg name=opt/metaroce/config,string=...`), so one image serves
+//! every node. Keys:
+//!
+//! | key | meaning | default |
+//! |---|---|---|
+//! | `node` | this node's number | 0 |
+//! | `ip`, `mac` | this node's addresses | required |
+//! | `peer` | `IP/MAC` of another node; repeat; order = peer index | none |
+//! | `target` | peer index this node sends to (makes it a sender) | none |
+//! | `expect` | number of senders this node receives from | 0 |
+//! | `workload` | `mixed`, `write`, `send` or `read` | `mixed` |
+//! | `size`, `count`, `depth` | bytes per message, messages, in flight | 65536, 32, 8 |
+//! | `seed` | pattern and endpoint seed | 1 |
+//! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
+//! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
+//! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 300 |
+
+use core::net::Ipv4Addr;
+use core::str::FromStr;
+
+use heapless::Vec;
+
+/// Most peers a node knows.
+pub const MAX_PEERS: usize = 8;
+
+/// What the sender posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum WorkloadKind {
+    /// WRITE, WRITE_IMM, SEND, READ in turn.
+    Mixed,
+    Write,
+    Send,
+    Read,
+}
+
+/// Which transport the node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum TransportKind {
+    MetaRoce,
+    /// The platform's unreliable bring-up transport.
+    Datagram,
+}
+
+/// Another node's addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub ip: Ipv4Addr,
+    pub mac: [u8; 6],
+}
+
+/// A parsed configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node: u8,
+    pub ip: Ipv4Addr,
+    pub mac: [u8; 6],
+    pub peers: Vec<Peer, MAX_PEERS>,
+    pub target: Option<u8>,
+    pub expect: u8,
+    pub workload: WorkloadKind,
+    pub size: u32,
+    pub count: u32,
+    pub depth: u32,
+    pub seed: u64,
+    pub transport: TransportKind,
+    pub port: u16,
+    pub paths: u16,
+    pub progress_ms: u32,
+    pub linger_ms: u32,
+}
+
+/// Why the configuration was rejected: the offending key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigError<'a> {
+    pub key: &'a str,
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut mac {
+        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+fn parse<T: FromStr>(key: &str, value: &str) -> Result<T, ()> {
+    let _ = key;
+    value.parse().map_err(|_| ())
+}
+
+impl NodeConfig {
+    /// Parses the configuration line.
+    pub fn parse(text: &str) -> Result<NodeConfig, ConfigError<'_>> {
+        let mut cfg = NodeConfig {
+            node: 0,
+            ip: Ipv4Addr::UNSPECIFIED,
+            mac: [0; 6],
+            peers: Vec::new(),
+            target: None,
+            expect: 0,
+            workload: WorkloadKind::Mixed,
+            size: 65536,
+            count: 32,
+            depth: 8,
+            seed: 1,
+            transport: TransportKind::MetaRoce,
+            port: metaroce_core::wire::DEFAULT_UDP_PORT,
+            paths: 8,
+            progress_ms: 500,
+            linger_ms: 300,
+        };
+        let (mut have_ip, mut have_mac) = (false, false);
+        for word in text.split_ascii_whitespace() {
+            let Some((key, value)) = word.split_once('=') else {
+                return Err(ConfigError { key: word });
+            };
+            let bad = ConfigError { key };
+            match key {
+                "node" => cfg.node = parse(key, value).map_err(|_| bad)?,
+                "ip" => {
+                    cfg.ip = parse(key, value).map_err(|_| bad)?;
+                    have_ip = true;
+                }
+                "mac" => {
+                    cfg.mac = parse_mac(value).ok_or(bad)?;
+                    have_mac = true;
+                }
+                "peer" => {
+                    let (ip, mac) = value.split_once('/').ok_or(bad)?;
+                    let peer = Peer {
+                        ip: parse(key, ip).map_err(|_| bad)?,
+                        mac: parse_mac(mac).ok_or(bad)?,
+                    };
+                    cfg.peers.push(peer).map_err(|_| bad)?;
+                }
+                "target" => cfg.target = Some(parse(key, value).map_err(|_| bad)?),
+                "expect" => cfg.expect = parse(key, value).map_err(|_| bad)?,
+                "workload" => {
+                    cfg.workload = match value {
+                        "mixed" => WorkloadKind::Mixed,
+                        "write" => WorkloadKind::Write,
+                        "send" => WorkloadKind::Send,
+                        "read" => WorkloadKind::Read,
+                        _ => return Err(bad),
+                    }
+                }
+                "size" => cfg.size = parse(key, value).map_err(|_| bad)?,
+                "count" => cfg.count = parse(key, value).map_err(|_| bad)?,
+                "depth" => cfg.depth = parse(key, value).map_err(|_| bad)?,
+                "seed" => cfg.seed = parse(key, value).map_err(|_| bad)?,
+                "transport" => {
+                    cfg.transport = match value {
+                        "metaroce" => TransportKind::MetaRoce,
+                        "datagram" => TransportKind::Datagram,
+                        _ => return Err(bad),
+                    }
+                }
+                "port" => cfg.port = parse(key, value).map_err(|_| bad)?,
+                "paths" => cfg.paths = parse(key, value).map_err(|_| bad)?,
+                "progress_ms" => cfg.progress_ms = parse(key, value).map_err(|_| bad)?,
+                "linger_ms" => cfg.linger_ms = parse(key, value).map_err(|_| bad)?,
+                _ => return Err(bad),
+            }
+        }
+        if !have_ip {
+            return Err(ConfigError { key: "ip" });
+        }
+        if !have_mac {
+            return Err(ConfigError { key: "mac" });
+        }
+        if cfg
+            .target
+            .is_some_and(|t| usize::from(t) >= cfg.peers.len())
+        {
+            return Err(ConfigError { key: "target" });
+        }
+        if cfg.size == 0 || cfg.count == 0 || cfg.depth == 0 {
+            return Err(ConfigError { key: "size" });
+        }
+        Ok(cfg)
+    }
+}

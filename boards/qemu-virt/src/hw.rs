@@ -1,0 +1,342 @@
+//! QEMU `virt` hardware: memory map, boot glue, console, semihosting,
+//! generic timer, GICv2, fw_cfg, virtio-mmio probing and the
+//! critical-section implementation. Every `unsafe` of the firmware is here.
+
+use core::arch::asm;
+use core::cell::RefCell;
+use core::fmt::Write;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use aarch64_paging::descriptor::El1Attributes as Attributes;
+use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
+use aarch64_rt::{
+    entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
+};
+use arm_gic::gicv2::GicV2;
+use arm_gic::{IntId, InterruptGroup, Trigger};
+use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
+use critical_section::{Mutex, RawRestoreState};
+use metaroce_core::Instant;
+use metaroce_platform::clock::ticks_to_instant;
+use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
+use virtio_drivers::transport::{DeviceType, Transport as _};
+
+/// PL011 UART0.
+const UART_BASE: usize = 0x0900_0000;
+/// fw_cfg MMIO interface: data at +0, selector (16-bit big-endian) at +8.
+const FW_CFG_BASE: usize = 0x0902_0000;
+/// GICv2 distributor and CPU interface.
+const GICD_BASE: usize = 0x0800_0000;
+const GICC_BASE: usize = 0x0801_0000;
+/// virtio-mmio transports: 32 slots of 0x200 bytes; slot `n` raises SPI 16 + n.
+const VIRTIO_BASE: usize = 0x0a00_0000;
+const VIRTIO_STRIDE: usize = 0x200;
+const VIRTIO_SLOTS: usize = 32;
+const VIRTIO_FIRST_SPI: u32 = 16;
+/// EL1 virtual timer: PPI 11 (INTID 27).
+const TIMER_INTID: IntId = IntId::ppi(11);
+
+const DEVICE_ATTRIBUTES: Attributes = Attributes::VALID
+    .union(Attributes::ATTRIBUTE_INDEX_0)
+    .union(Attributes::ACCESSED)
+    .union(Attributes::UXN);
+const MEMORY_ATTRIBUTES: Attributes = Attributes::VALID
+    .union(Attributes::ATTRIBUTE_INDEX_1)
+    .union(Attributes::INNER_SHAREABLE)
+    .union(Attributes::ACCESSED)
+    .union(Attributes::NON_GLOBAL);
+const MAIR: Mair = Mair::EMPTY
+    .with_attribute(0, MairAttribute::DEVICE_NGNRE)
+    .with_attribute(
+        1,
+        MairAttribute::normal(
+            NormalMemory::WriteBackNonTransientReadWriteAllocate,
+            NormalMemory::WriteBackNonTransientReadWriteAllocate,
+        ),
+    );
+
+// Identity map: the first GiB (all of virt's MMIO) as device memory, the
+// second (RAM from 0x4000_0000) as normal memory.
+initial_pagetable!(
+    {
+        let mut idmap = [0; 512];
+        idmap[0] = DEVICE_ATTRIBUTES.bits();
+        idmap[1] = MEMORY_ATTRIBUTES.bits() | 0x4000_0000;
+        InitialPagetable(idmap)
+    },
+    MAIR.0
+);
+
+struct Exceptions;
+impl ExceptionHandlers for Exceptions {}
+exception_handlers!(Exceptions);
+
+// 1 MiB boot stack: the MetaRoCE endpoint lives in `main`'s frame.
+entry!(boot, 256);
+
+fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
+    init_console();
+    crate::node::main()
+}
+
+// ----- critical section ------------------------------------------------
+
+struct DaifCriticalSection;
+critical_section::set_impl!(DaifCriticalSection);
+
+// SAFETY: single core: masking every exception (DAIF) excludes every other
+// context, and `release` restores exactly the state `acquire` saved.
+unsafe impl critical_section::Impl for DaifCriticalSection {
+    unsafe fn acquire() -> RawRestoreState {
+        let daif: u64;
+        // SAFETY: reading DAIF and masking exceptions has no memory effects.
+        unsafe {
+            asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
+        };
+        daif
+    }
+
+    unsafe fn release(daif: RawRestoreState) {
+        // SAFETY: restores the mask saved by `acquire`.
+        unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
+    }
+}
+
+// ----- console ---------------------------------------------------------
+
+static CONSOLE: Mutex<RefCell<Option<Uart<'static>>>> = Mutex::new(RefCell::new(None));
+
+fn init_console() {
+    // SAFETY: UART0 is mapped as device memory by the identity map and this
+    // is the only reference to it (taken once, at boot).
+    let regs =
+        unsafe { UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers)) };
+    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Uart::new(regs)));
+}
+
+/// Writes formatted text to the console.
+pub fn console_write(args: core::fmt::Arguments<'_>) {
+    critical_section::with(|cs| {
+        if let Some(uart) = CONSOLE.borrow_ref_mut(cs).as_mut() {
+            let _ = uart.write_fmt(args);
+        }
+    });
+}
+
+/// `println!` to the PL011 console.
+#[macro_export]
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        $crate::hw::console_write(format_args!($($arg)*));
+        $crate::hw::console_write(format_args!("\n"));
+    }};
+}
+
+// ----- semihosting -----------------------------------------------------
+
+const SYS_OPEN: usize = 0x01;
+const SYS_WRITE: usize = 0x05;
+const SYS_EXIT: usize = 0x18;
+const ADP_STOPPED_APPLICATION_EXIT: u64 = 0x20026;
+
+fn semihost(op: usize, param: usize) -> usize {
+    let ret: usize;
+    // SAFETY: the AArch64 semihosting trap; QEMU reads the parameter block
+    // at `param` (a live stack value of the caller) and writes only x0.
+    unsafe { asm!("hlt #0xf000", inout("x0") op => ret, in("x1") param, options(nostack)) };
+    ret
+}
+
+/// Opens the semihosting console (`:tt`) for binary writes.
+pub fn semihosting_stdout() -> usize {
+    let name = b":tt\0";
+    // Mode 5 = "wb": stdout.
+    let block: [usize; 3] = [name.as_ptr() as usize, 5, 3];
+    semihost(SYS_OPEN, block.as_ptr() as usize)
+}
+
+/// Writes `bytes` to a semihosting handle.
+pub fn semihosting_write(handle: usize, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    let block: [usize; 3] = [handle, bytes.as_ptr() as usize, bytes.len()];
+    semihost(SYS_WRITE, block.as_ptr() as usize);
+}
+
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Ends the run: QEMU exits with `code` (semihosting), or, should that
+/// return, powers off through PSCI.
+pub fn exit(code: u32) -> ! {
+    if !EXITING.swap(true, Ordering::AcqRel) {
+        let block: [u64; 2] = [ADP_STOPPED_APPLICATION_EXIT, u64::from(code)];
+        semihost(SYS_EXIT, block.as_ptr() as usize);
+    }
+    let _ = smccc::psci::system_off::<smccc::Hvc>();
+    loop {
+        // SAFETY: waiting for an interrupt has no memory effects.
+        unsafe { asm!("wfi", options(nomem, nostack)) };
+    }
+}
+
+// ----- generic timer ---------------------------------------------------
+
+static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
+
+fn timer_hz() -> u64 {
+    let hz = TIMER_HZ.load(Ordering::Relaxed);
+    if hz != 0 {
+        return hz;
+    }
+    let hz: u64;
+    // SAFETY: reading the counter frequency register has no side effects.
+    unsafe { asm!("mrs {}, cntfrq_el0", out(reg) hz, options(nomem, nostack)) };
+    TIMER_HZ.store(hz, Ordering::Relaxed);
+    hz
+}
+
+fn counter() -> u64 {
+    let ticks: u64;
+    // SAFETY: the ISB orders the read after earlier instructions; reading
+    // the virtual counter has no side effects.
+    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) ticks, options(nomem, nostack)) };
+    ticks
+}
+
+/// Time since boot from the virtual counter.
+pub fn now() -> Instant {
+    ticks_to_instant(counter(), timer_hz())
+}
+
+fn arm_timer(deadline: Instant) {
+    let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
+    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
+    // SAFETY: programs the EL1 virtual timer (compare value, enabled and
+    // unmasked); no memory effects.
+    unsafe {
+        asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb",
+             in(reg) ticks, in(reg) 1u64, options(nomem, nostack));
+    }
+}
+
+fn disarm_timer() {
+    // SAFETY: disables the EL1 virtual timer; no memory effects.
+    unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) 0u64, options(nomem, nostack)) };
+}
+
+// ----- GIC and waiting -------------------------------------------------
+
+/// The interrupt controller, set up for the timer and one virtio device.
+pub struct Interrupts {
+    gic: GicV2<'static>,
+    net_intid: Option<IntId>,
+}
+
+impl Interrupts {
+    /// Sets up the GICv2 with the timer interrupt enabled. IRQs stay masked
+    /// at the CPU: `wait` wakes on them with `wfi` and handles them inline.
+    pub fn new() -> Self {
+        // SAFETY: the GIC distributor and CPU interface are mapped as device
+        // memory and nothing else refers to them (called once, at boot).
+        let mut gic = unsafe { GicV2::new(GICD_BASE as *mut _, GICC_BASE as *mut _) };
+        gic.setup();
+        gic.set_interrupt_priority(TIMER_INTID, 0x80);
+        gic.set_trigger(TIMER_INTID, Trigger::Level);
+        let _ = gic.enable_interrupt(TIMER_INTID, true);
+        // SAFETY: masks IRQs at the CPU; no memory effects.
+        unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
+        Interrupts {
+            gic,
+            net_intid: None,
+        }
+    }
+
+    /// Enables the interrupt of the virtio-mmio device in `slot`.
+    pub fn enable_virtio(&mut self, slot: usize) {
+        let intid = IntId::spi(VIRTIO_FIRST_SPI + slot as u32);
+        self.gic.set_interrupt_priority(intid, 0x80);
+        self.gic.set_trigger(intid, Trigger::Level);
+        let _ = self.gic.enable_interrupt(intid, true);
+        self.net_intid = Some(intid);
+    }
+
+    /// Sleeps until an interrupt or `deadline`; `on_net` runs (to
+    /// acknowledge the device) if the network interrupt fired.
+    pub fn wait(&mut self, deadline: Instant, mut on_net: impl FnMut()) {
+        arm_timer(deadline);
+        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
+        // (a pending one still ends the wait).
+        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
+        disarm_timer();
+        while let Some(intid) = self
+            .gic
+            .get_and_acknowledge_interrupt(InterruptGroup::Group0)
+        {
+            if Some(intid) == self.net_intid {
+                on_net();
+            }
+            self.gic.end_interrupt(intid, InterruptGroup::Group0);
+        }
+    }
+}
+
+// ----- fw_cfg ----------------------------------------------------------
+
+fn fw_cfg_select(key: u16) {
+    // SAFETY: the fw_cfg selector register is mapped device memory; the
+    // interface is big-endian.
+    unsafe { core::ptr::write_volatile((FW_CFG_BASE + 8) as *mut u16, key.to_be()) };
+}
+
+fn fw_cfg_read(out: &mut [u8]) {
+    for byte in out {
+        // SAFETY: the fw_cfg data register is mapped device memory; each
+        // byte read returns the next byte of the selected item.
+        *byte = unsafe { core::ptr::read_volatile(FW_CFG_BASE as *const u8) };
+    }
+}
+
+/// Reads the fw_cfg file `name` into `out`; returns its length (truncated
+/// to `out`), or `None` if QEMU was not given it.
+pub fn fw_cfg_file(name: &str, out: &mut [u8]) -> Option<usize> {
+    const FILE_DIR: u16 = 0x19;
+    fw_cfg_select(FILE_DIR);
+    let mut count = [0u8; 4];
+    fw_cfg_read(&mut count);
+    for _ in 0..u32::from_be_bytes(count).min(1024) {
+        let mut entry = [0u8; 64];
+        fw_cfg_read(&mut entry);
+        let size = u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]) as usize;
+        let select = u16::from_be_bytes([entry[4], entry[5]]);
+        let raw = &entry[8..];
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        if &raw[..end] == name.as_bytes() {
+            let len = size.min(out.len());
+            fw_cfg_select(select);
+            fw_cfg_read(&mut out[..len]);
+            return Some(len);
+        }
+    }
+    None
+}
+
+// ----- virtio-mmio -----------------------------------------------------
+
+/// The first virtio-net device: its transport and slot number.
+pub fn find_virtio_net() -> Option<(MmioTransport<'static>, usize)> {
+    for slot in 0..VIRTIO_SLOTS {
+        let header = NonNull::new((VIRTIO_BASE + slot * VIRTIO_STRIDE) as *mut VirtIOHeader)?;
+        // SAFETY: every slot is a mapped virtio-mmio register block of
+        // VIRTIO_STRIDE bytes; a transport is kept for the network device
+        // only, so no two live transports share a slot.
+        let Ok(transport) = (unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }) else {
+            continue;
+        };
+        if transport.device_type() == DeviceType::Network {
+            return Some((transport, slot));
+        }
+    }
+    None
+}

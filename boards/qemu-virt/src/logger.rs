@@ -1,0 +1,133 @@
+//! The defmt global logger: frames are rzCOBS-encoded by `defmt::Encoder`,
+//! buffered per frame and written through semihosting to QEMU's standard
+//! output (the harness decodes it with the ELF). Timestamps are
+//! microseconds since boot from the generic timer.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use critical_section::RestoreState;
+
+use crate::hw;
+
+defmt::timestamp!("{=u64:us}", hw::now().as_nanos() / 1_000);
+
+#[defmt::global_logger]
+struct Logger;
+
+/// Logger state, touched only between `acquire` and `release`, inside a
+/// critical section, by the one context holding `TAKEN`.
+struct State {
+    restore: RestoreState,
+    encoder: defmt::Encoder,
+    buf: [u8; 256],
+    len: usize,
+}
+
+struct Shared(UnsafeCell<State>);
+
+// SAFETY: accessed only while `TAKEN` is held inside a critical section
+// (single core, exceptions masked), so never from two contexts at once.
+unsafe impl Sync for Shared {}
+
+static TAKEN: AtomicBool = AtomicBool::new(false);
+static HANDLE: AtomicUsize = AtomicUsize::new(usize::MAX);
+static STATE: Shared = Shared(UnsafeCell::new(State {
+    restore: RestoreState::invalid(),
+    encoder: defmt::Encoder::new(),
+    buf: [0; 256],
+    len: 0,
+}));
+
+fn handle() -> usize {
+    let h = HANDLE.load(Ordering::Relaxed);
+    if h != usize::MAX {
+        return h;
+    }
+    let h = hw::semihosting_stdout();
+    HANDLE.store(h, Ordering::Relaxed);
+    h
+}
+
+fn flush(state: &mut State) {
+    hw::semihosting_write(handle(), &state.buf[..state.len]);
+    state.len = 0;
+}
+
+/// # Safety
+/// Only between `acquire` and `release` (the logger is taken).
+unsafe fn state() -> &'static mut State {
+    // SAFETY: the caller holds the logger inside a critical section, so
+    // this is the only reference (see `Shared`).
+    unsafe { &mut *STATE.0.get() }
+}
+
+// SAFETY: `acquire` enters a critical section and takes the logger once;
+// `release` gives both back; `write`/`flush` run only in between.
+unsafe impl defmt::Logger for Logger {
+    fn acquire() {
+        // SAFETY: paired with the `release` in `Logger::release`.
+        let restore = unsafe { critical_section::acquire() };
+        if TAKEN.swap(true, Ordering::Acquire) {
+            // Re-entered (nothing logs from interrupt context, and the panic
+            // handler does not use defmt): a bug, end the run loudly.
+            hw::exit(101);
+        }
+        // SAFETY: we hold the logger inside the critical section.
+        let st = unsafe { state() };
+        st.restore = restore;
+        let State {
+            encoder, buf, len, ..
+        } = st;
+        let mut tmp = StateWriter { buf, len };
+        encoder.start_frame(|b| tmp.push(b));
+    }
+
+    unsafe fn flush() {}
+
+    unsafe fn release() {
+        // SAFETY: defmt calls `release` only after a successful `acquire`.
+        let st = unsafe { state() };
+        {
+            let State {
+                encoder, buf, len, ..
+            } = &mut *st;
+            let mut tmp = StateWriter { buf, len };
+            encoder.end_frame(|b| tmp.push(b));
+        }
+        flush(st);
+        let restore = st.restore;
+        TAKEN.store(false, Ordering::Release);
+        // SAFETY: leaves the critical section `acquire` entered.
+        unsafe { critical_section::release(restore) };
+    }
+
+    unsafe fn write(bytes: &[u8]) {
+        // SAFETY: between `acquire` and `release`.
+        let st = unsafe { state() };
+        let State {
+            encoder, buf, len, ..
+        } = &mut *st;
+        let mut tmp = StateWriter { buf, len };
+        encoder.write(bytes, |b| tmp.push(b));
+    }
+}
+
+/// Borrowed view of the frame buffer for the encoder's callback.
+struct StateWriter<'a> {
+    buf: &'a mut [u8; 256],
+    len: &'a mut usize,
+}
+
+impl StateWriter<'_> {
+    fn push(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if *self.len == self.buf.len() {
+                hw::semihosting_write(handle(), &self.buf[..]);
+                *self.len = 0;
+            }
+            self.buf[*self.len] = b;
+            *self.len += 1;
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The node: hardware bring-up, the transport chosen by the configuration,
+//! and the main loop that alternates the engine loop and the workload task
+//! and sleeps (`wfi`) when neither has work.
+
+use core::ptr::addr_of_mut;
+use core::sync::atomic::{AtomicBool, Ordering};
+use core::time::Duration;
+
+use metaroce_core::api::ConnHandle;
+use metaroce_core::{Config, Endpoint, Event, Instant};
+use metaroce_platform::datagram::DatagramTransport;
+use metaroce_platform::dma::HostWindow;
+use metaroce_platform::net::NetConfig;
+use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
+use metaroce_platform::{Engine, HostQueues, Transport};
+use smoltcp::wire::EthernetAddress;
+use virtio_drivers::transport::mmio::MmioTransport;
+
+use crate::config::{NodeConfig, TransportKind, MAX_PEERS};
+use crate::hw;
+use crate::println;
+use crate::workload::{
+    self, Counters, NodeServices, Outcome, Workload, HOST_BASE, HOST_MEMORY_LEN,
+};
+
+/// Entries per virtio queue.
+const NET_QUEUE: usize = 64;
+type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
+/// The MetaRoCE endpoint of a node: 4 connections of 8 paths.
+type MetaRoceEndpoint = Endpoint<4, 8>;
+/// Longest sleep, so the loop notices a missed wake-up quickly.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+static mut NET_BUFFERS: NetBuffers<NET_QUEUE> = NetBuffers::new();
+static mut HOST_MEMORY: [u8; HOST_MEMORY_LEN] = [0; HOST_MEMORY_LEN];
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The statics that become DMA buffers and host memory; once.
+fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u8])> {
+    if TAKEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    // SAFETY: `TAKEN` guarantees these references are created once, so
+    // they are the only references to the statics for the whole run.
+    Some(unsafe {
+        (
+            &mut *addr_of_mut!(NET_BUFFERS),
+            &mut *addr_of_mut!(HOST_MEMORY),
+        )
+    })
+}
+
+fn fail(msg: &str) -> ! {
+    println!("METAROCE-ERROR {}", msg);
+    defmt::error!("{=str}", msg);
+    hw::exit(1)
+}
+
+pub fn main() -> ! {
+    println!("metaroce qemu-virt firmware {}", env!("CARGO_PKG_VERSION"));
+    let mut text = [0u8; 2048];
+    let Some(len) = hw::fw_cfg_file("opt/metaroce/config", &mut text) else {
+        fail("no fw_cfg file opt/metaroce/config (run through metaroce-qemu)")
+    };
+    let Ok(text) = core::str::from_utf8(&text[..len]) else {
+        fail("configuration is not UTF-8")
+    };
+    let cfg = match NodeConfig::parse(text.trim_end_matches('\0')) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            println!("METAROCE-ERROR bad configuration key `{}`", e.key);
+            hw::exit(1)
+        }
+    };
+    defmt::info!("node {=u8} up, transport {}", cfg.node, cfg.transport);
+    let mut irq = hw::Interrupts::new();
+    let Some((transport, slot)) = hw::find_virtio_net() else {
+        fail("no virtio-net device")
+    };
+    let Some((bufs, host_memory)) = take_statics() else {
+        fail("statics taken twice")
+    };
+    let mut net: NetDevice = match VirtioNetDevice::new(transport, bufs) {
+        Ok(net) => net,
+        Err(_) => fail("virtio-net initialisation failed"),
+    };
+    irq.enable_virtio(slot);
+    net.enable_interrupts();
+    if net.mac_address() != cfg.mac {
+        defmt::warn!("device MAC differs from the configured one");
+    }
+    let engine = Engine::new(NetConfig {
+        mac: EthernetAddress(cfg.mac),
+        ip: cfg.ip,
+    });
+    let window = HostWindow::new(HOST_BASE, host_memory);
+    let seed = cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos();
+    match cfg.transport {
+        TransportKind::MetaRoce => {
+            let config = Config {
+                udp_port: cfg.port,
+                paths: cfg.paths,
+                // Payload per packet that fits a 1514-byte frame.
+                mtu: 1024,
+                ..Config::for_emulation()
+            };
+            let mut endpoint = MetaRoceEndpoint::new(config, seed);
+            run(&cfg, &mut endpoint, engine, net, irq, window)
+        }
+        TransportKind::Datagram => {
+            let peers: heapless::Vec<_, MAX_PEERS> = (0..cfg.peers.len())
+                .filter_map(|i| workload::peer_addr(&cfg, i))
+                .collect();
+            let mut datagram = DatagramTransport::<MAX_PEERS>::new(cfg.port, &peers);
+            run(&cfg, &mut datagram, engine, net, irq, window)
+        }
+    }
+}
+
+/// What differs per transport around the rings: connection setup and
+/// counters.
+trait NodeTransport: Transport {
+    fn open(&mut self, now: Instant, cfg: &NodeConfig, peer_index: usize) -> Option<ConnHandle>;
+    fn poll_accepted(&mut self, cfg: &NodeConfig, accepted_so_far: &mut u8) -> Option<ConnHandle>;
+    fn counters(&self, now: Instant) -> Counters;
+}
+
+impl NodeTransport for MetaRoceEndpoint {
+    fn open(&mut self, now: Instant, cfg: &NodeConfig, peer_index: usize) -> Option<ConnHandle> {
+        self.connect(now, workload::peer_addr(cfg, peer_index)?, 0)
+            .ok()
+    }
+
+    fn poll_accepted(&mut self, _cfg: &NodeConfig, _accepted: &mut u8) -> Option<ConnHandle> {
+        while let Some(event) = self.poll_event() {
+            match event {
+                Event::Connected(h) => return Some(h),
+                Event::Closed(h, _) => defmt::info!("connection {=u16} closed", h.0),
+                Event::Failed(h, _) => defmt::warn!("connection {=u16} failed", h.0),
+            }
+        }
+        None
+    }
+
+    fn counters(&self, now: Instant) -> Counters {
+        let mut c = Counters {
+            rate_hint_mbps: self.rate_hint(now),
+            ..Counters::default()
+        };
+        for h in self.handles() {
+            if let Some(s) = self.stats(h) {
+                c.retransmits += s.retransmissions;
+                c.timeouts += s.timeouts;
+            }
+        }
+        c
+    }
+}
+
+impl NodeTransport for DatagramTransport<MAX_PEERS> {
+    fn open(&mut self, _now: Instant, _cfg: &NodeConfig, peer_index: usize) -> Option<ConnHandle> {
+        Some(ConnHandle(u16::try_from(peer_index).ok()?))
+    }
+
+    /// Connections are static: peer `i` is `ConnHandle(i)`; the senders are
+    /// the first `expect` peers.
+    fn poll_accepted(&mut self, cfg: &NodeConfig, accepted: &mut u8) -> Option<ConnHandle> {
+        if *accepted >= cfg.expect {
+            return None;
+        }
+        let h = ConnHandle(u16::from(*accepted));
+        *accepted += 1;
+        Some(h)
+    }
+
+    fn counters(&self, _now: Instant) -> Counters {
+        Counters::default()
+    }
+}
+
+/// The workload's view of the node.
+struct Services<'a, T: NodeTransport> {
+    cfg: &'a NodeConfig,
+    transport: &'a mut T,
+    engine: &'a mut Engine,
+    net: &'a mut NetDevice,
+    accepted: u8,
+}
+
+impl<T: NodeTransport> NodeServices for Services<'_, T> {
+    fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle> {
+        self.transport.open(now, self.cfg, peer_index)
+    }
+
+    fn poll_accepted(&mut self) -> Option<ConnHandle> {
+        self.transport.poll_accepted(self.cfg, &mut self.accepted)
+    }
+
+    fn ping(&mut self, now: Instant, peer_index: usize, seq: u16) {
+        if let Some(peer) = self.cfg.peers.get(peer_index) {
+            let _ = self.engine.send_ping(self.net, peer.ip, seq, now);
+        }
+    }
+
+    fn last_echo(&self) -> Option<(u16, u64)> {
+        self.engine.last_echo().map(|e| (e.seq_no, e.rtt_nanos))
+    }
+
+    fn counters(&self, now: Instant) -> Counters {
+        let stats = self.engine.stats();
+        Counters {
+            ce: stats.rx_ce,
+            tx_frames: stats.tx_frames,
+            rx_frames: stats.rx_frames,
+            ..self.transport.counters(now)
+        }
+    }
+}
+
+fn run<T: NodeTransport>(
+    cfg: &NodeConfig,
+    transport: &mut T,
+    mut engine: Engine,
+    mut net: NetDevice,
+    mut irq: hw::Interrupts,
+    mut window: HostWindow<'static>,
+) -> ! {
+    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let Some((host, mut port)) = queues.split() else {
+        fail("host queues split twice")
+    };
+    let Some(mut workload) = Workload::new(cfg, host, hw::now()) else {
+        fail("size x count does not fit the emulated host memory")
+    };
+    let mut accepted = 0u8;
+    loop {
+        let now = hw::now();
+        let polled = engine.poll(now, transport, &mut net, &mut port, &mut window);
+        let mut services = Services {
+            cfg,
+            transport: &mut *transport,
+            engine: &mut engine,
+            net: &mut net,
+            accepted,
+        };
+        let outcome = workload.step(now, &mut window, &mut services);
+        accepted = services.accepted;
+        if let Some(outcome) = outcome {
+            let stats = engine.stats();
+            defmt::info!("engine: {}", stats);
+            hw::exit(match outcome {
+                Outcome::Ok => 0,
+                Outcome::Failed => 1,
+            });
+        }
+        if !polled.busy && !port.has_work() {
+            let mut deadline = workload.next_wake().min(now + MAX_SLEEP);
+            if let Some(t) = polled.next_timeout {
+                deadline = deadline.min(t);
+            }
+            if deadline > hw::now() {
+                irq.wait(deadline, || net.ack_interrupt());
+            }
+        }
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    // No defmt here: the panic may have come from inside the logger.
+    println!("METAROCE-PANIC {}", info);
+    hw::exit(101)
+}

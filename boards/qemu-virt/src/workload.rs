@@ -1,0 +1,874 @@
+//! The workload task: a host application that reaches the engine only
+//! through the host-interface rings and doorbells (`HostPort`) and its own
+//! memory (`HostWindow`, the memory the engine DMAs to and from).
+//!
+//! Protocol between nodes, all in RDMA operations:
+//! 1. both: register one region over all host memory (admin queue), ping
+//!    the peers (ARP and ICMP through the engine loop and the fabric);
+//! 2. a sender opens a connection to its target and posts one receive for
+//!    the target's *hello*; a receiver, for each connection it accepts,
+//!    posts a receive for every SEND / WRITE_IMM that sender will make plus
+//!    one for its *done* message, then SENDs the hello: its region key and
+//!    the sender's slot (where in its memory that sender writes);
+//! 3. the sender posts `count` messages (`mixed`: WRITE, WRITE_IMM, SEND,
+//!    READ in turn), at most `depth` in flight, each source filled with a
+//!    pattern derived from (seed, receiver, slot, message); it checks every
+//!    READ against the receiver's pattern, then SENDs *done*;
+//! 4. on *done* the receiver checks every byte that sender placed (WRITE
+//!    and WRITE_IMM targets, SEND receive buffers) by hash against the
+//!    pattern. Both print a `METAROCE-RESULT` line.
+
+use core::time::Duration;
+
+use metaroce_core::api::{
+    Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
+    WorkRequest,
+};
+use metaroce_core::wire::MemoryTarget;
+use metaroce_core::Instant;
+use metaroce_platform::dma::HostWindow;
+use metaroce_platform::random::{RandomSource, XorShiftRng};
+use metaroce_platform::HostPort;
+use smoltcp::wire::IpAddress;
+
+use crate::config::{NodeConfig, WorkloadKind, MAX_PEERS};
+use crate::println;
+
+/// Where the emulated host memory sits in the host address space.
+pub const HOST_BASE: u64 = 0x10_0000_0000;
+/// Bytes of emulated host memory.
+pub const HOST_MEMORY_LEN: usize = 32 << 20;
+
+pub type Port<'a> = HostPort<'a, 64, 64, 128, 4>;
+
+const CTRL_LEN: u64 = 64 * 1024;
+const HELLO_MAGIC: u32 = 0x4d52_4831; // "MRH1"
+const DONE_MAGIC: u32 = 0x4d52_4431; // "MRD1"
+const CTRL_MSG_LEN: u32 = 16;
+/// wr_id of the sender's hello receive and of the receivers' done receives.
+const HELLO_WR: u64 = u64::MAX - 1;
+const DONE_WR: u64 = u64::MAX - 2;
+/// imm of the done message.
+const DONE_IMM: u32 = 0xD0E0_0000;
+/// Pattern "kind" of READ sources.
+const READ_SOURCE: u64 = 0xFF;
+const PING_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The operation of message `i`.
+fn op_of(kind: WorkloadKind, i: u32) -> Opcode {
+    match kind {
+        WorkloadKind::Mixed => {
+            [Opcode::Write, Opcode::WriteImm, Opcode::Send, Opcode::Read][(i % 4) as usize]
+        }
+        WorkloadKind::Write => Opcode::Write,
+        WorkloadKind::Send => Opcode::Send,
+        WorkloadKind::Read => Opcode::Read,
+    }
+}
+
+fn consumes_receive(op: Opcode) -> bool {
+    matches!(op, Opcode::WriteImm | Opcode::Send)
+}
+
+/// Addresses of every buffer; identical on every node.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    size: u64,
+    count: u64,
+    src: u64,
+    read_sink: u64,
+    read_source: u64,
+    write_sink: u64,
+    recv_bufs: u64,
+}
+
+impl Layout {
+    fn new(cfg: &NodeConfig) -> Option<Layout> {
+        let size = u64::from(cfg.size);
+        let count = u64::from(cfg.count);
+        let area = size.checked_mul(count)?;
+        let slots = u64::from(cfg.expect.max(1));
+        let src = HOST_BASE + CTRL_LEN;
+        let read_sink = src + area;
+        let read_source = read_sink + area;
+        let write_sink = read_source + area;
+        let recv_bufs = write_sink + area.checked_mul(slots)?;
+        let end = recv_bufs + area.checked_mul(slots)?;
+        (end - HOST_BASE <= HOST_MEMORY_LEN as u64).then_some(Layout {
+            size,
+            count,
+            src,
+            read_sink,
+            read_source,
+            write_sink,
+            recv_bufs,
+        })
+    }
+
+    fn at(&self, base: u64, slot: u32, i: u32) -> u64 {
+        base + u64::from(slot) * self.size * self.count + u64::from(i) * self.size
+    }
+}
+
+fn pattern_seed(seed: u64, receiver: u8, slot: u64, i: u32) -> u64 {
+    seed ^ (u64::from(receiver) << 56) ^ (slot << 40) ^ u64::from(i)
+}
+
+/// FNV-1a over bytes, for comparing a region with its expected pattern.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Fills `[addr, addr + len)` with the pattern of `seed`.
+fn fill_pattern(mem: &mut HostWindow<'_>, addr: u64, len: u64, seed: u64) -> bool {
+    let Ok(bytes) = mem.slice_mut(addr, len as usize) else {
+        return false;
+    };
+    let mut rng = XorShiftRng::new(seed);
+    for chunk in bytes.chunks_mut(256) {
+        rng.fill_bytes(chunk);
+    }
+    true
+}
+
+/// Whether `[addr, addr + len)` hashes like the pattern of `seed`.
+fn matches_pattern(mem: &HostWindow<'_>, addr: u64, len: u64, seed: u64) -> bool {
+    let Ok(bytes) = mem.slice(addr, len as usize) else {
+        return false;
+    };
+    let (mut got, mut want) = (Fnv::new(), Fnv::new());
+    let mut rng = XorShiftRng::new(seed);
+    let mut expected = [0u8; 256];
+    for chunk in bytes.chunks(256) {
+        let e = &mut expected[..chunk.len()];
+        rng.fill_bytes(e);
+        got.update(chunk);
+        want.update(e);
+    }
+    got.0 == want.0
+}
+
+fn put_u32s(mem: &mut HostWindow<'_>, addr: u64, words: [u32; 4]) {
+    if let Ok(bytes) = mem.slice_mut(addr, 16) {
+        for (chunk, w) in bytes.chunks_mut(4).zip(words) {
+            chunk.copy_from_slice(&w.to_be_bytes());
+        }
+    }
+}
+
+fn get_u32s(mem: &HostWindow<'_>, addr: u64) -> Option<[u32; 4]> {
+    let bytes = mem.slice(addr, 16).ok()?;
+    let mut words = [0u32; 4];
+    for (w, chunk) in words.iter_mut().zip(bytes.chunks(4)) {
+        *w = u32::from_be_bytes(chunk.try_into().ok()?);
+    }
+    Some(words)
+}
+
+/// What the workload asks of the node around it (connections, pings,
+/// counters): the parts of a host driver that are not rings yet.
+pub trait NodeServices {
+    fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle>;
+    fn poll_accepted(&mut self) -> Option<ConnHandle>;
+    /// Sends a ping to `peer_index`; the echo shows in `last_echo`.
+    fn ping(&mut self, now: Instant, peer_index: usize, seq: u16);
+    /// The last echo reply: (sequence, round trip in ns).
+    fn last_echo(&self) -> Option<(u16, u64)>;
+    fn counters(&self, now: Instant) -> Counters;
+}
+
+/// Transport and loop counters for the result line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub ce: u64,
+    pub rate_hint_mbps: u32,
+    pub tx_frames: u64,
+    pub rx_frames: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Register,
+    Ping,
+    Connect,
+    Run,
+    Linger(Instant),
+}
+
+#[derive(Debug, Default)]
+struct Sender {
+    conn: Option<ConnHandle>,
+    remote_key: Option<u32>,
+    slot: u32,
+    next: u32,
+    in_flight: u32,
+    completed: u32,
+    failed: u32,
+    reads_checked: u32,
+    reads_bad: u32,
+    bytes: u64,
+    done_posted: bool,
+    done: bool,
+    first_post: Option<Instant>,
+    last_completion: Option<Instant>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Slot {
+    conn: Option<ConnHandle>,
+    /// Next message index whose receive is still to be posted.
+    next_recv: u32,
+    done_recv_posted: bool,
+    hello_sent: bool,
+    receives: u32,
+    failed: u32,
+    done: bool,
+    bad: u32,
+    bytes: u64,
+}
+
+/// The workload's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Failed,
+}
+
+pub struct Workload<'a> {
+    cfg: NodeConfig,
+    layout: Layout,
+    port: Port<'a>,
+    phase: Phase,
+    registration_posted: bool,
+    key: Option<u32>,
+    pinged: [bool; MAX_PEERS],
+    last_ping: Option<Instant>,
+    ping_seq: u16,
+    ping_rtt_ns: u64,
+    sender: Sender,
+    slots: [Slot; MAX_PEERS],
+    accepted: u8,
+    completions: u64,
+    started: Instant,
+    first_data: Option<Instant>,
+    last_data: Option<Instant>,
+    next_progress: Instant,
+}
+
+impl<'a> Workload<'a> {
+    /// `None` if the configured sizes do not fit host memory.
+    pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant) -> Option<Self> {
+        Some(Workload {
+            layout: Layout::new(cfg)?,
+            cfg: cfg.clone(),
+            port,
+            phase: Phase::Register,
+            registration_posted: false,
+            key: None,
+            pinged: [false; MAX_PEERS],
+            last_ping: None,
+            ping_seq: 0,
+            ping_rtt_ns: 0,
+            sender: Sender::default(),
+            slots: [Slot::default(); MAX_PEERS],
+            accepted: 0,
+            completions: 0,
+            started: now,
+            first_data: None,
+            last_data: None,
+            next_progress: now,
+        })
+    }
+
+    fn is_sender(&self) -> bool {
+        self.cfg.target.is_some()
+    }
+
+    fn is_receiver(&self) -> bool {
+        self.cfg.expect > 0
+    }
+
+    /// Peers this node pings: its target, and as a receiver all peers.
+    fn ping_targets(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.cfg.peers.len())
+            .filter(|&i| self.is_receiver() || self.cfg.target == Some(i as u8))
+    }
+
+    /// One step. Returns `Some(outcome)` when the run is over.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        mem: &mut HostWindow<'_>,
+        node: &mut impl NodeServices,
+    ) -> Option<Outcome> {
+        self.drain_completions(now, mem);
+        match self.phase {
+            Phase::Register => self.register(now, mem),
+            Phase::Ping => self.ping(now, node),
+            Phase::Connect | Phase::Run => {
+                self.connect(now, mem, node);
+                self.run_sender(now, mem);
+                if self.finished() {
+                    defmt::info!("workload done; lingering");
+                    self.phase =
+                        Phase::Linger(now + Duration::from_millis(u64::from(self.cfg.linger_ms)));
+                }
+            }
+            Phase::Linger(until) => {
+                if now >= until {
+                    return Some(self.report(now, node));
+                }
+            }
+        }
+        if now >= self.next_progress {
+            self.next_progress =
+                now + Duration::from_millis(u64::from(self.cfg.progress_ms.max(50)));
+            println!(
+                "METAROCE-PROGRESS node={} phase={} bytes={} completions={}",
+                self.cfg.node,
+                self.phase_name(),
+                self.bytes(),
+                self.completions
+            );
+        }
+        None
+    }
+
+    /// When the workload next needs to run even without completions.
+    pub fn next_wake(&self) -> Instant {
+        let mut t = self.next_progress;
+        if self.phase == Phase::Ping {
+            if let Some(last) = self.last_ping {
+                t = t.min(last + PING_INTERVAL);
+            }
+        }
+        if let Phase::Linger(until) = self.phase {
+            t = t.min(until);
+        }
+        t
+    }
+
+    fn phase_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Register => "register",
+            Phase::Ping => "ping",
+            Phase::Connect => "connect",
+            Phase::Run => "run",
+            Phase::Linger(_) => "done",
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.sender.bytes + self.slots.iter().map(|s| s.bytes).sum::<u64>()
+    }
+
+    fn register(&mut self, now: Instant, mem: &mut HostWindow<'_>) {
+        if self.key.is_some() {
+            return;
+        }
+        if let Some(result) = self.port.poll_admin() {
+            match result.result {
+                Ok(key) => {
+                    self.key = Some(key);
+                    // The READ sources this node serves as a receiver.
+                    if self.is_receiver() {
+                        for i in 0..self.cfg.count {
+                            let seed = pattern_seed(self.cfg.seed, self.cfg.node, READ_SOURCE, i);
+                            fill_pattern(
+                                mem,
+                                self.layout.at(self.layout.read_source, 0, i),
+                                self.layout.size,
+                                seed,
+                            );
+                        }
+                    }
+                    defmt::info!("region registered, key {=u32:#x}", key);
+                    self.phase = Phase::Ping;
+                }
+                Err(_) => {
+                    println!("METAROCE-ERROR node={} registration refused", self.cfg.node);
+                    self.phase = Phase::Linger(now);
+                }
+            }
+            return;
+        }
+        let region = Region {
+            base: HOST_BASE,
+            len: HOST_MEMORY_LEN as u64,
+            access: Access::ALL,
+            pd: 0,
+        };
+        if !self.registration_posted && self.port.register_region(1, region).is_ok() {
+            self.registration_posted = true;
+        }
+    }
+
+    fn ping(&mut self, now: Instant, node: &mut impl NodeServices) {
+        if let Some((seq, rtt)) = node.last_echo() {
+            let peer = usize::from(seq / 1000);
+            if peer < MAX_PEERS && !self.pinged[peer] {
+                self.pinged[peer] = true;
+                self.ping_rtt_ns = self.ping_rtt_ns.max(rtt);
+                defmt::info!(
+                    "peer {=usize} answered ping, rtt {=u64} us",
+                    peer,
+                    rtt / 1000
+                );
+            }
+        }
+        let targets: heapless::Vec<usize, MAX_PEERS> = self.ping_targets().collect();
+        if targets.iter().all(|&p| self.pinged[p]) {
+            self.phase = Phase::Connect;
+            return;
+        }
+        if self.last_ping.is_some_and(|t| now < t + PING_INTERVAL) {
+            return;
+        }
+        self.last_ping = Some(now);
+        self.ping_seq = self.ping_seq.wrapping_add(1) % 1000;
+        for p in targets {
+            if !self.pinged[p] {
+                node.ping(now, p, p as u16 * 1000 + self.ping_seq);
+            }
+        }
+    }
+
+    fn connect(&mut self, now: Instant, mem: &mut HostWindow<'_>, node: &mut impl NodeServices) {
+        let Some(key) = self.key else { return };
+        if let Some(target) = self.cfg.target {
+            if self.sender.conn.is_none() {
+                if let Some(conn) = node.open(now, usize::from(target)) {
+                    self.sender.conn = Some(conn);
+                    let hello = RecvRequest {
+                        id: HELLO_WR,
+                        local: LocalBuf {
+                            key,
+                            addr: HOST_BASE,
+                            len: CTRL_MSG_LEN,
+                        },
+                    };
+                    let _ = self.port.post_recv(conn, hello);
+                    defmt::info!("connecting to peer {=u8}", target);
+                }
+            }
+        }
+        while let Some(conn) = node.poll_accepted() {
+            if Some(conn) == self.sender.conn || self.accepted >= self.cfg.expect {
+                continue;
+            }
+            let slot = &mut self.slots[usize::from(self.accepted)];
+            slot.conn = Some(conn);
+            defmt::info!(
+                "accepted connection {=u16} as slot {=u8}",
+                conn.0,
+                self.accepted
+            );
+            self.accepted += 1;
+        }
+        // Receives and hello for each accepted sender.
+        for s in 0..usize::from(self.accepted) {
+            let slot = self.slots[s];
+            let Some(conn) = slot.conn else { continue };
+            let mut next = slot.next_recv;
+            while next < self.cfg.count && self.port.recv_free() > 0 {
+                let op = op_of(self.cfg.workload, next);
+                if consumes_receive(op) {
+                    let addr = self.layout.at(self.layout.recv_bufs, s as u32, next);
+                    let rr = RecvRequest {
+                        id: u64::from(next),
+                        local: LocalBuf {
+                            key,
+                            addr,
+                            len: self.cfg.size,
+                        },
+                    };
+                    if self.port.post_recv(conn, rr).is_err() {
+                        break;
+                    }
+                }
+                next += 1;
+            }
+            self.slots[s].next_recv = next;
+            if next < self.cfg.count {
+                continue;
+            }
+            if !slot.done_recv_posted {
+                let rr = RecvRequest {
+                    id: DONE_WR,
+                    local: LocalBuf {
+                        key,
+                        addr: HOST_BASE + 4096 + 64 * s as u64,
+                        len: CTRL_MSG_LEN,
+                    },
+                };
+                if self.port.post_recv(conn, rr).is_err() {
+                    continue;
+                }
+                self.slots[s].done_recv_posted = true;
+            }
+            if !slot.hello_sent && self.port.send_free() > 0 {
+                let addr = HOST_BASE + 8192 + 64 * s as u64;
+                put_u32s(
+                    mem,
+                    addr,
+                    [HELLO_MAGIC, s as u32, key, u32::from(self.cfg.node)],
+                );
+                let wr = WorkRequest {
+                    id: HELLO_WR,
+                    op: Op::Send,
+                    local: LocalBuf {
+                        key,
+                        addr,
+                        len: CTRL_MSG_LEN,
+                    },
+                };
+                if self.port.post_send(conn, wr).is_ok() {
+                    self.slots[s].hello_sent = true;
+                    defmt::info!("hello sent to slot {=usize}", s);
+                }
+            }
+        }
+        if self.phase == Phase::Connect && (!self.is_sender() || self.sender.remote_key.is_some()) {
+            self.phase = Phase::Run;
+        }
+    }
+
+    fn run_sender(&mut self, now: Instant, mem: &mut HostWindow<'_>) {
+        let (Some(conn), Some(rkey), Some(key), Some(target)) = (
+            self.sender.conn,
+            self.sender.remote_key,
+            self.key,
+            self.cfg.target,
+        ) else {
+            return;
+        };
+        let receiver = self
+            .cfg
+            .peers
+            .get(usize::from(target))
+            .map_or(0, |_| target_node(&self.cfg, target));
+        let l = self.layout;
+        while self.sender.next < self.cfg.count
+            && self.sender.in_flight < self.cfg.depth
+            && self.port.send_free() > 0
+        {
+            let i = self.sender.next;
+            let slot = self.sender.slot;
+            let op = op_of(self.cfg.workload, i);
+            let local_src = LocalBuf {
+                key,
+                addr: l.at(l.src, 0, i),
+                len: self.cfg.size,
+            };
+            let target_at = MemoryTarget {
+                key: rkey,
+                addr: l.at(l.write_sink, slot, i),
+            };
+            let wr = match op {
+                Opcode::Write => WorkRequest {
+                    id: u64::from(i),
+                    op: Op::Write { remote: target_at },
+                    local: local_src,
+                },
+                Opcode::WriteImm => WorkRequest {
+                    id: u64::from(i),
+                    op: Op::WriteImm {
+                        remote: target_at,
+                        imm: i,
+                    },
+                    local: local_src,
+                },
+                Opcode::Send => WorkRequest {
+                    id: u64::from(i),
+                    op: Op::Send,
+                    local: local_src,
+                },
+                _ => WorkRequest {
+                    id: u64::from(i),
+                    op: Op::Read {
+                        remote: MemoryTarget {
+                            key: rkey,
+                            addr: l.at(l.read_source, 0, i),
+                        },
+                    },
+                    local: LocalBuf {
+                        key,
+                        addr: l.at(l.read_sink, 0, i),
+                        len: self.cfg.size,
+                    },
+                },
+            };
+            if op != Opcode::Read {
+                fill_pattern(
+                    mem,
+                    local_src.addr,
+                    l.size,
+                    pattern_seed(self.cfg.seed, receiver, u64::from(slot), i),
+                );
+            }
+            if self.port.post_send(conn, wr).is_err() {
+                break;
+            }
+            self.sender.first_post.get_or_insert(now);
+            self.first_data.get_or_insert(now);
+            self.sender.next += 1;
+            self.sender.in_flight += 1;
+        }
+        if self.sender.completed == self.cfg.count
+            && !self.sender.done_posted
+            && self.port.send_free() > 0
+        {
+            let addr = HOST_BASE + 12288;
+            put_u32s(
+                mem,
+                addr,
+                [
+                    DONE_MAGIC,
+                    u32::from(self.cfg.node),
+                    self.cfg.count,
+                    self.sender.failed,
+                ],
+            );
+            let wr = WorkRequest {
+                id: DONE_WR,
+                op: Op::SendImm { imm: DONE_IMM },
+                local: LocalBuf {
+                    key,
+                    addr,
+                    len: CTRL_MSG_LEN,
+                },
+            };
+            if self.port.post_send(conn, wr).is_ok() {
+                self.sender.done_posted = true;
+                defmt::info!("all {=u32} messages complete; done sent", self.cfg.count);
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        let sender_done = !self.is_sender() || self.sender.done;
+        let receiver_done = !self.is_receiver()
+            || (self.accepted == self.cfg.expect
+                && self.slots[..usize::from(self.cfg.expect)]
+                    .iter()
+                    .all(|s| s.done));
+        sender_done && receiver_done && self.phase == Phase::Run
+    }
+
+    fn drain_completions(&mut self, now: Instant, mem: &mut HostWindow<'_>) {
+        let _ = self.port.take_completion_doorbell();
+        while let Some(c) = self.port.poll_completion() {
+            self.completions += 1;
+            self.on_completion(now, mem, c);
+        }
+    }
+
+    fn on_completion(&mut self, now: Instant, mem: &mut HostWindow<'_>, c: Completion) {
+        let ok = c.status == Status::Success;
+        if !ok {
+            defmt::warn!("completion wr {=u64} failed", c.wr_id);
+            println!(
+                "METAROCE-WARN node={} wr={} status={:?}",
+                self.cfg.node, c.wr_id, c.status
+            );
+        }
+        if Some(c.conn) == self.sender.conn {
+            match (c.opcode, c.wr_id) {
+                (Opcode::Recv, HELLO_WR) => {
+                    if let Some([HELLO_MAGIC, slot, key, _]) =
+                        get_u32s(mem, HOST_BASE).filter(|_| ok)
+                    {
+                        self.sender.slot = slot;
+                        self.sender.remote_key = Some(key);
+                        defmt::info!("hello: slot {=u32}, remote key {=u32:#x}", slot, key);
+                    }
+                    return;
+                }
+                (Opcode::Send, DONE_WR) => {
+                    self.sender.done = true;
+                    if !ok {
+                        self.sender.failed += 1;
+                    }
+                    return;
+                }
+                (Opcode::Write | Opcode::WriteImm | Opcode::Send | Opcode::Read, i)
+                    if i < u64::from(self.cfg.count) =>
+                {
+                    self.sender.in_flight = self.sender.in_flight.saturating_sub(1);
+                    self.sender.completed += 1;
+                    self.sender.last_completion = Some(now);
+                    self.last_data = Some(now);
+                    if !ok {
+                        self.sender.failed += 1;
+                        return;
+                    }
+                    self.sender.bytes += u64::from(self.cfg.size);
+                    if c.opcode == Opcode::Read {
+                        let target = self.cfg.target.unwrap_or(0);
+                        let seed = pattern_seed(
+                            self.cfg.seed,
+                            target_node(&self.cfg, target),
+                            READ_SOURCE,
+                            i as u32,
+                        );
+                        self.sender.reads_checked += 1;
+                        if !matches_pattern(
+                            mem,
+                            self.layout.at(self.layout.read_sink, 0, i as u32),
+                            self.layout.size,
+                            seed,
+                        ) {
+                            self.sender.reads_bad += 1;
+                            println!("METAROCE-WARN node={} read {} corrupt", self.cfg.node, i);
+                        }
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        let Some(s) = self.slots[..usize::from(self.accepted)]
+            .iter()
+            .position(|s| s.conn == Some(c.conn))
+        else {
+            return;
+        };
+        match c.opcode {
+            Opcode::Recv | Opcode::RecvWriteImm if c.wr_id == DONE_WR => {
+                self.verify_slot(s, mem);
+                self.slots[s].done = true;
+                self.last_data = Some(now);
+            }
+            Opcode::Recv | Opcode::RecvWriteImm => {
+                self.slots[s].receives += 1;
+                self.first_data.get_or_insert(now);
+                if !ok {
+                    self.slots[s].failed += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks every byte the sender of slot `s` placed.
+    fn verify_slot(&mut self, s: usize, mem: &HostWindow<'_>) {
+        let l = self.layout;
+        let mut bad = 0;
+        let mut bytes = 0;
+        let mut expected_receives = 0;
+        for i in 0..self.cfg.count {
+            let op = op_of(self.cfg.workload, i);
+            let seed = pattern_seed(self.cfg.seed, self.cfg.node, s as u64, i);
+            let addr = match op {
+                Opcode::Write | Opcode::WriteImm => l.at(l.write_sink, s as u32, i),
+                Opcode::Send => l.at(l.recv_bufs, s as u32, i),
+                _ => continue,
+            };
+            expected_receives += u32::from(consumes_receive(op));
+            if matches_pattern(mem, addr, l.size, seed) {
+                bytes += l.size;
+            } else {
+                bad += 1;
+                println!(
+                    "METAROCE-WARN node={} slot={} message={} corrupt",
+                    self.cfg.node, s, i
+                );
+            }
+        }
+        let slot = &mut self.slots[s];
+        if slot.receives != expected_receives {
+            println!(
+                "METAROCE-WARN node={} slot={} receives={} expected={}",
+                self.cfg.node, s, slot.receives, expected_receives
+            );
+            bad += 1;
+        }
+        slot.bad = bad + slot.failed;
+        slot.bytes = bytes;
+        defmt::info!("slot {=usize} verified: {=u32} bad", s, slot.bad);
+    }
+
+    fn report(&self, now: Instant, node: &impl NodeServices) -> Outcome {
+        let c = node.counters(now);
+        let start = self.first_data.unwrap_or(self.started);
+        let end = self.last_data.unwrap_or(now);
+        let elapsed_us = end.saturating_duration_since(start).as_micros().max(1) as u64;
+        let bytes = self.bytes();
+        let goodput_mbps = bytes * 8 / elapsed_us;
+        let goodput_frac = (bytes * 8 % elapsed_us) * 100 / elapsed_us;
+        let errors = self.sender.failed
+            + self.sender.reads_bad
+            + self.slots.iter().map(|s| s.bad).sum::<u32>();
+        let complete = (!self.is_sender()
+            || (self.sender.done && self.sender.completed == self.cfg.count))
+            && (!self.is_receiver()
+                || self.slots[..usize::from(self.cfg.expect)]
+                    .iter()
+                    .all(|s| s.done));
+        let ok = errors == 0 && complete && self.phase != Phase::Register;
+        let role = match (self.is_sender(), self.is_receiver()) {
+            (true, true) => "both",
+            (true, false) => "sender",
+            (false, true) => "receiver",
+            (false, false) => "idle",
+        };
+        println!(
+            "METAROCE-RESULT node={} role={} transport={} bytes={} elapsed_us={} goodput_mbps={}.{:02} completions={} errors={} retransmits={} timeouts={} ce={} rate_hint_mbps={} tx_frames={} rx_frames={} ping_rtt_us={} integrity={}",
+            self.cfg.node,
+            role,
+            match self.cfg.transport {
+                crate::config::TransportKind::MetaRoce => "metaroce",
+                crate::config::TransportKind::Datagram => "datagram",
+            },
+            bytes,
+            elapsed_us,
+            goodput_mbps,
+            goodput_frac,
+            self.completions,
+            errors,
+            c.retransmits,
+            c.timeouts,
+            c.ce,
+            c.rate_hint_mbps,
+            c.tx_frames,
+            c.rx_frames,
+            self.ping_rtt_ns / 1000,
+            if ok { "OK" } else { "FAIL" }
+        );
+        if ok {
+            Outcome::Ok
+        } else {
+            Outcome::Failed
+        }
+    }
+}
+
+/// The node number of peer `index`, as the harness numbers them: peers are
+/// listed in node order, skipping this node.
+fn target_node(cfg: &NodeConfig, index: u8) -> u8 {
+    if index < cfg.node {
+        index
+    } else {
+        index + 1
+    }
+}
+
+/// The transport address of peer `index`.
+pub fn peer_addr(cfg: &NodeConfig, index: usize) -> Option<PeerAddr> {
+    let peer = cfg.peers.get(index)?;
+    Some(PeerAddr {
+        ip: IpAddress::Ipv4(peer.ip),
+        port: cfg.port,
+    })
+}
