@@ -1,6 +1,161 @@
-//! `metaroce-qemu`: command-line front end of the harness (work in progress).
+//! `metaroce-qemu`: boots MetaRoCE firmware nodes under QEMU through an
+//! emulated lossy fabric and prints a summary. Exit status 0 only if every
+//! node finished with integrity OK; 1 on integrity failure, panic or hang;
+//! 2 if the run could not start.
 
-fn main() {
-    eprintln!("metaroce-qemu: not ready yet (issue 4)");
-    std::process::exit(2);
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use metaroce_qemu::fabric::Impairments;
+use metaroce_qemu::{run, RunOptions, Topology};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TopologyArg {
+    Pair,
+    Incast,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "metaroce-qemu",
+    about = "Run MetaRoCE firmware nodes under QEMU through an emulated lossy Ethernet fabric"
+)]
+struct Args {
+    /// Firmware ELF (built for aarch64-unknown-none).
+    #[arg(long)]
+    elf: PathBuf,
+    /// QEMU binary.
+    #[arg(long, default_value = "qemu-system-aarch64")]
+    qemu: String,
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// pair: node 0 sends to node 1; incast: all send to the last node.
+    #[arg(long, value_enum, default_value_t = TopologyArg::Pair)]
+    topology: TopologyArg,
+    /// mixed, write, send or read.
+    #[arg(long, default_value = "mixed")]
+    workload: String,
+    /// metaroce, or datagram (the unreliable bring-up transport).
+    #[arg(long, default_value = "metaroce")]
+    transport: String,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 65536)]
+    size: u32,
+    /// Messages per sender.
+    #[arg(long, default_value_t = 32)]
+    count: u32,
+    /// Messages in flight per sender.
+    #[arg(long, default_value_t = 8)]
+    depth: u32,
+    /// Random loss in percent.
+    #[arg(long, default_value_t = 1.0)]
+    loss: f64,
+    /// Probability (percent) that a frame starts a loss burst.
+    #[arg(long, default_value_t = 0.0)]
+    burst_loss: f64,
+    /// Mean frames per loss burst.
+    #[arg(long, default_value_t = 3.0)]
+    burst_len: f64,
+    /// Duplicated frames in percent.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Reordered (held back) frames in percent.
+    #[arg(long, default_value_t = 2.0)]
+    reorder: f64,
+    /// One-way delay in microseconds.
+    #[arg(long, default_value_t = 100)]
+    delay_us: u64,
+    /// Uniform jitter in microseconds.
+    #[arg(long, default_value_t = 100)]
+    jitter_us: u64,
+    /// Egress rate limit in Mbit/s (0: none).
+    #[arg(long, default_value_t = 200)]
+    rate_mbps: u64,
+    /// Egress queue size in KiB.
+    #[arg(long, default_value_t = 128)]
+    queue_kib: usize,
+    /// Queue depth in KiB above which ECN-capable frames are CE-marked (0: never).
+    #[arg(long, default_value_t = 16)]
+    ecn_kib: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bound on the run in seconds; nodes still running are killed.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Write every delivered frame here (open with tshark/Wireshark).
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Consoles and decoded defmt logs go here.
+    #[arg(long, default_value = "target/qemu-run")]
+    out_dir: PathBuf,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let opts = RunOptions {
+        elf: a.elf,
+        qemu: a.qemu,
+        nodes: a.nodes,
+        topology: match a.topology {
+            TopologyArg::Pair => Topology::Pair,
+            TopologyArg::Incast => Topology::Incast,
+        },
+        workload: a.workload,
+        transport: a.transport,
+        size: a.size,
+        count: a.count,
+        depth: a.depth,
+        seed: a.seed,
+        impairments: Impairments {
+            loss: a.loss / 100.0,
+            burst_start: a.burst_loss / 100.0,
+            burst_len: a.burst_len,
+            duplicate: a.duplicate / 100.0,
+            delay: Duration::from_micros(a.delay_us),
+            jitter: Duration::from_micros(a.jitter_us),
+            reorder: a.reorder / 100.0,
+            reorder_delay: Duration::from_micros(a.delay_us.max(100) * 3),
+            rate_mbps: a.rate_mbps,
+            queue_bytes: a.queue_kib * 1024,
+            ecn_threshold_bytes: if a.ecn_kib == 0 {
+                usize::MAX
+            } else {
+                a.ecn_kib * 1024
+            },
+            seed: a.seed,
+        },
+        timeout: Duration::from_secs(a.duration),
+        pcap: a.pcap,
+        out_dir: a.out_dir,
+        progress: !a.quiet,
+    };
+    match run(&opts) {
+        Ok(report) => {
+            print!("{}", report.summary());
+            for n in &report.nodes {
+                if let Some(p) = &n.panic {
+                    println!("node {} panicked: {p}", n.node);
+                }
+                for e in &n.errors {
+                    println!("node {} error: {e}", n.node);
+                }
+            }
+            println!("logs: {}", opts.out_dir.display());
+            if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                println!("FAILED: integrity, panic or hang (see the table)");
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("metaroce-qemu: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -315,7 +315,10 @@ impl<'a> Workload<'a> {
         self.drain_completions(now, mem);
         match self.phase {
             Phase::Register => self.register(now, mem),
-            Phase::Ping => self.ping(now, node),
+            Phase::Ping => {
+                self.open_sender(now, node);
+                self.ping(now, node);
+            }
             Phase::Connect | Phase::Run => {
                 self.connect(now, mem, node);
                 self.run_sender(now, mem);
@@ -444,7 +447,10 @@ impl<'a> Workload<'a> {
         }
     }
 
-    fn connect(&mut self, now: Instant, mem: &mut HostWindow<'_>, node: &mut impl NodeServices) {
+    /// A sender opens its connection and posts the receive for the hello
+    /// before it pings, so the hello (sent by the receiver once the ping
+    /// answered, a round trip later) always finds it.
+    fn open_sender(&mut self, now: Instant, node: &mut impl NodeServices) {
         let Some(key) = self.key else { return };
         if let Some(target) = self.cfg.target {
             if self.sender.conn.is_none() {
@@ -463,6 +469,11 @@ impl<'a> Workload<'a> {
                 }
             }
         }
+    }
+
+    fn connect(&mut self, now: Instant, mem: &mut HostWindow<'_>, node: &mut impl NodeServices) {
+        let Some(key) = self.key else { return };
+        self.open_sender(now, node);
         while let Some(conn) = node.poll_accepted() {
             if Some(conn) == self.sender.conn || self.accepted >= self.cfg.expect {
                 continue;
