@@ -362,15 +362,15 @@ fn switch(
                 if port.queued_bytes > imp.ecn_threshold_bytes && mark_ce(&mut out) {
                     port.stats.ce_marked += 1;
                 }
-                let departs = if imp.rate_mbps == 0 {
-                    arrived
-                } else {
-                    let serialise = Duration::from_nanos(len as u64 * 8 * 1000 / imp.rate_mbps);
+                let departs = if let Some(ns) = (len as u64 * 8 * 1000).checked_div(imp.rate_mbps) {
+                    let serialise = Duration::from_nanos(ns);
                     let d = port.free_at.max(arrived) + serialise;
                     port.free_at = d;
                     port.queue.push_back((d, len));
                     port.queued_bytes += len;
                     d
+                } else {
+                    arrived
                 };
                 let mut at = departs + imp.delay + uniform(&mut rng, imp.jitter);
                 if chance(&mut rng, imp.reorder) {
@@ -428,7 +428,9 @@ mod tests {
                 a.send_to(&f, ports[0].fabric).unwrap();
             }
             // A broadcast reaches B too; a frame to an unknown MAC goes nowhere.
-            a.send_to(&frame(0xff, 1, 60), ports[0].fabric).unwrap();
+            let mut broadcast = frame(0, 1, 60);
+            broadcast[..6].fill(0xff);
+            a.send_to(&broadcast, ports[0].fabric).unwrap();
             a.send_to(&frame(9, 1, 60), ports[0].fabric).unwrap();
             let mut got = 0;
             let mut buf = [0u8; 2048];
@@ -436,7 +438,7 @@ mod tests {
                 got += 1;
             }
             let stats = fabric.stop().unwrap();
-            assert_eq!(stats[1].frames_in, 51);
+            assert_eq!(stats[1].frames_in, 51, "loss {loss}: {stats:?}");
             assert_eq!(stats[1].frames_out, got);
             assert_eq!(stats[1].frames_out + stats[1].dropped(), 51);
             assert_eq!(expect_all, got == 51);
