@@ -257,6 +257,14 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let elf = std::fs::read(&opts.elf)
         .map_err(|e| RunError::Elf(format!("{}: {e}", opts.elf.display())))?;
     std::fs::create_dir_all(&opts.out_dir)?;
+    if let Some(dir) = opts
+        .pcap
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)?;
+    }
     let specs = node_specs(opts);
     let macs: Vec<[u8; 6]> = specs.iter().map(|s| s.mac).collect();
     let fabric = Fabric::start(&macs, opts.impairments.clone(), opts.pcap.as_deref())?;

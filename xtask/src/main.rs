@@ -33,8 +33,8 @@ const COMMANDS: &[(&str, &str)] = &[
         "run every check and test in order (or only the named steps); see --list",
     ),
     (
-        "qemu",
-        "the main job (for now a host demo of the wire format; the QEMU run arrives with issue 4)",
+        "qemu [HARNESS ARGS]",
+        "the main job: 2 QEMU nodes, mixed RDMA workload, 1% loss + reordering + ECN (args go to metaroce-qemu; `-- --help`)",
     ),
     ("help", "print this message"),
 ];

@@ -5,11 +5,11 @@ pub const FIRMWARE_TARGET: &str = "aarch64-unknown-none";
 
 /// Library crates that are `no_std` and must build for [`FIRMWARE_TARGET`]:
 /// each is linted for that target. Add `metaroce-platform` etc. here.
-pub const NO_STD_CRATES: &[&str] = &["metaroce-core", "roce-baseline"];
+pub const NO_STD_CRATES: &[&str] = &["metaroce-core", "roce-baseline", "metaroce-platform"];
 
 /// `no_std` crates built in release for [`FIRMWARE_TARGET`] whose compiled
 /// code, dependencies included, must not reference an allocator.
-pub const ALLOCATION_FREE_CRATES: &[&str] = &["metaroce-core"];
+pub const ALLOCATION_FREE_CRATES: &[&str] = &["metaroce-core", "metaroce-platform"];
 
 /// Crate folders (relative to the root) whose `src/` must contain no
 /// `unsafe` and no `alloc`, and whose `src/lib.rs` must declare `#![no_std]`

@@ -61,6 +61,16 @@ pub const STEPS: &[Step] = &[
         what: "release build of the core for aarch64-unknown-none, no allocator linked",
         run: no_alloc_step,
     },
+    Step {
+        name: "qemu-firmware",
+        what: "lints and builds the qemu-virt firmware (release), prints its .text size",
+        run: crate::qemu::firmware_step,
+    },
+    Step {
+        name: "qemu-runs",
+        what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
+        run: crate::qemu::runs_step,
+    },
 ];
 
 /// Test counts summed over every step that runs tests.

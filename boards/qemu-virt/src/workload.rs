@@ -264,6 +264,8 @@ pub struct Workload<'a> {
     first_data: Option<Instant>,
     last_data: Option<Instant>,
     next_progress: Instant,
+    next_hint_sample: Instant,
+    min_rate_hint: Option<u32>,
 }
 
 impl<'a> Workload<'a> {
@@ -288,6 +290,8 @@ impl<'a> Workload<'a> {
             first_data: None,
             last_data: None,
             next_progress: now,
+            next_hint_sample: now,
+            min_rate_hint: None,
         })
     }
 
@@ -332,6 +336,15 @@ impl<'a> Workload<'a> {
                 if now >= until {
                     return Some(self.report(now, node));
                 }
+            }
+        }
+        if self.is_receiver() && self.phase == Phase::Run && now >= self.next_hint_sample {
+            // The fair-share hint while senders are active (it rises again
+            // once they go quiet).
+            self.next_hint_sample = now + Duration::from_millis(5);
+            let hint = node.counters(now).rate_hint_mbps;
+            if hint > 0 && self.slots.iter().any(|s| s.conn.is_some() && !s.done) {
+                self.min_rate_hint = Some(self.min_rate_hint.map_or(hint, |m| m.min(hint)));
             }
         }
         if now >= self.next_progress {
@@ -851,7 +864,7 @@ impl<'a> Workload<'a> {
             c.retransmits,
             c.timeouts,
             c.ce,
-            c.rate_hint_mbps,
+            self.min_rate_hint.unwrap_or(c.rate_hint_mbps),
             c.tx_frames,
             c.rx_frames,
             self.ping_rtt_ns / 1000,
