@@ -181,10 +181,7 @@ mod tests {
         // Marks within one RTT: one decision at the RTT boundary only.
         cc.on_delivery(us(10), 10, 10, rtt);
         let after_first = cc.rate_mbps();
-        assert!(
-            after_first < 100_000 && after_first >= 50_000,
-            "{after_first}"
-        );
+        assert!((50_000..100_000).contains(&after_first), "{after_first}");
         cc.on_delivery(us(12), 10, 10, rtt);
         cc.on_delivery(us(15), 10, 10, rtt);
         assert_eq!(cc.rate_mbps(), after_first, "no second cut within the RTT");

@@ -137,6 +137,9 @@ impl Config {
     /// of milliseconds, so every timer is scaled up.
     pub fn for_emulation() -> Config {
         Config {
+            // Standard 1500-byte Ethernet frames: 1024 B of payload fits
+            // with the 94 bytes of MetaRoCE/UDP/IP headers and CRC.
+            mtu: 1024,
             link_rate_mbps: 1_000,
             active_sender_window: Duration::from_millis(20),
             ack_delay: Duration::from_micros(200),

@@ -303,13 +303,18 @@ impl<const P: usize> PathSet<P> {
             };
             let ecn_bad = self.paths[i].ecn_frac > ecn_median.saturating_mul(2) + ONE / 10;
             let p = &mut self.paths[i];
+            // A path judged on too few packets keeps counting into the next
+            // epoch (the weighting may have steered traffic off it).
+            let judged = sent >= 16 || loss_bad;
             if loss_bad || ecn_bad {
                 p.strikes += 1;
-            } else {
+            } else if judged {
                 p.strikes = 0;
             }
-            p.epoch_sent = 0;
-            p.epoch_lost = 0;
+            if judged {
+                p.epoch_sent = 0;
+                p.epoch_lost = 0;
+            }
             if p.strikes >= 2 {
                 let e = self.draw_entropy(base, span, rng);
                 self.paths[i].reroll(e);

@@ -524,10 +524,11 @@ fn frame_round_trip_every_family_and_codepoint() {
             assert_eq!(info.is_ce(), codepoint == ecn::CE);
             assert_eq!(info.ip, ip);
             assert_eq!(got, transport.as_slice());
-            // A reply goes back to where the frame came from.
-            let reply = info.reply(50_000, ecn::ECT0);
+            // A reply goes back to the sender's host, at its MetaRoCE port.
+            let reply = info.reply(50_000, DEFAULT_UDP_PORT, ecn::ECT0);
             assert_eq!(reply.ip, ip_reversed(ip));
-            assert_eq!(reply.dst_port, e.src_port);
+            assert_eq!(reply.dst_port, DEFAULT_UDP_PORT);
+            assert_eq!(reply.src_port, 50_000);
             assert_eq!((reply.src_mac, reply.dst_mac), (e.dst_mac, e.src_mac));
         }
     }

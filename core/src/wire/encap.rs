@@ -114,14 +114,16 @@ impl FrameInfo {
         self.ecn == ecn::CE
     }
 
-    /// The encapsulation of a reply: addresses and ports swapped.
-    pub fn reply(&self, src_port: u16, ecn_codepoint: u8) -> EncapRepr {
+    /// The encapsulation of a reply: addresses swapped, sent from `src_port`
+    /// (the replier's path entropy) to the peer's MetaRoCE port `dst_port`
+    /// (not to this frame's source port, which is the sender's entropy).
+    pub fn reply(&self, src_port: u16, dst_port: u16, ecn_codepoint: u8) -> EncapRepr {
         EncapRepr {
             src_mac: self.dst_mac,
             dst_mac: self.src_mac,
             ip: self.ip.reversed(),
             src_port,
-            dst_port: self.src_port,
+            dst_port,
             dscp: self.dscp,
             ecn: ecn_codepoint,
             hop_limit: 64,
@@ -272,6 +274,11 @@ pub fn parse_frame(frame: &[u8], udp_port: u16) -> Result<(FrameInfo, &[u8])> {
     let udp = UdpPacket::new_checked(udp_bytes).map_err(|_| Error::Encapsulation)?;
     let udp_repr =
         UdpRepr::parse(&udp, &ip.src(), &ip.dst(), &caps).map_err(|_| Error::Encapsulation)?;
+    // smoltcp treats a zero UDP checksum as "none" for both families; over
+    // IPv6 a zero checksum is invalid (RFC 8200 section 8.1, spec 3.1.5).
+    if matches!(ip, IpPair::V6 { .. }) && udp.checksum() == 0 {
+        return Err(Error::Encapsulation);
+    }
     if udp_repr.dst_port != udp_port {
         return Err(Error::NotMetaRoce);
     }

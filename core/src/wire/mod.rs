@@ -24,7 +24,7 @@ pub use encap::{EncapRepr, FrameInfo, IpPair};
 pub use packet::{
     parse, AcceptRepr, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, DataRepr, Flags, Header,
     MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType, Placement, ReadRequestRepr,
-    ReadResponseRepr, Repr, SendRepr, WriteRepr, HEADER_LEN,
+    ReadResponseRepr, Repr, SendRepr, WriteImm, WriteRepr, HEADER_LEN,
 };
 pub use sack::SackBits;
 

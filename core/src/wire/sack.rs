@@ -31,7 +31,14 @@ impl core::fmt::Debug for SackBits {
 #[cfg(feature = "defmt")]
 impl defmt::Format for SackBits {
     fn format(&self, f: defmt::Formatter) {
-        defmt::write!(f, "SackBits({=[u64]:x})", self.words)
+        defmt::write!(
+            f,
+            "SackBits({=u64:x} {=u64:x} {=u64:x} {=u64:x})",
+            self.words[3],
+            self.words[2],
+            self.words[1],
+            self.words[0]
+        )
     }
 }
 
