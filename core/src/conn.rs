@@ -927,7 +927,7 @@ impl<const P: usize> Connection<P> {
             return;
         }
         // Spurious retransmission: the echoed transmission is an earlier one
-        // than the latest we sent for that PSN (spec 4.6.4).
+        // than the latest we sent for that PSN (spec 4.6.2).
         let echo_off = psn_diff(ack.echo_psn, self.snd_una);
         if echo_off >= 0 && (echo_off as u32) < in_flight_span {
             let tx = self.window.transmissions(ack.echo_psn);
