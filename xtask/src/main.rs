@@ -14,6 +14,7 @@
 //! `system` (installing Debian packages a step needs). To add a subcommand,
 //! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
 
+mod bench;
 mod no_alloc;
 mod project;
 mod qemu;
@@ -36,6 +37,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "qemu [HARNESS ARGS]",
         "the main job: 2 QEMU nodes, mixed RDMA workload, 1% loss + reordering + ECN (args go to metaroce-qemu; `-- --help`)",
     ),
+    (
+        "bench [--simd-crc] [ARGS]",
+        "engine ns/packet (TX -> RX -> ACK, 4 KiB) beside one 4 KiB memcpy, bytes per connection; CSV in target/metaroce/",
+    ),
     ("help", "print this message"),
 ];
 
@@ -56,6 +61,7 @@ fn run(args: &[String]) -> Result<(), Error> {
     match cmd {
         "test" => test::run(rest),
         "qemu" => qemu::run(rest),
+        "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {
             print!("{}", usage());
             Ok(())

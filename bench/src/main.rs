@@ -1,0 +1,257 @@
+//! `metaroce-bench`: measures the engine's cost per packet and memory per
+//! connection and prints them as a table and as CSV. Run it in release,
+//! through `cargo xtask bench` (which also names the CSV file).
+//!
+//! Not a test: it asserts nothing about time. Numbers vary with the machine
+//! and with whatever else runs on it; each timing is the best of a few runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant as WallClock;
+
+use metaroce_bench::measure::{self, Row};
+use metaroce_bench::{Pair, PhaseTimes, PAYLOAD};
+use metaroce_core::wire::CRC_LEN;
+
+const USAGE: &str = "\
+Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH]
+
+  --messages N  4 KiB WRITEs per timed run (default 200000)
+  --repeats R   timed runs; the best is reported (default 3)
+  --csv PATH    where to write metric,value,unit rows
+                (default target/metaroce/bench.csv)
+";
+
+struct Args {
+    messages: u64,
+    repeats: u32,
+    csv: PathBuf,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut parsed = Args {
+        messages: 200_000,
+        repeats: 3,
+        csv: PathBuf::from("target/metaroce/bench.csv"),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--messages" => {
+                parsed.messages = value("--messages")?
+                    .parse()
+                    .map_err(|e| format!("--messages: {e}"))?;
+            }
+            "--repeats" => {
+                parsed.repeats = value("--repeats")?
+                    .parse()
+                    .map_err(|e| format!("--repeats: {e}"))?;
+            }
+            "--csv" => parsed.csv = PathBuf::from(value("--csv")?),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if parsed.messages == 0 || parsed.repeats == 0 {
+        return Err("--messages and --repeats must be at least 1".into());
+    }
+    Ok(parsed)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run(args: &Args) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
+    let mut pair = Pair::connected()?;
+    // Warm caches, branch predictors and the RTT estimators.
+    pair.run_writes((args.messages / 10).max(1), None)?;
+
+    let mut cycle_ns = Vec::new();
+    let mut replies_per_packet = 0.0;
+    for _ in 0..args.repeats {
+        let start = WallClock::now();
+        let counts = pair.run_writes(args.messages, None)?;
+        let elapsed = start.elapsed();
+        cycle_ns.push(measure::per_iteration(elapsed, counts.data_packets));
+        replies_per_packet = counts.replies as f64 / counts.data_packets.max(1) as f64;
+    }
+    let mut phases = PhaseTimes::default();
+    let phase_counts = pair.run_writes(args.messages, Some(&mut phases))?;
+    let phase_ns = |d| measure::per_iteration(d, phase_counts.data_packets);
+
+    let (data_len, reply_len) = pair.packet_lens();
+    let crc_data = measure::best_of(args.repeats, || {
+        measure::crc32_ns(data_len - CRC_LEN, 100_000)
+    });
+    let crc_reply = measure::best_of(args.repeats, || {
+        measure::crc32_ns(reply_len.max(CRC_LEN) - CRC_LEN, 1_000_000)
+    });
+    let memcpy = measure::best_of(args.repeats, || measure::memcpy_ns(PAYLOAD, 1_000_000));
+
+    let best = cycle_ns.iter().copied().fold(f64::INFINITY, f64::min);
+    // Each data packet: CRC by the sender, check by the receiver; the same
+    // for each reply.
+    let crc_cycle = 2.0 * crc_data + 2.0 * replies_per_packet * crc_reply;
+    let without_crc = best - crc_cycle;
+    let n = args.repeats;
+
+    let mut rows = vec![
+        Row::new(
+            "cycle_ns_per_packet",
+            best,
+            "ns",
+            format!(
+                "TX -> RX -> ACK per 4 KiB data packet, engine + software CRC-32 (best of {n})"
+            ),
+        ),
+        Row::new(
+            "cycle_ns_per_packet_median",
+            median(cycle_ns),
+            "ns",
+            format!("  the same, median of {n}"),
+        ),
+        Row::new("cycle_mpps", 1000.0 / best, "Mpps", "  packet rate (best)"),
+        Row::new(
+            "crc32_data_packet_ns",
+            crc_data,
+            "ns",
+            format!("CRC-32 over one data packet ({} B)", data_len - CRC_LEN),
+        ),
+        Row::new(
+            "crc32_reply_ns",
+            crc_reply,
+            "ns",
+            format!(
+                "CRC-32 over one ACK ({} B)",
+                reply_len.max(CRC_LEN) - CRC_LEN
+            ),
+        ),
+        Row::new(
+            "crc32_per_cycle_ns",
+            crc_cycle,
+            "ns",
+            "CRC-32 per cycle (sender + receiver, data + ACKs)",
+        ),
+        Row::new(
+            "engine_without_crc_ns_per_packet",
+            without_crc,
+            "ns",
+            "engine without CRC (derived: total - CRC per cycle)",
+        ),
+        Row::new(
+            "engine_without_crc_mpps",
+            1000.0 / without_crc.max(f64::MIN_POSITIVE),
+            "Mpps",
+            "  packet rate without CRC (derived)",
+        ),
+        Row::new(
+            "memcpy_4k_ns",
+            memcpy,
+            "ns",
+            "memcpy of 4 KiB (cache-line aligned, in cache)",
+        ),
+        Row::new(
+            "ratio_cycle_to_memcpy",
+            best / memcpy,
+            "ratio",
+            "engine + CRC / memcpy (goal <= 1)",
+        ),
+        Row::new(
+            "ratio_engine_without_crc_to_memcpy",
+            without_crc / memcpy,
+            "ratio",
+            "engine without CRC / memcpy (goal <= 1)",
+        ),
+        Row::new(
+            "replies_per_data_packet",
+            replies_per_packet,
+            "per packet",
+            "ACKs (and other replies) per data packet",
+        ),
+    ];
+    let phase_rows = [
+        ("phase_post_ns", phases.post, "post_send"),
+        (
+            "phase_sender_tx_ns",
+            phases.sender_tx,
+            "sender poll_transmit + CRC",
+        ),
+        (
+            "phase_receiver_ns",
+            phases.receiver,
+            "receiver handle_packet (CRC check) + ACK out (+ CRC)",
+        ),
+        (
+            "phase_sender_rx_ns",
+            phases.sender_rx,
+            "sender handle_packet(ACK) (CRC check) + completions",
+        ),
+        (
+            "phase_timers_ns",
+            phases.timers,
+            "poll_timeout x2 + handle_timeout",
+        ),
+    ];
+    for (metric, d, label) in phase_rows {
+        rows.push(Row::new(
+            metric,
+            phase_ns(d),
+            "ns",
+            format!("  phase per packet (clocked run): {label}"),
+        ));
+    }
+    rows.push(Row::new(
+        "crc_simd",
+        if cfg!(feature = "simd-crc") { 1.0 } else { 0.0 },
+        "count",
+        "CRC-32 uses run-time SIMD detection (feature simd-crc)",
+    ));
+    rows.extend(measure::memory_rows());
+    Ok(rows)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(a) => a,
+        Err(msg) => {
+            if msg.is_empty() {
+                print!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("metaroce-bench: {msg}\n\n{USAGE}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "metaroce-bench: {} x 4 KiB WRITE per run, {} runs, Endpoint<8, 16>, Config::default() with CcAlgorithm::Fixed at an unlimited link rate, payload never copied",
+        args.messages, args.repeats
+    );
+    let rows = match run(&args) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("metaroce-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", measure::table(&rows));
+    if let Some(dir) = args.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("metaroce-bench: cannot create {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Err(e) = std::fs::write(&args.csv, measure::csv(&rows)) {
+        eprintln!("metaroce-bench: cannot write {}: {e}", args.csv.display());
+        return ExitCode::FAILURE;
+    }
+    println!("CSV: {}", args.csv.display());
+    ExitCode::SUCCESS
+}
