@@ -1,0 +1,47 @@
+//! # metaroce-sim
+//!
+//! A deterministic discrete-event simulator of a data-centre fabric, for
+//! comparing MetaRoCE with RoCEv2 under the same topology, workload and
+//! impairments. Hosts have a NIC that serialises at line rate; switches
+//! have per-port output queues with finite buffers (drop-tail) and ECN
+//! marking (DCTCP threshold or RED); ECMP hashes the 5-tuple including the
+//! UDP source port; links have a rate, a propagation delay, random or
+//! bursty (Gilbert-Elliott) loss, and can fail at a given time.
+//! Topologies: two hosts back to back, and leaf-spine fabrics (64 hosts
+//! by default). Time is virtual ([`metaroce_core::Instant`]); the same seed
+//! gives the same run.
+//!
+//! It is **not** a packet-level model of any particular switch or NIC
+//! (no PFC, no shared buffer, no header parsing in the fabric), and it is
+//! single-threaded std code: no async, no wall clock inside a run.
+//!
+//! Layers:
+//! * [`event`], [`rng`]: the event heap and the seeded random streams.
+//! * [`packet`], [`link`], [`queue`], [`ecmp`]: the fabric's parts.
+//! * [`topology`]: nodes and links; [`network`]: the event loop.
+//! * [`transport`]: the [`SimTransport`] trait hosts run, with adapters
+//!   ([`metaroce`]; the RoCEv2 baseline's belongs beside it).
+//! * [`memory`]: a host's byte arena; [`workload`]: flows of RDMA WRITEs
+//!   with completion times and integrity checks.
+
+pub mod ecmp;
+pub mod event;
+pub mod link;
+pub mod memory;
+pub mod metaroce;
+pub mod network;
+pub mod packet;
+pub mod probe;
+pub mod queue;
+pub mod rng;
+pub mod topology;
+pub mod transport;
+pub mod workload;
+
+pub use link::{LinkConfig, LossModel};
+pub use network::{SimConfig, Simulator, Step};
+pub use packet::{HostId, Packet};
+pub use queue::{EcnPolicy, QueueConfig};
+pub use topology::{LeafSpine, Topology};
+pub use transport::{SimTransport, TransportCounters, TransportError, TxMeta};
+pub use workload::{Flow, FlowResult, FlowStatus, Report, WorkloadConfig};

@@ -1,0 +1,102 @@
+//! A host's memory: one flat byte arena at a base address, which the
+//! transport reads payload from and places payload into through
+//! [`metaroce_core::api::Memory`].
+
+use metaroce_core::api::Memory;
+
+/// Where every host's arena starts (any non-zero address works; zero is
+/// avoided so that a null address is never valid).
+pub const ARENA_BASE: u64 = 0x1000_0000;
+
+/// Value memory is filled with before anything is written, so stray writes
+/// and missing data both show in integrity checks.
+pub const FILL: u8 = 0xEE;
+
+/// A host's memory.
+#[derive(Debug, Clone)]
+pub struct Arena {
+    base: u64,
+    bytes: Vec<u8>,
+    /// Accesses outside the arena (the transport validated them against
+    /// its regions, so these mean a region was registered beyond the
+    /// arena): ignored and counted rather than panicking.
+    pub out_of_bounds: u64,
+}
+
+impl Arena {
+    /// `len` bytes at [`ARENA_BASE`], filled with [`FILL`].
+    pub fn new(len: usize) -> Arena {
+        Arena {
+            base: ARENA_BASE,
+            bytes: vec![FILL; len],
+            out_of_bounds: 0,
+        }
+    }
+
+    /// First address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Bytes in the arena.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the arena is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    fn range(&self, addr: u64, len: usize) -> Option<core::ops::Range<usize>> {
+        let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        let end = start.checked_add(len)?;
+        (end <= self.bytes.len()).then_some(start..end)
+    }
+
+    /// The bytes at `[addr, addr + len)`, if inside the arena.
+    pub fn get(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        self.range(addr, len).map(|r| &self.bytes[r])
+    }
+
+    /// Mutable bytes at `[addr, addr + len)`, if inside the arena.
+    pub fn get_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
+        self.range(addr, len).map(|r| &mut self.bytes[r])
+    }
+}
+
+impl Memory for Arena {
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        match self.get_mut(addr, data.len()) {
+            Some(dst) => dst.copy_from_slice(data),
+            None => self.out_of_bounds += 1,
+        }
+    }
+
+    fn read(&mut self, addr: u64, out: &mut [u8]) {
+        match self.range(addr, out.len()) {
+            Some(r) => out.copy_from_slice(&self.bytes[r]),
+            None => {
+                self.out_of_bounds += 1;
+                out.fill(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked_not_panicked() {
+        let mut a = Arena::new(16);
+        a.write(ARENA_BASE + 4, &[1, 2, 3]);
+        assert_eq!(a.get(ARENA_BASE + 3, 5), Some(&[FILL, 1, 2, 3, FILL][..]));
+        a.write(ARENA_BASE + 15, &[9, 9]);
+        a.write(ARENA_BASE - 1, &[9]);
+        let mut out = [7u8; 2];
+        a.read(u64::MAX, &mut out);
+        assert_eq!((a.out_of_bounds, out), (3, [0, 0]));
+    }
+}

@@ -1,0 +1,189 @@
+//! Topologies: which nodes exist (hosts and switches) and the links
+//! between them. A node's ports are numbered in the order its links were
+//! added. Routing is computed by the simulator from this description
+//! (shortest paths, every equal-cost next hop in the ECMP group).
+
+use crate::link::{LinkConfig, LossModel};
+use crate::packet::HostId;
+use crate::queue::QueueConfig;
+
+/// Index of a node (host or switch).
+pub type NodeId = usize;
+/// Index of a link.
+pub type LinkId = usize;
+
+/// What a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A host with one NIC port; its index among hosts.
+    Host(HostId),
+    /// A switch with output-queued ports.
+    Switch,
+}
+
+/// A full-duplex link between two nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    pub a: NodeId,
+    pub b: NodeId,
+    pub config: LinkConfig,
+}
+
+/// A fabric description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topology {
+    pub nodes: Vec<NodeKind>,
+    /// Node of each host, by host index.
+    pub hosts: Vec<NodeId>,
+    pub links: Vec<Link>,
+    /// Output queue of every switch port.
+    pub queue: QueueConfig,
+}
+
+impl Topology {
+    /// No nodes yet.
+    pub fn empty(queue: QueueConfig) -> Topology {
+        Topology {
+            nodes: Vec::new(),
+            hosts: Vec::new(),
+            links: Vec::new(),
+            queue,
+        }
+    }
+
+    /// Adds a host; returns its host index.
+    pub fn add_host(&mut self) -> HostId {
+        let id = self.hosts.len();
+        self.hosts.push(self.nodes.len());
+        self.nodes.push(NodeKind::Host(id));
+        id
+    }
+
+    /// Adds a switch; returns its node.
+    pub fn add_switch(&mut self) -> NodeId {
+        self.nodes.push(NodeKind::Switch);
+        self.nodes.len() - 1
+    }
+
+    /// Links two nodes; returns the link.
+    pub fn connect(&mut self, a: NodeId, b: NodeId, config: LinkConfig) -> LinkId {
+        self.links.push(Link { a, b, config });
+        self.links.len() - 1
+    }
+
+    /// Two hosts joined by one link, no switch.
+    pub fn back_to_back(link: LinkConfig) -> Topology {
+        let mut t = Topology::empty(QueueConfig::default());
+        let a = t.add_host();
+        let b = t.add_host();
+        let (na, nb) = (t.hosts[a], t.hosts[b]);
+        t.connect(na, nb, link);
+        t
+    }
+
+    /// A two-tier leaf-spine fabric.
+    pub fn leaf_spine(spec: &LeafSpine) -> Topology {
+        let mut t = Topology::empty(spec.queue);
+        let spines: Vec<NodeId> = (0..spec.spines).map(|_| t.add_switch()).collect();
+        let leaves: Vec<NodeId> = (0..spec.leaves).map(|_| t.add_switch()).collect();
+        // Fabric links first, leaf-major: link id = leaf * spines + spine.
+        for &leaf in &leaves {
+            for &spine in &spines {
+                t.connect(leaf, spine, spec.fabric_link);
+            }
+        }
+        for &leaf in &leaves {
+            for _ in 0..spec.hosts_per_leaf {
+                let h = t.add_host();
+                let node = t.hosts[h];
+                t.connect(node, leaf, spec.host_link);
+            }
+        }
+        t
+    }
+
+    /// Sets the loss model of every link.
+    pub fn set_loss(&mut self, loss: LossModel) {
+        for l in &mut self.links {
+            l.config.loss = loss;
+        }
+    }
+
+    /// Number of hosts.
+    pub fn host_count(&self) -> usize {
+        self.hosts.len()
+    }
+}
+
+/// Shape of a leaf-spine fabric. Hosts are numbered leaf by leaf: hosts
+/// `0..hosts_per_leaf` hang off leaf 0, and so on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeafSpine {
+    pub leaves: usize,
+    pub spines: usize,
+    pub hosts_per_leaf: usize,
+    pub host_link: LinkConfig,
+    pub fabric_link: LinkConfig,
+    pub queue: QueueConfig,
+}
+
+impl Default for LeafSpine {
+    /// 64 hosts: 8 leaves of 8 hosts, 8 spines (non-blocking), 100 Gbit/s
+    /// links of 1 us each, so a cross-leaf path is 4 hops and about 4 us.
+    fn default() -> Self {
+        LeafSpine {
+            leaves: 8,
+            spines: 8,
+            hosts_per_leaf: 8,
+            host_link: LinkConfig::default(),
+            fabric_link: LinkConfig::default(),
+            queue: QueueConfig::default(),
+        }
+    }
+}
+
+impl LeafSpine {
+    /// A non-blocking fabric for about `hosts` hosts: leaves of
+    /// `hosts_per_leaf`, as many spines as hosts per leaf.
+    pub fn with_hosts(hosts: usize, hosts_per_leaf: usize) -> LeafSpine {
+        let per = hosts_per_leaf.max(1);
+        LeafSpine {
+            leaves: hosts.div_ceil(per).max(1),
+            spines: per,
+            hosts_per_leaf: per,
+            ..LeafSpine::default()
+        }
+    }
+
+    /// Hosts in the fabric.
+    pub fn hosts(&self) -> usize {
+        self.leaves * self.hosts_per_leaf
+    }
+
+    /// The link between `leaf` and `spine` (both counted from 0).
+    pub fn fabric_link(&self, leaf: usize, spine: usize) -> LinkId {
+        leaf * self.spines + spine
+    }
+
+    /// The leaf a host hangs off.
+    pub fn leaf_of(&self, host: HostId) -> usize {
+        host / self.hosts_per_leaf.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_leaf_spine_has_64_hosts() {
+        let spec = LeafSpine::default();
+        let t = Topology::leaf_spine(&spec);
+        assert_eq!(t.host_count(), 64);
+        assert_eq!(t.nodes.len(), 64 + 16);
+        assert_eq!(t.links.len(), 64 + 64);
+        let l = &t.links[spec.fabric_link(3, 5)];
+        assert_eq!((l.a, l.b), (8 + 3, 5));
+        assert_eq!(LeafSpine::with_hosts(128, 16).hosts(), 128);
+    }
+}

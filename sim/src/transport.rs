@@ -1,0 +1,130 @@
+//! What a host runs: a transport endpoint behind [`SimTransport`], the
+//! sans-IO shape both MetaRoCE and the RoCEv2 baseline share (quinn-proto
+//! style: `handle_*` inputs, commands, `poll_*` outputs). The simulator
+//! calls, after every input: `poll_transmit` (one packet whenever the NIC
+//! is idle), `poll_completion` until `None`, then `poll_timeout`.
+//!
+//! Adapters:
+//! * [`crate::metaroce::MetaRoce`] for `metaroce_core::Endpoint`.
+//! * The RoCEv2 baseline (`roce-baseline`, `RoceEndpoint`) goes in a
+//!   sibling module `roce.rs`: `connect_pair` creates a QP on both ends
+//!   with each other's QP number and PSN (`RoceEndpoint::create_qp`, as
+//!   RDMA-CM would), `poll_transmit` finishes the packet with its ICRC over
+//!   the IP/UDP headers the simulator would have built
+//!   (`roce_baseline::ip_udp_header` + `roce_baseline::finish`), and the
+//!   destination UDP port is 4791.
+
+use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkRequest};
+use metaroce_core::Instant;
+
+use crate::memory::Arena;
+
+/// Where a packet from `poll_transmit` goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxMeta {
+    /// Destination IP address and UDP port.
+    pub peer: PeerAddr,
+    /// UDP source port: the path entropy the fabric hashes.
+    pub src_port: u16,
+    /// ECN codepoint for the IP header.
+    pub ecn: u8,
+}
+
+/// Why a command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportError {
+    /// A queue is full: retry after completions.
+    Retry,
+    /// Refused for good; the text says why.
+    Refused(&'static str),
+}
+
+impl core::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            TransportError::Retry => f.write_str("queue full, retry later"),
+            TransportError::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+/// Protocol counters summed over an endpoint's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    pub packets_sent: u64,
+    pub retransmissions: u64,
+    /// Retransmissions whose original had arrived (where the protocol knows).
+    pub spurious_retransmissions: u64,
+    pub timeouts: u64,
+    pub naks_sent: u64,
+    /// Packets the endpoint received but discarded (bad, duplicate,
+    /// out of sequence or out of window).
+    pub discarded: u64,
+    pub ce_received: u64,
+}
+
+impl core::ops::AddAssign for TransportCounters {
+    fn add_assign(&mut self, o: TransportCounters) {
+        self.packets_sent += o.packets_sent;
+        self.retransmissions += o.retransmissions;
+        self.spurious_retransmissions += o.spurious_retransmissions;
+        self.timeouts += o.timeouts;
+        self.naks_sent += o.naks_sent;
+        self.discarded += o.discarded;
+        self.ce_received += o.ce_received;
+    }
+}
+
+/// A transport endpoint on a simulated host.
+pub trait SimTransport {
+    /// Short protocol name for tables.
+    fn name(&self) -> &'static str;
+
+    /// Registers a memory region; returns its key.
+    fn register_region(&mut self, region: Region) -> Result<u32, TransportError>;
+
+    /// Opens a connection from `a` to `b` (both endpoints are at hand, so
+    /// protocols that connect out of band can set up both ends). Returns
+    /// `a`'s handle; work may be posted on it at once.
+    fn connect_pair(
+        now: Instant,
+        a: &mut Self,
+        a_addr: PeerAddr,
+        b: &mut Self,
+        b_addr: PeerAddr,
+    ) -> Result<ConnHandle, TransportError>
+    where
+        Self: Sized;
+
+    /// Posts a send-queue work request.
+    fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), TransportError>;
+
+    /// Handles one received transport packet (the UDP payload).
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        dst_port: u16,
+        packet: &[u8],
+        mem: &mut Arena,
+    );
+
+    /// Runs timers due at `now`.
+    fn handle_timeout(&mut self, now: Instant);
+
+    /// Writes the next packet to send into `out` (cleared first; the whole
+    /// UDP payload, trailer included) and says where it goes.
+    fn poll_transmit(&mut self, now: Instant, mem: &mut Arena, out: &mut Vec<u8>)
+        -> Option<TxMeta>;
+
+    /// When `handle_timeout` (or another poll) is next due.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// The next work completion.
+    fn poll_completion(&mut self) -> Option<Completion>;
+
+    /// Counters summed over connections.
+    fn counters(&self) -> TransportCounters;
+}

@@ -1,0 +1,372 @@
+//! Workloads: flows of bytes from one host to another, each carried as
+//! RDMA WRITEs of `message_bytes` on its own connection, with a few
+//! messages posted ahead. A flow's completion time runs from its start to
+//! the sender's last WRITE completion; its integrity is a hash of the bytes
+//! that landed in the receiver's memory against the bytes sent.
+//!
+//! Memory: each host's arena holds the source range of every flow it sends
+//! and the destination range of every flow it receives, registered as one
+//! region with every right.
+
+use std::time::Duration;
+
+use metaroce_core::api::{Access, ConnHandle, LocalBuf, Op, Region, Status, WorkRequest};
+use metaroce_core::wire::MemoryTarget;
+use metaroce_core::Instant;
+
+use crate::memory::Arena;
+use crate::network::{FabricStats, HostCompletion, Simulator, Step};
+use crate::packet::HostId;
+use crate::rng::SimRng;
+use crate::transport::{SimTransport, TransportCounters, TransportError};
+
+/// One transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    pub src: HostId,
+    pub dst: HostId,
+    pub bytes: u64,
+    pub start: Instant,
+}
+
+/// How flows are carried and how long a run may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkloadConfig {
+    /// Bytes per WRITE.
+    pub message_bytes: u32,
+    /// WRITEs posted and not yet completed, per flow.
+    pub messages_in_flight: usize,
+    /// Virtual time after the first flow's start at which the run stops.
+    pub time_limit: Duration,
+    /// Seed of the data pattern.
+    pub data_seed: u64,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            message_bytes: 256 << 10,
+            messages_in_flight: 8,
+            time_limit: Duration::from_secs(1),
+            data_seed: 0xda7a,
+        }
+    }
+}
+
+/// How a flow ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowStatus {
+    /// Still running when the run stopped.
+    Unfinished,
+    /// Every WRITE completed successfully.
+    Done,
+    /// A WRITE completed with an error.
+    Failed(Status),
+    /// The transport refused the connection or a post.
+    Refused(&'static str),
+}
+
+/// A flow's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowResult {
+    pub flow: Flow,
+    pub status: FlowStatus,
+    /// When the last WRITE completed.
+    pub finished: Option<Instant>,
+    /// Received bytes hash equal to sent bytes hash (checked when done).
+    pub integrity_ok: Option<bool>,
+}
+
+impl FlowResult {
+    /// Flow completion time.
+    pub fn fct(&self) -> Option<Duration> {
+        self.finished.map(|t| t - self.flow.start)
+    }
+
+    /// Payload goodput in Gbit/s over the completion time.
+    pub fn goodput_gbps(&self) -> Option<f64> {
+        let t = self.fct()?.as_nanos() as f64;
+        (t > 0.0).then(|| self.flow.bytes as f64 * 8.0 / t)
+    }
+}
+
+/// What a run produced. Everything in it is a function of the inputs and
+/// the seed (no wall-clock figures), so two runs can be compared whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub protocol: &'static str,
+    pub flows: Vec<FlowResult>,
+    /// Virtual time when the run stopped.
+    pub end: Instant,
+    pub fabric: FabricStats,
+    /// Summed over every host.
+    pub transport: TransportCounters,
+    /// Memory accesses outside an arena (must be 0).
+    pub out_of_bounds: u64,
+}
+
+impl Report {
+    /// Whether every flow finished with its data intact.
+    pub fn all_ok(&self) -> bool {
+        self.flows
+            .iter()
+            .all(|f| f.status == FlowStatus::Done && f.integrity_ok == Some(true))
+            && self.out_of_bounds == 0
+    }
+
+    /// The latest completion time.
+    pub fn last_finish(&self) -> Option<Instant> {
+        self.flows.iter().filter_map(|f| f.finished).max()
+    }
+}
+
+/// FNV-1a, 64 bits: the integrity hash.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Fills `out` with flow `flow`'s data pattern.
+pub fn fill_pattern(seed: u64, flow: usize, out: &mut [u8]) {
+    let mut rng = SimRng::stream(seed, flow as u64);
+    for chunk in out.chunks_mut(8) {
+        let x = rng.next_u64().to_le_bytes();
+        chunk.copy_from_slice(&x[..chunk.len()]);
+    }
+}
+
+struct FlowState {
+    result: FlowResult,
+    src_addr: u64,
+    dst_addr: u64,
+    conn: Option<ConnHandle>,
+    messages: u64,
+    posted: u64,
+    completed: u64,
+}
+
+/// Sets up memory, runs `flows` to completion (or the time limit) and
+/// reports. Hosts' arenas are replaced.
+pub fn run<T: SimTransport>(
+    sim: &mut Simulator<T>,
+    flows: &[Flow],
+    config: &WorkloadConfig,
+) -> Report {
+    let hosts = sim.host_count();
+    let msg = u64::from(config.message_bytes.max(1));
+    // Lay out each host's arena: sources, then destinations, per flow.
+    let mut sizes = vec![0u64; hosts];
+    let mut states: Vec<FlowState> = Vec::with_capacity(flows.len());
+    for f in flows {
+        let mut r = FlowResult {
+            flow: *f,
+            status: FlowStatus::Unfinished,
+            finished: None,
+            integrity_ok: None,
+        };
+        if f.src >= hosts || f.dst >= hosts || f.src == f.dst {
+            r.status = FlowStatus::Refused("bad host pair");
+        }
+        let (mut src_addr, mut dst_addr) = (0, 0);
+        if r.status == FlowStatus::Unfinished {
+            src_addr = sizes[f.src];
+            sizes[f.src] += f.bytes;
+            dst_addr = sizes[f.dst];
+            sizes[f.dst] += f.bytes;
+        }
+        states.push(FlowState {
+            result: r,
+            src_addr,
+            dst_addr,
+            conn: None,
+            messages: f.bytes.div_ceil(msg),
+            posted: 0,
+            completed: 0,
+        });
+    }
+    let mut keys = vec![0u32; hosts];
+    for (h, key) in keys.iter_mut().enumerate() {
+        let host = sim.host_mut(h);
+        host.mem = Arena::new(usize::try_from(sizes[h]).unwrap_or(usize::MAX));
+        let base = host.mem.base();
+        if sizes[h] > 0 {
+            match host.transport.register_region(Region {
+                base,
+                len: sizes[h],
+                access: Access::ALL,
+                pd: 0,
+            }) {
+                Ok(k) => *key = k,
+                Err(_) => {
+                    for s in states
+                        .iter_mut()
+                        .filter(|s| s.result.flow.src == h || s.result.flow.dst == h)
+                    {
+                        s.result.status = FlowStatus::Refused("region");
+                    }
+                }
+            }
+        }
+    }
+    let mut scratch = Vec::new();
+    for (i, s) in states.iter_mut().enumerate() {
+        if s.result.status != FlowStatus::Unfinished {
+            continue;
+        }
+        let mem = &mut sim.host_mut(s.result.flow.src).mem;
+        s.src_addr += mem.base();
+        scratch.resize(s.result.flow.bytes as usize, 0);
+        fill_pattern(config.data_seed, i, &mut scratch);
+        if let Some(dst) = mem.get_mut(s.src_addr, scratch.len()) {
+            dst.copy_from_slice(&scratch);
+        }
+        s.dst_addr += sim.host(s.result.flow.dst).mem.base();
+        sim.schedule_app(s.result.flow.start, i as u64);
+    }
+
+    let first_start = flows.iter().map(|f| f.start).min().unwrap_or(Instant::ZERO);
+    let limit = first_start + config.time_limit;
+    let mut open = states
+        .iter()
+        .filter(|s| s.result.status == FlowStatus::Unfinished)
+        .count();
+    let mut done = Vec::new();
+    while open > 0 {
+        if sim.next_event_at().is_none_or(|t| t > limit) {
+            break;
+        }
+        match sim.step() {
+            None => break,
+            Some(Step::App(token)) => {
+                let i = token as usize;
+                let f = states[i].result.flow;
+                match sim.connect(f.src, f.dst) {
+                    Ok(h) => {
+                        states[i].conn = Some(h);
+                        post_more(sim, &mut states[i], i, &keys, config);
+                    }
+                    Err(e) => states[i].result.status = FlowStatus::Refused(refusal(e)),
+                }
+                if states[i].result.status != FlowStatus::Unfinished {
+                    open -= 1;
+                }
+            }
+            Some(Step::Internal) => {}
+        }
+        if !sim.has_completions() {
+            continue;
+        }
+        sim.drain_completions(&mut done);
+        for c in done.drain(..) {
+            let i = (c.completion.wr_id >> 32) as usize;
+            let Some(s) = states.get_mut(i) else {
+                continue;
+            };
+            if c.host != s.result.flow.src || s.result.status != FlowStatus::Unfinished {
+                continue;
+            }
+            on_completion(sim, s, i, &c, &keys, config);
+            if s.result.status != FlowStatus::Unfinished {
+                open -= 1;
+            }
+        }
+    }
+
+    let mut transport = TransportCounters::default();
+    let mut out_of_bounds = 0;
+    for h in 0..hosts {
+        transport += sim.host(h).transport.counters();
+        out_of_bounds += sim.host(h).mem.out_of_bounds;
+    }
+    Report {
+        protocol: if hosts > 0 {
+            sim.host(0).transport.name()
+        } else {
+            "none"
+        },
+        flows: states.into_iter().map(|s| s.result).collect(),
+        end: sim.now(),
+        fabric: sim.stats(),
+        transport,
+        out_of_bounds,
+    }
+}
+
+fn refusal(e: TransportError) -> &'static str {
+    match e {
+        TransportError::Retry => "queue full",
+        TransportError::Refused(why) => why,
+    }
+}
+
+fn on_completion<T: SimTransport>(
+    sim: &mut Simulator<T>,
+    s: &mut FlowState,
+    i: usize,
+    c: &HostCompletion,
+    keys: &[u32],
+    config: &WorkloadConfig,
+) {
+    if c.completion.status != Status::Success {
+        s.result.status = FlowStatus::Failed(c.completion.status);
+        return;
+    }
+    s.completed += 1;
+    if s.completed < s.messages {
+        post_more(sim, s, i, keys, config);
+        return;
+    }
+    s.result.status = FlowStatus::Done;
+    s.result.finished = Some(c.at);
+    let f = s.result.flow;
+    let len = f.bytes as usize;
+    let sent = sim.host(f.src).mem.get(s.src_addr, len).map(fnv1a);
+    let got = sim.host(f.dst).mem.get(s.dst_addr, len).map(fnv1a);
+    s.result.integrity_ok = Some(sent.is_some() && sent == got);
+}
+
+/// Posts WRITEs until `messages_in_flight` are outstanding.
+fn post_more<T: SimTransport>(
+    sim: &mut Simulator<T>,
+    s: &mut FlowState,
+    i: usize,
+    keys: &[u32],
+    config: &WorkloadConfig,
+) {
+    let Some(conn) = s.conn else {
+        return;
+    };
+    let f = s.result.flow;
+    let msg = u64::from(config.message_bytes.max(1));
+    while s.posted < s.messages && s.posted - s.completed < config.messages_in_flight as u64 {
+        let offset = s.posted * msg;
+        let len = msg.min(f.bytes - offset) as u32;
+        let wr = WorkRequest {
+            id: ((i as u64) << 32) | s.posted,
+            op: Op::Write {
+                remote: MemoryTarget {
+                    key: keys[f.dst],
+                    addr: s.dst_addr + offset,
+                },
+            },
+            local: LocalBuf {
+                key: keys[f.src],
+                addr: s.src_addr + offset,
+                len,
+            },
+        };
+        match sim.post_send(f.src, conn, wr) {
+            Ok(()) => s.posted += 1,
+            // Retried on the next completion.
+            Err(TransportError::Retry) => return,
+            Err(TransportError::Refused(why)) => {
+                s.result.status = FlowStatus::Refused(why);
+                return;
+            }
+        }
+    }
+}
