@@ -350,7 +350,13 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Takes the initiator's CONNECT (acceptor side, new or repeated).
-    pub(crate) fn on_connect(&mut self, c: &ConnectRepr, config: &Config, rng: &mut Rng) {
+    pub(crate) fn on_connect(
+        &mut self,
+        now: Instant,
+        c: &ConnectRepr,
+        config: &Config,
+        rng: &mut Rng,
+    ) {
         if self.remote_id == 0 {
             self.remote_id = c.src_conn;
             self.remote_token = c.src_token;
@@ -368,6 +374,12 @@ impl<const P: usize> Connection<P> {
             self.rcv_cum = c.initial_psn;
         }
         self.pending.0 |= Pending::ACCEPT;
+        if self.state == ConnState::Accepting {
+            // ACCEPT is repeated until the initiator is heard from (its
+            // confirmation may be lost as well as the ACCEPT), spec 4.2.
+            self.ctrl_deadline = Some(now + config.handshake_timeout);
+            self.ctrl_tries = self.ctrl_tries.max(1);
+        }
     }
 
     fn establish(&mut self) -> Outcome {
@@ -1227,6 +1239,7 @@ impl<const P: usize> Connection<P> {
         self.ctrl_deadline = Some(now + backoff);
         match self.state {
             ConnState::Connecting => self.pending.0 |= Pending::CONNECT,
+            ConnState::Accepting => self.pending.0 |= Pending::ACCEPT,
             ConnState::Closing => self.pending.0 |= Pending::CLOSE,
             _ => self.ctrl_deadline = None,
         }

@@ -379,7 +379,7 @@ impl<const C: usize, const P: usize> Endpoint<C, P> {
                 && k.peer.ip == meta.source.ip
         });
         if let Some(conn) = existing {
-            conn.on_connect(c, &config, &mut self.rng);
+            conn.on_connect(now, c, &config, &mut self.rng);
             return;
         }
         let port = if c.reply_port != 0 {
@@ -412,7 +412,7 @@ impl<const C: usize, const P: usize> Endpoint<C, P> {
             now,
             ConnState::Accepting,
         );
-        conn.on_connect(c, &config, &mut self.rng);
+        conn.on_connect(now, c, &config, &mut self.rng);
         self.conns[slot] = Some(conn);
     }
 
