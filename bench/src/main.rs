@@ -3,29 +3,33 @@
 //! through `cargo xtask bench` (which also names the CSV file).
 //!
 //! Not a test: it asserts nothing about time. Numbers vary with the machine
-//! and with whatever else runs on it; each timing is the best of a few runs.
+//! and with whatever else runs on it; each timing is the best of a few runs,
+//! and on Linux the on-CPU time is reported beside wall time.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant as WallClock;
+use std::time::Duration;
 
-use metaroce_bench::measure::{self, Row};
-use metaroce_bench::{Pair, PhaseTimes, PAYLOAD};
+use metaroce_bench::measure::{self, Row, Sample, Stopwatch};
+use metaroce_bench::{BenchError, Pair, PhaseTimes, PAYLOAD};
 use metaroce_core::wire::CRC_LEN;
 
 const USAGE: &str = "\
-Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH]
+Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only]
 
   --messages N  4 KiB WRITEs per timed run (default 200000)
   --repeats R   timed runs; the best is reported (default 3)
   --csv PATH    where to write metric,value,unit rows
                 (default target/metaroce/bench.csv)
+  --cycle-only  time only the TX -> RX -> ACK loop, write no CSV
+                (for profiling, e.g. under `perf record`)
 ";
 
 struct Args {
     messages: u64,
     repeats: u32,
     csv: PathBuf,
+    cycle_only: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -33,6 +37,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         messages: 200_000,
         repeats: 3,
         csv: PathBuf::from("target/metaroce/bench.csv"),
+        cycle_only: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -53,6 +58,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     .map_err(|e| format!("--repeats: {e}"))?;
             }
             "--csv" => parsed.csv = PathBuf::from(value("--csv")?),
+            "--cycle-only" => parsed.cycle_only = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -68,86 +74,136 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn run(args: &Args) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
-    let mut pair = Pair::connected()?;
-    // Warm caches, branch predictors and the RTT estimators.
-    pair.run_writes((args.messages / 10).max(1), None)?;
+/// The timed cycle runs and, unless `cycle_only`, the reference costs
+/// measured between them (so both see the same machine load).
+struct Timings {
+    cycle: Vec<Sample>,
+    crc_data: Vec<Sample>,
+    crc_reply: Vec<Sample>,
+    memcpy: Vec<Sample>,
+    replies_per_packet: f64,
+    data_len: usize,
+    reply_len: usize,
+}
 
-    let mut cycle_ns = Vec::new();
-    let mut replies_per_packet = 0.0;
+fn time_runs(pair: &mut Pair, args: &Args) -> Result<Timings, BenchError> {
+    let mut t = Timings {
+        cycle: Vec::new(),
+        crc_data: Vec::new(),
+        crc_reply: Vec::new(),
+        memcpy: Vec::new(),
+        replies_per_packet: 0.0,
+        data_len: 0,
+        reply_len: 0,
+    };
     for _ in 0..args.repeats {
-        let start = WallClock::now();
+        let watch = Stopwatch::start();
         let counts = pair.run_writes(args.messages, None)?;
-        let elapsed = start.elapsed();
-        cycle_ns.push(measure::per_iteration(elapsed, counts.data_packets));
-        replies_per_packet = counts.replies as f64 / counts.data_packets.max(1) as f64;
+        t.cycle.push(watch.per_iteration(counts.data_packets));
+        t.replies_per_packet = counts.replies as f64 / counts.data_packets.max(1) as f64;
+        (t.data_len, t.reply_len) = pair.packet_lens();
+        if !args.cycle_only {
+            t.crc_data.push(measure::crc32_sample(t.data_len - CRC_LEN));
+            t.crc_reply
+                .push(measure::crc32_sample(t.reply_len.max(CRC_LEN) - CRC_LEN));
+            t.memcpy.push(measure::memcpy_sample(PAYLOAD));
+        }
     }
-    let mut phases = PhaseTimes::default();
-    let phase_counts = pair.run_writes(args.messages, Some(&mut phases))?;
-    let phase_ns = |d| measure::per_iteration(d, phase_counts.data_packets);
+    Ok(t)
+}
 
-    let (data_len, reply_len) = pair.packet_lens();
-    let crc_data = measure::best_of(args.repeats, || {
-        measure::crc32_ns(data_len - CRC_LEN, 100_000)
-    });
-    let crc_reply = measure::best_of(args.repeats, || {
-        measure::crc32_ns(reply_len.max(CRC_LEN) - CRC_LEN, 1_000_000)
-    });
-    let memcpy = measure::best_of(args.repeats, || measure::memcpy_ns(PAYLOAD, 1_000_000));
-
-    let best = cycle_ns.iter().copied().fold(f64::INFINITY, f64::min);
-    // Each data packet: CRC by the sender, check by the receiver; the same
-    // for each reply.
-    let crc_cycle = 2.0 * crc_data + 2.0 * replies_per_packet * crc_reply;
-    let without_crc = best - crc_cycle;
-    let n = args.repeats;
-
+fn cycle_rows(t: &Timings, n: u32) -> Vec<Row> {
+    let best = measure::best(&t.cycle);
     let mut rows = vec![
         Row::new(
             "cycle_ns_per_packet",
-            best,
+            best.wall_ns,
             "ns",
-            format!(
-                "TX -> RX -> ACK per 4 KiB data packet, engine + software CRC-32 (best of {n})"
-            ),
+            format!("TX -> RX -> ACK per 4 KiB data packet, engine + software CRC-32 (wall, best of {n})"),
         ),
         Row::new(
             "cycle_ns_per_packet_median",
-            median(cycle_ns),
+            median(t.cycle.iter().map(|s| s.wall_ns).collect()),
             "ns",
             format!("  the same, median of {n}"),
         ),
-        Row::new("cycle_mpps", 1000.0 / best, "Mpps", "  packet rate (best)"),
+        Row::new("cycle_mpps", 1000.0 / best.wall_ns, "Mpps", "  packet rate (wall, best)"),
+    ];
+    if let Some(cpu) = best.cpu_ns {
+        rows.push(Row::new(
+            "cycle_cpu_ns_per_packet",
+            cpu,
+            "ns",
+            format!("  the same, on-CPU time (best of {n})"),
+        ));
+    }
+    rows
+}
+
+fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
+    let mut pair = Pair::connected()?;
+    // Warm caches, branch predictors and the RTT estimators.
+    pair.run_writes((args.messages / 10).max(1), None)?;
+    let t = time_runs(&mut pair, args)?;
+    let n = args.repeats;
+    let mut rows = cycle_rows(&t, n);
+    if args.cycle_only {
+        return Ok(rows);
+    }
+
+    let mut phases = PhaseTimes::default();
+    let phase_counts = pair.run_writes(args.messages, Some(&mut phases))?;
+
+    // Reference costs and the derived rows use on-CPU time where the OS
+    // gives it (wall time otherwise): it is what the work itself costs.
+    let clock = if measure::best(&t.cycle).cpu_ns.is_some() {
+        "on-CPU"
+    } else {
+        "wall"
+    };
+    let cycle = measure::best(&t.cycle).ns();
+    let crc_data = measure::best(&t.crc_data).ns();
+    let crc_reply = measure::best(&t.crc_reply).ns();
+    let memcpy = measure::best(&t.memcpy).ns();
+    // Each data packet: CRC by the sender, check by the receiver; the same
+    // for each reply.
+    let crc_cycle = 2.0 * crc_data + 2.0 * t.replies_per_packet * crc_reply;
+    let without_crc = cycle - crc_cycle;
+
+    rows.extend([
         Row::new(
             "crc32_data_packet_ns",
             crc_data,
             "ns",
-            format!("CRC-32 over one data packet ({} B)", data_len - CRC_LEN),
+            format!(
+                "CRC-32 over one data packet, {} B ({clock})",
+                t.data_len - CRC_LEN
+            ),
         ),
         Row::new(
             "crc32_reply_ns",
             crc_reply,
             "ns",
             format!(
-                "CRC-32 over one ACK ({} B)",
-                reply_len.max(CRC_LEN) - CRC_LEN
+                "CRC-32 over one ACK, {} B ({clock})",
+                t.reply_len.max(CRC_LEN) - CRC_LEN
             ),
         ),
         Row::new(
             "crc32_per_cycle_ns",
             crc_cycle,
             "ns",
-            "CRC-32 per cycle (sender + receiver, data + ACKs)",
+            "CRC-32 per cycle: 2 x data packet (send, check) + 2 x ACK",
         ),
         Row::new(
             "engine_without_crc_ns_per_packet",
             without_crc,
             "ns",
-            "engine without CRC (derived: total - CRC per cycle)",
+            format!("engine without CRC (derived: {clock} cycle - CRC per cycle)"),
         ),
         Row::new(
             "engine_without_crc_mpps",
-            1000.0 / without_crc.max(f64::MIN_POSITIVE),
+            1000.0 / without_crc.max(1e-3),
             "Mpps",
             "  packet rate without CRC (derived)",
         ),
@@ -155,11 +211,11 @@ fn run(args: &Args) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
             "memcpy_4k_ns",
             memcpy,
             "ns",
-            "memcpy of 4 KiB (cache-line aligned, in cache)",
+            format!("memcpy of 4 KiB, cache-line aligned, in cache ({clock})"),
         ),
         Row::new(
             "ratio_cycle_to_memcpy",
-            best / memcpy,
+            cycle / memcpy,
             "ratio",
             "engine + CRC / memcpy (goal <= 1)",
         ),
@@ -171,11 +227,12 @@ fn run(args: &Args) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
         ),
         Row::new(
             "replies_per_data_packet",
-            replies_per_packet,
+            t.replies_per_packet,
             "per packet",
             "ACKs (and other replies) per data packet",
         ),
-    ];
+    ]);
+    let phase_ns = |d: Duration| d.as_nanos() as f64 / phase_counts.data_packets.max(1) as f64;
     let phase_rows = [
         ("phase_post_ns", phases.post, "post_send"),
         (
@@ -204,7 +261,7 @@ fn run(args: &Args) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
             metric,
             phase_ns(d),
             "ns",
-            format!("  phase per packet (clocked run): {label}"),
+            format!("  per packet, wall, clocked run: {label}"),
         ));
     }
     rows.push(Row::new(
@@ -242,6 +299,9 @@ fn main() -> ExitCode {
         }
     };
     print!("{}", measure::table(&rows));
+    if args.cycle_only {
+        return ExitCode::SUCCESS;
+    }
     if let Some(dir) = args.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
         if let Err(e) = std::fs::create_dir_all(dir) {
             eprintln!("metaroce-bench: cannot create {}: {e}", dir.display());

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 use std::hint::black_box;
-use std::time::Instant as WallClock;
+use std::time::{Duration, Instant as WallClock};
 
 use metaroce_core::wire::packet::crc32;
 use metaroce_core::{Endpoint, Footprint};
@@ -38,28 +38,111 @@ impl Row {
     }
 }
 
-/// Nanoseconds for one CRC-32 (the engine's own function) over `len` bytes,
-/// averaged over `iterations`.
-pub fn crc32_ns(len: usize, iterations: u64) -> f64 {
-    let data = vec![0xA5u8; len];
-    let mut acc = 0u32;
-    let start = WallClock::now();
-    for _ in 0..iterations {
-        acc ^= crc32(&[black_box(&data[..])]);
-    }
-    let elapsed = start.elapsed();
-    black_box(acc);
-    per_iteration(elapsed, iterations)
+/// Time per iteration of one measurement, on two clocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Wall-clock nanoseconds (`std::time::Instant`).
+    pub wall_ns: f64,
+    /// Nanoseconds this thread spent on a CPU, where the OS tells
+    /// (Linux): unlike wall time it leaves out waiting for a core while
+    /// other builds run.
+    pub cpu_ns: Option<f64>,
 }
 
-/// Nanoseconds for one copy of `len` bytes between two buffers that stay in
-/// cache, averaged over `iterations`. `black_box` keeps every copy.
+impl Sample {
+    /// On-CPU time where known, else wall time.
+    pub fn ns(&self) -> f64 {
+        self.cpu_ns.unwrap_or(self.wall_ns)
+    }
+}
+
+/// The smallest of several samples, per clock: the runs least disturbed
+/// by other work on the machine.
+pub fn best(samples: &[Sample]) -> Sample {
+    let wall_ns = samples
+        .iter()
+        .map(|s| s.wall_ns)
+        .fold(f64::INFINITY, f64::min);
+    let cpu: Vec<f64> = samples.iter().filter_map(|s| s.cpu_ns).collect();
+    let cpu_ns = (!cpu.is_empty() && cpu.len() == samples.len())
+        .then(|| cpu.into_iter().fold(f64::INFINITY, f64::min));
+    Sample { wall_ns, cpu_ns }
+}
+
+/// This thread's time on a CPU so far (Linux `/proc/thread-self/schedstat`,
+/// first field, in ns); `None` where that file does not exist. The kernel
+/// updates it at least every scheduler tick, so runs should last 100 ms or
+/// more.
+pub fn cpu_time() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+/// Measures wall and on-CPU time from `start` to `per_iteration`.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch {
+    wall: WallClock,
+    cpu: Option<Duration>,
+}
+
+impl Stopwatch {
+    pub fn start() -> Stopwatch {
+        Stopwatch {
+            cpu: cpu_time(),
+            wall: WallClock::now(),
+        }
+    }
+
+    /// Time since `start`, divided by `iterations`.
+    pub fn per_iteration(&self, iterations: u64) -> Sample {
+        let wall = self.wall.elapsed();
+        let cpu = match (self.cpu, cpu_time()) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let n = iterations.max(1) as f64;
+        Sample {
+            wall_ns: wall.as_nanos() as f64 / n,
+            cpu_ns: cpu.map(|c| c.as_nanos() as f64 / n),
+        }
+    }
+}
+
+/// Runs `f(iterations)` long enough (about `MIN_RUN`) for the on-CPU clock
+/// to be exact to about 1 %, after a short calibration run.
+fn timed(mut f: impl FnMut(u64)) -> Sample {
+    const MIN_RUN: Duration = Duration::from_millis(150);
+    const CALIBRATION: u64 = 1_000;
+    let t = WallClock::now();
+    f(CALIBRATION);
+    let per = t.elapsed().as_secs_f64() / CALIBRATION as f64;
+    let iterations = (MIN_RUN.as_secs_f64() / per.max(1e-9)).clamp(1e3, 1e8) as u64;
+    let watch = Stopwatch::start();
+    f(iterations);
+    watch.per_iteration(iterations)
+}
+
+/// One CRC-32 (the engine's own function) over `len` bytes.
+pub fn crc32_sample(len: usize) -> Sample {
+    let data = vec![0xA5u8; len];
+    timed(|iterations| {
+        let mut acc = 0u32;
+        for _ in 0..iterations {
+            acc ^= crc32(&[black_box(&data[..])]);
+        }
+        black_box(acc);
+    })
+}
+
+/// One copy of `len` bytes between two buffers that stay in cache;
+/// `black_box` keeps every copy.
 ///
 /// Both buffers start on a cache line and lie half a page apart, as DMA
 /// buffers do. Placement matters: two fresh 4 KiB `Vec`s from malloc lie
 /// 16 bytes apart modulo the page, and on the AMD EPYC this was written on
 /// glibc's `rep movsb` copy is then about 30 times slower (3 µs, not 0.1).
-pub fn memcpy_ns(len: usize, iterations: u64) -> f64 {
+pub fn memcpy_sample(len: usize) -> Sample {
     const LINE: usize = 64;
     const HALF_PAGE: usize = 2048;
     let gap = len.next_multiple_of(4096) + HALF_PAGE;
@@ -68,26 +151,12 @@ pub fn memcpy_ns(len: usize, iterations: u64) -> f64 {
     let (front, back) = arena[start_at..].split_at_mut(gap);
     let src = &front[..len];
     let dst = &mut back[..len];
-    let start = WallClock::now();
-    for _ in 0..iterations {
-        black_box(&mut *dst).copy_from_slice(black_box(src));
-    }
-    let elapsed = start.elapsed();
-    black_box(&*dst);
-    per_iteration(elapsed, iterations)
-}
-
-/// Mean nanoseconds per iteration.
-pub fn per_iteration(elapsed: std::time::Duration, iterations: u64) -> f64 {
-    elapsed.as_nanos() as f64 / iterations.max(1) as f64
-}
-
-/// The smallest of `repeats` measurements: the one least disturbed by
-/// other work on the machine.
-pub fn best_of(repeats: u32, mut f: impl FnMut() -> f64) -> f64 {
-    (0..repeats.max(1))
-        .map(|_| f())
-        .fold(f64::INFINITY, f64::min)
+    timed(|iterations| {
+        for _ in 0..iterations {
+            black_box(&mut *dst).copy_from_slice(black_box(src));
+        }
+        black_box(&*dst);
+    })
 }
 
 fn footprint_rows(paths: usize, f: Footprint, rows: &mut Vec<Row>) {
@@ -189,9 +258,22 @@ mod tests {
     }
 
     #[test]
-    fn reference_costs_are_measured() {
-        assert!(crc32_ns(64, 10) >= 0.0);
-        assert!(memcpy_ns(64, 10) >= 0.0);
-        assert_eq!(best_of(3, || 2.0), 2.0);
+    fn best_takes_the_minimum_per_clock() {
+        let a = Sample {
+            wall_ns: 5.0,
+            cpu_ns: Some(3.0),
+        };
+        let b = Sample {
+            wall_ns: 4.0,
+            cpu_ns: Some(3.5),
+        };
+        let m = best(&[a, b]);
+        assert_eq!((m.wall_ns, m.cpu_ns), (4.0, Some(3.0)));
+        assert_eq!(m.ns(), 3.0);
+        let no_cpu = Sample {
+            wall_ns: 1.0,
+            cpu_ns: None,
+        };
+        assert_eq!(best(&[a, no_cpu]).ns(), 1.0);
     }
 }
