@@ -1181,7 +1181,11 @@ impl<const P: usize> Connection<P> {
             }
             _ => {}
         }
-        if self.ack_now || self.nak_pending.is_some() || self.pending.0 != 0 {
+        // Output is ready now. (An ACK is only sent while open; a flag left
+        // over from a packet that arrived as the connection ended must not
+        // keep the caller spinning.)
+        let open = matches!(self.state, ConnState::Established | ConnState::Closing);
+        if (self.ack_now && open) || self.nak_pending.is_some() || self.pending.0 != 0 {
             consider(Some(Instant::ZERO));
         }
         t
