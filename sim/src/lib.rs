@@ -34,6 +34,7 @@ pub mod packet;
 pub mod probe;
 pub mod queue;
 pub mod rng;
+pub mod roce;
 pub mod topology;
 pub mod transport;
 pub mod workload;

@@ -128,3 +128,31 @@ fn small_leaf_spine_permutation_with_loss() {
     println!("fabric {:?}", r.fabric);
     assert!(r.all_ok());
 }
+
+#[test]
+fn leaf_spine_64_hosts_permutation_and_simulator_speed() {
+    let spec = LeafSpine::default();
+    let topo = Topology::leaf_spine(&spec);
+    // Host h sends 1 MiB to host h + 8 (the same slot one leaf over).
+    let flows: Vec<Flow> = (0..64)
+        .map(|h| Flow {
+            src: h,
+            dst: (h + 8) % 64,
+            bytes: 1 << 20,
+            start: Instant::from_micros(1),
+        })
+        .collect();
+    let (r, rate) = run(&topo, &flows, 3);
+    let mut fct: Vec<Duration> = r.flows.iter().filter_map(|f| f.fct()).collect();
+    fct.sort();
+    println!(
+        "64-host permutation, 1 MiB each: FCT min {:?} median {:?} max {:?}; fabric {:?}; transport {:?}",
+        fct.first(),
+        fct.get(fct.len() / 2),
+        fct.last(),
+        r.fabric,
+        r.transport
+    );
+    println!("simulator speed: {:.0} events/s", rate);
+    assert!(r.all_ok());
+}

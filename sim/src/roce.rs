@@ -1,0 +1,220 @@
+//! [`SimTransport`] for the RoCEv2 baseline (`roce_baseline::RoceEndpoint`),
+//! unmodified. Queue pairs are wired together out of band as RDMA-CM
+//! would: [`SimTransport::connect_pair`] creates one on each end with the
+//! other's QP number and PSNs. Packets carry a real ICRC, computed over the
+//! IPv4/UDP headers the frame would have and checked on receipt, so a
+//! corrupted or misdelivered packet is dropped as a NIC would drop it.
+
+use metaroce_core::api::{Completion, ConnHandle, Memory, PeerAddr, Region, RxMeta, WorkRequest};
+use metaroce_core::wire::encap::IpPair;
+use metaroce_core::Instant;
+use roce_baseline::wire::icrc;
+use roce_baseline::{finish, ip_udp_header, transport_len, Config, QpSetup, RoceEndpoint};
+use smoltcp::wire::{IpAddress, Ipv4Address};
+
+use crate::memory::Arena;
+use crate::rng::SimRng;
+use crate::transport::{SimTransport, TransportCounters, TransportError, TxMeta};
+
+/// Queue pairs per simulated host (as for MetaRoCE: a 64-host all-to-all).
+pub const QUEUE_PAIRS: usize = 128;
+
+/// A RoCEv2 endpoint on a simulated host with up to `Q` queue pairs.
+#[derive(Debug)]
+pub struct Roce<const Q: usize = QUEUE_PAIRS> {
+    endpoint: Box<RoceEndpoint<Q>>,
+    ip: Ipv4Address,
+    rng: SimRng,
+    next_qpn: u32,
+    qps: Vec<ConnHandle>,
+    header: Vec<u8>,
+    payload: Vec<u8>,
+    /// Received packets whose ICRC did not match.
+    pub bad_icrc: u64,
+    /// Packets that could not be built (an address that is not IPv4).
+    pub unsendable: u64,
+}
+
+impl<const Q: usize> Roce<Q> {
+    /// An endpoint at `addr`; PSNs are drawn from `seed`.
+    pub fn new(config: Config, addr: PeerAddr, seed: u64) -> Self {
+        let ip = match addr.ip {
+            IpAddress::Ipv4(v4) => v4,
+            _ => Ipv4Address::UNSPECIFIED,
+        };
+        Roce {
+            endpoint: Box::new(RoceEndpoint::new(config)),
+            ip,
+            rng: SimRng::new(seed),
+            // QP numbers 0 and 1 are the management QPs.
+            next_qpn: 0x100,
+            qps: Vec::new(),
+            header: vec![0; roce_baseline::MAX_HEADER_LEN],
+            payload: Vec::new(),
+            bad_icrc: 0,
+            unsendable: 0,
+        }
+    }
+
+    /// The baseline, for inspection.
+    pub fn endpoint(&self) -> &RoceEndpoint<Q> {
+        &self.endpoint
+    }
+
+    fn take_qpn(&mut self) -> u32 {
+        let q = self.next_qpn;
+        self.next_qpn += 1;
+        q
+    }
+
+    fn ip_pair(&self, peer: IpAddress) -> Option<IpPair> {
+        match peer {
+            IpAddress::Ipv4(dst) => Some(IpPair::V4 { src: self.ip, dst }),
+            _ => None,
+        }
+    }
+}
+
+fn roce_error(e: roce_baseline::Error) -> TransportError {
+    use roce_baseline::Error as E;
+    match e {
+        E::NoFreeQp => TransportError::Refused("no free queue pair"),
+        E::BadQpn => TransportError::Refused("bad QP number"),
+        E::BadMtu => TransportError::Refused("bad MTU"),
+        E::UnknownQp => TransportError::Refused("unknown queue pair"),
+        E::RegionTable => TransportError::Refused("region table"),
+        E::UnknownKey => TransportError::Refused("unknown key"),
+        E::Post(roce_baseline::PostError::QueueFull) => TransportError::Retry,
+        E::Post(_) => TransportError::Refused("post refused"),
+    }
+}
+
+impl<const Q: usize> SimTransport for Roce<Q> {
+    fn name(&self) -> &'static str {
+        "RoCEv2"
+    }
+
+    fn register_region(&mut self, region: Region) -> Result<u32, TransportError> {
+        self.endpoint.register_region(region).map_err(roce_error)
+    }
+
+    fn connect_pair(
+        _now: Instant,
+        a: &mut Self,
+        a_addr: PeerAddr,
+        b: &mut Self,
+        b_addr: PeerAddr,
+    ) -> Result<ConnHandle, TransportError> {
+        let (qpn_a, qpn_b) = (a.take_qpn(), b.take_qpn());
+        let psn_a = (a.rng.next_u64() & 0xff_ffff) as u32;
+        let psn_b = (b.rng.next_u64() & 0xff_ffff) as u32;
+        let port = roce_baseline::UDP_PORT;
+        let to_b = PeerAddr { port, ..b_addr };
+        let to_a = PeerAddr { port, ..a_addr };
+        let ha = a
+            .endpoint
+            .create_qp(QpSetup::new(qpn_a, to_b, qpn_b, psn_a, psn_b))
+            .map_err(roce_error)?;
+        let hb = b
+            .endpoint
+            .create_qp(QpSetup::new(qpn_b, to_a, qpn_a, psn_b, psn_a))
+            .map_err(roce_error)?;
+        a.qps.push(ha);
+        b.qps.push(hb);
+        Ok(ha)
+    }
+
+    fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), TransportError> {
+        self.endpoint.post_send(conn, wr).map_err(roce_error)
+    }
+
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        dst_port: u16,
+        packet: &[u8],
+        mem: &mut Arena,
+    ) {
+        let ok = match meta.source.ip {
+            IpAddress::Ipv4(src) => {
+                let ip = IpPair::V4 { src, dst: self.ip };
+                ip_udp_header(&ip, meta.source.port, dst_port, packet.len())
+                    .is_ok_and(|h| icrc::verify(h.as_bytes(), packet).is_ok())
+            }
+            _ => false,
+        };
+        if !ok {
+            self.bad_icrc += 1;
+            return;
+        }
+        self.endpoint.handle_packet(now, meta, packet, mem);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.endpoint.handle_timeout(now);
+    }
+
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut Arena,
+        out: &mut Vec<u8>,
+    ) -> Option<TxMeta> {
+        let t = self.endpoint.poll_transmit(now, &mut self.header)?;
+        let header = &self.header[..t.header_len];
+        let plen = t.payload.map_or(0, |p| p.len as usize);
+        self.payload.clear();
+        self.payload.resize(plen, 0);
+        if let Some(p) = t.payload {
+            mem.read(p.addr, &mut self.payload);
+        }
+        let total = transport_len(header, plen);
+        out.clear();
+        out.resize(total, 0);
+        let built = self
+            .ip_pair(t.peer.ip)
+            .and_then(|ip| ip_udp_header(&ip, t.src_port, t.peer.port, total).ok())
+            .and_then(|h| finish(out, header, &self.payload, h.as_bytes()).ok());
+        if built.is_none() {
+            // Sent anyway (the engine counted it), with a zero ICRC the
+            // receiver drops.
+            self.unsendable += 1;
+        }
+        Some(TxMeta {
+            peer: t.peer,
+            src_port: t.src_port,
+            ecn: t.ecn,
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.endpoint.poll_timeout()
+    }
+
+    fn poll_completion(&mut self) -> Option<Completion> {
+        self.endpoint.poll_completion()
+    }
+
+    fn counters(&self) -> TransportCounters {
+        let mut c = TransportCounters::default();
+        for &h in &self.qps {
+            let Some(q) = self.endpoint.counters(h) else {
+                continue;
+            };
+            c += TransportCounters {
+                packets_sent: q.packets_sent,
+                retransmissions: q.retransmitted_packets,
+                // Go-back-N cannot tell; not counted.
+                spurious_retransmissions: 0,
+                timeouts: q.timeouts,
+                naks_sent: q.seq_naks_sent + q.rnr_naks_sent + q.fatal_naks_sent,
+                discarded: q.duplicates_received + q.out_of_sequence_dropped + q.stale_responses,
+                ce_received: q.ecn_marked_received,
+            };
+        }
+        let e = self.endpoint.endpoint_counters();
+        c.discarded += e.malformed + e.unknown_qp + e.wrong_peer + e.bad_pkey + self.bad_icrc;
+        c
+    }
+}
