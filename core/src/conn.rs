@@ -1085,9 +1085,26 @@ impl<const P: usize> Connection<P> {
     fn detect_losses(&mut self, now: Instant) {
         self.rack_deadline = None;
         let now_ts = now.wire_timestamp();
+        // The latest send time delivered on any path: a packet sent at or
+        // after it cannot be declared lost yet, and PSNs are handed out in
+        // send order, so the scan stops at the first such first transmission.
+        let Some(newest_delivered) = self
+            .paths
+            .iter()
+            .filter(|p| p.rack_valid)
+            .map(|p| p.rack_xmit_ts)
+            .reduce(|a, b| if psn_diff(a, b) >= 0 { a } else { b })
+        else {
+            return;
+        };
         let mut psn = self.snd_una;
         while psn != self.snd_nxt {
             let i = Window::idx(psn);
+            if self.window.meta[i] == (1 << 2) | SLOT_IN_FLIGHT
+                && psn_diff(self.window.sent_ts[i], newest_delivered) >= 0
+            {
+                break;
+            }
             if self.window.meta[i] & 3 == SLOT_IN_FLIGHT {
                 let path = self.paths.get(self.window.path[i]);
                 let sent = self.window.sent_ts[i];
