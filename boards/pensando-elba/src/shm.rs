@@ -191,7 +191,7 @@ impl<'a, T: Descriptor> ShmRing<'a, T> {
     /// # Safety
     /// As for [`Self::format_raw`].
     pub unsafe fn attach_raw(base: NonNull<u8>, len: usize) -> Result<Self, ShmError> {
-        if base.as_ptr() as usize % align_of::<RingHeader>() != 0 {
+        if !(base.as_ptr() as usize).is_multiple_of(align_of::<RingHeader>()) {
             return Err(ShmError::Misaligned);
         }
         let needed = size_of::<RingHeader>();
@@ -223,8 +223,8 @@ impl<'a, T: Descriptor> ShmRing<'a, T> {
         if !slots.is_power_of_two() || slots > MAX_SLOTS {
             return Err(ShmError::BadSlotCount(slots));
         }
-        if base.as_ptr() as usize % align_of::<RingHeader>() != 0
-            || size_of::<RingHeader>() % align_of::<T>() != 0
+        if !(base.as_ptr() as usize).is_multiple_of(align_of::<RingHeader>())
+            || !size_of::<RingHeader>().is_multiple_of(align_of::<T>())
         {
             return Err(ShmError::Misaligned);
         }
@@ -568,8 +568,7 @@ mod tests {
     #[test]
     fn header_layout_is_the_documented_one() {
         let mut mem = Memory::<4096>::new();
-        let ring = ShmRing::<u64>::format(&mut mem.0, 8).unwrap();
-        drop(ring);
+        ShmRing::<u64>::format(&mut mem.0, 8).unwrap();
         fn word(mem: &[u8], off: usize) -> u32 {
             u32::from_le_bytes(mem[off..off + 4].try_into().unwrap())
         }
@@ -583,7 +582,6 @@ mod tests {
         let mut ring = ShmRing::<u64>::attach(&mut mem.0).unwrap();
         let (mut p, _) = ring.split();
         p.push(0x1122_3344_5566_7788).unwrap();
-        drop(ring);
         assert_eq!(word(&mem.0, 0x40), 1, "head after one push");
         assert_eq!(
             &mem.0[0xc0..0xc8],
@@ -618,7 +616,7 @@ mod tests {
             ShmRing::<u64>::attach(&mut mem.0).unwrap_err(),
             ShmError::BadMagic(0xa5a5_a5a5)
         );
-        drop(ShmRing::<u64>::format(&mut mem.0, 4).unwrap());
+        ShmRing::<u64>::format(&mut mem.0, 4).unwrap();
         assert_eq!(
             ShmRing::<u32>::attach(&mut mem.0).unwrap_err(),
             ShmError::SlotSizeMismatch {
@@ -677,7 +675,7 @@ mod tests {
     #[test]
     fn indices_wrap_around_u32() {
         let mut mem = Memory::<1024>::new();
-        drop(ShmRing::<u32>::format(&mut mem.0, 8).unwrap());
+        ShmRing::<u32>::format(&mut mem.0, 8).unwrap();
         let start = (u32::MAX - 2).to_le_bytes();
         mem.0[0x40..0x44].copy_from_slice(&start);
         mem.0[0x80..0x84].copy_from_slice(&start);
@@ -694,7 +692,7 @@ mod tests {
     #[test]
     fn corrupt_indices_from_the_other_side_are_reported_not_followed() {
         let mut mem = Memory::<1024>::new();
-        drop(ShmRing::<u32>::format(&mut mem.0, 4).unwrap());
+        ShmRing::<u32>::format(&mut mem.0, 4).unwrap();
         // The "NIC" publishes a head 100 slots ahead of the tail.
         mem.0[0x40..0x44].copy_from_slice(&100u32.to_le_bytes());
         let mut ring = ShmRing::<u32>::attach(&mut mem.0).unwrap();

@@ -262,7 +262,7 @@ mod tests {
 
     impl Registers for FakeBlock {
         fn read(&mut self, offset: usize) -> u32 {
-            assert_eq!(offset % 4, 0, "32-bit registers, 4-byte stride");
+            assert!(offset.is_multiple_of(4), "32-bit registers, 4-byte stride");
             match offset {
                 0x14 => {
                     self.line_status_reads += 1;
@@ -279,7 +279,7 @@ mod tests {
         }
 
         fn write(&mut self, offset: usize, value: u32) {
-            assert!(offset < 0x20 && offset % 4 == 0, "offset {offset:#x}");
+            assert!(offset < 0x20 && offset.is_multiple_of(4), "offset {offset:#x}");
             self.writes.push((offset, value));
             match offset {
                 0x0c => self.lcr = value,

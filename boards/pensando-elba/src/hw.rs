@@ -1,0 +1,430 @@
+//! Elba hardware: identity map, boot glue, exception level, console,
+//! generic timer, GICv3, PSCI and the critical-section implementation.
+//! Every `unsafe` of the firmware binary is here. Addresses come from
+//! `board.toml` through [`board`].
+//!
+//! Exception level: the image runs at the level U-Boot enters it at. On
+//! ARMv8 boards with trusted firmware at EL3, U-Boot runs at EL2 and
+//! `bootm` enters images at EL2; aarch64-rt is built without an `el`
+//! feature, so its entry code reads `CurrentEL` and sets up the MMU and
+//! vectors of EL2 (or EL1 if handed over there). Nothing here drops to
+//! EL1: the timer (the EL1 virtual timer, usable from both) and the GIC
+//! CPU interface (`ICC_*_EL1`, enabled for EL2 through `ICC_SRE_EL2`) work
+//! at either level. PSCI calls use `smc`, as Elba's device tree says.
+
+use core::arch::asm;
+use core::cell::RefCell;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use aarch64_paging::descriptor::El1Attributes as Attributes;
+use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
+use aarch64_rt::{
+    entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
+};
+use arm_gic::gicv3::registers::{Gicd, GicrSgi};
+use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
+use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
+use board_pensando_elba::board;
+use board_pensando_elba::shm::{FrameDescriptor, Notify, ShmRing};
+use board_pensando_elba::uart16550::{Mmio, Uart16550};
+use critical_section::{Mutex, RawRestoreState};
+use metaroce_core::Instant;
+use metaroce_platform::clock::ticks_to_instant;
+
+use crate::node::Queues;
+
+/// EL1 virtual timer: PPI 11 (INTID 27), listed in Elba's timer node.
+const TIMER_INTID: IntId = IntId::ppi(11);
+/// Priority of our interrupts (non-secure range).
+const PRIORITY: u8 = 0x80;
+
+const DEVICE_ATTRIBUTES: Attributes = Attributes::VALID
+    .union(Attributes::ATTRIBUTE_INDEX_0)
+    .union(Attributes::ACCESSED)
+    .union(Attributes::UXN);
+// No NON_GLOBAL: the bit is RES0 in the EL2 translation regime, and this
+// table serves EL1 and EL2 alike. Inner shareable: Elba is dma-coherent.
+const MEMORY_ATTRIBUTES: Attributes = Attributes::VALID
+    .union(Attributes::ATTRIBUTE_INDEX_1)
+    .union(Attributes::INNER_SHAREABLE)
+    .union(Attributes::ACCESSED);
+const MAIR: Mair = Mair::EMPTY
+    .with_attribute(0, MairAttribute::DEVICE_NGNRE)
+    .with_attribute(
+        1,
+        MairAttribute::normal(
+            NormalMemory::WriteBackNonTransientReadWriteAllocate,
+            NormalMemory::WriteBackNonTransientReadWriteAllocate,
+        ),
+    );
+
+// Identity map in 1 GiB blocks, from board.toml: the MMIO blocks (console,
+// GIC) as device memory, the DRAM blocks as normal memory.
+initial_pagetable!(
+    {
+        let mut idmap = [0; 512];
+        let mut i = 0;
+        while i < board::DEVICE_BLOCKS.len() {
+            let block = board::DEVICE_BLOCKS[i];
+            idmap[block] = DEVICE_ATTRIBUTES.bits() | (block << 30);
+            i += 1;
+        }
+        let mut i = 0;
+        while i < board::NORMAL_BLOCKS.len() {
+            let block = board::NORMAL_BLOCKS[i];
+            idmap[block] = MEMORY_ATTRIBUTES.bits() | (block << 30);
+            i += 1;
+        }
+        InitialPagetable(idmap)
+    },
+    MAIR.0
+);
+
+struct Exceptions;
+impl ExceptionHandlers for Exceptions {}
+exception_handlers!(Exceptions);
+
+entry!(boot, 256);
+const _: () = assert!(
+    board::STACK_PAGES == 256,
+    "board.toml image.stack_pages must match entry! in hw.rs"
+);
+
+/// What U-Boot handed over.
+#[derive(Debug, Clone, Copy)]
+pub struct BootInfo {
+    /// x0 at entry: the device tree's address for `bootm` kernels, else 0.
+    pub x0: u64,
+    /// The exception level (1 or 2; 3 would mean no trusted firmware).
+    pub el: u8,
+    /// This core's MPIDR affinity bits.
+    pub mpidr: u64,
+}
+
+fn boot(x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
+    init_console();
+    crate::node::main(BootInfo {
+        x0,
+        el: current_el(),
+        mpidr: mpidr(),
+    })
+}
+
+/// The current exception level.
+pub fn current_el() -> u8 {
+    let el: u64;
+    // SAFETY: reading CurrentEL has no side effects.
+    unsafe { asm!("mrs {}, CurrentEL", out(reg) el, options(nomem, nostack)) };
+    ((el >> 2) & 3) as u8
+}
+
+/// MPIDR_EL1 affinity fields (Aff3..Aff0), as GICR_TYPER reports them.
+pub fn mpidr() -> u64 {
+    let mpidr: u64;
+    // SAFETY: reading MPIDR_EL1 has no side effects.
+    unsafe { asm!("mrs {}, mpidr_el1", out(reg) mpidr, options(nomem, nostack)) };
+    mpidr & 0xff_00ff_ffff
+}
+
+// ----- critical section ------------------------------------------------
+
+struct DaifCriticalSection;
+critical_section::set_impl!(DaifCriticalSection);
+
+// SAFETY: one core runs this firmware (secondaries stay parked in PSCI):
+// masking every exception (DAIF) excludes every other context, and
+// `release` restores exactly the state `acquire` saved.
+unsafe impl critical_section::Impl for DaifCriticalSection {
+    unsafe fn acquire() -> RawRestoreState {
+        let daif: u64;
+        // SAFETY: reading DAIF and masking exceptions has no memory effects.
+        unsafe {
+            asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
+        };
+        daif
+    }
+
+    unsafe fn release(daif: RawRestoreState) {
+        // SAFETY: restores the mask saved by `acquire`.
+        unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
+    }
+}
+
+// ----- console ---------------------------------------------------------
+
+pub type Console = Uart16550<Mmio>;
+
+static CONSOLE: Mutex<RefCell<Option<Console>>> = Mutex::new(RefCell::new(None));
+
+fn init_console() {
+    // SAFETY: the 16550 block from board.toml is mapped as device memory
+    // by the identity map, and this is the only handle to it (boot only).
+    let regs = unsafe { Mmio::new(NonNull::new_unchecked(board::UART_BASE as *mut u32)) };
+    let mut uart = Uart16550::new(regs, board::UART_REG_SHIFT);
+    if board::UART_PROGRAM_DIVISOR {
+        // A bad clock/baud pair leaves U-Boot's settings, which work.
+        let _ = uart.configure(board::UART_CLOCK_HZ, board::UART_BAUD);
+    }
+    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(uart));
+}
+
+/// Runs `f` on the console, if it is up.
+pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
+    critical_section::with(|cs| CONSOLE.borrow_ref_mut(cs).as_mut().map(f))
+}
+
+/// Writes formatted text to the console.
+pub fn console_write(args: core::fmt::Arguments<'_>) {
+    with_console(|uart| {
+        let _ = core::fmt::Write::write_fmt(uart, args);
+    });
+}
+
+/// `println!` to the 16550 console.
+#[macro_export]
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        $crate::hw::console_write(format_args!($($arg)*));
+        $crate::hw::console_write(format_args!("\n"));
+    }};
+}
+
+// ----- generic timer ---------------------------------------------------
+
+static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
+
+fn timer_hz() -> u64 {
+    let hz = TIMER_HZ.load(Ordering::Relaxed);
+    if hz != 0 {
+        return hz;
+    }
+    let hz: u64;
+    // SAFETY: reading the counter frequency register has no side effects.
+    unsafe { asm!("mrs {}, cntfrq_el0", out(reg) hz, options(nomem, nostack)) };
+    TIMER_HZ.store(hz, Ordering::Relaxed);
+    hz
+}
+
+fn counter() -> u64 {
+    let ticks: u64;
+    // SAFETY: the ISB orders the read after earlier instructions; reading
+    // the virtual counter has no side effects.
+    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) ticks, options(nomem, nostack)) };
+    ticks
+}
+
+/// Time since the counter started (boot ROM), from the virtual counter.
+pub fn now() -> Instant {
+    ticks_to_instant(counter(), timer_hz())
+}
+
+/// The counter frequency in Hz.
+pub fn counter_hz() -> u64 {
+    timer_hz()
+}
+
+fn arm_timer(deadline: Instant) {
+    let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
+    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
+    // SAFETY: programs the EL1 virtual timer (compare value, enabled and
+    // unmasked); no memory effects.
+    unsafe {
+        asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb",
+             in(reg) ticks, in(reg) 1u64, options(nomem, nostack));
+    }
+}
+
+fn disarm_timer() {
+    // SAFETY: disables the EL1 virtual timer; no memory effects.
+    unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) 0u64, options(nomem, nostack)) };
+}
+
+// ----- GICv3 and waiting -----------------------------------------------
+
+/// Why the GIC could not be set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum GicSetupError {
+    /// The redistributor frames could not be walked (wrong base?).
+    Redistributors,
+    /// No redistributor reports this core's MPIDR.
+    NoRedistributorFor(u64),
+}
+
+/// The interrupt controller, set up for the timer and the doorbell SPI.
+pub struct Interrupts {
+    gic: GicV3<'static>,
+    cpu: usize,
+    doorbell: Option<IntId>,
+}
+
+impl Interrupts {
+    /// Sets up the GICv3 (distributor, every redistributor, this core's
+    /// CPU interface) with the timer PPI and the doorbell SPI enabled as
+    /// non-secure group 1, the SPI routed to this core. IRQs stay masked at
+    /// the CPU: [`Self::wait`] wakes on them with `wfi` and acknowledges
+    /// them inline.
+    pub fn new(boot: &BootInfo) -> Result<Self, GicSetupError> {
+        // SAFETY: the distributor and redistributor region from board.toml
+        // are mapped as device memory and nothing else refers to them
+        // (called once, at boot).
+        let mut gic = unsafe {
+            GicV3::new(
+                UniqueMmioPointer::new(NonNull::new_unchecked(board::GICD_BASE as *mut Gicd)),
+                NonNull::new_unchecked(board::GICR_BASE as *mut GicrSgi),
+                board::GIC_CPU_COUNT,
+            )
+        }
+        .map_err(|_| GicSetupError::Redistributors)?;
+        let cpu = (0..board::GIC_CPU_COUNT)
+            .find(|&i| {
+                gic.gicr_typer(i)
+                    .is_ok_and(|t| t.core_mpidr() == boot.mpidr)
+            })
+            .ok_or(GicSetupError::NoRedistributorFor(boot.mpidr))?;
+        if boot.el == 2 {
+            GicCpuInterface::enable_system_register_el2(true);
+        }
+        gic.setup(cpu);
+        GicCpuInterface::set_priority_mask(0xff);
+        let configure = |gic: &mut GicV3<'static>, intid: IntId, trigger: Trigger| {
+            let core = intid.is_private().then_some(cpu);
+            let _ = gic.set_group(intid, core, Group::Group1NS);
+            let _ = gic.set_interrupt_priority(intid, core, PRIORITY);
+            let _ = gic.set_trigger(intid, core, trigger);
+            let _ = gic.enable_interrupt(intid, core, true);
+        };
+        configure(&mut gic, TIMER_INTID, Trigger::Level);
+        let doorbell =
+            (board::DOORBELL_INTID >= 32).then(|| IntId::spi(board::DOORBELL_INTID - 32));
+        if let Some(intid) = doorbell {
+            let _ = gic.distributor().set_routing(intid, Some(boot.mpidr));
+            configure(&mut gic, intid, Trigger::Edge);
+        }
+        // SAFETY: masks IRQs at the CPU; no memory effects.
+        unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
+        Ok(Interrupts { gic, cpu, doorbell })
+    }
+
+    /// The redistributor index of this core.
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    /// Sleeps until an interrupt (the doorbell SPI, or anything else
+    /// pending) or `deadline`; returns whether the doorbell SPI fired.
+    pub fn wait(&mut self, deadline: Instant) -> bool {
+        arm_timer(deadline);
+        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
+        // (a pending one still ends the wait).
+        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
+        disarm_timer();
+        let mut doorbell = false;
+        while let Some(intid) =
+            GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
+        {
+            doorbell |= Some(intid) == self.doorbell;
+            GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
+        }
+        let _ = &mut self.gic;
+        doorbell
+    }
+}
+
+/// Ringing the tx doorbell: a barrier so the ring writes reach memory
+/// before the other side can see the new count (the SoC is coherent, but
+/// the NIC side may poll from outside the CPU cluster).
+#[derive(Debug, Clone, Copy)]
+pub struct BarrierNotify;
+
+impl Notify for BarrierNotify {
+    fn notify(&self, _count: u32) {
+        // SAFETY: a data synchronisation barrier has no other effect.
+        unsafe { asm!("dsb st", options(nostack, preserves_flags)) };
+    }
+}
+
+// ----- power -----------------------------------------------------------
+
+/// Parks this core for good: PSCI CPU_OFF through `smc`, or `wfe` forever
+/// should that return.
+pub fn halt() -> ! {
+    let _ = smccc::psci::cpu_off::<smccc::Smc>();
+    loop {
+        // SAFETY: waiting for an event has no memory effects.
+        unsafe { asm!("wfe", options(nomem, nostack)) };
+    }
+}
+
+/// The PSCI version through `smc`, if the secure firmware answers.
+pub fn psci_version() -> Option<(u16, u16)> {
+    smccc::psci::version::<smccc::Smc>()
+        .ok()
+        .map(|v| (v.major, v.minor))
+}
+
+// ----- shared memory ---------------------------------------------------
+
+/// The shared-memory objects at the addresses of `board.toml`.
+pub struct SharedMemory {
+    pub rx_ring: ShmRing<'static, FrameDescriptor>,
+    pub tx_ring: ShmRing<'static, FrameDescriptor>,
+    pub rx_bell: &'static AtomicU32,
+    pub tx_bell: &'static AtomicU32,
+    pub queues: &'static Queues,
+    pub host_memory: &'static mut [u8],
+}
+
+static SHARED_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Formats the frame rings, zeroes the doorbells and initialises the host
+/// queues in the ring region, and lends the DMA window; once (`None`
+/// after, or if a ring does not fit, which build.rs already rules out).
+pub fn shared_memory() -> Option<SharedMemory> {
+    if SHARED_TAKEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let base = board::RINGS_BASE as *mut u8;
+    // SAFETY: build.rs checked that the ring region and the DMA window lie
+    // in DRAM (mapped as normal memory), outside the image and apart from
+    // each other, with the doorbells, rings and host queues at disjoint,
+    // aligned offsets inside the region (the queues' size is checked by a
+    // const assertion in `node`). `SHARED_TAKEN` makes these the only
+    // references this program creates; the other side (NIC or host) is
+    // assumed to follow the protocols of `shm` and `metaroce_platform::host`.
+    unsafe {
+        let rx_bell = AtomicU32::from_ptr(base.add(board::RX_DOORBELL_OFFSET).cast());
+        let tx_bell = AtomicU32::from_ptr(base.add(board::TX_DOORBELL_OFFSET).cast());
+        rx_bell.store(0, Ordering::Relaxed);
+        tx_bell.store(0, Ordering::Relaxed);
+        let rx_ring = ShmRing::format_raw(
+            NonNull::new_unchecked(base.add(board::RX_RING_OFFSET)),
+            board::TX_RING_OFFSET - board::RX_RING_OFFSET,
+            board::RX_SLOTS,
+        )
+        .ok()?;
+        let tx_ring = ShmRing::format_raw(
+            NonNull::new_unchecked(base.add(board::TX_RING_OFFSET)),
+            board::HOST_QUEUES_OFFSET - board::TX_RING_OFFSET,
+            board::TX_SLOTS,
+        )
+        .ok()?;
+        let queues_ptr = base.add(board::HOST_QUEUES_OFFSET).cast::<Queues>();
+        if !queues_ptr.is_aligned() {
+            return None;
+        }
+        queues_ptr.write(Queues::new());
+        let host_memory = core::slice::from_raw_parts_mut(
+            board::HOST_MEMORY_LOCAL_BASE as *mut u8,
+            board::HOST_MEMORY_SIZE,
+        );
+        Some(SharedMemory {
+            rx_ring,
+            tx_ring,
+            rx_bell,
+            tx_bell,
+            queues: &*queues_ptr,
+            host_memory,
+        })
+    }
+}
