@@ -26,6 +26,7 @@
 
 pub mod ecmp;
 pub mod event;
+pub mod experiments;
 pub mod link;
 pub mod memory;
 pub mod metaroce;

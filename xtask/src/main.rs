@@ -15,9 +15,11 @@
 //! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
 
 mod bench;
+mod image;
 mod no_alloc;
 mod project;
 mod qemu;
+mod sim;
 mod system;
 mod test;
 mod tidy;
@@ -41,6 +43,14 @@ const COMMANDS: &[(&str, &str)] = &[
         "bench [--simd-crc] [ARGS]",
         "engine ns/packet (TX -> RX -> ACK, 4 KiB) beside one 4 KiB memcpy, bytes per connection; CSV in target/metaroce/",
     ),
+    (
+        "sim <EXPERIMENT> [ARGS]",
+        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep); tables, CSV in target/metaroce/",
+    ),
+    (
+        "image --board <pensando-elba|qemu-virt>",
+        "firmware ELF, raw binary and U-Boot FIT (mkimage) in target/metaroce/images/, size report, dumpimage -l",
+    ),
     ("help", "print this message"),
 ];
 
@@ -61,7 +71,9 @@ fn run(args: &[String]) -> Result<(), Error> {
     match cmd {
         "test" => test::run(rest),
         "qemu" => qemu::run(rest),
+        "image" => image::run(rest),
         "bench" => bench::run(rest),
+        "sim" => sim::run(rest),
         "help" | "-h" | "--help" => {
             print!("{}", usage());
             Ok(())
