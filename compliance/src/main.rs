@@ -1,0 +1,3 @@
+//! MetaRoCE compliance suite (being built).
+
+fn main() {}

@@ -1,0 +1,226 @@
+//! The small application protocol `metaroce serve` speaks with its clients
+//! (and that the compliance suite uses to reach a target's memory): four
+//! fixed-layout SEND messages, little-endian, and the deterministic data
+//! pattern both sides check integrity against.
+//!
+//! 1. Client → server `ANNOUNCE`: operation, pattern seed, message size.
+//! 2. Server → client `REGION`: a fresh region for this connection (key,
+//!    address, length, slots); for reads it is pre-filled, slot `j` with
+//!    `pattern(seed, j)`.
+//! 3. Client WRITE_IMMs message `i` into slot `i % slots` with immediate `i`
+//!    (the server verifies the slot against `pattern(seed, i)` on the
+//!    receive completion), or READs slots and verifies them itself.
+//! 4. Client → server `DONE`, server → client `REPORT` (what it verified).
+
+/// Slots per connection region. More than the send queue depth, so a slot
+/// is never rewritten before the server has verified it.
+pub const SLOTS: u32 = 64;
+/// Size of the receive buffers both sides post for these messages.
+pub const CONTROL_LEN: u32 = 64;
+/// Largest message size the server accepts.
+pub const MAX_MESSAGE: u32 = 4 << 20;
+
+/// What the client will do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Write,
+    Read,
+}
+
+/// The application messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message {
+    Announce {
+        op: Operation,
+        seed: u64,
+        size: u32,
+    },
+    Region {
+        status: u32,
+        key: u32,
+        addr: u64,
+        len: u64,
+        slots: u32,
+    },
+    Done {
+        messages: u64,
+        bytes: u64,
+    },
+    Report {
+        verified: u64,
+        corrupt: u64,
+        bytes: u64,
+    },
+}
+
+const ANNOUNCE: &[u8; 4] = b"MRAN";
+const REGION: &[u8; 4] = b"MRRG";
+const DONE: &[u8; 4] = b"MRDN";
+const REPORT: &[u8; 4] = b"MRRP";
+
+/// Region status: accepted.
+pub const REGION_OK: u32 = 0;
+/// Region status: message size out of range.
+pub const REGION_BAD_SIZE: u32 = 1;
+
+impl Message {
+    /// Encodes into at most [`CONTROL_LEN`] bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(CONTROL_LEN as usize);
+        match *self {
+            Message::Announce { op, seed, size } => {
+                v.extend_from_slice(ANNOUNCE);
+                v.push(match op {
+                    Operation::Write => 1,
+                    Operation::Read => 2,
+                });
+                v.extend_from_slice(&[0; 3]);
+                v.extend_from_slice(&seed.to_le_bytes());
+                v.extend_from_slice(&size.to_le_bytes());
+            }
+            Message::Region {
+                status,
+                key,
+                addr,
+                len,
+                slots,
+            } => {
+                v.extend_from_slice(REGION);
+                v.extend_from_slice(&status.to_le_bytes());
+                v.extend_from_slice(&key.to_le_bytes());
+                v.extend_from_slice(&addr.to_le_bytes());
+                v.extend_from_slice(&len.to_le_bytes());
+                v.extend_from_slice(&slots.to_le_bytes());
+            }
+            Message::Done { messages, bytes } => {
+                v.extend_from_slice(DONE);
+                v.extend_from_slice(&messages.to_le_bytes());
+                v.extend_from_slice(&bytes.to_le_bytes());
+            }
+            Message::Report {
+                verified,
+                corrupt,
+                bytes,
+            } => {
+                v.extend_from_slice(REPORT);
+                v.extend_from_slice(&verified.to_le_bytes());
+                v.extend_from_slice(&corrupt.to_le_bytes());
+                v.extend_from_slice(&bytes.to_le_bytes());
+            }
+        }
+        v
+    }
+
+    /// Decodes; `None` for anything malformed.
+    pub fn decode(b: &[u8]) -> Option<Message> {
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+        let magic: &[u8] = b.get(..4)?;
+        if magic == ANNOUNCE {
+            let op = match b.get(4)? {
+                1 => Operation::Write,
+                2 => Operation::Read,
+                _ => return None,
+            };
+            Some(Message::Announce {
+                op,
+                seed: u64_at(8)?,
+                size: u32_at(16)?,
+            })
+        } else if magic == REGION {
+            Some(Message::Region {
+                status: u32_at(4)?,
+                key: u32_at(8)?,
+                addr: u64_at(12)?,
+                len: u64_at(20)?,
+                slots: u32_at(28)?,
+            })
+        } else if magic == DONE {
+            Some(Message::Done {
+                messages: u64_at(4)?,
+                bytes: u64_at(12)?,
+            })
+        } else if magic == REPORT {
+            Some(Message::Report {
+                verified: u64_at(4)?,
+                corrupt: u64_at(12)?,
+                bytes: u64_at(20)?,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Fills `out` with the pattern of message `index` under `seed`.
+pub fn fill_pattern(seed: u64, index: u64, out: &mut [u8]) {
+    let start = mix(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    for (w, chunk) in out.chunks_mut(8).enumerate() {
+        let word = mix(start.wrapping_add(w as u64)).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+/// Whether `data` is the pattern of message `index` under `seed`.
+pub fn check_pattern(seed: u64, index: u64, data: &[u8]) -> bool {
+    let start = mix(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    data.chunks(8).enumerate().all(|(w, chunk)| {
+        let word = mix(start.wrapping_add(w as u64)).to_le_bytes();
+        chunk == &word[..chunk.len()]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_roundtrip() {
+        let all = [
+            Message::Announce {
+                op: Operation::Read,
+                seed: 7,
+                size: 4096,
+            },
+            Message::Region {
+                status: 0,
+                key: 9,
+                addr: 1 << 32,
+                len: 1 << 20,
+                slots: 64,
+            },
+            Message::Done {
+                messages: 3,
+                bytes: 4,
+            },
+            Message::Report {
+                verified: 1,
+                corrupt: 2,
+                bytes: 3,
+            },
+        ];
+        for m in all {
+            let e = m.encode();
+            assert!(e.len() <= CONTROL_LEN as usize);
+            assert_eq!(Message::decode(&e), Some(m));
+        }
+        assert_eq!(Message::decode(b"MRAN"), None);
+        assert_eq!(Message::decode(b"xxxxxxxxxxxxxxxxxxxxxxxx"), None);
+    }
+
+    #[test]
+    fn pattern_checks() {
+        let mut b = vec![0u8; 1001];
+        fill_pattern(5, 9, &mut b);
+        assert!(check_pattern(5, 9, &b));
+        assert!(!check_pattern(5, 10, &b));
+        b[1000] ^= 1;
+        assert!(!check_pattern(5, 9, &b));
+    }
+}

@@ -1,0 +1,326 @@
+//! `metaroce`: serve, benchmark, write and read over MetaRoCE on Linux UDP
+//! sockets (see the `metaroce-host` crate). Not a daemon manager or a
+//! kernel-bypass tool: one process, one endpoint, ordinary sockets.
+//!
+//! Exit codes: 0 success; 1 integrity check failed; 2 usage error (bad
+//! address, size or option); 3 cannot bind (port in use, address not
+//! local); 4 peer unreachable (no answer to the handshake, refused);
+//! 5 transfer failed (stalled, connection failed); 6 file error (`--pcap`).
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use metaroce_host::app::Operation;
+use metaroce_host::pcap::PcapRecorder;
+use metaroce_host::session::{run_client, ClientOptions, Progress, Server, Summary};
+use metaroce_host::{HostError, Node, NodeConfig};
+
+const EXIT_CODES: &str = "Exit codes: 0 success, 1 integrity check failed, 2 usage error, \
+3 cannot bind (port in use), 4 peer unreachable, 5 transfer failed or timed out, 6 file error.";
+
+#[derive(Parser, Debug)]
+#[command(name = "metaroce", version, about = "MetaRoCE over UDP sockets", after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Accept connections, give each a region and verify what arrives.
+    Serve(ServeArgs),
+    /// Timed WRITE_IMM stream (default 5 s), verified by the server.
+    Bench(ClientArgs),
+    /// WRITE_IMM messages (default 64), verified by the server.
+    Write(ClientArgs),
+    /// READ messages (default 64) of the server's pre-filled region, verified here.
+    Read(ClientArgs),
+}
+
+#[derive(Args, Debug)]
+struct Common {
+    /// Logical paths per connection (distinct UDP source ports), 1..=16.
+    #[arg(long, default_value_t = 4)]
+    paths: u16,
+    /// Largest payload per packet (1024 fits 1500-byte links).
+    #[arg(long, default_value_t = 1024)]
+    mtu: u16,
+    /// Rate cap, Mbit/s.
+    #[arg(long, default_value_t = 1000)]
+    rate_mbps: u32,
+    /// First UDP source port of the path sockets (default: first free run above the bind port).
+    #[arg(long)]
+    entropy_base: Option<u16>,
+    /// Machine-readable output (one JSON object per report).
+    #[arg(long)]
+    json: bool,
+    /// Record every datagram sent and received to this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "0.0.0.0:4795")]
+    bind: String,
+    /// Exit after the first connection ends (exit code 1 if its data was corrupt).
+    #[arg(long)]
+    once: bool,
+    /// Exit after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct ClientArgs {
+    /// The server's address and port.
+    #[arg(long)]
+    peer: String,
+    /// Local address to bind (default: any, free port).
+    #[arg(long)]
+    bind: Option<String>,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 65536)]
+    size: u32,
+    /// Messages to move.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Seconds to keep posting.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Seconds without progress before giving up.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Pattern seed (the server checks against it).
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// No live progress line.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_addr(what: &str, s: &str) -> Result<SocketAddr, HostError> {
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| HostError::Usage(format!("{what} `{s}` is not ADDRESS:PORT ({e})")))?;
+    addrs
+        .next()
+        .ok_or_else(|| HostError::Usage(format!("{what} `{s}` resolves to no address")))
+}
+
+fn seconds(what: &str, s: f64) -> Result<Duration, HostError> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| HostError::Usage(format!("{what} must be a non-negative number of seconds")))
+}
+
+fn node_config(bind: SocketAddr, c: &Common, accept: bool) -> NodeConfig {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    NodeConfig {
+        bind,
+        paths: c.paths,
+        entropy_base: c.entropy_base,
+        mtu: c.mtu,
+        rate_mbps: c.rate_mbps,
+        accept,
+        seed,
+    }
+}
+
+fn serve(a: &ServeArgs) -> Result<(), HostError> {
+    let bind = parse_addr("--bind", &a.bind)?;
+    let mut node = Node::bind(&node_config(bind, &a.common, true))?;
+    if let Some(p) = &a.common.pcap {
+        node.pcap = Some(PcapRecorder::create(p)?);
+    }
+    let local = node.local_addr();
+    if a.common.json {
+        println!(
+            "{}",
+            serde_json::json!({"listening": local.to_string(), "paths": a.common.paths})
+        );
+    } else {
+        println!("metaroce serve: listening on {local}");
+    }
+    let _ = std::io::stdout().flush();
+    let until = a
+        .duration
+        .map(|d| seconds("--duration", d))
+        .transpose()?
+        .map(|d| Instant::now() + d);
+    let mut server = Server::new(node);
+    let mut printed = 0;
+    let mut corrupt = false;
+    let once = a.once;
+    let json = a.common.json;
+    server.run(|s| {
+        for r in &s.finished[printed..] {
+            corrupt |= !r.integrity_ok;
+            if json {
+                println!("{}", serde_json::to_string(r).unwrap_or_default());
+            } else {
+                println!(
+                    "connection from {}: {} {} messages of {} B verified, {} corrupt, {} B, \
+                     {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
+                    r.peer,
+                    r.operation,
+                    r.verified,
+                    r.message_size,
+                    r.corrupt,
+                    r.bytes,
+                    r.packets_received,
+                    r.duplicates_received,
+                    r.ce_received,
+                    r.closed,
+                    if r.integrity_ok { "OK" } else { "FAILED" }
+                );
+            }
+            let _ = std::io::stdout().flush();
+        }
+        printed = s.finished.len();
+        (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
+    })?;
+    if let Some(p) = server.node.pcap.take() {
+        p.finish()?;
+    }
+    if corrupt {
+        return Err(HostError::Integrity("a client's data differed".into()));
+    }
+    Ok(())
+}
+
+fn client(
+    a: &ClientArgs,
+    op: Operation,
+    default_count: Option<u64>,
+    default_secs: Option<f64>,
+) -> Result<(), HostError> {
+    let peer = parse_addr("--peer", &a.peer)?;
+    if peer.port() == 0 || peer.ip().is_unspecified() {
+        return Err(HostError::Usage(format!(
+            "--peer `{peer}` is not a reachable address"
+        )));
+    }
+    let bind = match &a.bind {
+        Some(b) => parse_addr("--bind", b)?,
+        None if peer.is_ipv4() => "0.0.0.0:0"
+            .parse()
+            .map_err(|_| HostError::Usage("bind".into()))?,
+        None => "[::]:0"
+            .parse()
+            .map_err(|_| HostError::Usage("bind".into()))?,
+    };
+    if bind.is_ipv4() != peer.is_ipv4() {
+        return Err(HostError::Usage(
+            "--bind and --peer must be the same address family".into(),
+        ));
+    }
+    let (count, duration) = match (a.count, a.duration) {
+        (None, None) => (
+            default_count,
+            default_secs.map(|s| seconds("--duration", s)).transpose()?,
+        ),
+        (c, d) => (c, d.map(|s| seconds("--duration", s)).transpose()?),
+    };
+    let mut node = Node::bind(&node_config(bind, &a.common, false))?;
+    if let Some(p) = &a.common.pcap {
+        node.pcap = Some(PcapRecorder::create(p)?);
+    }
+    let opts = ClientOptions {
+        peer,
+        op,
+        size: a.size,
+        count,
+        duration,
+        stall_timeout: seconds("--timeout", a.timeout)?,
+        connect_timeout: seconds("--timeout", a.timeout.min(5.0))?,
+        seed: a.seed,
+    };
+    let live = !a.quiet && !a.common.json;
+    let result = run_client(&mut node, &opts, |p: &Progress| {
+        if live {
+            eprint!(
+                "\r{:6.1} s  {:8} msgs  {:10.1} Mbit/s  retx {:6}  CE {:6}   ",
+                p.seconds, p.completions, p.goodput_mbps, p.retransmissions, p.ce_echoed
+            );
+        }
+    });
+    if live {
+        eprintln!();
+    }
+    if let Some(p) = node.pcap.take() {
+        p.finish()?;
+    }
+    let summary = result?;
+    print_summary(&summary, a.common.json);
+    if !summary.integrity_ok {
+        return Err(HostError::Integrity(format!(
+            "{} of {} messages verified, {} corrupt",
+            summary.verified, summary.completions, summary.corrupt
+        )));
+    }
+    Ok(())
+}
+
+fn print_summary(s: &Summary, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(s).unwrap_or_default());
+        return;
+    }
+    println!(
+        "{} {} -> {}: {} messages x {} B = {} B in {:.2} s: goodput {:.1} Mbit/s",
+        s.operation,
+        s.local,
+        s.peer,
+        s.completions,
+        s.message_size,
+        s.bytes,
+        s.seconds,
+        s.goodput_mbps
+    );
+    println!(
+        "packets {}  retransmissions {}  timeouts {}  lost {}  CE echoed {}  NAKs {}",
+        s.packets_sent, s.retransmissions, s.timeouts, s.packets_lost, s.ce_echoed, s.naks_received
+    );
+    println!("path  src-port      sent     retx     lost      CE  rerolls  srtt(us)");
+    for p in &s.paths {
+        println!(
+            "{:4}  {:8}  {:8} {:8} {:8} {:7} {:8} {:9}",
+            p.path, p.src_port, p.sent, p.retransmitted, p.lost, p.ce_echoed, p.rerolls, p.srtt_us
+        );
+    }
+    println!(
+        "integrity {}: {} verified, {} corrupt",
+        if s.integrity_ok { "OK" } else { "FAILED" },
+        s.verified,
+        s.corrupt
+    );
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Serve(a) => serve(a),
+        Command::Bench(a) => client(a, Operation::Write, None, Some(5.0)),
+        Command::Write(a) => client(a, Operation::Write, Some(64), None),
+        Command::Read(a) => client(a, Operation::Read, Some(64), None),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("metaroce: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! # metaroce-host
+//!
+//! MetaRoCE on a Linux host: the unmodified `metaroce-core` endpoint over
+//! real UDP sockets (IPv4 and IPv6), with ordinary process buffers as
+//! registered memory, and the `metaroce` command-line tool built on it.
+//!
+//! Path entropy appears on the wire as distinct UDP source ports: each
+//! node binds one socket per entropy value (consecutive ports) and the
+//! core's `entropy_base`/`entropy_span` are set to that run. Data packets
+//! leave with ECT(0) and CE is read from arriving ones (`IP_TOS` /
+//! `IPV6_TCLASS` control messages, [`io`]).
+//!
+//! It drives the endpoint directly rather than through
+//! `metaroce-platform`'s engine loop: that loop works on Ethernet frames
+//! (a frame device, ARP, DMA and descriptor rings), while the kernel's UDP
+//! sockets already own Ethernet, IP and UDP here. The call order is the
+//! core's (see `metaroce_core::endpoint`): packets in, timers, transmit
+//! until empty, completions and events.
+//!
+//! It is **not** a kernel-bypass or zero-copy data path: every datagram is
+//! one `sendmsg`/`recvmsg`, and the timers suit round trips of
+//! milliseconds (loopback, network namespaces), not a data-centre fabric.
+
+pub mod app;
+pub mod io;
+pub mod memory;
+pub mod node;
+pub mod pcap;
+pub mod session;
+
+pub use memory::Arenas;
+pub use node::{Node, NodeConfig};
+
+/// Why a host operation failed. Each maps to one documented exit code of
+/// the `metaroce` tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostError {
+    /// Bad command-line value (address, size, paths).
+    Usage(String),
+    /// A socket could not be bound (port in use, address not local).
+    Bind(String),
+    /// The peer did not answer the handshake, or refused it.
+    Unreachable(String),
+    /// The transfer stalled or the connection failed.
+    Transfer(String),
+    /// Data arrived but differs from what was sent.
+    Integrity(String),
+    /// A file could not be written.
+    Io(String),
+}
+
+impl HostError {
+    /// The process exit code for this error (documented in the tool's help).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            HostError::Integrity(_) => 1,
+            HostError::Usage(_) => 2,
+            HostError::Bind(_) => 3,
+            HostError::Unreachable(_) => 4,
+            HostError::Transfer(_) => 5,
+            HostError::Io(_) => 6,
+        }
+    }
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Usage(m) => write!(f, "usage: {m}"),
+            HostError::Bind(m) => write!(f, "cannot bind {m}"),
+            HostError::Unreachable(m) => write!(f, "peer unreachable: {m}"),
+            HostError::Transfer(m) => write!(f, "transfer failed: {m}"),
+            HostError::Integrity(m) => write!(f, "integrity check failed: {m}"),
+            HostError::Io(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}

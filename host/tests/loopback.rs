@@ -1,0 +1,153 @@
+//! Real sockets on loopback: a server thread and a client, IPv4 and IPv6,
+//! writes and reads, every byte checked; and the `metaroce` binary as two
+//! processes, with its error exit codes.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use metaroce_host::app::Operation;
+use metaroce_host::session::{run_client, ClientOptions, Server};
+use metaroce_host::{Node, NodeConfig};
+
+fn config(bind: &str, accept: bool, seed: u64) -> NodeConfig {
+    NodeConfig {
+        bind: bind.parse().unwrap(),
+        paths: 4,
+        entropy_base: None,
+        mtu: 1024,
+        rate_mbps: 1000,
+        accept,
+        seed,
+    }
+}
+
+fn transfer(server_bind: &str, client_bind: &str, op: Operation, size: u32, count: u64) {
+    let server_node = Node::bind(&config(server_bind, true, 1)).expect("bind server");
+    let server_addr = server_node.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let server = thread::spawn(move || {
+        let mut s = Server::new(server_node);
+        s.run(|s| !s.finished.is_empty() || stop2.load(Ordering::Relaxed))
+            .unwrap();
+        s.finished
+    });
+    let mut client = Node::bind(&config(client_bind, false, 2)).expect("bind client");
+    let summary = run_client(
+        &mut client,
+        &ClientOptions {
+            peer: server_addr,
+            op,
+            size,
+            count: Some(count),
+            duration: None,
+            stall_timeout: Duration::from_secs(20),
+            connect_timeout: Duration::from_secs(5),
+            seed: 42,
+        },
+        |_| {},
+    );
+    stop.store(true, Ordering::Relaxed);
+    let reports = server.join().unwrap();
+    let summary = summary.expect("client run");
+    assert_eq!(summary.completions, count);
+    assert_eq!(summary.bytes, count * u64::from(size));
+    assert!(summary.integrity_ok, "{summary:?}");
+    assert_eq!(summary.verified, count);
+    // Every path carried traffic, each from its own source port.
+    let mut ports: Vec<u16> = summary.paths.iter().map(|p| p.src_port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+    assert!(summary.paths.iter().all(|p| p.sent > 0));
+    if op == Operation::Write {
+        let r = &reports[0];
+        assert_eq!(r.verified, count);
+        assert_eq!(r.corrupt, 0);
+    }
+}
+
+#[test]
+fn ipv4_write_verified_by_server() {
+    transfer("127.0.0.1:0", "127.0.0.1:0", Operation::Write, 16384, 200);
+}
+
+#[test]
+fn ipv4_read_verified_by_client() {
+    transfer("127.0.0.1:0", "127.0.0.1:0", Operation::Read, 10_000, 100);
+}
+
+#[test]
+fn ipv6_write_and_read() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        println!("SKIPPED ipv6_write_and_read: no IPv6 loopback on this machine");
+        return;
+    }
+    transfer("[::1]:0", "[::1]:0", Operation::Write, 5000, 100);
+    transfer("[::1]:0", "[::1]:0", Operation::Read, 3000, 50);
+}
+
+fn metaroce() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_metaroce"))
+}
+
+#[test]
+fn two_processes_and_exit_codes() {
+    let mut server = metaroce()
+        .args(["serve", "--bind", "127.0.0.1:0", "--once"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr: SocketAddr = first.rsplit(' ').next().unwrap().parse().unwrap();
+
+    // Port in use: exit 3.
+    let busy = metaroce()
+        .args(["serve", "--bind", &addr.to_string(), "--once"])
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(3), "{busy:?}");
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("in use"));
+
+    let client = metaroce()
+        .args([
+            "write",
+            "--peer",
+            &addr.to_string(),
+            "--count",
+            "50",
+            "--size",
+            "20000",
+        ])
+        .args(["--json", "--paths", "3"])
+        .output()
+        .unwrap();
+    assert!(client.status.success(), "{client:?}");
+    let out = String::from_utf8_lossy(&client.stdout);
+    assert!(out.contains("\"integrity_ok\":true"), "{out}");
+    assert!(out.contains("\"completions\":50"), "{out}");
+    let report = lines.next().unwrap().unwrap();
+    assert!(report.contains("integrity OK"), "{report}");
+    assert!(server.wait().unwrap().success());
+
+    // Bad address: exit 2.
+    let bad = metaroce()
+        .args(["write", "--peer", "not-an-address"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+
+    // Nobody listening: exit 4, quickly.
+    let gone = metaroce()
+        .args(["write", "--peer", &addr.to_string(), "--timeout", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(4), "{gone:?}");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("unreachable"));
+}
