@@ -923,7 +923,7 @@ impl<const P: usize> Connection<P> {
 
     fn credit_receive(&mut self, recv_index: u32, bytes: u32) {
         let slot = psn_diff(recv_index, self.recv_base) as usize;
-        if let Some(e) = self.recvq.iter_mut().nth(slot) {
+        if let Some(e) = self.recvq.get_mut(slot) {
             e.bytes += bytes;
         }
     }
@@ -1510,20 +1510,20 @@ impl<const P: usize> Connection<P> {
         } else {
             let mut k = self.send_cursor;
             loop {
-                let e = self.sendq.iter().nth(k)?;
+                let e = self.sendq.get(k)?;
                 if e.started < e.packets && e.error.is_none() {
                     break;
                 }
                 k += 1;
                 self.send_cursor = k;
             }
-            let e = self.sendq.iter_mut().nth(k)?;
+            let e = self.sendq.get_mut(k)?;
             if e.started == 0 {
                 e.first_psn = psn;
             }
             (k, e.started)
         };
-        let entry = *self.sendq.iter().nth(entry_index)?;
+        let entry = *self.sendq.get(entry_index)?;
         let offset = packet_index * mtu;
         let chunk = entry.len.saturating_sub(offset).min(mtu);
         let last = packet_index + 1 == entry.packets;
@@ -1533,7 +1533,17 @@ impl<const P: usize> Connection<P> {
         }
         let window_nearly_full =
             self.snd_nxt.wrapping_sub(self.snd_una) + 1 >= u32::from(self.params.window);
-        if last || window_nearly_full {
+        // Ask for an immediate ACK when this packet ends a message and
+        // nothing else is queued behind it (the sender is about to go idle
+        // and waits for completions), or when the window is about to fill.
+        // Otherwise the receiver's coalescing (spec 4.5) bounds the delay.
+        let goes_idle = last
+            && !self
+                .sendq
+                .iter()
+                .skip(entry_index + 1)
+                .any(|e| e.started < e.packets);
+        if goes_idle || window_nearly_full {
             flags = flags.with(Flags::ACK_REQUEST);
         }
         let msg = MessageSpan {
@@ -1646,7 +1656,7 @@ impl<const P: usize> Connection<P> {
             self.stats.retransmissions += 1;
         } else {
             self.snd_nxt = self.snd_nxt.wrapping_add(1);
-            if let Some(e) = self.sendq.iter_mut().nth(entry_index) {
+            if let Some(e) = self.sendq.get_mut(entry_index) {
                 e.started += 1;
             }
             self.stats.packets_sent += 1;

@@ -92,6 +92,9 @@ pub struct Endpoint<const C: usize, const P: usize> {
     rejects: Deque<(PeerAddr, u32, u64), 4>,
     next_conn: usize,
     drops: DropStats,
+    /// The fair-share hint computed for one instant (reused by every poll
+    /// at that instant).
+    hint_cache: (Instant, u32),
 }
 
 impl<const C: usize, const P: usize> Endpoint<C, P> {
@@ -113,6 +116,7 @@ impl<const C: usize, const P: usize> Endpoint<C, P> {
             rejects: Deque::new(),
             next_conn: 0,
             drops: DropStats::default(),
+            hint_cache: (Instant::FAR_FUTURE, 0),
         }
     }
 
@@ -483,7 +487,10 @@ impl<const C: usize, const P: usize> Endpoint<C, P> {
                 });
             }
         }
-        let hint = self.rate_hint(now);
+        if self.hint_cache.0 != now {
+            self.hint_cache = (now, self.rate_hint(now));
+        }
+        let hint = self.hint_cache.1;
         let config = self.config;
         for k in 0..C {
             let i = (self.next_conn + k) % C;
@@ -493,10 +500,8 @@ impl<const C: usize, const P: usize> Endpoint<C, P> {
             if let Some(t) = conn.poll_transmit(now, buf, hint, &self.regions, &config) {
                 // Round-robin between connections, one packet each.
                 self.next_conn = (i + 1) % C;
-                conn.drain_completions(&mut self.cq);
                 return Some(t);
             }
-            conn.drain_completions(&mut self.cq);
         }
         None
     }

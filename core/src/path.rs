@@ -222,15 +222,19 @@ impl<const P: usize> PathSet<P> {
     pub fn choose(&mut self) -> u8 {
         let n = usize::from(self.active);
         let start = usize::from(self.next) % n;
+        // Least (in_flight + 1) / weight, compared by cross-multiplication
+        // (no division on the per-packet path).
         let mut best = start;
-        let mut best_load = u64::MAX;
+        let mut best_num = u64::MAX;
+        let mut best_den = 1u64;
         for k in 0..n {
             let i = (start + k) % n;
             let p = &self.paths[i];
-            let load = (u64::from(p.in_flight) + 1) * u64::from(FULL_WEIGHT * 16)
-                / u64::from(p.weight().max(1));
-            if load < best_load {
-                best_load = load;
+            let num = u64::from(p.in_flight) + 1;
+            let den = u64::from(p.weight().max(1));
+            if num * best_den < best_num.saturating_mul(den) {
+                best_num = num;
+                best_den = den;
                 best = i;
             }
         }
@@ -292,21 +296,27 @@ impl<const P: usize> PathSet<P> {
             let others_lost = total_lost - lost;
             // Loss excess: more losses than the other paths' rate predicts,
             // by more than 2 + 3 standard deviations (expected in 1/1024).
-            let loss_bad = sent >= 8 && others_sent > 0 && lost >= 4 && {
+            // Loss excess: more losses than the other paths' rate predicts,
+            // by more than 2 + 3 standard deviations (expected in 1/1024);
+            // by more than 2 + 6 (and at least 6 losses) counts twice.
+            let (loss_bad, loss_gross) = if sent >= 8 && others_sent > 0 && lost >= 4 {
                 let expected_k = sent * others_lost * 1024 / others_sent;
                 let excess_k = (lost * 1024).saturating_sub(expected_k);
-                excess_k > 2048 && {
-                    let e = excess_k - 2048;
-                    // e^2 > 9 * expected (both scaled by 1024^2)
-                    e * e > 9 * expected_k * 1024
-                }
+                let e = excess_k.saturating_sub(2048);
+                // e^2 > k^2 * expected (both sides scaled by 1024^2)
+                let sigmas_sq = |k: u64| excess_k > 2048 && e * e > k * k * expected_k * 1024;
+                (sigmas_sq(3), lost >= 6 && sigmas_sq(6))
+            } else {
+                (false, false)
             };
             let ecn_bad = self.paths[i].ecn_frac > ecn_median.saturating_mul(2) + ONE / 10;
             let p = &mut self.paths[i];
             // A path judged on too few packets keeps counting into the next
             // epoch (the weighting may have steered traffic off it).
             let judged = sent >= 16 || loss_bad;
-            if loss_bad || ecn_bad {
+            if loss_gross {
+                p.strikes += 2;
+            } else if loss_bad || ecn_bad {
                 p.strikes += 1;
             } else if judged {
                 p.strikes = 0;

@@ -146,26 +146,26 @@ impl SackBits {
         })
     }
 
-    /// Wire form (spec 3.6 bit order).
+    /// Wire form (spec 3.6 bit order). Byte `k` of a word carries bits
+    /// `8k..8k+8` most significant first, which is the word's big-endian
+    /// bytes with the bit order of the whole word reversed.
     pub fn to_bytes(&self) -> [u8; 32] {
         let mut out = [0u8; 32];
-        for i in self.iter_set() {
-            out[i / 8] |= 0x80 >> (i % 8);
+        for (chunk, w) in out.chunks_exact_mut(8).zip(self.words) {
+            chunk.copy_from_slice(&w.reverse_bits().to_be_bytes());
         }
         out
     }
 
     /// From wire form (spec 3.6 bit order).
     pub fn from_bytes(bytes: &[u8; 32]) -> SackBits {
-        let mut s = SackBits::EMPTY;
-        for (byte_index, &byte) in bytes.iter().enumerate() {
-            for bit in 0..8 {
-                if byte & (0x80 >> bit) != 0 {
-                    s.set(byte_index * 8 + bit);
-                }
-            }
+        let mut words = [0u64; 4];
+        for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            *w = u64::from_be_bytes(b).reverse_bits();
         }
-        s
+        SackBits { words }
     }
 }
 
