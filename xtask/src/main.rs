@@ -15,6 +15,7 @@
 //! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
 
 mod bench;
+mod image;
 mod no_alloc;
 mod project;
 mod qemu;
@@ -46,6 +47,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "sim <EXPERIMENT> [ARGS]",
         "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep); tables, CSV in target/metaroce/",
     ),
+    (
+        "image --board <pensando-elba|qemu-virt>",
+        "firmware ELF, raw binary and U-Boot FIT (mkimage) in target/metaroce/images/, size report, dumpimage -l",
+    ),
     ("help", "print this message"),
 ];
 
@@ -66,6 +71,7 @@ fn run(args: &[String]) -> Result<(), Error> {
     match cmd {
         "test" => test::run(rest),
         "qemu" => qemu::run(rest),
+        "image" => image::run(rest),
         "bench" => bench::run(rest),
         "sim" => sim::run(rest),
         "help" | "-h" | "--help" => {

@@ -67,6 +67,21 @@ pub const STEPS: &[Step] = &[
         run: crate::qemu::firmware_step,
     },
     Step {
+        name: "elba-host",
+        what: "pensando-elba: 16550 driver, shared-memory rings and board.toml tested on the host; firmware linted",
+        run: crate::image::elba_host_step,
+    },
+    Step {
+        name: "images",
+        what: "FIT images (pensando-elba, qemu-virt): dumpimage load/entry == board addresses, no allocator symbol",
+        run: crate::image::test_step,
+    },
+    Step {
+        name: "uboot-qemu",
+        what: "the qemu-virt FIT booted by U-Boot (QEMU virt, EL2): TFTP, bootm, sha256 checked, firmware banner",
+        run: crate::image::uboot_qemu_step,
+    },
+    Step {
         name: "qemu-runs",
         what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
         run: crate::qemu::runs_step,

@@ -1,0 +1,895 @@
+//! `cargo xtask image --board <BOARD>`: a firmware image U-Boot can load,
+//! and the image checks of `cargo xtask test`.
+//!
+//! For a board (`pensando-elba`, `qemu-virt`) it builds the firmware ELF
+//! (release, `aarch64-unknown-none`), makes a raw binary with the
+//! toolchain's `llvm-objcopy` (rustup's `llvm-tools`), wraps it in a FIT
+//! with `mkimage` from Debian's `u-boot-tools` (installed when missing and
+//! running as root), and writes `<board>.elf`, `.bin`, `.its`, `.itb` and
+//! `.size.txt` under `target/metaroce/images/`. It prints a size report
+//! (`.text`, `.rodata`, `.data`, `.bss`, stack) read from the ELF's section
+//! headers, and `dumpimage -l` of the FIT.
+//!
+//! Load and entry addresses: the Elba's come from
+//! `boards/pensando-elba/board.toml` (the build script links the image
+//! there; the ELF's entry is checked against it); QEMU's board has no
+//! board file, so its addresses are the ELF's own (first loadable segment,
+//! entry point).
+//!
+//! The FIT image is `type = "kernel"`, `os = "linux"`, `arch = "arm64"`,
+//! uncompressed: the one kind every U-Boot's `bootm` starts on arm64, and
+//! it uses the Linux arm64 boot protocol (caches and MMU off, EL2 or EL1,
+//! x0 = device tree), which is what `aarch64-rt`'s entry code expects. The
+//! README of the Elba board explains the choice and the U-Boot commands.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::no_alloc;
+use crate::project::FIRMWARE_TARGET;
+use crate::system;
+use crate::test::Context;
+use crate::util::{self, Error};
+
+// The board file's reader, shared with the board's build script (which
+// uses more of it than the xtask).
+#[allow(dead_code)]
+#[path = "../../boards/pensando-elba/board_toml.rs"]
+mod board_toml;
+
+/// A board the xtask can make an image for.
+#[derive(Debug)]
+pub struct Board {
+    /// The `--board` name.
+    pub name: &'static str,
+    /// Its cargo package (a binary of the same name).
+    pub package: &'static str,
+    /// Its board file (relative to the project root), if it has one.
+    pub board_toml: Option<&'static str>,
+    pub description: &'static str,
+}
+
+/// Every board with an image.
+pub const BOARDS: &[Board] = &[
+    Board {
+        name: "pensando-elba",
+        package: "board-pensando-elba",
+        board_toml: Some("boards/pensando-elba/board.toml"),
+        description: "MetaRoCE firmware for the AMD Pensando Elba ARM complex",
+    },
+    Board {
+        name: "qemu-virt",
+        package: "board-qemu-virt",
+        board_toml: None,
+        description: "MetaRoCE firmware for QEMU virt (Cortex-A72)",
+    },
+];
+
+/// What `image` produced.
+#[derive(Debug)]
+pub struct Image {
+    pub elf: PathBuf,
+    pub bin: PathBuf,
+    pub fit: PathBuf,
+    pub load: u64,
+    pub entry: u64,
+    pub sizes: SizeReport,
+}
+
+/// Entry point: `cargo xtask image --board <BOARD>`.
+pub fn run(args: &[String]) -> Result<(), Error> {
+    let usage = || {
+        let names: Vec<&str> = BOARDS.iter().map(|b| b.name).collect();
+        Error::new(format!(
+            "usage: cargo xtask image --board <{}>",
+            names.join("|")
+        ))
+    };
+    let name = match args {
+        [flag, name] if flag == "--board" => name.as_str(),
+        [arg] => arg.strip_prefix("--board=").ok_or_else(usage)?,
+        _ => return Err(usage()),
+    };
+    let board = find_board(name).ok_or_else(usage)?;
+    let image = build(board)?;
+    println!("\nsize report ({}):\n{}", image.elf.display(), image.sizes);
+    println!("$ dumpimage -l {}", image.fit.display());
+    print!("{}", dumpimage(&image.fit)?);
+    println!(
+        "\nimage: {} (load {:#x}, entry {:#x}); raw binary {}",
+        image.fit.display(),
+        image.load,
+        image.entry,
+        image.bin.display()
+    );
+    Ok(())
+}
+
+fn find_board(name: &str) -> Option<&'static Board> {
+    BOARDS.iter().find(|b| b.name == name)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| util::project_root().join("target"))
+}
+
+/// Where the images go: `target/metaroce/images/`.
+pub fn images_dir() -> PathBuf {
+    target_dir().join("metaroce").join("images")
+}
+
+/// The tools `image` runs: `mkimage` (and `dtc`, which it calls for `-f`)
+/// and `dumpimage`.
+fn ensure_tools() -> Result<(), Error> {
+    system::ensure_system_packages(&[
+        ("mkimage", "u-boot-tools"),
+        ("dumpimage", "u-boot-tools"),
+        ("dtc", "device-tree-compiler"),
+    ])
+}
+
+/// The board's load and entry addresses from its board file.
+pub fn board_addresses(board: &Board) -> Result<Option<(u64, u64)>, Error> {
+    let Some(rel) = board.board_toml else {
+        return Ok(None);
+    };
+    let path = util::project_root().join(rel);
+    let text = fs::read_to_string(&path)
+        .map_err(|e| Error::new(format!("reading {}: {e}", path.display())))?;
+    let toml = board_toml::BoardToml::parse(&text).map_err(|e| Error::new(e.0))?;
+    let load = toml
+        .int("image.load_address")
+        .map_err(|e| Error::new(e.0))?;
+    let entry = toml
+        .int("image.entry_address")
+        .map_err(|e| Error::new(e.0))?;
+    Ok(Some((load, entry)))
+}
+
+/// Builds the firmware and its images; see the module documentation.
+pub fn build(board: &Board) -> Result<Image, Error> {
+    ensure_tools()?;
+    let mut cmd = util::cargo([
+        "build",
+        "--release",
+        "-p",
+        board.package,
+        "--target",
+        FIRMWARE_TARGET,
+    ]);
+    cmd.env("DEFMT_LOG", "info");
+    util::run(&mut cmd)?;
+    let built = target_dir()
+        .join(FIRMWARE_TARGET)
+        .join("release")
+        .join(board.package);
+    let elf_bytes =
+        fs::read(&built).map_err(|e| Error::new(format!("reading {}: {e}", built.display())))?;
+    let elf = Elf::parse(&elf_bytes)?;
+    let (load, entry) = match board_addresses(board)? {
+        Some((load, entry)) => {
+            if elf.entry != entry || elf.load_address() != Some(load) {
+                return Err(Error::new(format!(
+                    "{}: the ELF is linked at {:#x} with entry {:#x}, but board.toml says load {load:#x}, entry {entry:#x} (a stale build?)",
+                    built.display(),
+                    elf.load_address().unwrap_or(0),
+                    elf.entry
+                )));
+            }
+            (load, entry)
+        }
+        None => (
+            elf.load_address()
+                .ok_or_else(|| Error::new("the ELF has no loadable segment"))?,
+            elf.entry,
+        ),
+    };
+    let dir = images_dir();
+    fs::create_dir_all(&dir)?;
+    let out = |ext: &str| dir.join(format!("{}.{ext}", board.name));
+    let (elf_out, bin, its, fit, size_txt) = (
+        out("elf"),
+        out("bin"),
+        out("its"),
+        out("itb"),
+        out("size.txt"),
+    );
+    fs::copy(&built, &elf_out)?;
+    util::run(
+        Command::new(llvm_tool("llvm-objcopy")?)
+            .args(["-O", "binary"])
+            .arg(&elf_out)
+            .arg(&bin),
+    )?;
+    fs::write(
+        &its,
+        its_text(board, &format!("{}.bin", board.name), load, entry),
+    )?;
+    // mkimage resolves /incbin/ paths against its working directory.
+    util::run(
+        Command::new("mkimage")
+            .current_dir(&dir)
+            .arg("-f")
+            .arg(its.file_name().unwrap_or_default())
+            .arg(fit.file_name().unwrap_or_default()),
+    )?;
+    let mut sizes = elf.size_report();
+    sizes.binary = fs::metadata(&bin)?.len();
+    sizes.fit = fs::metadata(&fit)?.len();
+    fs::write(&size_txt, sizes.to_string())?;
+    Ok(Image {
+        elf: elf_out,
+        bin,
+        fit,
+        load,
+        entry,
+        sizes,
+    })
+}
+
+/// An address as FIT cells: one cell below 4 GiB (what every U-Boot
+/// reads), two above (needs `#address-cells = <2>`).
+fn cells(addr: u64, two: bool) -> String {
+    if two {
+        format!("<{:#x} {:#x}>", addr >> 32, addr & 0xffff_ffff)
+    } else {
+        format!("<{addr:#x}>")
+    }
+}
+
+/// The image tree source of a board's FIT.
+pub fn its_text(board: &Board, bin_name: &str, load: u64, entry: u64) -> String {
+    let two = load > u64::from(u32::MAX) || entry > u64::from(u32::MAX);
+    format!(
+        r#"/dts-v1/;
+
+/ {{
+	description = "{desc}";
+	#address-cells = <{cells}>;
+
+	images {{
+		firmware-1 {{
+			description = "{name} firmware (raw binary, aarch64-rt entry first)";
+			data = /incbin/("{bin_name}");
+			type = "kernel";
+			arch = "arm64";
+			os = "linux";
+			compression = "none";
+			load = {load};
+			entry = {entry};
+			hash-1 {{
+				algo = "sha256";
+			}};
+		}};
+	}};
+
+	configurations {{
+		default = "conf-1";
+		conf-1 {{
+			description = "{name}";
+			kernel = "firmware-1";
+		}};
+	}};
+}};
+"#,
+        desc = board.description,
+        name = board.name,
+        cells = if two { 2 } else { 1 },
+        load = cells(load, two),
+        entry = cells(entry, two),
+    )
+}
+
+/// `dumpimage -l FILE`.
+pub fn dumpimage(fit: &Path) -> Result<String, Error> {
+    util::output(Command::new("dumpimage").arg("-l").arg(fit))
+}
+
+/// The first image's `Load Address` and `Entry Point` in `dumpimage -l`
+/// output.
+pub fn parse_dumpimage(text: &str) -> Option<(u64, u64)> {
+    let field = |label: &str| {
+        text.lines().find_map(|line| {
+            let value = line.trim().strip_prefix(label)?.trim();
+            let hex = value.strip_prefix("0x").or(value.strip_prefix("0X"))?;
+            u64::from_str_radix(hex, 16).ok()
+        })
+    };
+    Some((field("Load Address:")?, field("Entry Point:")?))
+}
+
+/// A tool from rustup's `llvm-tools` component, next to `llvm-nm`.
+fn llvm_tool(name: &str) -> Result<PathBuf, Error> {
+    let nm = no_alloc::find_llvm_nm()?;
+    let tool = nm.with_file_name(name);
+    if tool.is_file() {
+        Ok(tool)
+    } else {
+        Err(Error::new(format!(
+            "{} not found; install it with: rustup component add llvm-tools",
+            tool.display()
+        )))
+    }
+}
+
+/// Sizes of the firmware, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SizeReport {
+    /// Code: `.init` (entry, vectors) and `.text`.
+    pub text: u64,
+    /// Read-only data: `.rodata` and `.got`.
+    pub rodata: u64,
+    pub data: u64,
+    pub bss: u64,
+    /// The boot stack (`.stack`).
+    pub stack: u64,
+    /// Other allocated sections.
+    pub other: u64,
+    /// From the first loaded byte to the end of the last allocated section.
+    pub footprint: u64,
+    /// The raw binary (what U-Boot copies).
+    pub binary: u64,
+    /// The FIT file.
+    pub fit: u64,
+}
+
+impl std::fmt::Display for SizeReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kib = |b: u64| b as f64 / 1024.0;
+        for (name, bytes) in [
+            (".text", self.text),
+            (".rodata", self.rodata),
+            (".data", self.data),
+            (".bss", self.bss),
+            ("stack", self.stack),
+            ("other", self.other),
+            ("in memory", self.footprint),
+            ("binary", self.binary),
+            ("FIT", self.fit),
+        ] {
+            writeln!(f, "  {name:<10} {bytes:>9} B  {:>9.1} KiB", kib(bytes))?;
+        }
+        Ok(())
+    }
+}
+
+/// The parts of an ELF64 little-endian file the image needs.
+#[derive(Debug)]
+pub struct Elf {
+    pub entry: u64,
+    /// `(name, address, size, flags)` of every section.
+    pub sections: Vec<(String, u64, u64, u64)>,
+    /// `(physical address, file size, memory size)` of each `PT_LOAD`.
+    pub loads: Vec<(u64, u64, u64)>,
+}
+
+const SHF_ALLOC: u64 = 0x2;
+const PT_LOAD: u32 = 1;
+
+impl Elf {
+    /// Parses the headers of an ELF64 little-endian file.
+    pub fn parse(bytes: &[u8]) -> Result<Elf, Error> {
+        let bad = |what: &str| Error::new(format!("not a usable ELF64 little-endian file: {what}"));
+        if bytes.get(..4) != Some(b"\x7fELF".as_slice()) {
+            return Err(bad("no ELF magic"));
+        }
+        if bytes.get(4) != Some(&2) || bytes.get(5) != Some(&1) {
+            return Err(bad("not 64-bit little-endian"));
+        }
+        let u16_at = |off: usize| -> Result<u64, Error> {
+            let b = bytes.get(off..off + 2).ok_or_else(|| bad("truncated"))?;
+            Ok(u64::from(u16::from_le_bytes([b[0], b[1]])))
+        };
+        let u32_at = |off: usize| -> Result<u64, Error> {
+            let b = bytes.get(off..off + 4).ok_or_else(|| bad("truncated"))?;
+            Ok(u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        };
+        let u64_at = |off: usize| -> Result<u64, Error> {
+            let b = bytes.get(off..off + 8).ok_or_else(|| bad("truncated"))?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            Ok(u64::from_le_bytes(a))
+        };
+        let to_usize = |v: u64| usize::try_from(v).map_err(|_| bad("offset too large"));
+        let entry = u64_at(0x18)?;
+        let phoff = to_usize(u64_at(0x20)?)?;
+        let shoff = to_usize(u64_at(0x28)?)?;
+        let phentsize = to_usize(u16_at(0x36)?)?;
+        let phnum = to_usize(u16_at(0x38)?)?;
+        let shentsize = to_usize(u16_at(0x3a)?)?;
+        let shnum = to_usize(u16_at(0x3c)?)?;
+        let shstrndx = to_usize(u16_at(0x3e)?)?;
+        let mut loads = Vec::new();
+        for i in 0..phnum {
+            let ph = phoff + i * phentsize;
+            if u32_at(ph)? == PT_LOAD as u64 {
+                loads.push((u64_at(ph + 0x18)?, u64_at(ph + 0x20)?, u64_at(ph + 0x28)?));
+            }
+        }
+        let section = |i: usize| -> Result<(u64, u64, u64, u64, u64), Error> {
+            let sh = shoff + i * shentsize;
+            Ok((
+                u32_at(sh)?,
+                u64_at(sh + 0x08)?,
+                u64_at(sh + 0x10)?,
+                u64_at(sh + 0x18)?,
+                u64_at(sh + 0x20)?,
+            ))
+        };
+        let mut sections = Vec::new();
+        if shnum > 0 {
+            let (_, _, _, strtab_off, strtab_size) = section(shstrndx)?;
+            let strtab_off = to_usize(strtab_off)?;
+            let strtab = bytes
+                .get(strtab_off..strtab_off + to_usize(strtab_size)?)
+                .ok_or_else(|| bad("section names out of the file"))?;
+            for i in 0..shnum {
+                let (name_off, flags, addr, _, size) = section(i)?;
+                let name_bytes = strtab.get(to_usize(name_off)?..).unwrap_or_default();
+                let end = name_bytes.iter().position(|&b| b == 0).unwrap_or(0);
+                let name = String::from_utf8_lossy(&name_bytes[..end]).into_owned();
+                sections.push((name, addr, size, flags));
+            }
+        }
+        Ok(Elf {
+            entry,
+            sections,
+            loads,
+        })
+    }
+
+    /// The physical address of the first loadable segment.
+    pub fn load_address(&self) -> Option<u64> {
+        self.loads
+            .iter()
+            .filter(|(_, filesz, _)| *filesz > 0)
+            .map(|(paddr, _, _)| *paddr)
+            .min()
+    }
+
+    /// Sizes by section kind (allocated sections only).
+    pub fn size_report(&self) -> SizeReport {
+        let mut r = SizeReport::default();
+        let mut lo = u64::MAX;
+        let mut hi = 0;
+        for (name, addr, size, flags) in &self.sections {
+            if flags & SHF_ALLOC == 0 || *size == 0 {
+                continue;
+            }
+            lo = lo.min(*addr);
+            hi = hi.max(addr + size);
+            let n = name.as_str();
+            let slot = if n == ".init" || n.starts_with(".init.") || n.starts_with(".text") {
+                &mut r.text
+            } else if n.starts_with(".rodata") || n == ".got" {
+                &mut r.rodata
+            } else if n.starts_with(".data") {
+                &mut r.data
+            } else if n.starts_with(".bss") {
+                &mut r.bss
+            } else if n.starts_with(".stack") {
+                &mut r.stack
+            } else {
+                &mut r.other
+            };
+            *slot += size;
+        }
+        r.footprint = hi.saturating_sub(lo.min(hi));
+        r
+    }
+}
+
+/// Every symbol of the linked firmware that belongs to the global
+/// allocator (none expected).
+fn allocator_symbols(elf: &Path) -> Result<(usize, Vec<String>), Error> {
+    let nm = no_alloc::find_llvm_nm()?;
+    let text = util::output(Command::new(nm).arg(elf))?;
+    let symbols = no_alloc::parse_nm(&text);
+    let found = symbols
+        .iter()
+        .filter(|s| no_alloc::allocator_symbol(s).is_some())
+        .cloned()
+        .collect();
+    Ok((symbols.len(), found))
+}
+
+/// Test step `images`: for each board, builds the image, reads the FIT
+/// back with `dumpimage -l` and compares its load and entry addresses to
+/// the board's (board.toml for the Elba), and checks the linked firmware
+/// has no allocator symbol. Each check counts as one test.
+pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
+    let mut failed = Vec::new();
+    for board in BOARDS {
+        let image = build(board)?;
+        println!("size report ({}):\n{}", board.name, image.sizes);
+        let listing = dumpimage(&image.fit)?;
+        for line in listing.lines() {
+            println!("    {line}");
+        }
+        let expected = board_addresses(board)?.unwrap_or((image.load, image.entry));
+        let mut check = |name: String, ok: bool| {
+            println!("image: {name} ... {}", if ok { "ok" } else { "FAILED" });
+            if ok {
+                ctx.tally.passed += 1;
+            } else {
+                ctx.tally.failed += 1;
+                failed.push(name);
+            }
+        };
+        let seen = parse_dumpimage(&listing);
+        check(
+            format!(
+                "{}: dumpimage load/entry {:?} == expected ({:#x}, {:#x})",
+                board.name,
+                seen.map(|(l, e)| (format!("{l:#x}"), format!("{e:#x}"))),
+                expected.0,
+                expected.1
+            ),
+            seen == Some(expected),
+        );
+        let (count, alloc) = allocator_symbols(&image.elf)?;
+        check(
+            format!(
+                "{}: no allocator symbol among {count} symbols of the ELF",
+                board.name
+            ),
+            count > 0 && alloc.is_empty(),
+        );
+        for symbol in alloc {
+            eprintln!("image: allocator symbol {symbol}");
+        }
+        check(
+            format!(
+                "{}: firmware has code ({} B .text) and fits its binary ({} B)",
+                board.name, image.sizes.text, image.sizes.binary
+            ),
+            image.sizes.text > 0 && image.sizes.binary >= image.sizes.text,
+        );
+    }
+    ctx.ran_tests = true;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "image checks failed: {}",
+            failed.join("; ")
+        )))
+    }
+}
+
+/// Test step `elba-host`: the Elba board's library (board constants,
+/// 16550 driver, shared-memory rings) linted and tested on the host, and
+/// the firmware linted for its target. The board crate is kept out of the
+/// workspace's default members, so this is where its code is checked.
+pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
+    let package = "board-pensando-elba";
+    util::run(&mut util::cargo([
+        "clippy",
+        "-p",
+        package,
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    util::run(&mut util::cargo([
+        "clippy",
+        "--release",
+        "-p",
+        package,
+        "--target",
+        FIRMWARE_TARGET,
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let mut tally = crate::test::Tally::default();
+    let ok = util::run_streaming(
+        &mut util::cargo(["test", "-p", package, "--lib", "--no-fail-fast"]),
+        |line| {
+            tally.add_libtest_line(line);
+        },
+    )?;
+    ctx.tally.passed += tally.passed;
+    ctx.tally.failed += tally.failed;
+    ctx.ran_tests = true;
+    match (ok, tally.failed) {
+        (true, 0) => Ok(()),
+        (_, 0) => Err(Error::new(format!(
+            "cargo test -p {package} failed without a failing test (see above)"
+        ))),
+        (_, n) => Err(Error::new(format!("{n} {package} test(s) failed"))),
+    }
+}
+
+/// U-Boot for QEMU's arm64 `virt` machine, from Debian's `u-boot-qemu`.
+const UBOOT_QEMU_ARM64: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
+/// Where the boot script puts the FIT before `bootm` (QEMU RAM starts at
+/// 0x4000_0000; U-Boot relocates itself to the top of the 512 MiB).
+const UBOOT_FIT_ADDR: u64 = 0x4800_0000;
+/// Guard against a hung boot; a good run takes about 3 s.
+const UBOOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Installs `u-boot-qemu` (a file, not a command on `PATH`) like
+/// [`system::ensure_system_packages`] does for commands.
+fn ensure_uboot_qemu() -> Result<PathBuf, Error> {
+    let path = PathBuf::from(UBOOT_QEMU_ARM64);
+    if path.is_file() {
+        return Ok(path);
+    }
+    if !system::is_root() {
+        return Err(Error::new(format!(
+            "missing {UBOOT_QEMU_ARM64}; run as root:\n    apt-get update && apt-get install -y u-boot-qemu"
+        )));
+    }
+    util::run(Command::new("apt-get").arg("update"))?;
+    util::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "u-boot-qemu"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::new(format!(
+            "installed u-boot-qemu but {UBOOT_QEMU_ARM64} is missing"
+        )))
+    }
+}
+
+/// The U-Boot commands that load and start a FIT, as on a board: fetch it
+/// by TFTP, then `bootm` its configuration with U-Boot's own device tree
+/// (the Linux arm64 boot path needs one).
+pub fn uboot_boot_commands(fit_name: &str, addr: u64) -> String {
+    format!("tftpboot {addr:#x} {fit_name}\nbootm {addr:#x}#conf-1 - ${{fdtcontroladdr}}\n")
+}
+
+/// Test step `uboot-qemu`: the qemu-virt FIT booted the way U-Boot boots
+/// it on a board. QEMU `virt` at EL2 (`virtualization=on`) runs Debian's
+/// U-Boot, whose default boot fetches `boot.scr.uimg` by TFTP from QEMU's
+/// user network; that script fetches the FIT and runs `bootm`. Passes when
+/// U-Boot verifies the FIT and the firmware prints its banner (it then
+/// stops through semihosting: it has no node configuration here).
+pub fn uboot_qemu_step(ctx: &mut Context) -> Result<(), Error> {
+    system::ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])?;
+    let uboot = ensure_uboot_qemu()?;
+    let board = find_board("qemu-virt").ok_or_else(|| Error::new("no qemu-virt board"))?;
+    let image = build(board)?;
+    let tftp = images_dir().join("uboot-tftp");
+    fs::create_dir_all(&tftp)?;
+    let fit_name = "qemu-virt.itb";
+    fs::copy(&image.fit, tftp.join(fit_name))?;
+    fs::write(
+        tftp.join("boot.cmd"),
+        uboot_boot_commands(fit_name, UBOOT_FIT_ADDR),
+    )?;
+    util::run(
+        Command::new("mkimage")
+            .current_dir(&tftp)
+            .args(["-A", "arm64", "-T", "script", "-C", "none", "-n"])
+            .args(["metaroce-boot", "-d", "boot.cmd", "boot.scr.uimg"]),
+    )?;
+    let log_path = tftp.join("console.log");
+    let log = fs::File::create(&log_path)?;
+    let mut cmd = Command::new("qemu-system-aarch64");
+    cmd.args([
+        "-M",
+        "virt,virtualization=on",
+        "-cpu",
+        "cortex-a72",
+        "-m",
+        "512M",
+    ])
+    .args(["-nographic", "-semihosting", "-bios"])
+    .arg(&uboot)
+    .arg("-netdev")
+    .arg(format!("user,id=n0,tftp={}", tftp.display()))
+    .args(["-device", "virtio-net-device,netdev=n0"])
+    .stdin(std::process::Stdio::null())
+    .stdout(log.try_clone()?)
+    .stderr(log);
+    println!("$ {}", util::display(&cmd));
+    let mut child = cmd.spawn()?;
+    let started = std::time::Instant::now();
+    let timed_out = loop {
+        if child.try_wait()?.is_some() {
+            break false;
+        }
+        if started.elapsed() > UBOOT_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let bytes = fs::read(&log_path)?;
+    let console = String::from_utf8_lossy(&bytes);
+    let mut failed = Vec::new();
+    for (name, needle) in [
+        ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
+        ("bootm verified the FIT's sha256", "sha256+ OK"),
+        (
+            "bootm used the FIT's load address",
+            "Load Address: 0x40080000",
+        ),
+        ("bootm started the image", "Starting kernel"),
+        ("the firmware ran (banner)", "metaroce qemu-virt firmware"),
+    ] {
+        let ok = console.contains(needle);
+        println!(
+            "uboot-qemu: {name} ... {}",
+            if ok { "ok" } else { "FAILED" }
+        );
+        if ok {
+            ctx.tally.passed += 1;
+        } else {
+            ctx.tally.failed += 1;
+            failed.push(name);
+        }
+    }
+    ctx.ran_tests = true;
+    println!(
+        "uboot-qemu: console in {} ({:.1} s{})",
+        log_path.display(),
+        started.elapsed().as_secs_f64(),
+        if timed_out {
+            ", killed at the timeout"
+        } else {
+            ""
+        }
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "U-Boot boot of the FIT failed: {} (see {})",
+            failed.join("; "),
+            log_path.display()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // What Debian bookworm's dumpimage (u-boot-tools 2023.01) printed for
+    // the Elba image.
+    const LISTING: &str = "FIT description: MetaRoCE firmware for the AMD Pensando Elba ARM complex
+Created:         Mon Nov 30 21:30:00 2026
+ Image 0 (firmware-1)
+  Description:  pensando-elba firmware (raw binary, aarch64-rt entry first)
+  Created:      Mon Nov 30 21:30:00 2026
+  Type:         Kernel Image
+  Compression:  uncompressed
+  Data Size:    114688 Bytes = 112.00 KiB = 0.11 MiB
+  Architecture: AArch64
+  OS:           Linux
+  Load Address: 0xc0080000
+  Entry Point:  0xc0080000
+  Hash algo:    sha256
+  Hash value:   00
+ Default Configuration: 'conf-1'
+ Configuration 0 (conf-1)
+  Description:  pensando-elba
+  Kernel:       firmware-1
+";
+
+    #[test]
+    fn boot_script_fetches_then_boots_the_configuration() {
+        assert_eq!(
+            uboot_boot_commands("x.itb", 0x4800_0000),
+            "tftpboot 0x48000000 x.itb\nbootm 0x48000000#conf-1 - ${fdtcontroladdr}\n"
+        );
+    }
+
+    #[test]
+    fn dumpimage_addresses_are_parsed() {
+        assert_eq!(parse_dumpimage(LISTING), Some((0xc008_0000, 0xc008_0000)));
+        assert_eq!(parse_dumpimage("Load Address: 0x10\n"), None);
+        assert_eq!(
+            parse_dumpimage("Load Address: zz\nEntry Point: 0x1\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn its_uses_one_cell_below_4g_and_two_above() {
+        let board = &BOARDS[0];
+        let low = its_text(board, "x.bin", 0xc008_0000, 0xc008_0000);
+        assert!(low.contains("#address-cells = <1>;"));
+        assert!(low.contains("load = <0xc0080000>;"));
+        assert!(low.contains("type = \"kernel\";") && low.contains("os = \"linux\";"));
+        assert!(low.contains("/incbin/(\"x.bin\")"));
+        let high = its_text(board, "x.bin", 0x8_0008_0000, 0x8_0008_0000);
+        assert!(high.contains("#address-cells = <2>;"));
+        assert!(high.contains("entry = <0x8 0x80000>;"));
+    }
+
+    #[test]
+    fn board_toml_addresses_are_read() {
+        let (load, entry) = board_addresses(&BOARDS[0]).unwrap().unwrap();
+        assert_eq!(load, entry);
+        assert_eq!(load % 4096, 0);
+        assert!(board_addresses(&BOARDS[1]).unwrap().is_none());
+        assert!(find_board("pensando-elba").is_some());
+        assert!(find_board("nope").is_none());
+    }
+
+    /// A minimal ELF64: header, one PT_LOAD, sections (null, .text, .bss,
+    /// .stack, .comment, .shstrtab).
+    fn tiny_elf() -> Vec<u8> {
+        let names = b"\0.text\0.bss\0.stack\0.comment\0.shstrtab\0";
+        let mut b = vec![0u8; 0x40];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = 1;
+        b[0x18..0x20].copy_from_slice(&0x4008_0000u64.to_le_bytes());
+        let phoff = b.len() as u64;
+        let mut ph = vec![0u8; 56];
+        ph[..4].copy_from_slice(&1u32.to_le_bytes());
+        ph[0x18..0x20].copy_from_slice(&0x4008_0000u64.to_le_bytes());
+        ph[0x20..0x28].copy_from_slice(&0x100u64.to_le_bytes());
+        ph[0x28..0x30].copy_from_slice(&0x3100u64.to_le_bytes());
+        b.extend_from_slice(&ph);
+        let strtab_off = b.len() as u64;
+        b.extend_from_slice(names);
+        let shoff = b.len() as u64;
+        // (name offset, flags, addr, offset, size)
+        let sections: [(u32, u64, u64, u64, u64); 6] = [
+            (0, 0, 0, 0, 0),
+            (1, 0x6, 0x4008_0000, 0, 0x100),
+            (7, 0x3, 0x4008_1000, 0, 0x40),
+            (12, 0x3, 0x4008_2000, 0, 0x1000),
+            (19, 0x30, 0, 0, 0x20),
+            (28, 0, 0, strtab_off, names.len() as u64),
+        ];
+        for (name, flags, addr, off, size) in sections {
+            let mut sh = vec![0u8; 64];
+            sh[..4].copy_from_slice(&name.to_le_bytes());
+            sh[8..16].copy_from_slice(&flags.to_le_bytes());
+            sh[0x10..0x18].copy_from_slice(&addr.to_le_bytes());
+            sh[0x18..0x20].copy_from_slice(&off.to_le_bytes());
+            sh[0x20..0x28].copy_from_slice(&size.to_le_bytes());
+            b.extend_from_slice(&sh);
+        }
+        b[0x20..0x28].copy_from_slice(&phoff.to_le_bytes());
+        b[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        b[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        b[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        b[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        b[0x3c..0x3e].copy_from_slice(&6u16.to_le_bytes());
+        b[0x3e..0x40].copy_from_slice(&5u16.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn elf_sections_are_sized_by_kind() {
+        let elf = Elf::parse(&tiny_elf()).unwrap();
+        assert_eq!(elf.entry, 0x4008_0000);
+        assert_eq!(elf.load_address(), Some(0x4008_0000));
+        let r = elf.size_report();
+        assert_eq!(
+            (r.text, r.rodata, r.data, r.bss, r.stack),
+            (0x100, 0, 0, 0x40, 0x1000)
+        );
+        assert_eq!(r.other, 0, ".comment is not allocated");
+        assert_eq!(r.footprint, 0x3000);
+        assert!(r.to_string().contains(".bss"));
+    }
+
+    #[test]
+    fn bad_elf_files_are_errors_not_panics() {
+        assert!(Elf::parse(b"").is_err());
+        assert!(Elf::parse(b"\x7fELF\x01\x01").is_err());
+        let mut truncated = tiny_elf();
+        truncated.truncate(0x50);
+        assert!(Elf::parse(&truncated).is_err());
+        let mut bad_strtab = tiny_elf();
+        bad_strtab[0x3e] = 0; // shstrndx -> the null section: empty names
+        assert!(Elf::parse(&bad_strtab).is_ok());
+    }
+}
