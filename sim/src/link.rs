@@ -86,7 +86,11 @@ pub struct LinkConfig {
     pub rate_bps: u64,
     /// Propagation delay (plus switch latency, folded in).
     pub delay: Duration,
+    /// Loss from `a` to `b` (and from `b` to `a` unless `reverse_loss`).
     pub loss: LossModel,
+    /// Loss from `b` to `a`, when it differs (e.g. only data or only
+    /// acknowledgments lost on a two-host link).
+    pub reverse_loss: Option<LossModel>,
     /// The link goes down (both directions) at this instant: packets on it
     /// and packets sent later are lost.
     pub fail_at: Option<Instant>,
@@ -99,6 +103,7 @@ impl Default for LinkConfig {
             rate_bps: 100_000_000_000,
             delay: Duration::from_micros(1),
             loss: LossModel::None,
+            reverse_loss: None,
             fail_at: None,
         }
     }

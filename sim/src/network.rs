@@ -152,6 +152,15 @@ enum Event {
     App { token: u64 },
 }
 
+/// A packet a link lost, for tracing (see [`Simulator::record_losses`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostPacket {
+    /// When it was put on the line.
+    pub at: Instant,
+    pub link_down: bool,
+    pub packet: Packet,
+}
+
 /// What one [`Simulator::step`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -173,6 +182,7 @@ pub struct Simulator<T> {
     completions: Vec<HostCompletion>,
     stats: FabricStats,
     tx_buf: Vec<u8>,
+    losses: Option<Vec<LostPacket>>,
 }
 
 /// The IPv4 address of host `h`: 10.0.0.0/8 numbered from 10.0.0.1.
@@ -224,7 +234,14 @@ impl<T: SimTransport> Simulator<T> {
                 peer_port,
                 rate_bps: c.rate_bps,
                 delay: c.delay,
-                loss: LossState::new(c.loss, SimRng::stream(config.seed, 2 * id as u64 + dir)),
+                loss: LossState::new(
+                    if dir == 0 {
+                        c.loss
+                    } else {
+                        c.reverse_loss.unwrap_or(c.loss)
+                    },
+                    SimRng::stream(config.seed, 2 * id as u64 + dir),
+                ),
                 queue: OutputQueue::new(topology.queue),
                 free_ps: 0,
                 busy: false,
@@ -270,6 +287,7 @@ impl<T: SimTransport> Simulator<T> {
             completions: Vec::new(),
             stats: FabricStats::default(),
             tx_buf: Vec::new(),
+            losses: None,
         };
         debug_assert_eq!(sim.hosts.len(), host_count);
         sim.compute_routes();
@@ -346,6 +364,17 @@ impl<T: SimTransport> Simulator<T> {
     /// Moves the recorded completions into `out`.
     pub fn drain_completions(&mut self, out: &mut Vec<HostCompletion>) {
         out.append(&mut self.completions);
+    }
+
+    /// Starts keeping every packet a link loses (by the loss model or
+    /// because it was down when sending), for tracing.
+    pub fn record_losses(&mut self) {
+        self.losses.get_or_insert_with(Vec::new);
+    }
+
+    /// The packets lost since [`Simulator::record_losses`].
+    pub fn losses(&self) -> &[LostPacket] {
+        self.losses.as_deref().unwrap_or(&[])
     }
 
     /// The equal-cost ports `node` uses towards host `dst` (for tests).
@@ -541,7 +570,8 @@ impl<T: SimTransport> Simulator<T> {
         p.stats.tx_bytes += frame;
         let done = ps_to_instant(end);
         let (peer, peer_port, delay) = (p.peer, p.peer_port, p.delay);
-        let keep = if p.down {
+        let down = p.down;
+        let keep = if down {
             p.stats.failed += 1;
             false
         } else if p.loss.lose() {
@@ -551,7 +581,15 @@ impl<T: SimTransport> Simulator<T> {
             true
         };
         self.events.push(done, Event::PortFree { node, port });
-        if keep {
+        if !keep {
+            if let Some(log) = self.losses.as_mut() {
+                log.push(LostPacket {
+                    at: self.now,
+                    link_down: down,
+                    packet,
+                });
+            }
+        } else {
             self.events.push(
                 done + delay,
                 Event::Arrive {
@@ -576,20 +614,22 @@ impl<T: SimTransport> Simulator<T> {
         if host.timer == Some(self.now) {
             host.timer = None;
         }
-        if host.transport.poll_timeout().is_some_and(|d| d <= self.now) {
-            host.transport.handle_timeout(self.now);
-        }
         self.service_host(h);
     }
 
-    /// After any input: completions, one packet if the NIC is idle, then
-    /// the next wake-up.
+    /// After any input: timers that are due, completions, one packet if
+    /// the NIC is idle, then the next wake-up. Due timers run here and not
+    /// only on a wake-up, because a deadline that passes while the NIC is
+    /// busy arms no wake-up (the NIC's `PortFree` comes first).
     fn service_host(&mut self, h: HostId) {
         let now = self.now;
         let node = self.hosts[h].node;
         let nic_busy = self.nodes[node].ports.first().is_none_or(|p| p.busy);
         let mut buf = core::mem::take(&mut self.tx_buf);
         let host = &mut self.hosts[h];
+        if host.transport.poll_timeout().is_some_and(|d| d <= now) {
+            host.transport.handle_timeout(now);
+        }
         let sent = if nic_busy {
             None
         } else {

@@ -106,6 +106,7 @@ impl Topology {
     pub fn set_loss(&mut self, loss: LossModel) {
         for l in &mut self.links {
             l.config.loss = loss;
+            l.config.reverse_loss = None;
         }
     }
 

@@ -156,3 +156,45 @@ fn leaf_spine_64_hosts_permutation_and_simulator_speed() {
     println!("simulator speed: {:.0} events/s", rate);
     assert!(r.all_ok());
 }
+
+#[test]
+fn loss_trace_names_each_lost_packet() {
+    use metaroce_core::wire;
+    let link = LinkConfig {
+        loss: LossModel::Random(0.01),
+        // Only the data direction loses.
+        reverse_loss: Some(LossModel::None),
+        ..LinkConfig::default()
+    };
+    let topo = Topology::back_to_back(link);
+    let mut sim: Simulator<Small> = Simulator::new(&topo, SimConfig::default(), |_, _, s| {
+        MetaRoce::new(Config::default(), s)
+    });
+    sim.record_losses();
+    let flows = [Flow {
+        src: 0,
+        dst: 1,
+        bytes: 4 << 20,
+        start: Instant::from_micros(1),
+    }];
+    let r = workload::run(&mut sim, &flows, &WorkloadConfig::default());
+    println!("{}", describe(&r));
+    assert!(r.all_ok());
+    assert_eq!(sim.losses().len() as u64, r.fabric.lost);
+    for l in sim.losses() {
+        assert_eq!((l.packet.src, l.packet.dst, l.link_down), (0, 1, false));
+        let (repr, _) = wire::parse(&l.packet.bytes).expect("a MetaRoCE packet");
+        println!(
+            "lost at {:>7} ns: psn {} path {} udp src {}",
+            l.at.as_nanos(),
+            repr.header.psn,
+            repr.header.path,
+            l.packet.src_port
+        );
+    }
+    // Every lost data packet was sent again exactly once.
+    let h = sim.host(0).transport.endpoint().handles().next().unwrap();
+    let stats = sim.host(0).transport.endpoint().stats(h).unwrap();
+    println!("{stats:?}");
+    assert_eq!(stats.retransmissions, r.fabric.lost);
+}
