@@ -227,8 +227,8 @@ impl<const P: usize> PathSet<P> {
         let mut best = start;
         let mut best_num = u64::MAX;
         let mut best_den = 1u64;
-        for k in 0..n {
-            let i = (start + k) % n;
+        let mut i = start;
+        for _ in 0..n {
             let p = &self.paths[i];
             let num = u64::from(p.in_flight) + 1;
             let den = u64::from(p.weight().max(1));
@@ -236,6 +236,11 @@ impl<const P: usize> PathSet<P> {
                 best_num = num;
                 best_den = den;
                 best = i;
+            }
+            // Wrap without a division per path.
+            i += 1;
+            if i == n {
+                i = 0;
             }
         }
         self.next = ((best + 1) % n) as u16;
