@@ -85,11 +85,7 @@ struct Exceptions;
 impl ExceptionHandlers for Exceptions {}
 exception_handlers!(Exceptions);
 
-entry!(boot, 256);
-const _: () = assert!(
-    board::STACK_PAGES == 256,
-    "board.toml image.stack_pages must match entry! in hw.rs"
-);
+entry!(boot, { board::STACK_PAGES });
 
 /// What U-Boot handed over.
 #[derive(Debug, Clone, Copy)]
@@ -256,7 +252,14 @@ pub struct Interrupts {
     gic: GicV3<'static>,
     cpu: usize,
     doorbell: Option<IntId>,
+    message_spis: bool,
 }
+
+/// GICD_TYPER offset and its MBIS bit: the distributor accepts
+/// message-based SPIs (a write of the INTID to GICD_SETSPI_NSR, +0x40),
+/// which is how the other side raises the doorbell SPI.
+const GICD_TYPER: usize = 0x4;
+const GICD_TYPER_MBIS: u32 = 1 << 16;
 
 impl Interrupts {
     /// Sets up the GICv3 (distributor, every redistributor, this core's
@@ -265,6 +268,10 @@ impl Interrupts {
     /// the CPU: [`Self::wait`] wakes on them with `wfi` and acknowledges
     /// them inline.
     pub fn new(boot: &BootInfo) -> Result<Self, GicSetupError> {
+        // SAFETY: GICD_TYPER is a read-only register of the mapped
+        // distributor; reading it has no side effects, and the driver below
+        // is not created yet.
+        let typer = unsafe { ((board::GICD_BASE + GICD_TYPER) as *const u32).read_volatile() };
         // SAFETY: the distributor and redistributor region from board.toml
         // are mapped as device memory and nothing else refers to them
         // (called once, at boot).
@@ -303,7 +310,18 @@ impl Interrupts {
         }
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
-        Ok(Interrupts { gic, cpu, doorbell })
+        Ok(Interrupts {
+            gic,
+            cpu,
+            doorbell,
+            message_spis: typer & GICD_TYPER_MBIS != 0,
+        })
+    }
+
+    /// Whether the distributor takes message-based SPIs (GICD_TYPER.MBIS),
+    /// so the other side can raise the doorbell SPI by an MMIO write.
+    pub fn message_spis(&self) -> bool {
+        self.message_spis
     }
 
     /// The redistributor index of this core.

@@ -62,9 +62,10 @@ pub fn main(boot: BootInfo) -> ! {
         }
     };
     defmt::info!(
-        "GICv3 up: redistributor {=usize}, doorbell INTID {=u32}",
+        "GICv3 up: redistributor {=usize}, doorbell INTID {=u32}, message-based SPIs {=bool}",
         irq.cpu(),
-        board::DOORBELL_INTID
+        board::DOORBELL_INTID,
+        irq.message_spis()
     );
     let Some(shared) = hw::shared_memory() else {
         fail("shared-memory rings could not be formatted (see board.toml)")

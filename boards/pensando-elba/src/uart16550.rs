@@ -279,7 +279,10 @@ mod tests {
         }
 
         fn write(&mut self, offset: usize, value: u32) {
-            assert!(offset < 0x20 && offset.is_multiple_of(4), "offset {offset:#x}");
+            assert!(
+                offset < 0x20 && offset.is_multiple_of(4),
+                "offset {offset:#x}"
+            );
             self.writes.push((offset, value));
             match offset {
                 0x0c => self.lcr = value,
