@@ -35,12 +35,16 @@ pub enum Message {
         seed: u64,
         size: u32,
     },
+    /// `ro_*`: a second, small region peers may only READ (pre-filled with
+    /// `pattern(seed, READ_ONLY_INDEX)`), for permission checks.
     Region {
         status: u32,
         key: u32,
         addr: u64,
         len: u64,
         slots: u32,
+        ro_key: u32,
+        ro_addr: u64,
     },
     Done {
         messages: u64,
@@ -57,6 +61,11 @@ const ANNOUNCE: &[u8; 4] = b"MRAN";
 const REGION: &[u8; 4] = b"MRRG";
 const DONE: &[u8; 4] = b"MRDN";
 const REPORT: &[u8; 4] = b"MRRP";
+
+/// Pattern index of the read-only region's contents.
+pub const READ_ONLY_INDEX: u64 = u64::MAX;
+/// Length of the read-only region.
+pub const READ_ONLY_LEN: u32 = 4096;
 
 /// Region status: accepted.
 pub const REGION_OK: u32 = 0;
@@ -84,6 +93,8 @@ impl Message {
                 addr,
                 len,
                 slots,
+                ro_key,
+                ro_addr,
             } => {
                 v.extend_from_slice(REGION);
                 v.extend_from_slice(&status.to_le_bytes());
@@ -91,6 +102,8 @@ impl Message {
                 v.extend_from_slice(&addr.to_le_bytes());
                 v.extend_from_slice(&len.to_le_bytes());
                 v.extend_from_slice(&slots.to_le_bytes());
+                v.extend_from_slice(&ro_key.to_le_bytes());
+                v.extend_from_slice(&ro_addr.to_le_bytes());
             }
             Message::Done { messages, bytes } => {
                 v.extend_from_slice(DONE);
@@ -134,6 +147,8 @@ impl Message {
                 addr: u64_at(12)?,
                 len: u64_at(20)?,
                 slots: u32_at(28)?,
+                ro_key: u32_at(32)?,
+                ro_addr: u64_at(36)?,
             })
         } else if magic == DONE {
             Some(Message::Done {
@@ -194,6 +209,8 @@ mod tests {
                 addr: 1 << 32,
                 len: 1 << 20,
                 slots: 64,
+                ro_key: 3,
+                ro_addr: 5 << 32,
             },
             Message::Done {
                 messages: 3,

@@ -144,6 +144,7 @@ struct ServerConn {
     control: Control,
     peer: SocketAddr,
     region: Option<(u32, u64, u64)>,
+    read_only: Option<(u32, u64)>,
     op: Option<Operation>,
     seed: u64,
     size: u32,
@@ -221,6 +222,7 @@ impl Server {
                     control,
                     peer,
                     region: None,
+                    read_only: None,
                     op: None,
                     seed: 0,
                     size: 0,
@@ -300,6 +302,8 @@ impl Server {
                     addr: 0,
                     len: 0,
                     slots: 0,
+                    ro_key: 0,
+                    ro_addr: 0,
                 },
             );
             return;
@@ -323,6 +327,26 @@ impl Server {
             node.mem.free(base);
             return;
         };
+        let ro_len = app::READ_ONLY_LEN;
+        let ro_base = node.mem.alloc(ro_len as usize, 0);
+        if let Some(dst) = node.mem.slice_mut(ro_base, ro_len as usize) {
+            app::fill_pattern(seed, app::READ_ONLY_INDEX, dst);
+        }
+        let ro_key = match node.ep.register_region(Region {
+            base: ro_base,
+            len: u64::from(ro_len),
+            access: Access::REMOTE_READ,
+            pd: 0,
+        }) {
+            Ok(k) => {
+                conn.read_only = Some((k, ro_base));
+                k
+            }
+            Err(_) => {
+                node.mem.free(ro_base);
+                0
+            }
+        };
         conn.region = Some((key, base, len));
         conn.op = Some(op);
         conn.seed = seed;
@@ -336,6 +360,8 @@ impl Server {
                 addr: base,
                 len,
                 slots: SLOTS,
+                ro_key,
+                ro_addr: ro_base,
             },
         );
     }
@@ -346,6 +372,10 @@ impl Server {
         };
         let stats = self.node.ep.stats(h).unwrap_or_default();
         if let Some((key, base, _)) = conn.region {
+            let _ = self.node.ep.deregister_region(key);
+            self.node.mem.free(base);
+        }
+        if let Some((key, base)) = conn.read_only {
             let _ = self.node.ep.deregister_region(key);
             self.node.mem.free(base);
         }
@@ -554,6 +584,7 @@ pub fn run_client(
                             addr,
                             len,
                             slots,
+                            ..
                         }) => return Some(Ok((key, addr, len, slots))),
                         Some(Message::Region { status, .. }) => {
                             return Some(Err(HostError::Usage(format!(

@@ -1,0 +1,535 @@
+//! The suite's side of one connection: a hand-driven MetaRoCE peer that
+//! builds every packet itself (with the core's `wire` module), so it can
+//! send them in any order, twice, never, or broken.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use metaroce_core::wire::encap::ecn;
+use metaroce_core::wire::{
+    self, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, MemoryTarget,
+    MessageSpan, NakRepr, ReadRequestRepr, Repr, SackBits, SendRepr, WriteImm, WriteRepr,
+};
+use metaroce_host::app::{Message, Operation};
+use socket2::SockRef;
+
+/// A packet received from the target.
+#[derive(Debug, Clone)]
+pub struct Rx {
+    pub repr: Repr,
+    pub payload: Vec<u8>,
+}
+
+/// Why a step failed: a sentence for the report.
+pub type Fail = String;
+
+/// What the target told us about the memory it gave this connection.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteRegion {
+    pub key: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub ro_key: u32,
+    pub ro_addr: u64,
+}
+
+/// One connection to the target.
+#[derive(Debug)]
+pub struct Peer {
+    sock: UdpSocket,
+    pub target: SocketAddr,
+    pub my_id: u32,
+    pub my_token: u64,
+    pub their_id: u32,
+    pub their_token: u64,
+    pub accept: Option<ConnectRepr>,
+    /// Next PSN of our direction.
+    pub next_psn: u32,
+    next_msg: u32,
+    next_recv_index: u32,
+    /// Receive side (their direction): lowest PSN not yet received and the
+    /// received ones above it.
+    rx_cum: u32,
+    rx_above: BTreeSet<u32>,
+    /// Acknowledge their reliable packets automatically.
+    pub auto_ack: bool,
+    /// Everything received and not yet taken, in arrival order.
+    pub inbox: Vec<Rx>,
+    origin: Instant,
+}
+
+fn bad(e: impl std::fmt::Display) -> Fail {
+    e.to_string()
+}
+
+impl Peer {
+    /// A fresh socket towards `target`; `seed` makes ids and tokens distinct.
+    pub fn new(target: SocketAddr, seed: u32) -> Result<Peer, Fail> {
+        let local: SocketAddr = if target.is_ipv4() {
+            "0.0.0.0:0".parse().map_err(bad)?
+        } else {
+            "[::]:0".parse().map_err(bad)?
+        };
+        let sock = UdpSocket::bind(local).map_err(bad)?;
+        let mix = seed.wrapping_mul(0x9e37_79b9) ^ std::process::id().rotate_left(13);
+        Ok(Peer {
+            sock,
+            target,
+            my_id: (mix | 1) & 0x7fff_ffff | 0x100,
+            my_token: u64::from(mix) << 32 | 0x5eed_0001,
+            their_id: 0,
+            their_token: 0,
+            accept: None,
+            next_psn: mix.wrapping_mul(7) & 0x00ff_ffff,
+            next_msg: 0,
+            next_recv_index: 0,
+            rx_cum: 0,
+            rx_above: BTreeSet::new(),
+            auto_ack: true,
+            inbox: Vec::new(),
+            origin: Instant::now(),
+        })
+    }
+
+    fn local_port(&self) -> u16 {
+        self.sock.local_addr().map_or(0, |a| a.port())
+    }
+
+    /// Our timestamp clock (ns, low 32 bits on the wire).
+    pub fn timestamp(&self) -> u32 {
+        self.origin.elapsed().as_nanos() as u32
+    }
+
+    /// A header for the connection.
+    pub fn header(&self, psn: u32, flags: Flags) -> Header {
+        Header {
+            flags,
+            dst_conn: self.their_id,
+            token: self.their_token,
+            psn,
+            path: 0,
+            timestamp: self.timestamp(),
+        }
+    }
+
+    /// Encodes a packet, CRC included.
+    pub fn encode(repr: &Repr, payload: &[u8]) -> Vec<u8> {
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut buf, payload);
+        buf
+    }
+
+    /// Sends raw bytes, with CE in the IP header if `ce`.
+    pub fn send_raw(&self, bytes: &[u8], ce: bool) -> Result<(), Fail> {
+        let code = if ce { ecn::CE } else { ecn::ECT0 };
+        let sock = SockRef::from(&self.sock);
+        let _ = if self.target.is_ipv4() {
+            sock.set_tos_v4(u32::from(code))
+        } else {
+            sock.set_tclass_v6(u32::from(code))
+        };
+        self.sock.send_to(bytes, self.target).map_err(bad)?;
+        Ok(())
+    }
+
+    /// Sends a packet.
+    pub fn send(&self, repr: &Repr, payload: &[u8]) -> Result<(), Fail> {
+        self.send_raw(&Self::encode(repr, payload), false)
+    }
+
+    /// Receives for up to `timeout`, handling their data (auto-ACK) and
+    /// appending everything to the inbox. Returns when `done` holds for the
+    /// inbox or the time is up; the result says whether `done` held.
+    pub fn pump(&mut self, timeout: Duration, mut done: impl FnMut(&[Rx]) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            if done(&self.inbox) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let _ = self
+                .sock
+                .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
+            let Ok((n, _from)) = self.sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok((repr, payload)) = wire::parse(&buf[..n]) else {
+                continue;
+            };
+            let rx = Rx {
+                repr,
+                payload: payload.to_vec(),
+            };
+            if self.auto_ack && rx.repr.body.packet_type().is_reliable() {
+                self.receive_reliable(&rx);
+            }
+            self.inbox.push(rx);
+        }
+    }
+
+    fn receive_reliable(&mut self, rx: &Rx) {
+        let psn = rx.repr.header.psn;
+        if psn.wrapping_sub(self.rx_cum) < 1 << 31 {
+            self.rx_above.insert(psn);
+            while self.rx_above.remove(&self.rx_cum) {
+                self.rx_cum = self.rx_cum.wrapping_add(1);
+            }
+        }
+        let _ = self.send_ack(&rx.repr.header);
+    }
+
+    /// Acknowledges their direction: cumulative and SACK as we have it.
+    pub fn send_ack(&self, echo: &Header) -> Result<(), Fail> {
+        let mut sack = SackBits::default();
+        for &p in &self.rx_above {
+            let i = p.wrapping_sub(self.rx_cum).wrapping_sub(1) as usize;
+            if i < 256 {
+                sack.set(i);
+            }
+        }
+        self.send_ack_with(echo, self.rx_cum, sack)
+    }
+
+    /// Sends an ACK with the given cumulative PSN and SACK bits.
+    pub fn send_ack_with(
+        &self,
+        echo: &Header,
+        cumulative: u32,
+        sack: SackBits,
+    ) -> Result<(), Fail> {
+        let repr = Repr {
+            header: self.header(0, Flags::NONE),
+            body: Body::Ack(AckRepr {
+                cumulative,
+                echo_psn: echo.psn,
+                echo_timestamp: echo.timestamp,
+                echo_path: echo.path,
+                path_rx_count: 0,
+                path_ce_count: 0,
+                rate_hint_mbps: 0,
+                sack,
+            }),
+            payload_len: 0,
+        };
+        self.send(&repr, &[])
+    }
+
+    /// Removes and returns the inbox.
+    pub fn take(&mut self) -> Vec<Rx> {
+        std::mem::take(&mut self.inbox)
+    }
+
+    /// The CONNECT we send.
+    pub fn connect_repr(&self, mtu: u16, paths: u16, window: u16) -> Repr {
+        Repr {
+            header: Header {
+                flags: Flags::NONE,
+                dst_conn: 0,
+                token: 0,
+                psn: 0,
+                path: 0,
+                timestamp: self.timestamp(),
+            },
+            body: Body::Connect(ConnectRepr {
+                src_conn: self.my_id,
+                src_token: self.my_token,
+                mtu,
+                max_paths: paths,
+                window,
+                initial_psn: self.next_psn,
+                reply_port: self.local_port(),
+            }),
+            payload_len: 0,
+        }
+    }
+
+    /// Sends CONNECT and waits for the ACCEPT (without confirming).
+    pub fn connect_only(&mut self, mtu: u16, paths: u16, window: u16) -> Result<ConnectRepr, Fail> {
+        let repr = self.connect_repr(mtu, paths, window);
+        for _ in 0..4 {
+            self.send(&repr, &[])?;
+            let got = self.pump(Duration::from_millis(300), |rx| {
+                rx.iter().any(|r| matches!(r.repr.body, Body::Accept(_)))
+            });
+            if got {
+                break;
+            }
+        }
+        let inbox = self.take();
+        let accept = inbox
+            .iter()
+            .find_map(|r| match r.repr.body {
+                Body::Accept(a) => Some((r.repr.header, a)),
+                _ => None,
+            })
+            .ok_or("no ACCEPT in answer to CONNECT")?;
+        let (h, a) = accept;
+        if h.dst_conn != self.my_id || h.token != self.my_token {
+            return Err(format!(
+                "ACCEPT addressed to id {:#x} token {:#x}, expected {:#x} {:#x}",
+                h.dst_conn, h.token, self.my_id, self.my_token
+            ));
+        }
+        self.their_id = a.src_conn;
+        self.their_token = a.src_token;
+        self.rx_cum = a.initial_psn;
+        self.accept = Some(a);
+        Ok(a)
+    }
+
+    /// Full handshake: CONNECT, ACCEPT, then a KEEPALIVE to confirm.
+    pub fn connect(&mut self) -> Result<ConnectRepr, Fail> {
+        let a = self.connect_only(1024, 4, 256)?;
+        self.keepalive()?;
+        Ok(a)
+    }
+
+    /// Sends a KEEPALIVE.
+    pub fn keepalive(&self) -> Result<(), Fail> {
+        let repr = Repr {
+            header: self.header(0, Flags::NONE),
+            body: Body::Keepalive,
+            payload_len: 0,
+        };
+        self.send(&repr, &[])
+    }
+
+    /// Sends CLOSE (normal) and waits briefly for the reply.
+    pub fn close(&mut self) {
+        let repr = Repr {
+            header: self.header(0, Flags::NONE),
+            body: Body::Close(CloseRepr {
+                reason: CloseReason::Normal,
+            }),
+            payload_len: 0,
+        };
+        let _ = self.send(&repr, &[]);
+        self.pump(Duration::from_millis(200), |rx| {
+            rx.iter().any(|r| matches!(r.repr.body, Body::Close(_)))
+        });
+        self.take();
+    }
+
+    /// Negotiated MTU.
+    pub fn mtu(&self) -> usize {
+        self.accept.map_or(1024, |a| usize::from(a.mtu))
+    }
+
+    /// Takes the next message id.
+    pub fn next_message(&mut self) -> u32 {
+        let m = self.next_msg;
+        self.next_msg = self.next_msg.wrapping_add(1);
+        m
+    }
+
+    /// Takes the next PSN.
+    pub fn take_psn(&mut self) -> u32 {
+        let p = self.next_psn;
+        self.next_psn = self.next_psn.wrapping_add(1);
+        p
+    }
+
+    /// The packets of a WRITE (or WRITE_IMM with `imm`) of `data` to
+    /// `target`, with fresh PSNs, MTU-sized, the last one asking for an ACK.
+    pub fn write_packets(
+        &mut self,
+        target: MemoryTarget,
+        data: &[u8],
+        imm: Option<u32>,
+    ) -> Vec<(Repr, Vec<u8>)> {
+        let msg = self.next_message();
+        let imm = imm.map(|imm| {
+            let recv_index = self.next_recv_index;
+            self.next_recv_index = self.next_recv_index.wrapping_add(1);
+            WriteImm { imm, recv_index }
+        });
+        let mtu = self.mtu();
+        let chunks: Vec<&[u8]> = if data.is_empty() {
+            vec![&[][..]]
+        } else {
+            data.chunks(mtu).collect()
+        };
+        let n = chunks.len();
+        let mut out = Vec::new();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let offset = (i * mtu) as u32;
+            let flags = if i + 1 == n {
+                Flags::ACK_REQUEST
+            } else {
+                Flags::NONE
+            };
+            let psn = self.take_psn();
+            let repr = Repr {
+                header: self.header(psn, flags),
+                body: Body::Write(WriteRepr {
+                    msg: MessageSpan {
+                        id: msg,
+                        offset,
+                        len: data.len() as u32,
+                    },
+                    target: MemoryTarget {
+                        key: target.key,
+                        addr: target.addr + u64::from(offset),
+                    },
+                    imm,
+                }),
+                payload_len: chunk.len() as u16,
+            };
+            out.push((repr, chunk.to_vec()));
+        }
+        out
+    }
+
+    /// A one-packet SEND of `data` (which must fit the MTU).
+    pub fn send_packet(&mut self, data: &[u8]) -> (Repr, Vec<u8>) {
+        let msg = self.next_message();
+        let recv_index = self.next_recv_index;
+        self.next_recv_index = self.next_recv_index.wrapping_add(1);
+        let psn = self.take_psn();
+        let repr = Repr {
+            header: self.header(psn, Flags::ACK_REQUEST),
+            body: Body::Send(SendRepr {
+                msg: MessageSpan {
+                    id: msg,
+                    offset: 0,
+                    len: data.len() as u32,
+                },
+                recv_index,
+                imm: None,
+            }),
+            payload_len: data.len() as u16,
+        };
+        (repr, data.to_vec())
+    }
+
+    /// A READ_REQUEST for `len` bytes at `source`.
+    pub fn read_request(&mut self, source: MemoryTarget, len: u32) -> Repr {
+        let msg = self.next_message();
+        let psn = self.take_psn();
+        Repr {
+            header: self.header(psn, Flags::ACK_REQUEST),
+            body: Body::ReadRequest(ReadRequestRepr {
+                msg_id: msg,
+                len,
+                source,
+                sink: MemoryTarget {
+                    key: 0x5151,
+                    addr: 0x1000,
+                },
+            }),
+            payload_len: 0,
+        }
+    }
+
+    /// Waits for an ACK (or NAK) whose cumulative PSN reaches `psn`.
+    pub fn wait_acked(&mut self, psn: u32, timeout: Duration) -> Result<(), Fail> {
+        let target = psn.wrapping_add(1);
+        let ok = self.pump(timeout, |rx| {
+            rx.iter().any(|r| match r.repr.body {
+                Body::Ack(a) => target.wrapping_sub(a.cumulative) as i32 <= 0,
+                _ => false,
+            })
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("PSN {psn} not acknowledged within {timeout:?}"))
+        }
+    }
+
+    /// Reads `len` bytes at `source` through a READ_REQUEST; the target's
+    /// READ_RESPONSEs are acknowledged as they come.
+    pub fn read(&mut self, source: MemoryTarget, len: u32) -> Result<Vec<u8>, Fail> {
+        let req = self.read_request(source, len);
+        let msg_id = match req.body {
+            Body::ReadRequest(r) => r.msg_id,
+            _ => 0,
+        };
+        self.send(&req, &[])?;
+        let mut out = vec![0u8; len as usize];
+        let mut covered = 0usize;
+        let mut seen = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while covered < len as usize || (len == 0 && seen.is_empty()) {
+            if Instant::now() > deadline {
+                return Err(format!("READ of {len} B: only {covered} B arrived"));
+            }
+            self.pump(Duration::from_millis(100), |rx| !rx.is_empty());
+            for r in self.take() {
+                match r.repr.body {
+                    Body::ReadResponse(rr) if rr.msg.id == msg_id => {
+                        let off = rr.msg.offset as usize;
+                        if seen.insert(off) && off + r.payload.len() <= out.len() {
+                            out[off..off + r.payload.len()].copy_from_slice(&r.payload);
+                            covered += r.payload.len();
+                        }
+                        if len == 0 {
+                            seen.insert(0);
+                        }
+                    }
+                    Body::Nak(n) => {
+                        return Err(format!("READ answered with NAK {:?}", n.reason));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Opens the connection and asks the serve profile for a region:
+    /// announce (SEND) with `seed`, answer (SEND from the target) parsed.
+    pub fn open_with_region(&mut self, seed: u64, size: u32) -> Result<RemoteRegion, Fail> {
+        self.connect()?;
+        let announce = Message::Announce {
+            op: Operation::Read,
+            seed,
+            size,
+        }
+        .encode();
+        let (repr, payload) = self.send_packet(&announce);
+        self.send(&repr, &payload)?;
+        let got = self.pump(Duration::from_secs(2), |rx| {
+            rx.iter().any(|r| matches!(r.repr.body, Body::Send(_)))
+        });
+        if !got {
+            return Err("no answer (SEND) to the announcement".into());
+        }
+        let inbox = self.take();
+        let answer = inbox
+            .iter()
+            .find(|r| matches!(r.repr.body, Body::Send(_)))
+            .ok_or("no SEND")?;
+        match Message::decode(&answer.payload) {
+            Some(Message::Region {
+                status: 0,
+                key,
+                addr,
+                len,
+                ro_key,
+                ro_addr,
+                ..
+            }) => Ok(RemoteRegion {
+                key,
+                addr,
+                len,
+                ro_key,
+                ro_addr,
+            }),
+            other => Err(format!("unexpected answer to the announcement: {other:?}")),
+        }
+    }
+
+    /// Whether any NAK arrived, and the first one.
+    pub fn first_nak(rx: &[Rx]) -> Option<NakRepr> {
+        rx.iter().find_map(|r| match r.repr.body {
+            Body::Nak(n) => Some(n),
+            _ => None,
+        })
+    }
+}
