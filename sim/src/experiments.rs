@@ -3,8 +3,8 @@
 //! the full ones. Each returns plain rows; printing, CSV and plots belong
 //! to the caller.
 //!
-//! Done so far: `loss-sweep`. Still to come: `incast`, `permutation`,
-//! `all-to-all`, `spray`, `path-failure`.
+//! Done so far: `loss-sweep`, `incast`, `path-failure`. Still to come:
+//! `permutation`, `all-to-all`, `spray`.
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use crate::metaroce::MetaRoce;
 use crate::network::{SimConfig, Simulator};
 use crate::packet::HostId;
 use crate::roce::Roce;
-use crate::topology::Topology;
+use crate::topology::{LeafSpine, Topology};
 use crate::transport::SimTransport;
 use crate::workload::{self, Flow, FlowStatus, Report, WorkloadConfig};
 
@@ -53,6 +53,34 @@ pub struct Run {
 /// for 128 connections (MetaRoCE) or queue pairs (RoCE) instead of 4: for
 /// runs where a host talks to many peers (about 1 MB of state per host).
 pub fn run(
+    protocol: Protocol,
+    topology: &Topology,
+    flows: &[Flow],
+    seed: u64,
+    workload: &WorkloadConfig,
+    many_connections: bool,
+) -> Run {
+    if many_connections {
+        // The engines build their connection tables by value (about 1 MB
+        // for 128 connections) before boxing them: more than a test
+        // thread's stack. Run on a thread with room.
+        let (topology, flows, workload) = (topology.clone(), flows.to_vec(), *workload);
+        let spawned = std::thread::Builder::new()
+            .stack_size(BIG_STACK)
+            .spawn(move || run_here(protocol, &topology, &flows, seed, &workload, true));
+        if let Ok(handle) = spawned {
+            return handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+    }
+    run_here(protocol, topology, flows, seed, workload, many_connections)
+}
+
+/// Stack for runs with 128-connection endpoints.
+const BIG_STACK: usize = 64 << 20;
+
+fn run_here(
     protocol: Protocol,
     topology: &Topology,
     flows: &[Flow],
@@ -195,4 +223,254 @@ pub fn mean_goodput(rows: &[LossSweepRow], protocol: Protocol, loss: f64) -> f64
     } else {
         sel.iter().sum::<f64>() / sel.len() as f64
     }
+}
+
+/// Sorted completion times of the flows that finished.
+fn finish_times(report: &Report) -> Vec<Duration> {
+    let mut t: Vec<Duration> = report.flows.iter().filter_map(|f| f.fct()).collect();
+    t.sort();
+    t
+}
+
+/// Jain's fairness index of the flows' goodputs (1 = all equal).
+pub fn jain_fairness(goodputs: &[f64]) -> f64 {
+    let n = goodputs.len() as f64;
+    let sum: f64 = goodputs.iter().sum();
+    let squares: f64 = goodputs.iter().map(|g| g * g).sum();
+    if squares <= 0.0 {
+        0.0
+    } else {
+        sum * sum / (n * squares)
+    }
+}
+
+/// `incast` settings: `senders` hosts each send `bytes` to host 0 at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incast {
+    pub fabric: LeafSpine,
+    pub senders: usize,
+    pub bytes: u64,
+    pub seed: u64,
+    pub time_limit: Duration,
+}
+
+impl Default for Incast {
+    /// 63 senders to 1 receiver on the 64-host leaf-spine, 1 MiB each.
+    fn default() -> Self {
+        Incast {
+            fabric: LeafSpine::default(),
+            senders: 63,
+            bytes: 1 << 20,
+            seed: 1,
+            time_limit: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One protocol's incast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncastRow {
+    pub protocol: Protocol,
+    /// Flows that completed with their data intact, of `senders`.
+    pub intact: usize,
+    pub first: Option<Duration>,
+    pub median: Option<Duration>,
+    pub last: Option<Duration>,
+    /// Every byte through the receiver's link at line rate (payload only).
+    pub ideal: Duration,
+    pub retransmissions: u64,
+    pub timeouts: u64,
+    /// Packets dropped by full switch buffers.
+    pub queue_drops: u64,
+    pub marked: u64,
+    /// Jain's index over the flows' goodputs.
+    pub fairness: f64,
+    pub events: u64,
+}
+
+/// Runs the incast for both protocols; `progress` after each.
+pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<IncastRow> {
+    let topology = Topology::leaf_spine(&cfg.fabric);
+    let senders = cfg.senders.min(topology.host_count().saturating_sub(1));
+    let start = Instant::from_micros(1);
+    let flows: Vec<Flow> = (1..=senders)
+        .map(|src| Flow {
+            src,
+            dst: 0,
+            bytes: cfg.bytes,
+            start,
+        })
+        .collect();
+    let workload = WorkloadConfig {
+        time_limit: cfg.time_limit,
+        ..WorkloadConfig::default()
+    };
+    let rate = cfg.fabric.host_link.rate_bps.max(1) as f64;
+    let ideal = Duration::from_secs_f64((senders as u64 * cfg.bytes) as f64 * 8.0 / rate);
+    let mut rows = Vec::new();
+    for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
+        let r = run(protocol, &topology, &flows, cfg.seed, &workload, true);
+        let t = finish_times(&r.report);
+        let goodputs: Vec<f64> = r
+            .report
+            .flows
+            .iter()
+            .map(|f| f.goodput_gbps().unwrap_or(0.0))
+            .collect();
+        rows.push(IncastRow {
+            protocol,
+            intact: intact(&r.report),
+            first: t.first().copied(),
+            median: t.get(t.len() / 2).copied(),
+            last: (t.len() == senders).then(|| t.last().copied()).flatten(),
+            ideal,
+            retransmissions: r.report.transport.retransmissions,
+            timeouts: r.report.transport.timeouts,
+            queue_drops: r.report.fabric.queue_drops,
+            marked: r.report.fabric.marked,
+            fairness: jain_fairness(&goodputs),
+            events: r.events,
+        });
+        progress(i + 1, Protocol::ALL.len());
+    }
+    rows
+}
+
+fn intact(report: &Report) -> usize {
+    report
+        .flows
+        .iter()
+        .filter(|f| f.status == FlowStatus::Done && f.integrity_ok == Some(true))
+        .count()
+}
+
+/// `path-failure` settings: every host of leaf 0 sends `bytes` to its
+/// counterpart on leaf 1; the link between leaf 0 and spine 0 fails at
+/// `fail_at`. Each protocol runs with and without the failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathFailure {
+    pub fabric: LeafSpine,
+    pub bytes: u64,
+    pub fail_at: Duration,
+    /// When the switches route around the failure; `None`: never (the
+    /// transport must move off the dead path itself).
+    pub reroute_delay: Option<Duration>,
+    pub seed: u64,
+    pub time_limit: Duration,
+}
+
+impl Default for PathFailure {
+    /// 8 flows of 16 MiB; the link fails at 200 us; routes converge 100 us later.
+    fn default() -> Self {
+        PathFailure {
+            fabric: LeafSpine::default(),
+            bytes: 16 << 20,
+            fail_at: Duration::from_micros(200),
+            reroute_delay: Some(Duration::from_micros(100)),
+            seed: 1,
+            time_limit: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One protocol's run with or without the failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathFailureRow {
+    pub protocol: Protocol,
+    pub failure: bool,
+    pub flows: usize,
+    /// Flows that completed with their data intact.
+    pub intact: usize,
+    /// The last completion (all flows), if all completed.
+    pub last: Option<Duration>,
+    /// Packets lost on the failed link.
+    pub lost_on_link: u64,
+    pub retransmissions: u64,
+    pub timeouts: u64,
+    pub events: u64,
+}
+
+/// Runs both protocols with and without the failure.
+pub fn path_failure(
+    cfg: &PathFailure,
+    mut progress: impl FnMut(usize, usize),
+) -> Vec<PathFailureRow> {
+    let per_leaf = cfg.fabric.hosts_per_leaf;
+    let start = Instant::from_micros(1);
+    let flows: Vec<Flow> = (0..per_leaf)
+        .map(|h| Flow {
+            src: h,
+            dst: h + per_leaf,
+            bytes: cfg.bytes,
+            start,
+        })
+        .collect();
+    let workload = WorkloadConfig {
+        time_limit: cfg.time_limit,
+        ..WorkloadConfig::default()
+    };
+    let link = cfg.fabric.fabric_link(0, 0);
+    let mut rows = Vec::new();
+    let total = 2 * Protocol::ALL.len();
+    for failure in [false, true] {
+        let mut topology = Topology::leaf_spine(&cfg.fabric);
+        if failure {
+            topology.links[link].config.fail_at = Some(Instant::ZERO + cfg.fail_at);
+        }
+        for protocol in Protocol::ALL {
+            let config = SimConfig {
+                seed: cfg.seed,
+                reroute_delay: cfg.reroute_delay,
+                ..SimConfig::default()
+            };
+            let (r, lost_on_link) = match protocol {
+                Protocol::MetaRoce => {
+                    failure_run(&topology, config, &flows, &workload, link, |_, _, s| {
+                        MetaRoce::<4, 16>::new(metaroce_core::Config::default(), s)
+                    })
+                }
+                Protocol::Roce => {
+                    failure_run(&topology, config, &flows, &workload, link, |_, a, s| {
+                        Roce::<4>::new(roce_baseline::Config::default(), a, s)
+                    })
+                }
+            };
+            let t = finish_times(&r.report);
+            rows.push(PathFailureRow {
+                protocol,
+                failure,
+                flows: flows.len(),
+                intact: intact(&r.report),
+                last: (t.len() == flows.len())
+                    .then(|| t.last().copied())
+                    .flatten(),
+                lost_on_link,
+                retransmissions: r.report.transport.retransmissions,
+                timeouts: r.report.transport.timeouts,
+                events: r.events,
+            });
+            progress(rows.len(), total);
+        }
+    }
+    rows
+}
+
+fn failure_run<T: SimTransport>(
+    topology: &Topology,
+    config: SimConfig,
+    flows: &[Flow],
+    workload: &WorkloadConfig,
+    link: usize,
+    make: impl FnMut(HostId, PeerAddr, u64) -> T,
+) -> (Run, u64) {
+    let mut sim = Simulator::new(topology, config, make);
+    let report = workload::run(&mut sim, flows, workload);
+    let (ab, ba) = sim.link_stats(link);
+    (
+        Run {
+            report,
+            events: sim.events_processed(),
+        },
+        ab.failed + ba.failed,
+    )
 }

@@ -6,44 +6,86 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use metaroce_sim::experiments::{self, LossSweep, LossSweepRow, Protocol};
+use metaroce_sim::experiments::{self, Incast, LossSweep, LossSweepRow, PathFailure, Protocol};
 use metaroce_sim::workload::FlowStatus;
+use metaroce_sim::LeafSpine;
 
 const USAGE: &str = "\
 Usage: metaroce-sim <experiment> [options]
 
-Experiments:
-  loss-sweep   one transfer between two hosts back to back, random loss per
-               link direction; goodput of MetaRoCE and RoCEv2 per loss rate
+Experiments (each runs MetaRoCE and RoCEv2 on the same fabric and flows):
+  loss-sweep    one transfer between two hosts back to back, random loss per
+                link direction; goodput per loss rate
+  incast        N senders to host 0 of a leaf-spine at once; completion
+                times against the ideal, retransmissions, drops, fairness
+  path-failure  leaf 0's hosts send to leaf 1's; the leaf 0 - spine 0 link
+                fails mid-transfer; every byte must still arrive
 
 Options:
-  --bytes N        transfer size in bytes (default 16777216)
-  --losses LIST    comma-separated loss percentages (default 0,0.1,0.5,1,2,5,10)
-  --seeds N        runs per point, averaged (default 3)
+  --bytes N        bytes per flow (defaults: 16 MiB, incast 1 MiB)
+  --losses LIST    loss-sweep: loss percentages (default 0,0.1,0.5,1,2,5,10)
+  --seeds N        loss-sweep: runs per point, averaged (default 3)
+  --seed N         incast, path-failure: the seed (default 1)
+  --hosts N        incast, path-failure: leaf-spine size, 8 hosts per leaf
+                   (default 64)
+  --senders N      incast: senders (default hosts - 1)
+  --fail-at-us T   path-failure: when the link fails (default 200)
+  --no-reroute     path-failure: switches never route around the failure
   --out DIR        where CSV files go (default target/metaroce)
 ";
 
 struct Options {
     sweep: LossSweep,
+    incast: Incast,
+    failure: PathFailure,
     out: PathBuf,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         sweep: LossSweep::default(),
+        incast: Incast::default(),
+        failure: PathFailure::default(),
         out: PathBuf::from("target/metaroce"),
     };
+    let mut senders = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--bytes" => {
-                o.sweep.bytes = value()?.parse().map_err(|e| format!("--bytes: {e}"))?;
+                let b: u64 = value()?.parse().map_err(|e| format!("--bytes: {e}"))?;
+                o.sweep.bytes = b;
+                o.incast.bytes = b;
+                o.failure.bytes = b;
             }
             "--seeds" => {
                 o.sweep.seeds = value()?.parse().map_err(|e| format!("--seeds: {e}"))?;
             }
+            "--seed" => {
+                let s: u64 = value()?.parse().map_err(|e| format!("--seed: {e}"))?;
+                o.incast.seed = s;
+                o.failure.seed = s;
+            }
+            "--hosts" => {
+                let n: usize = value()?.parse().map_err(|e| format!("--hosts: {e}"))?;
+                if n < 16 {
+                    return Err("--hosts: at least 16 (two leaves of 8)".into());
+                }
+                let spec = LeafSpine::with_hosts(n, 8);
+                o.incast.fabric = spec;
+                o.failure.fabric = spec;
+            }
+            "--senders" => {
+                senders = Some(value()?.parse().map_err(|e| format!("--senders: {e}"))?);
+            }
+            "--fail-at-us" => {
+                let t: u64 = value()?.parse().map_err(|e| format!("--fail-at-us: {e}"))?;
+                o.failure.fail_at = Duration::from_micros(t);
+            }
+            "--no-reroute" => o.failure.reroute_delay = None,
             "--losses" => {
                 o.sweep.losses = value()?
                     .split(',')
@@ -55,10 +97,33 @@ fn parse(args: &[String]) -> Result<Options, String> {
             other => return Err(format!("unknown option `{other}`")),
         }
     }
+    o.incast.senders = senders.unwrap_or(o.incast.fabric.hosts() - 1);
     if o.sweep.bytes == 0 || o.sweep.seeds == 0 || o.sweep.losses.is_empty() {
         return Err("--bytes, --seeds and --losses must not be empty or zero".into());
     }
+    if o.sweep.losses.iter().any(|l| !(0.0..=1.0).contains(l)) {
+        return Err("--losses: percentages from 0 to 100".into());
+    }
     Ok(o)
+}
+
+fn write_csv(o: &Options, name: &str, csv: &str) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let path = o.out.join(name);
+    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn speed(events: u64, wall: std::time::Instant) {
+    let secs = wall.elapsed().as_secs_f64();
+    println!(
+        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s (wall time includes memory setup and integrity hashing)",
+        events as f64 / secs.max(1e-9) / 1e6
+    );
+}
+
+fn us(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64() * 1e6))
 }
 
 fn progress_bar(done: usize, total: usize) {
@@ -86,7 +151,6 @@ fn status_text(r: &LossSweepRow) -> String {
 fn loss_sweep(o: &Options) -> Result<(), String> {
     let wall = std::time::Instant::now();
     let rows = experiments::loss_sweep(&o.sweep, progress_bar);
-    let secs = wall.elapsed().as_secs_f64();
     let events: u64 = rows.iter().map(|r| r.events).sum();
 
     let mut csv = String::from(
@@ -107,9 +171,7 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
             r.events
         ));
     }
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
-    let path = o.out.join("loss-sweep.csv");
-    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    let path = write_csv(o, "loss-sweep.csv", &csv)?;
 
     println!(
         "loss-sweep: one {} byte transfer, two hosts back to back (100 Gbit/s, 1 us), {} seed(s) per point",
@@ -161,11 +223,141 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
     println!(
         "goals (issue 5): MetaRoCE at 1 % >= 97 % of loss-free, at 10 % >= 85 %; MetaRoCE/RoCEv2 at 1 % >= 10x"
     );
-    println!(
-        "simulator: {events} events in {:.2} s wall = {:.2} M events/s",
-        secs,
-        events as f64 / secs.max(1e-9) / 1e6
+    speed(events, wall);
+    println!("CSV: {}", path.display());
+    Ok(())
+}
+
+fn incast(o: &Options) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let c = &o.incast;
+    let rows = experiments::incast(c, progress_bar);
+    let mut csv = String::from(
+        "protocol,senders,bytes,intact,first_us,median_us,last_us,ideal_us,last_over_ideal,retransmissions,timeouts,queue_drops,marked,fairness,events\n",
     );
+    println!(
+        "incast: {} senders x {} bytes to host 0, leaf-spine of {} hosts, seed {}",
+        c.senders,
+        c.bytes,
+        c.fabric.hosts(),
+        c.seed
+    );
+    println!(
+        "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9} {:>6} {:>5} {:>6} {:>8} {:>5}",
+        "protocol",
+        "intact",
+        "first us",
+        "median us",
+        "last us",
+        "ideal us",
+        "last/idl",
+        "retx",
+        "RTOs",
+        "drops",
+        "marked",
+        "Jain"
+    );
+    for r in &rows {
+        let ratio = r
+            .last
+            .map_or(f64::NAN, |l| l.as_secs_f64() / r.ideal.as_secs_f64());
+        println!(
+            "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9.3} {:>6} {:>5} {:>6} {:>8} {:>5.3}",
+            r.protocol.name(),
+            format!("{}/{}", r.intact, c.senders),
+            us(r.first),
+            us(r.median),
+            us(r.last),
+            us(Some(r.ideal)),
+            ratio,
+            r.retransmissions,
+            r.timeouts,
+            r.queue_drops,
+            r.marked,
+            r.fairness
+        );
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{:.4},{},{},{},{},{:.4},{}\n",
+            r.protocol.name(),
+            c.senders,
+            c.bytes,
+            r.intact,
+            us(r.first),
+            us(r.median),
+            us(r.last),
+            us(Some(r.ideal)),
+            ratio,
+            r.retransmissions,
+            r.timeouts,
+            r.queue_drops,
+            r.marked,
+            r.fairness,
+            r.events
+        ));
+    }
+    println!("goal (issue 5): last completion <= 1.02x ideal with fewer than 300 retransmissions");
+    let path = write_csv(o, "incast.csv", &csv)?;
+    speed(rows.iter().map(|r| r.events).sum(), wall);
+    println!("CSV: {}", path.display());
+    Ok(())
+}
+
+fn path_failure(o: &Options) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let c = &o.failure;
+    let rows = experiments::path_failure(c, progress_bar);
+    println!(
+        "path-failure: {} flows of {} bytes leaf 0 -> leaf 1 ({} hosts); leaf 0 - spine 0 fails at {} us; reroute {}",
+        c.fabric.hosts_per_leaf,
+        c.bytes,
+        c.fabric.hosts(),
+        c.fail_at.as_micros(),
+        c.reroute_delay.map_or("never".into(), |d| format!("after {} us", d.as_micros()))
+    );
+    println!(
+        "{:<9} {:>8} {:>7} {:>12} {:>12} {:>10} {:>6} {:>5}",
+        "protocol", "failure", "intact", "last us", "extra us", "lost pkts", "retx", "RTOs"
+    );
+    let mut csv = String::from(
+        "protocol,failure,flows,intact,last_us,extra_us,lost_on_link,retransmissions,timeouts,events\n",
+    );
+    for r in &rows {
+        let base = rows
+            .iter()
+            .find(|b| b.protocol == r.protocol && !b.failure)
+            .and_then(|b| b.last);
+        let extra = match (r.last, base) {
+            (Some(l), Some(b)) => format!("{:.1}", (l.as_secs_f64() - b.as_secs_f64()) * 1e6),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<9} {:>8} {:>7} {:>12} {:>12} {:>10} {:>6} {:>5}",
+            r.protocol.name(),
+            if r.failure { "yes" } else { "no" },
+            format!("{}/{}", r.intact, r.flows),
+            us(r.last),
+            extra,
+            r.lost_on_link,
+            r.retransmissions,
+            r.timeouts
+        );
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{}\n",
+            r.protocol.name(),
+            r.failure,
+            r.flows,
+            r.intact,
+            us(r.last),
+            extra,
+            r.lost_on_link,
+            r.retransmissions,
+            r.timeouts,
+            r.events
+        ));
+    }
+    println!("goal (issue 5): bytes lost must be 0 (every flow intact); extra us = time the failure cost");
+    let path = write_csv(o, "path-failure.csv", &csv)?;
+    speed(rows.iter().map(|r| r.events).sum(), wall);
     println!("CSV: {}", path.display());
     Ok(())
 }
@@ -182,6 +374,8 @@ fn main() -> ExitCode {
             Ok(())
         }
         "loss-sweep" => parse(rest).and_then(|o| loss_sweep(&o)),
+        "incast" => parse(rest).and_then(|o| incast(&o)),
+        "path-failure" => parse(rest).and_then(|o| path_failure(&o)),
         other => Err(format!("unknown experiment `{other}`\n\n{USAGE}")),
     };
     match result {

@@ -32,3 +32,52 @@ fn loss_sweep_small_is_complete_intact_and_reproducible() {
     let again = experiments::loss_sweep(&tiny(), |_, _| {});
     assert_eq!(rows, again);
 }
+
+#[test]
+fn incast_small_completes_intact() {
+    let cfg = experiments::Incast {
+        fabric: metaroce_sim::LeafSpine {
+            leaves: 2,
+            spines: 2,
+            hosts_per_leaf: 4,
+            ..metaroce_sim::LeafSpine::default()
+        },
+        senders: 7,
+        bytes: 128 << 10,
+        seed: 1,
+        time_limit: Duration::from_secs(5),
+    };
+    let rows = experiments::incast(&cfg, |_, _| {});
+    for r in &rows {
+        println!("{r:?}");
+        assert_eq!(r.intact, 7, "{r:?}");
+        let last = r.last.expect("every flow finished");
+        assert!(last >= r.ideal, "{r:?}");
+        assert!(r.fairness > 0.0 && r.fairness <= 1.0 + 1e-9);
+    }
+    assert_eq!(rows, experiments::incast(&cfg, |_, _| {}));
+}
+
+#[test]
+fn path_failure_small_loses_no_data() {
+    let cfg = experiments::PathFailure {
+        fabric: metaroce_sim::LeafSpine {
+            leaves: 2,
+            spines: 2,
+            hosts_per_leaf: 4,
+            ..metaroce_sim::LeafSpine::default()
+        },
+        bytes: 1 << 20,
+        fail_at: Duration::from_micros(30),
+        ..experiments::PathFailure::default()
+    };
+    let rows = experiments::path_failure(&cfg, |_, _| {});
+    for r in &rows {
+        println!("{r:?}");
+        assert_eq!(r.intact, r.flows, "{r:?}");
+        if !r.failure {
+            assert_eq!(r.lost_on_link, 0);
+        }
+    }
+    assert!(rows.iter().any(|r| r.failure && r.lost_on_link > 0));
+}

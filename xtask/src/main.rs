@@ -45,7 +45,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "sim <EXPERIMENT> [ARGS]",
-        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep); tables, CSV in target/metaroce/",
+        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep, incast, path-failure); tables, CSV in target/metaroce/",
     ),
     (
         "image --board <pensando-elba|qemu-virt>",
