@@ -548,7 +548,7 @@ fn fair_share_hints_converge_to_one_nth() {
         link_ns_per_byte: 0.08,
         ..Impairments::default()
     };
-    let mut c = Cluster::new(N + 1, config, imp, 8);
+    let mut c: Cluster = Cluster::new(N + 1, config, imp, 8);
     let dst = c.register(N, DST, SPAN, Access::REMOTE_WRITE);
     let mut senders = Vec::new();
     for i in 0..N {
@@ -769,4 +769,93 @@ fn connection_footprint_is_reported() {
     );
     assert_eq!(f.connection, f.window + f.paths + f.queues + f.fixed);
     let _ = Instant::ZERO;
+}
+
+#[test]
+fn works_with_256_paths() {
+    let config = Config {
+        paths: 256,
+        mtu: 1024,
+        ..Config::default()
+    };
+    let mut c: Cluster<256> = Cluster::new(
+        2,
+        config,
+        Impairments {
+            loss: 0.02,
+            reorder: 0.2,
+            skew: Duration::from_micros(4),
+            ..Impairments::default()
+        },
+        12,
+    );
+    let src = c.register(0, SRC, SPAN, Access::LOCAL_WRITE);
+    let dst = c.register(1, DST, SPAN, Access::REMOTE_WRITE);
+    let (a, _) = c.connect(0, 1);
+    assert_eq!(c.nodes[0].ep.connection(a).unwrap().params().paths, 256);
+    for i in 0..64u64 {
+        let wr = WorkRequest {
+            id: i,
+            op: Op::Write {
+                remote: MemoryTarget {
+                    key: dst,
+                    addr: DST + i * 16384,
+                },
+            },
+            local: c.local(src, SRC + i * 16384, 16384),
+        };
+        while c.nodes[0].ep.post_send(a, wr).is_err() {
+            c.step();
+        }
+    }
+    let ok = c.run_until(c.now + Duration::from_millis(100), |c| {
+        c.nodes[0].completions.len() == 64
+    });
+    assert!(ok);
+    assert!(c.nodes[0]
+        .completions
+        .iter()
+        .all(|x| x.status == Status::Success));
+    let used = (0..=255u8)
+        .filter(|&p| c.nodes[0].ep.path_stats(a, p).unwrap().sent > 0)
+        .count();
+    println!("256 paths: {used} carried traffic");
+    assert!(used > 200, "only {used} of 256 paths used");
+    assert_eq!(
+        fnv(c.nodes[1].mem.slice(DST, 1 << 20)),
+        fnv(c.nodes[0].mem.slice(SRC, 1 << 20))
+    );
+}
+
+#[test]
+fn keepalives_hold_an_idle_connection_and_silence_ends_it() {
+    let config = small_mtu();
+    let mut s = setup(config, Impairments::default(), 13);
+    // Idle for three keep-alive intervals: still established.
+    let t = s.c.now + config.keepalive_interval * 3;
+    s.c.run_until(t, |_| false);
+    assert_eq!(s.c.nodes[0].ep.state(s.a), Some(ConnState::Established));
+    assert_eq!(s.c.nodes[1].ep.state(s.b), Some(ConnState::Established));
+    // The peer goes silent with work outstanding: the idle timeout fails the
+    // connection and flushes the work with an error completion.
+    s.c.imp.loss = 1.0;
+    let wr = WorkRequest {
+        id: 1,
+        op: Op::Write {
+            remote: MemoryTarget {
+                key: s.b_dst,
+                addr: DST,
+            },
+        },
+        local: s.c.local(s.a_src, SRC, 100),
+    };
+    s.c.nodes[0].ep.post_send(s.a, wr).unwrap();
+    let t = s.c.now + config.idle_timeout * 2;
+    s.c.run_until(t, |c| !c.nodes[0].completions.is_empty());
+    let c0 = s.c.nodes[0].completions[0];
+    assert_ne!(c0.status, Status::Success);
+    assert!(matches!(
+        s.c.nodes[0].ep.state(s.a),
+        Some(ConnState::Error | ConnState::Closed)
+    ));
 }

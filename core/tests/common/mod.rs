@@ -124,8 +124,8 @@ impl Default for Impairments {
     }
 }
 
-pub struct Node {
-    pub ep: Ep,
+pub struct Node<const P: usize = PATHS> {
+    pub ep: Endpoint<8, P>,
     pub mem: Arena,
     pub ip: Ipv4Address,
     pub completions: Vec<Completion>,
@@ -154,9 +154,9 @@ pub struct ChannelStats {
 /// Sees every packet (sender index, bytes); may edit it; returns true to drop it.
 pub type Tamper = Box<dyn FnMut(usize, &mut Vec<u8>) -> bool>;
 
-pub struct Cluster {
+pub struct Cluster<const P: usize = PATHS> {
     pub now: Instant,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Node<P>>,
     pub imp: Impairments,
     pub rng: TestRng,
     queue: BTreeMap<(Instant, u64), InFlight>,
@@ -172,11 +172,11 @@ pub struct Cluster {
 pub const ARENA_BASE: u64 = 0x1000_0000;
 pub const ARENA_LEN: usize = 4 << 20;
 
-impl Cluster {
+impl<const P: usize> Cluster<P> {
     pub fn new(n: usize, config: Config, imp: Impairments, seed: u64) -> Self {
         let nodes = (0..n)
             .map(|i| Node {
-                ep: Ep::new(config, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
+                ep: Endpoint::new(config, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
                 mem: Arena::new(ARENA_BASE, ARENA_LEN),
                 ip: Ipv4Address::new(10, 0, 0, i as u8 + 1),
                 completions: Vec::new(),
@@ -417,7 +417,7 @@ impl Cluster {
     }
 
     /// Runs until `done` holds or `deadline` passes; returns whether `done` held.
-    pub fn run_until(&mut self, deadline: Instant, mut done: impl FnMut(&Cluster) -> bool) -> bool {
+    pub fn run_until(&mut self, deadline: Instant, mut done: impl FnMut(&Self) -> bool) -> bool {
         let mut guard = 0u64;
         loop {
             if done(self) {
