@@ -3,7 +3,6 @@
 //! and tshark open the file like a capture. ECN and ports are the real ones.
 
 use std::fs::File;
-use std::io::BufWriter;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -21,7 +20,9 @@ const MAC_PEER: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
 /// Writes a classic pcap file (Ethernet link type).
 #[derive(Debug)]
 pub struct PcapRecorder {
-    writer: PcapWriter<BufWriter<File>>,
+    // Unbuffered: every packet reaches the file at once, so a capture is
+    // complete up to the last packet even if the process is killed.
+    writer: PcapWriter<File>,
     frame: Vec<u8>,
     /// Datagrams that could not be framed (mixed address families).
     pub skipped: u64,
@@ -32,7 +33,7 @@ impl PcapRecorder {
     pub fn create(path: &Path) -> Result<Self, HostError> {
         let file = File::create(path)
             .map_err(|e| HostError::Io(format!("cannot create {}: {e}", path.display())))?;
-        let writer = PcapWriter::new(BufWriter::new(file))
+        let writer = PcapWriter::new(file)
             .map_err(|e| HostError::Io(format!("cannot write {}: {e}", path.display())))?;
         Ok(PcapRecorder {
             writer,

@@ -1,0 +1,19 @@
+//! # metaroce-compliance
+//!
+//! The MetaRoCE compliance suite (spec 5.2.3): it tests an implementation
+//! from outside, over UDP, by playing its peer. Every packet is built by
+//! hand with `metaroce_core::wire`, so the suite can reorder, duplicate,
+//! drop and break them; the target's memory is checked through later READs.
+//!
+//! The target must run the *serve profile* of `metaroce serve` (see
+//! `metaroce_host::app`): accept connections, answer an announcement SEND
+//! with a SEND describing a fresh region pre-filled with a known pattern
+//! and a small read-only region. It is **not** a load test or a fuzzer.
+//!
+//! Usage: `metaroce-compliance --target ADDR:PORT` (or `cargo xtask
+//! compliance --target host`). Prints a pass/fail table; exit code 0 when
+//! every case passed, 1 otherwise, 2 on a usage error.
+
+pub mod cases;
+pub mod peer;
+pub mod report;

@@ -1,0 +1,58 @@
+//! Running cases and printing the pass/fail table.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::cases::{Ctx, CASES};
+
+/// The outcome of one case.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub number: usize,
+    pub name: &'static str,
+    pub section: &'static str,
+    pub millis: u128,
+    pub result: Result<(), String>,
+}
+
+/// Runs every case whose name contains `filter` against `target`, printing
+/// a table row as each ends.
+pub fn run_all(target: SocketAddr, filter: Option<&str>) -> Vec<Outcome> {
+    let mut ctx = Ctx::new(target);
+    println!("MetaRoCE compliance against {target}");
+    println!(
+        "{:<4} {:<56} {:<20} {:>7}  result",
+        "#", "case", "spec", "ms"
+    );
+    let mut out = Vec::new();
+    for (i, case) in CASES.iter().enumerate() {
+        if filter.is_some_and(|f| !case.name.contains(f)) {
+            continue;
+        }
+        let started = Instant::now();
+        let result = (case.run)(&mut ctx);
+        let o = Outcome {
+            number: i + 1,
+            name: case.name,
+            section: case.section,
+            millis: started.elapsed().as_millis(),
+            result,
+        };
+        let verdict = match &o.result {
+            Ok(()) => "PASS".to_string(),
+            Err(why) => format!("FAIL: {why}"),
+        };
+        println!(
+            "{:<4} {:<56} {:<20} {:>7}  {verdict}",
+            o.number, o.name, o.section, o.millis
+        );
+        out.push(o);
+    }
+    let failed = out.iter().filter(|o| o.result.is_err()).count();
+    println!(
+        "compliance: {} passed, {failed} failed, {} cases",
+        out.len() - failed,
+        out.len()
+    );
+    out
+}

@@ -1,0 +1,199 @@
+//! The whole suite against the host implementation (`metaroce-host`'s
+//! serve profile on a thread, loopback), with every datagram recorded to a
+//! pcap; then the Wireshark dissector (`tools/wireshark/metaroce.lua`) run
+//! by `tshark` over that capture must decode the same values the core's own
+//! parser reads: type, PSN, path, flags, ACK cumulative PSN, rate hint and
+//! SACK bits, NAK reason and PSN, and flag the bad CRC the suite sent.
+//! Without `tshark` that half prints `SKIPPED` and why (`cargo xtask test
+//! wireshark` installs it).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use metaroce_core::wire::{self, Body, PacketType};
+use metaroce_host::pcap::PcapRecorder;
+use metaroce_host::session::Server;
+use metaroce_host::{Node, NodeConfig};
+use pcap_file::pcap::PcapReader;
+
+/// Ethernet + IPv4 (no options) + UDP, as `PcapRecorder` writes them.
+const ENCAP_V4: usize = 14 + 20 + 8;
+
+fn run_suite(pcap: &Path) {
+    let mut node = Node::bind(&NodeConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        paths: 4,
+        entropy_base: None,
+        mtu: 1024,
+        rate_mbps: 1000,
+        accept: true,
+        seed: 7,
+    })
+    .unwrap();
+    node.pcap = Some(PcapRecorder::create(pcap).unwrap());
+    let addr = node.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let server = thread::spawn(move || {
+        let mut s = Server::new(node);
+        s.run(|_| stop2.load(Ordering::Relaxed)).unwrap();
+        if let Some(p) = s.node.pcap.take() {
+            p.finish().unwrap();
+        }
+    });
+    let outcomes = metaroce_compliance::report::run_all(addr, None);
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+    let failed: Vec<_> = outcomes.iter().filter(|o| o.result.is_err()).collect();
+    assert!(failed.is_empty(), "failed cases: {failed:#?}");
+    assert_eq!(outcomes.len(), metaroce_compliance::cases::CASES.len());
+}
+
+/// One row per frame, the columns tshark is asked for, from the core.
+fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
+    let mut reader = PcapReader::new(File::open(pcap).unwrap()).unwrap();
+    let mut rows = Vec::new();
+    let mut types = BTreeSet::new();
+    let mut bad_crc = 0;
+    let mut n = 0;
+    while let Some(p) = reader.next_packet() {
+        let p = p.unwrap();
+        n += 1;
+        let udp = &p.data[ENCAP_V4..];
+        match wire::parse(udp) {
+            Ok((repr, _)) => {
+                let t = u8::from(repr.body.packet_type());
+                types.insert(t);
+                let h = repr.header;
+                let (mut cum, mut hint, mut sack, mut reason, mut nak_psn) = (
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                );
+                match repr.body {
+                    Body::Ack(a) => {
+                        cum = a.cumulative.to_string();
+                        hint = a.rate_hint_mbps.to_string();
+                        sack = a
+                            .sack
+                            .iter_set()
+                            .map(|i| i.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",");
+                    }
+                    Body::Nak(k) => {
+                        reason = k.reason.code().to_string();
+                        nak_psn = k.nak_psn.to_string();
+                    }
+                    _ => {}
+                }
+                rows.push(format!(
+                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{sack}\t{reason}\t{nak_psn}\t1",
+                    h.psn, h.path, h.flags.0
+                ));
+            }
+            Err(wire::Error::BadCrc) => {
+                bad_crc += 1;
+                rows.push(format!("{n}\tbad-crc"));
+            }
+            Err(_) => rows.push(format!("{n}\tmalformed")),
+        }
+    }
+    (rows, types, bad_crc)
+}
+
+fn tshark_rows(pcap: &Path) -> Result<Vec<String>, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/wireshark/metaroce.lua");
+    let out = Command::new("tshark")
+        .arg("-X")
+        .arg(format!("lua_script:{}", script.display()))
+        .arg("-r")
+        .arg(pcap)
+        .args(["-T", "fields", "-E", "separator=/t"])
+        .args([
+            "-e",
+            "frame.number",
+            "-e",
+            "metaroce.type",
+            "-e",
+            "metaroce.psn",
+        ])
+        .args(["-e", "metaroce.path", "-e", "metaroce.flags"])
+        .args([
+            "-e",
+            "metaroce.ack.cumulative",
+            "-e",
+            "metaroce.ack.rate_hint",
+        ])
+        .args(["-e", "metaroce.ack.sack_bits", "-e", "metaroce.nak.reason"])
+        .args(["-e", "metaroce.nak.psn", "-e", "metaroce.crc_ok"])
+        .output()
+        .map_err(|e| format!("cannot run tshark: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || stderr.contains("Lua: ") {
+        return Err(format!("tshark failed: {stderr}"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+#[test]
+fn compliance_against_host_and_dissector_decodes_the_capture() {
+    let pcap: PathBuf =
+        std::env::temp_dir().join(format!("metaroce-compliance-{}.pcap", std::process::id()));
+    run_suite(&pcap);
+    let (want, types, bad_crc) = expected_rows(&pcap);
+    for t in [
+        PacketType::Connect,
+        PacketType::Accept,
+        PacketType::Write,
+        PacketType::Send,
+        PacketType::ReadRequest,
+        PacketType::ReadResponse,
+        PacketType::Ack,
+        PacketType::Nak,
+        PacketType::Close,
+        PacketType::Keepalive,
+    ] {
+        assert!(types.contains(&u8::from(t)), "capture lacks {t:?}");
+    }
+    assert!(bad_crc > 0, "capture lacks the bad-CRC packet");
+    let has_tshark = Command::new("tshark").arg("-v").output().is_ok();
+    if !has_tshark {
+        println!("SKIPPED dissector check: tshark is not installed (apt-get install tshark)");
+        let _ = std::fs::remove_file(&pcap);
+        return;
+    }
+    let got = tshark_rows(&pcap).unwrap();
+    let _ = std::fs::remove_file(&pcap);
+    assert_eq!(got.len(), want.len(), "frame count");
+    let (mut sacks, mut hints, mut checked) = (0, 0, 0);
+    for (g, w) in got.iter().zip(&want) {
+        if w.ends_with("\tbad-crc") {
+            assert!(g.ends_with("\t0"), "bad CRC not flagged: {g}");
+            continue;
+        }
+        if w.ends_with("\tmalformed") {
+            continue;
+        }
+        assert_eq!(g, w, "tshark vs core");
+        let cols: Vec<&str> = w.split('\t').collect();
+        sacks += usize::from(!cols[7].is_empty());
+        hints += usize::from(!cols[6].is_empty() && cols[6] != "0");
+        checked += 1;
+    }
+    assert!(sacks > 0 && hints > 0, "no SACK bits or rate hints decoded");
+    println!(
+        "dissector: {checked} packets decoded identically by tshark and the core \
+         ({sacks} ACKs with SACK bits, {hints} with a rate hint, {bad_crc} bad CRC flagged)"
+    );
+}
