@@ -15,6 +15,7 @@
 //! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
 
 mod bench;
+mod compliance;
 mod image;
 mod no_alloc;
 mod project;
@@ -51,6 +52,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "image --board <pensando-elba|qemu-virt>",
         "firmware ELF, raw binary and U-Boot FIT (mkimage) in target/metaroce/images/, size report, dumpimage -l",
     ),
+    (
+        "compliance --target <host|ADDR:PORT|qemu>",
+        "the compliance suite (compliance/) against metaroce serve on loopback or any implementation; pass/fail table",
+    ),
     ("help", "print this message"),
 ];
 
@@ -70,6 +75,7 @@ fn run(args: &[String]) -> Result<(), Error> {
     };
     match cmd {
         "test" => test::run(rest),
+        "compliance" => compliance::run(rest),
         "qemu" => qemu::run(rest),
         "image" => image::run(rest),
         "bench" => bench::run(rest),

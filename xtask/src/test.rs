@@ -62,6 +62,21 @@ pub const STEPS: &[Step] = &[
         run: no_alloc_step,
     },
     Step {
+        name: "host-netns",
+        what: "metaroce serve/bench in two network namespaces, nftables 0/1/10% loss + CE; integrity checked",
+        run: crate::compliance::netns_step,
+    },
+    Step {
+        name: "compliance",
+        what: "compliance suite against metaroce serve on loopback (cargo xtask compliance --target host)",
+        run: crate::compliance::compliance_step,
+    },
+    Step {
+        name: "wireshark",
+        what: "tshark with tools/wireshark/metaroce.lua decodes a capture of the suite as the core does",
+        run: crate::compliance::wireshark_step,
+    },
+    Step {
         name: "qemu-firmware",
         what: "lints and builds the qemu-virt firmware (release), prints its .text size",
         run: crate::qemu::firmware_step,

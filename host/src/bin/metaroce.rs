@@ -138,6 +138,14 @@ fn node_config(bind: SocketAddr, c: &Common, accept: bool) -> NodeConfig {
     }
 }
 
+/// Prints a line; a closed stdout (the reader went away) does not stop
+/// the server.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 fn serve(a: &ServeArgs) -> Result<(), HostError> {
     let bind = parse_addr("--bind", &a.bind)?;
     let mut node = Node::bind(&node_config(bind, &a.common, true))?;
@@ -146,14 +154,13 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     }
     let local = node.local_addr();
     if a.common.json {
-        println!(
-            "{}",
-            serde_json::json!({"listening": local.to_string(), "paths": a.common.paths})
+        say(
+            &serde_json::json!({"listening": local.to_string(), "paths": a.common.paths})
+                .to_string(),
         );
     } else {
-        println!("metaroce serve: listening on {local}");
+        say(&format!("metaroce serve: listening on {local}"));
     }
-    let _ = std::io::stdout().flush();
     let until = a
         .duration
         .map(|d| seconds("--duration", d))
@@ -168,9 +175,9 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         for r in &s.finished[printed..] {
             corrupt |= !r.integrity_ok;
             if json {
-                println!("{}", serde_json::to_string(r).unwrap_or_default());
+                say(&serde_json::to_string(r).unwrap_or_default());
             } else {
-                println!(
+                say(&format!(
                     "connection from {}: {} {} messages of {} B verified, {} corrupt, {} B, \
                      {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
                     r.peer,
@@ -184,9 +191,8 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
                     r.ce_received,
                     r.closed,
                     if r.integrity_ok { "OK" } else { "FAILED" }
-                );
+                ));
             }
-            let _ = std::io::stdout().flush();
         }
         printed = s.finished.len();
         (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)

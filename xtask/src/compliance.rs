@@ -1,0 +1,201 @@
+//! `cargo xtask compliance --target host|ADDR:PORT|qemu`: the compliance
+//! suite (`compliance/`) against an implementation, and the test steps of
+//! the host build over real networking: `host-netns` (two network
+//! namespaces, nftables loss and CE marking), `compliance` (the suite
+//! against `metaroce serve` on loopback) and `wireshark` (the Lua dissector
+//! checked by tshark on a capture of the suite).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use crate::system;
+use crate::test::{Context, Tally};
+use crate::util::{self, Error};
+
+const USAGE: &str = "usage: cargo xtask compliance --target <host|ADDR:PORT|qemu> [--filter TEXT]";
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| util::project_root().join("target"))
+}
+
+/// Entry point of `cargo xtask compliance`.
+pub fn run(args: &[String]) -> Result<(), Error> {
+    let mut target = None;
+    let mut filter = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--target" => target = it.next().cloned(),
+            "--filter" => filter = it.next().cloned(),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => return Err(Error::new(format!("unknown argument `{other}`\n{USAGE}"))),
+        }
+    }
+    let target = target.ok_or_else(|| Error::new(USAGE))?;
+    let (passed, failed) = run_against(&target, filter.as_deref())?;
+    if failed == 0 && passed > 0 {
+        Ok(())
+    } else {
+        Err(Error::new(format!("compliance: {failed} case(s) failed")))
+    }
+}
+
+/// The `metaroce serve` process of `--target host`, stopped on drop.
+struct ServeProcess(Child);
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the suite; returns the passed and failed case counts.
+fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> {
+    util::run(&mut util::cargo([
+        "build",
+        "-p",
+        "metaroce-host",
+        "-p",
+        "metaroce-compliance",
+    ]))?;
+    let bin = target_dir().join("debug");
+    let mut _serve = None;
+    let address = match target {
+        "host" => {
+            let mut child = Command::new(bin.join("metaroce"))
+                .args(["serve", "--bind", "127.0.0.1:0"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| Error::new(format!("cannot start metaroce serve: {e}")))?;
+            let stdout = child.stdout.take();
+            let serve = ServeProcess(child);
+            let mut lines = stdout.map(|s| BufReader::new(s).lines());
+            let first = lines
+                .as_mut()
+                .and_then(Iterator::next)
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            // Keep reading what the server reports, so its stdout stays open.
+            if let Some(rest) = lines {
+                std::thread::spawn(move || {
+                    for line in rest.map_while(Result::ok) {
+                        println!("serve: {line}");
+                    }
+                });
+            }
+            let addr = first
+                .rsplit(' ')
+                .next()
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+                .ok_or_else(|| Error::new(format!("metaroce serve said `{first}`")))?;
+            _serve = Some(serve);
+            addr.to_string()
+        }
+        "qemu" => {
+            return Err(Error::new(
+                "--target qemu: the QEMU firmware does not run the serve profile yet; \
+                 start a node yourself and pass its ADDR:PORT",
+            ))
+        }
+        addr => addr.to_string(),
+    };
+    let mut cmd = Command::new(bin.join("metaroce-compliance"));
+    cmd.args(["--target", &address]);
+    if let Some(f) = filter {
+        cmd.args(["--filter", f]);
+    }
+    let mut counts = None;
+    util::run_streaming(&mut cmd, |line| {
+        if let Some(rest) = line.strip_prefix("compliance: ") {
+            let nums: Vec<u64> = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            if nums.len() >= 2 {
+                counts = Some((nums[0], nums[1]));
+            }
+        }
+    })?;
+    counts.ok_or_else(|| Error::new("the compliance runner printed no summary"))
+}
+
+/// Test step: the suite against `metaroce serve` on loopback.
+pub fn compliance_step(ctx: &mut Context) -> Result<(), Error> {
+    let (passed, failed) = run_against("host", None)?;
+    ctx.tally.passed += passed;
+    ctx.tally.failed += failed;
+    ctx.ran_tests = true;
+    if failed == 0 && passed > 0 {
+        Ok(())
+    } else {
+        Err(Error::new(format!("{failed} compliance case(s) failed")))
+    }
+}
+
+fn is_root() -> bool {
+    util::output(Command::new("id").arg("-u")).is_ok_and(|s| s.trim() == "0")
+}
+
+/// Runs one test binary of a package with its output shown; returns the
+/// tally and whether it printed a `SKIPPED` line.
+fn run_visible_test(package: &str, test: &str) -> Result<(Tally, bool), Error> {
+    let mut tally = Tally::default();
+    let mut skipped = false;
+    let ok = util::run_streaming(
+        &mut util::cargo(["test", "-p", package, "--test", test, "--", "--nocapture"]),
+        |line| {
+            tally.add_libtest_line(line);
+            skipped |= line.contains("SKIPPED");
+        },
+    )?;
+    if !ok || tally.failed > 0 {
+        return Err(Error::new(format!("{package} test `{test}` failed")));
+    }
+    Ok((tally, skipped))
+}
+
+/// Test step: `metaroce serve` and `metaroce bench` in two network
+/// namespaces through nftables loss (0/1/10 %) and CE marking.
+pub fn netns_step(ctx: &mut Context) -> Result<(), Error> {
+    if !is_root() {
+        println!(
+            "SKIPPED host-netns: not running as root (network namespaces and nftables need it)"
+        );
+        return Ok(());
+    }
+    system::ensure_system_packages(&[("ip", "iproute2"), ("nft", "nftables")])?;
+    let (tally, skipped) = run_visible_test("metaroce-host", "netns")?;
+    ctx.tally.passed += tally.passed;
+    ctx.ran_tests = true;
+    if skipped {
+        println!("host-netns: the test could not run here (see SKIPPED above)");
+    }
+    Ok(())
+}
+
+/// Test step: the Wireshark dissector decodes a capture of the compliance
+/// suite exactly as the core parses it.
+pub fn wireshark_step(ctx: &mut Context) -> Result<(), Error> {
+    if system::find_on_path("tshark").is_none() && !is_root() {
+        println!("SKIPPED wireshark: tshark is not installed and installing needs root (apt-get install tshark)");
+        return Ok(());
+    }
+    system::ensure_system_packages(&[("tshark", "tshark")])?;
+    let (tally, skipped) = run_visible_test("metaroce-compliance", "against_host")?;
+    ctx.tally.passed += tally.passed;
+    ctx.ran_tests = true;
+    if skipped {
+        return Err(Error::new(
+            "the dissector check was skipped although tshark is installed",
+        ));
+    }
+    Ok(())
+}
