@@ -3,8 +3,8 @@
 //! the full ones. Each returns plain rows; printing, CSV and plots belong
 //! to the caller.
 //!
-//! Done so far: `loss-sweep`, `incast`, `path-failure`. Still to come:
-//! `permutation`, `all-to-all`, `spray`.
+//! Done so far: `loss-sweep`, `incast`, `path-failure`, `permutation`,
+//! `all-to-all`, `spray`. Still to come: plots.
 
 use std::time::Duration;
 
@@ -46,6 +46,9 @@ pub struct Run {
     pub report: Report,
     /// Events the simulator processed.
     pub events: u64,
+    /// Mean and largest utilisation over every link direction between the
+    /// first flow's start and the end of the run (0 to 1).
+    pub utilisation: (f64, f64),
 }
 
 /// Runs `flows` over `topology` with `protocol` on every host, with
@@ -117,10 +120,34 @@ fn go<T: SimTransport>(
 ) -> Run {
     let mut sim = Simulator::new(topology, config, make);
     let report = workload::run(&mut sim, flows, workload);
+    let first = flows.iter().map(|f| f.start).min().unwrap_or(Instant::ZERO);
+    let utilisation = utilisation(&sim, topology, report.end - first);
     Run {
         report,
         events: sim.events_processed(),
+        utilisation,
     }
+}
+
+/// Mean and largest share of line time used per link direction.
+fn utilisation<T: SimTransport>(
+    sim: &Simulator<T>,
+    topology: &Topology,
+    span: Duration,
+) -> (f64, f64) {
+    let secs = span.as_secs_f64();
+    if secs <= 0.0 || topology.links.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mut all = Vec::with_capacity(2 * topology.links.len());
+    for (i, l) in topology.links.iter().enumerate() {
+        let (ab, ba) = sim.link_stats(i);
+        for s in [ab, ba] {
+            all.push(s.tx_bytes as f64 * 8.0 / (l.config.rate_bps.max(1) as f64 * secs));
+        }
+    }
+    let mean = all.iter().sum::<f64>() / all.len() as f64;
+    (mean, all.iter().copied().fold(0.0, f64::max))
 }
 
 /// `loss-sweep` settings.
@@ -466,11 +493,248 @@ fn failure_run<T: SimTransport>(
     let mut sim = Simulator::new(topology, config, make);
     let report = workload::run(&mut sim, flows, workload);
     let (ab, ba) = sim.link_stats(link);
+    let first = flows.iter().map(|f| f.start).min().unwrap_or(Instant::ZERO);
+    let utilisation = utilisation(&sim, topology, report.end - first);
     (
         Run {
             report,
             events: sim.events_processed(),
+            utilisation,
         },
         ab.failed + ba.failed,
     )
+}
+
+/// Per-link loss that makes a path of `hops` links lose `end_to_end`.
+pub fn per_link_loss(end_to_end: f64, hops: u32) -> f64 {
+    1.0 - (1.0 - end_to_end.clamp(0.0, 1.0)).powf(1.0 / f64::from(hops.max(1)))
+}
+
+/// Traffic patterns on the leaf-spine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// Every host sends to one other host, every host receives from one
+    /// (a seeded random derangement).
+    Permutation,
+    /// Every host sends to every other host.
+    AllToAll,
+}
+
+/// `permutation` and `all-to-all` settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traffic {
+    pub pattern: Pattern,
+    pub fabric: LeafSpine,
+    /// Bytes per flow.
+    pub bytes: u64,
+    /// End-to-end loss of a cross-leaf path (4 links); each link loses
+    /// [`per_link_loss`] of it.
+    pub losses: Vec<f64>,
+    pub seed: u64,
+    pub time_limit: Duration,
+}
+
+impl Traffic {
+    /// 64 hosts; 4 MiB per flow for a permutation, 64 KiB per pair for
+    /// all-to-all (4 MiB per host either way); 0, 1 and 10 % loss.
+    pub fn new(pattern: Pattern) -> Traffic {
+        Traffic {
+            pattern,
+            fabric: LeafSpine::default(),
+            bytes: match pattern {
+                Pattern::Permutation => 4 << 20,
+                Pattern::AllToAll => 64 << 10,
+            },
+            losses: vec![0.0, 0.01, 0.1],
+            seed: 1,
+            time_limit: Duration::from_secs(10),
+        }
+    }
+
+    /// The flows of the pattern.
+    pub fn flows(&self) -> Vec<Flow> {
+        let n = self.fabric.hosts();
+        let start = Instant::from_micros(1);
+        let flow = |src, dst| Flow {
+            src,
+            dst,
+            bytes: self.bytes,
+            start,
+        };
+        match self.pattern {
+            Pattern::AllToAll => (0..n)
+                .flat_map(|s| (0..n).filter(move |&d| d != s).map(move |d| (s, d)))
+                .map(|(s, d)| flow(s, d))
+                .collect(),
+            Pattern::Permutation => derangement(n, self.seed)
+                .into_iter()
+                .enumerate()
+                .map(|(s, d)| flow(s, d))
+                .collect(),
+        }
+    }
+}
+
+/// A seeded permutation of `0..n` with no fixed point (Sattolo's
+/// algorithm: a single cycle).
+pub fn derangement(n: usize, seed: u64) -> Vec<usize> {
+    let mut p: Vec<usize> = (0..n).collect();
+    let mut rng = crate::rng::SimRng::stream(seed, 0xd0e5);
+    for i in (1..n).rev() {
+        let j = (rng.next_u64() % i as u64) as usize;
+        p.swap(i, j);
+    }
+    p
+}
+
+/// One protocol at one loss rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrafficRow {
+    pub protocol: Protocol,
+    pub loss: f64,
+    pub flows: usize,
+    pub intact: usize,
+    pub p50: Option<Duration>,
+    pub p99: Option<Duration>,
+    pub max: Option<Duration>,
+    /// Mean and largest link utilisation.
+    pub utilisation: (f64, f64),
+    pub retransmissions: u64,
+    pub timeouts: u64,
+    pub queue_drops: u64,
+    pub events: u64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    Some(sorted[i])
+}
+
+/// Runs the pattern for both protocols at each loss rate.
+pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<TrafficRow> {
+    let flows = cfg.flows();
+    let workload = WorkloadConfig {
+        time_limit: cfg.time_limit,
+        ..WorkloadConfig::default()
+    };
+    let many = cfg.pattern == Pattern::AllToAll;
+    let total = cfg.losses.len() * Protocol::ALL.len();
+    let mut rows = Vec::new();
+    for &loss in &cfg.losses {
+        let mut topology = Topology::leaf_spine(&cfg.fabric);
+        topology.set_loss(LossModel::Random(per_link_loss(loss, 4)));
+        for protocol in Protocol::ALL {
+            let r = run(protocol, &topology, &flows, cfg.seed, &workload, many);
+            let t = finish_times(&r.report);
+            rows.push(TrafficRow {
+                protocol,
+                loss,
+                flows: flows.len(),
+                intact: intact(&r.report),
+                p50: percentile(&t, 0.5),
+                p99: percentile(&t, 0.99),
+                max: (t.len() == flows.len())
+                    .then(|| t.last().copied())
+                    .flatten(),
+                utilisation: r.utilisation,
+                retransmissions: r.report.transport.retransmissions,
+                timeouts: r.report.transport.timeouts,
+                queue_drops: r.report.fabric.queue_drops,
+                events: r.events,
+            });
+            progress(rows.len(), total);
+        }
+    }
+    rows
+}
+
+/// `spray` settings: one transfer between two leaves over `paths` spines
+/// whose links differ in delay by up to `skew`, loss-free.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spray {
+    pub paths: usize,
+    pub skew: Duration,
+    pub bytes: u64,
+    pub seed: u64,
+    pub time_limit: Duration,
+}
+
+impl Default for Spray {
+    /// 16 spines, 2 us of skew (the slowest path is 2 us longer one way
+    /// than the fastest), one 16 MiB transfer.
+    fn default() -> Self {
+        Spray {
+            paths: 16,
+            skew: Duration::from_micros(2),
+            bytes: 16 << 20,
+            seed: 1,
+            time_limit: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One protocol's spray run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SprayRow {
+    pub protocol: Protocol,
+    pub intact: bool,
+    pub fct: Option<Duration>,
+    pub goodput_gbps: f64,
+    /// Data packets sent for the first time.
+    pub first_transmissions: u64,
+    pub retransmissions: u64,
+    pub spurious_retransmissions: u64,
+    pub events: u64,
+}
+
+/// Runs the spray experiment for both protocols.
+pub fn spray(cfg: &Spray, mut progress: impl FnMut(usize, usize)) -> Vec<SprayRow> {
+    let spec = LeafSpine {
+        leaves: 2,
+        spines: cfg.paths.max(1),
+        hosts_per_leaf: 1,
+        ..LeafSpine::default()
+    };
+    let mut topology = Topology::leaf_spine(&spec);
+    let n = spec.spines;
+    for leaf in 0..2 {
+        for spine in 0..n {
+            let extra = if n > 1 {
+                cfg.skew.mul_f64(spine as f64 / (n - 1) as f64) / 2
+            } else {
+                Duration::ZERO
+            };
+            topology.links[spec.fabric_link(leaf, spine)].config.delay += extra;
+        }
+    }
+    let flow = Flow {
+        src: 0,
+        dst: 1,
+        bytes: cfg.bytes,
+        start: Instant::from_micros(1),
+    };
+    let workload = WorkloadConfig {
+        time_limit: cfg.time_limit,
+        ..WorkloadConfig::default()
+    };
+    let mut rows = Vec::new();
+    for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
+        let r = run(protocol, &topology, &[flow], cfg.seed, &workload, false);
+        let f = r.report.flows[0];
+        rows.push(SprayRow {
+            protocol,
+            intact: intact(&r.report) == 1,
+            fct: f.fct(),
+            goodput_gbps: f.goodput_gbps().unwrap_or(0.0),
+            first_transmissions: r.report.transport.first_transmissions,
+            retransmissions: r.report.transport.retransmissions,
+            spurious_retransmissions: r.report.transport.spurious_retransmissions,
+            events: r.events,
+        });
+        progress(i + 1, Protocol::ALL.len());
+    }
+    rows
 }

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use metaroce_sim::experiments::{self, Incast, LossSweep, LossSweepRow, PathFailure, Protocol};
+use metaroce_sim::experiments::{
+    self, Incast, LossSweep, LossSweepRow, PathFailure, Pattern, Protocol, Spray, Traffic,
+};
 use metaroce_sim::workload::FlowStatus;
 use metaroce_sim::LeafSpine;
 
@@ -22,17 +24,25 @@ Experiments (each runs MetaRoCE and RoCEv2 on the same fabric and flows):
                 times against the ideal, retransmissions, drops, fairness
   path-failure  leaf 0's hosts send to leaf 1's; the leaf 0 - spine 0 link
                 fails mid-transfer; every byte must still arrive
+  permutation   every host sends to one other (seeded derangement) at 0, 1
+                and 10 % path loss; FCT p50/p99, link utilisation
+  all-to-all    every host sends to every other, same table
+  spray         one loss-free transfer over 16 spines whose delays differ
+                by up to 2 us; spurious retransmissions
 
 Options:
-  --bytes N        bytes per flow (defaults: 16 MiB, incast 1 MiB)
-  --losses LIST    loss-sweep: loss percentages (default 0,0.1,0.5,1,2,5,10)
+  --bytes N        bytes per flow (defaults: 16 MiB; incast 1 MiB;
+                   permutation 4 MiB; all-to-all 64 KiB)
+  --losses LIST    loss percentages (loss-sweep: per link, default
+                   0,0.1,0.5,1,2,5,10; permutation, all-to-all: per
+                   cross-leaf path, default 0,1,10)
   --seeds N        loss-sweep: runs per point, averaged (default 3)
-  --seed N         incast, path-failure: the seed (default 1)
-  --hosts N        incast, path-failure: leaf-spine size, 8 hosts per leaf
-                   (default 64)
+  --seed N         all but loss-sweep: the seed (default 1)
+  --hosts N        leaf-spine size, 8 hosts per leaf (default 64)
   --senders N      incast: senders (default hosts - 1)
   --fail-at-us T   path-failure: when the link fails (default 200)
   --no-reroute     path-failure: switches never route around the failure
+  --skew-us T      spray: delay skew between the paths (default 2)
   --out DIR        where CSV files go (default target/metaroce)
 ";
 
@@ -40,6 +50,9 @@ struct Options {
     sweep: LossSweep,
     incast: Incast,
     failure: PathFailure,
+    permutation: Traffic,
+    all_to_all: Traffic,
+    spray: Spray,
     out: PathBuf,
 }
 
@@ -48,6 +61,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
         sweep: LossSweep::default(),
         incast: Incast::default(),
         failure: PathFailure::default(),
+        permutation: Traffic::new(Pattern::Permutation),
+        all_to_all: Traffic::new(Pattern::AllToAll),
+        spray: Spray::default(),
         out: PathBuf::from("target/metaroce"),
     };
     let mut senders = None;
@@ -60,6 +76,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.sweep.bytes = b;
                 o.incast.bytes = b;
                 o.failure.bytes = b;
+                o.permutation.bytes = b;
+                o.all_to_all.bytes = b;
+                o.spray.bytes = b;
             }
             "--seeds" => {
                 o.sweep.seeds = value()?.parse().map_err(|e| format!("--seeds: {e}"))?;
@@ -68,6 +87,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 let s: u64 = value()?.parse().map_err(|e| format!("--seed: {e}"))?;
                 o.incast.seed = s;
                 o.failure.seed = s;
+                o.permutation.seed = s;
+                o.all_to_all.seed = s;
+                o.spray.seed = s;
             }
             "--hosts" => {
                 let n: usize = value()?.parse().map_err(|e| format!("--hosts: {e}"))?;
@@ -77,6 +99,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 let spec = LeafSpine::with_hosts(n, 8);
                 o.incast.fabric = spec;
                 o.failure.fabric = spec;
+                o.permutation.fabric = spec;
+                o.all_to_all.fabric = spec;
             }
             "--senders" => {
                 senders = Some(value()?.parse().map_err(|e| format!("--senders: {e}"))?);
@@ -86,12 +110,19 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.failure.fail_at = Duration::from_micros(t);
             }
             "--no-reroute" => o.failure.reroute_delay = None,
+            "--skew-us" => {
+                let t: u64 = value()?.parse().map_err(|e| format!("--skew-us: {e}"))?;
+                o.spray.skew = Duration::from_micros(t);
+            }
             "--losses" => {
-                o.sweep.losses = value()?
+                let losses: Vec<f64> = value()?
                     .split(',')
                     .map(|s| s.trim().parse::<f64>().map(|p| p / 100.0))
                     .collect::<Result<_, _>>()
                     .map_err(|e| format!("--losses: {e}"))?;
+                o.sweep.losses = losses.clone();
+                o.permutation.losses = losses.clone();
+                o.all_to_all.losses = losses;
             }
             "--out" => o.out = PathBuf::from(value()?),
             other => return Err(format!("unknown option `{other}`")),
@@ -362,6 +393,121 @@ fn path_failure(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let rows = experiments::traffic(cfg, progress_bar);
+    println!(
+        "{name}: {} flows of {} bytes on a leaf-spine of {} hosts, seed {}; loss per cross-leaf path",
+        rows.first().map_or(0, |r| r.flows),
+        cfg.bytes,
+        cfg.fabric.hosts(),
+        cfg.seed
+    );
+    println!(
+        "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>7} {:>5} {:>6}",
+        "protocol",
+        "loss %",
+        "intact",
+        "p50 us",
+        "p99 us",
+        "max us",
+        "util avg",
+        "util max",
+        "retx",
+        "RTOs",
+        "drops"
+    );
+    let mut csv = String::from(
+        "protocol,loss_pct,flows,intact,p50_us,p99_us,max_us,util_mean,util_max,retransmissions,timeouts,queue_drops,events\n",
+    );
+    for r in &rows {
+        println!(
+            "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>8.1}% {:>7.1}% {:>7} {:>5} {:>6}",
+            r.protocol.name(),
+            r.loss * 100.0,
+            format!("{}/{}", r.intact, r.flows),
+            us(r.p50),
+            us(r.p99),
+            us(r.max),
+            r.utilisation.0 * 100.0,
+            r.utilisation.1 * 100.0,
+            r.retransmissions,
+            r.timeouts,
+            r.queue_drops
+        );
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{}\n",
+            r.protocol.name(),
+            r.loss * 100.0,
+            r.flows,
+            r.intact,
+            us(r.p50),
+            us(r.p99),
+            us(r.max),
+            r.utilisation.0,
+            r.utilisation.1,
+            r.retransmissions,
+            r.timeouts,
+            r.queue_drops,
+            r.events
+        ));
+    }
+    let path = write_csv(o, &format!("{name}.csv"), &csv)?;
+    speed(rows.iter().map(|r| r.events).sum(), wall);
+    println!("CSV: {}", path.display());
+    Ok(())
+}
+
+fn spray(o: &Options) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let c = &o.spray;
+    let rows = experiments::spray(c, progress_bar);
+    println!(
+        "spray: one {} byte transfer over {} spines, path delays {} us apart at most, no loss",
+        c.bytes,
+        c.paths,
+        c.skew.as_secs_f64() * 1e6
+    );
+    println!(
+        "{:<9} {:>7} {:>10} {:>10} {:>9} {:>6} {:>9} {:>9}",
+        "protocol", "intact", "fct us", "Gbit/s", "sent", "retx", "spurious", "spur %"
+    );
+    let mut csv = String::from(
+        "protocol,intact,fct_us,goodput_gbps,first_transmissions,retransmissions,spurious_retransmissions,spurious_pct,events\n",
+    );
+    for r in &rows {
+        let pct = 100.0 * r.spurious_retransmissions as f64 / r.first_transmissions.max(1) as f64;
+        println!(
+            "{:<9} {:>7} {:>10} {:>10.2} {:>9} {:>6} {:>9} {:>8.3}%",
+            r.protocol.name(),
+            r.intact,
+            us(r.fct),
+            r.goodput_gbps,
+            r.first_transmissions,
+            r.retransmissions,
+            r.spurious_retransmissions,
+            pct
+        );
+        csv.push_str(&format!(
+            "{},{},{},{:.3},{},{},{},{:.4},{}\n",
+            r.protocol.name(),
+            r.intact,
+            us(r.fct),
+            r.goodput_gbps,
+            r.first_transmissions,
+            r.retransmissions,
+            r.spurious_retransmissions,
+            pct,
+            r.events
+        ));
+    }
+    println!("goal (issue 5): spurious retransmissions < 0.1 % (RoCEv2 keeps one path: nothing to reorder; go-back-N cannot tell spurious ones)");
+    let path = write_csv(o, "spray.csv", &csv)?;
+    speed(rows.iter().map(|r| r.events).sum(), wall);
+    println!("CSV: {}", path.display());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = args.split_first() else {
@@ -376,6 +522,9 @@ fn main() -> ExitCode {
         "loss-sweep" => parse(rest).and_then(|o| loss_sweep(&o)),
         "incast" => parse(rest).and_then(|o| incast(&o)),
         "path-failure" => parse(rest).and_then(|o| path_failure(&o)),
+        "permutation" => parse(rest).and_then(|o| traffic(&o, &o.permutation, "permutation")),
+        "all-to-all" => parse(rest).and_then(|o| traffic(&o, &o.all_to_all, "all-to-all")),
+        "spray" => parse(rest).and_then(|o| spray(&o)),
         other => Err(format!("unknown experiment `{other}`\n\n{USAGE}")),
     };
     match result {

@@ -154,7 +154,8 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
                 continue;
             };
             c += TransportCounters {
-                packets_sent: s.packets_sent + s.acks_sent,
+                packets_sent: s.packets_sent + s.retransmissions + s.acks_sent + s.naks_sent,
+                first_transmissions: s.packets_sent,
                 retransmissions: s.retransmissions,
                 spurious_retransmissions: s.spurious_retransmissions,
                 timeouts: s.timeouts,

@@ -112,6 +112,7 @@ impl SimTransport for Probe {
     fn counters(&self) -> TransportCounters {
         TransportCounters {
             packets_sent: self.sent_at.len() as u64,
+            first_transmissions: self.sent_at.len() as u64,
             ..TransportCounters::default()
         }
     }

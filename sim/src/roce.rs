@@ -204,6 +204,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
             };
             c += TransportCounters {
                 packets_sent: q.packets_sent,
+                first_transmissions: q.data_packets_sent.saturating_sub(q.retransmitted_packets),
                 retransmissions: q.retransmitted_packets,
                 // Go-back-N cannot tell; not counted.
                 spurious_retransmissions: 0,

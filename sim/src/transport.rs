@@ -53,7 +53,10 @@ impl std::error::Error for TransportError {}
 /// Protocol counters summed over an endpoint's connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportCounters {
+    /// Every packet sent: data, retransmissions, acknowledgments, control.
     pub packets_sent: u64,
+    /// Data packets sent for the first time.
+    pub first_transmissions: u64,
     pub retransmissions: u64,
     /// Retransmissions whose original had arrived (where the protocol knows).
     pub spurious_retransmissions: u64,
@@ -68,6 +71,7 @@ pub struct TransportCounters {
 impl core::ops::AddAssign for TransportCounters {
     fn add_assign(&mut self, o: TransportCounters) {
         self.packets_sent += o.packets_sent;
+        self.first_transmissions += o.first_transmissions;
         self.retransmissions += o.retransmissions;
         self.spurious_retransmissions += o.spurious_retransmissions;
         self.timeouts += o.timeouts;

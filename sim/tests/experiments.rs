@@ -81,3 +81,60 @@ fn path_failure_small_loses_no_data() {
     }
     assert!(rows.iter().any(|r| r.failure && r.lost_on_link > 0));
 }
+
+#[test]
+fn permutation_and_all_to_all_small_complete_intact() {
+    for pattern in [
+        experiments::Pattern::Permutation,
+        experiments::Pattern::AllToAll,
+    ] {
+        let cfg = experiments::Traffic {
+            fabric: metaroce_sim::LeafSpine {
+                leaves: 2,
+                spines: 2,
+                hosts_per_leaf: 4,
+                ..metaroce_sim::LeafSpine::default()
+            },
+            bytes: 64 << 10,
+            losses: vec![0.0, 0.01],
+            ..experiments::Traffic::new(pattern)
+        };
+        let flows = cfg.flows();
+        assert!(flows.iter().all(|f| f.src != f.dst));
+        let rows = experiments::traffic(&cfg, |_, _| {});
+        for r in &rows {
+            println!("{pattern:?} {r:?}");
+            assert_eq!(r.intact, flows.len(), "{r:?}");
+            assert!(
+                r.utilisation.0 > 0.0 && r.utilisation.1 <= 1.0 + 1e-9,
+                "{r:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn derangement_has_no_fixed_point() {
+    for seed in 0..20 {
+        let p = experiments::derangement(64, seed);
+        let mut sorted = p.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..64).collect::<Vec<_>>());
+        assert!(p.iter().enumerate().all(|(i, &d)| i != d));
+    }
+    assert!((experiments::per_link_loss(0.1, 4) - 0.02600).abs() < 1e-4);
+}
+
+#[test]
+fn spray_small_is_loss_free_and_intact() {
+    let cfg = experiments::Spray {
+        bytes: 1 << 20,
+        ..experiments::Spray::default()
+    };
+    let rows = experiments::spray(&cfg, |_, _| {});
+    for r in &rows {
+        println!("{r:?}");
+        assert!(r.intact, "{r:?}");
+        assert!(r.first_transmissions >= 256, "{r:?}");
+    }
+}
