@@ -358,20 +358,7 @@ impl<const P: usize> Connection<P> {
         rng: &mut Rng,
     ) {
         if self.remote_id == 0 {
-            self.remote_id = c.src_conn;
-            self.remote_token = c.src_token;
-            self.params = Negotiated {
-                mtu: self.params.mtu.min(c.mtu),
-                paths: self.params.paths.min(c.max_paths),
-                window: self.params.window.min(c.window),
-            };
-            self.paths = PathSet::new(
-                self.params.paths,
-                config.entropy_base,
-                config.entropy_span,
-                rng,
-            );
-            self.rcv_cum = c.initial_psn;
+            self.adopt_peer(c, config, rng);
         }
         self.pending.0 |= Pending::ACCEPT;
         if self.state == ConnState::Accepting {
@@ -380,6 +367,27 @@ impl<const P: usize> Connection<P> {
             self.ctrl_deadline = Some(now + config.handshake_timeout);
             self.ctrl_tries = self.ctrl_tries.max(1);
         }
+    }
+
+    /// Takes the peer's id, token and first PSN from its CONNECT or ACCEPT
+    /// and settles the parameters on the smaller of both offers (spec 4.2).
+    fn adopt_peer(&mut self, c: &ConnectRepr, config: &Config, rng: &mut Rng) {
+        self.remote_id = c.src_conn;
+        self.remote_token = c.src_token;
+        self.params = Negotiated {
+            mtu: self.params.mtu.min(c.mtu),
+            paths: self.params.paths.min(c.max_paths),
+            window: self.params.window.min(c.window),
+        };
+        if self.paths.active() != self.params.paths {
+            self.paths = PathSet::new(
+                self.params.paths,
+                config.entropy_base,
+                config.entropy_span,
+                rng,
+            );
+        }
+        self.rcv_cum = c.initial_psn;
     }
 
     fn establish(&mut self) -> Outcome {
@@ -639,25 +647,10 @@ impl<const P: usize> Connection<P> {
         match &repr.body {
             Body::Accept(a) => {
                 if self.state == ConnState::Connecting {
-                    self.remote_id = a.src_conn;
-                    self.remote_token = a.src_token;
                     if a.reply_port != 0 {
                         self.peer.port = a.reply_port;
                     }
-                    self.params = Negotiated {
-                        mtu: self.params.mtu.min(a.mtu),
-                        paths: self.params.paths.min(a.max_paths),
-                        window: self.params.window.min(a.window),
-                    };
-                    if self.paths.active() != self.params.paths {
-                        self.paths = PathSet::new(
-                            self.params.paths,
-                            config.entropy_base,
-                            config.entropy_span,
-                            rng,
-                        );
-                    }
-                    self.rcv_cum = a.initial_psn;
+                    self.adopt_peer(a, config, rng);
                     // Confirm at once so the acceptor is established even if
                     // we have no data to send (spec 4.2).
                     self.pending.0 |= Pending::KEEPALIVE;
