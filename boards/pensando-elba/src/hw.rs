@@ -249,7 +249,9 @@ pub enum GicSetupError {
 
 /// The interrupt controller, set up for the timer and the doorbell SPI.
 pub struct Interrupts {
-    gic: GicV3<'static>,
+    /// Owned so that nothing else can take the distributor; waiting uses
+    /// the CPU interface's system registers only.
+    _gic: GicV3<'static>,
     cpu: usize,
     doorbell: Option<IntId>,
     message_spis: bool,
@@ -311,7 +313,7 @@ impl Interrupts {
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
         Ok(Interrupts {
-            gic,
+            _gic: gic,
             cpu,
             doorbell,
             message_spis: typer & GICD_TYPER_MBIS != 0,
@@ -344,7 +346,6 @@ impl Interrupts {
             doorbell |= Some(intid) == self.doorbell;
             GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
         }
-        let _ = &mut self.gic;
         doorbell
     }
 }
