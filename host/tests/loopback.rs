@@ -35,7 +35,7 @@ fn transfer(server_bind: &str, client_bind: &str, op: Operation, size: u32, coun
         let mut s = Server::new(server_node);
         s.run(|s| !s.finished.is_empty() || stop2.load(Ordering::Relaxed))
             .unwrap();
-        s.finished
+        (s.finished, s.node.io)
     });
     let mut client = Node::bind(&config(client_bind, false, 2)).expect("bind client");
     let summary = run_client(
@@ -53,7 +53,10 @@ fn transfer(server_bind: &str, client_bind: &str, op: Operation, size: u32, coun
         |_| {},
     );
     stop.store(true, Ordering::Relaxed);
-    let reports = server.join().unwrap();
+    let (reports, server_io) = server.join().unwrap();
+    // The kernel delivered the ECN field the sender set: data left ECT(0).
+    assert!(server_io.rx_ecn_capable > 0, "{server_io:?}");
+    assert_eq!(server_io.rx_ce, 0);
     let summary = summary.expect("client run");
     assert_eq!(summary.completions, count);
     assert_eq!(summary.bytes, count * u64::from(size));
