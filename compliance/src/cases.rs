@@ -1,6 +1,7 @@
 //! The cases. Each plays the peer of the target over UDP and checks one
 //! rule of the specification; `section` cites where the rule is.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,10 @@ pub struct Case {
     /// Spec sections it checks (docs/spec/).
     pub section: &'static str,
     pub run: fn(&mut Ctx) -> Result<(), Fail>,
+    /// Tries before the case fails: timing-dependent cases (timers, the
+    /// active-sender window) get 3, since the suite may share a loaded
+    /// machine with the target; every other case gets exactly 1.
+    pub attempts: u8,
 }
 
 /// Shared by the cases of one run.
@@ -159,7 +164,12 @@ fn expect_silence(p: &mut Peer, bytes: &[u8]) -> Result<(), Fail> {
     p.take();
     p.send_raw(bytes, false)?;
     p.pump(SILENCE, |_| false);
-    let rx = p.take();
+    // A KEEPALIVE is the target's own timer, not an answer.
+    let rx: Vec<Rx> = p
+        .take()
+        .into_iter()
+        .filter(|r| !matches!(r.repr.body, Body::Keepalive))
+        .collect();
     ensure(rx.is_empty(), || {
         format!(
             "expected a silent drop, got {:?}",
@@ -578,10 +588,7 @@ fn rate_hint(ctx: &mut Ctx) -> Result<(), Fail> {
     let (mut b, rb, _) = ctx.victim()?;
     // Let earlier senders age out of the active-sender window.
     std::thread::sleep(Duration::from_millis(300));
-    let hint_of = |p: &mut Peer, r: &RemoteRegion| -> Result<u32, Fail> {
-        let pk = one_packet_writes(p, r, 1, 9 * SLOT as usize);
-        send_all(p, &pk)?;
-        let psn = last_psn(&pk);
+    let hint_in = |p: &mut Peer, psn: u32| -> Result<u32, Fail> {
         p.pump(ACK_WAIT, |rx| {
             acks(rx).iter().any(|(_, a)| a.echo_psn == psn)
         });
@@ -592,8 +599,16 @@ fn rate_hint(ctx: &mut Ctx) -> Result<(), Fail> {
             .map(|a| a.rate_hint_mbps)
             .ok_or_else(|| "no ACK".to_string())
     };
-    let alone = hint_of(&mut a, &ra)?;
-    let shared = hint_of(&mut b, &rb)?;
+    // A alone.
+    let pa = one_packet_writes(&mut a, &ra, 1, 9 * SLOT as usize);
+    send_all(&a, &pa)?;
+    let alone = hint_in(&mut a, last_psn(&pa))?;
+    // A and B back to back: B's ACK sees two active senders.
+    let pa = one_packet_writes(&mut a, &ra, 1, 9 * SLOT as usize + 100);
+    let pb = one_packet_writes(&mut b, &rb, 1, 9 * SLOT as usize);
+    send_all(&a, &pa)?;
+    send_all(&b, &pb)?;
+    let shared = hint_in(&mut b, last_psn(&pb))?;
     a.close();
     b.close();
     ensure(alone > 0, || "rate hint is 0 (absent)".into())?;
@@ -641,42 +656,41 @@ fn unacked_read(v: &mut Peer, r: &RemoteRegion, n: usize) -> Result<u32, Fail> {
 
 fn only_missing_resent(ctx: &mut Ctx) -> Result<(), Fail> {
     let (mut v, r, _) = ctx.victim()?;
-    let q = unacked_read(&mut v, &r, 4)?;
-    // Everything but q+2: cumulative q+2, SACK bit 0 (q+3).
-    let mut sack = SackBits::default();
-    sack.set(0);
-    let echo = v.header(q.wrapping_add(3), Flags::NONE);
-    v.send_ack_with(&echo, q.wrapping_add(2), sack)?;
-    v.pump(Duration::from_millis(800), |rx| {
-        rx.iter()
-            .any(|x| matches!(x.repr.body, Body::ReadResponse(_)))
-    });
-    std::thread::sleep(Duration::from_millis(50));
-    v.pump(Duration::from_millis(50), |_| false);
-    let rx = v.take();
-    let resent: Vec<(u32, Flags)> = rx
-        .iter()
-        .filter(|x| matches!(x.repr.body, Body::ReadResponse(_)))
-        .map(|x| (x.repr.header.psn, x.repr.header.flags))
-        .collect();
-    let all = v.header(q.wrapping_add(3), Flags::NONE);
-    v.send_ack_with(&all, q.wrapping_add(4), SackBits::default())?;
-    v.auto_ack = true;
-    v.close();
-    ensure(!resent.is_empty(), || {
-        "the missing PSN was not resent".into()
-    })?;
-    ensure(
-        resent
-            .iter()
-            .all(|(p, f)| *p == q.wrapping_add(2) && f.contains(Flags::RETRANSMISSION)),
-        || {
-            format!(
-                "resent {resent:?}; expected only PSN {} with RETRANSMISSION",
-                q.wrapping_add(2)
-            )
+    // The READ's four responses take the next four PSNs of the target;
+    // the third one is "lost": everything else is acknowledged at once.
+    let q = v.expected_psn();
+    let lost = q.wrapping_add(2);
+    v.withhold = Some(lost);
+    let mtu = v.mtu();
+    let req = v.read_request(
+        MemoryTarget {
+            key: r.key,
+            addr: r.addr,
         },
-    )
+        (mtu * 4) as u32,
+    );
+    v.send(&req, &[])?;
+    let done = v.pump(ACK_WAIT, |rx| {
+        rx.iter().any(|x| {
+            x.repr.header.psn == lost && x.repr.header.flags.contains(Flags::RETRANSMISSION)
+        })
+    });
+    v.pump(Duration::from_millis(100), |_| false);
+    let rx = v.take();
+    v.withhold = None;
+    v.close();
+    ensure(done, || format!("PSN {lost} was not resent"))?;
+    let resent: BTreeSet<u32> = rx
+        .iter()
+        .filter(|x| {
+            matches!(x.repr.body, Body::ReadResponse(_))
+                && x.repr.header.flags.contains(Flags::RETRANSMISSION)
+        })
+        .map(|x| x.repr.header.psn)
+        .collect();
+    ensure(resent.len() == 1, || {
+        format!("resent {resent:?}; expected only PSN {lost}")
+    })
 }
 
 fn timeout_backoff(ctx: &mut Ctx) -> Result<(), Fail> {
@@ -685,7 +699,7 @@ fn timeout_backoff(ctx: &mut Ctx) -> Result<(), Fail> {
     let q = unacked_read(&mut v, &r, 1)?;
     let mut times = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(3);
-    while times.len() < 3 && Instant::now() < deadline {
+    while times.len() < 4 && Instant::now() < deadline {
         v.pump(Duration::from_millis(50), |rx| !rx.is_empty());
         for x in v.take() {
             if matches!(x.repr.body, Body::ReadResponse(_)) && x.repr.header.psn == q {
@@ -700,13 +714,14 @@ fn timeout_backoff(ctx: &mut Ctx) -> Result<(), Fail> {
     v.send_ack_with(&echo, q.wrapping_add(1), SackBits::default())?;
     v.auto_ack = true;
     v.close();
-    ensure(times.len() >= 3, || {
+    ensure(times.len() >= 4, || {
         format!("{} retransmissions in 3 s", times.len())
     })?;
+    // Doubling gives gaps g, 2g, 4g; allow for scheduling noise.
     let g1 = times[1] - times[0];
-    let g2 = times[2] - times[1];
-    ensure(g2 >= g1.mul_f64(1.5), || {
-        format!("no backoff: gaps {g1:?} then {g2:?}")
+    let g3 = times[3] - times[2];
+    ensure(g3 >= g1 * 2, || {
+        format!("no backoff: gaps {g1:?} ... {g3:?}")
     })
 }
 
@@ -873,125 +888,150 @@ pub const CASES: &[Case] = &[
         name: "handshake: negotiation to the minimum",
         section: "3.8.1, 4.2",
         run: negotiate_min,
+        attempts: 1,
     },
     Case {
         name: "handshake: duplicate CONNECT gets the same ACCEPT",
         section: "4.2 (3)",
         run: duplicate_connect,
+        attempts: 1,
     },
     Case {
         name: "handshake: first packet confirms, data accepted",
         section: "4.2 (5)",
         run: confirm_then_data,
+        attempts: 1,
     },
     Case {
         name: "placement: WRITE in order, exact bytes",
         section: "3.4.1, 4.8.1",
         run: write_in_order,
+        attempts: 1,
     },
     Case {
         name: "placement: WRITE reversed and duplicated",
         section: "3.4.5, 4.3, 4.8.1",
         run: write_reordered_duplicated,
+        attempts: 1,
     },
     Case {
         name: "placement: WRITE partly lost, then retransmitted",
         section: "3.6, 4.3, 4.8.1",
         run: write_partial_loss,
+        attempts: 1,
     },
     Case {
         name: "placement: duplicated SEND completes once",
         section: "3.4.2, 4.8.3",
         run: send_duplicated_completes_once,
+        attempts: 1,
     },
     Case {
         name: "placement: READ responses (id, offsets, sink, data)",
         section: "3.4.3, 3.4.4, 4.8.6",
         run: read_placement,
+        attempts: 1,
     },
     Case {
         name: "ack: exact cumulative PSN and SACK bits",
         section: "3.5, 3.6, 4.5",
         run: sack_exact,
+        attempts: 1,
     },
     Case {
         name: "ack: immediate, echoes PSN, timestamp and path",
         section: "3.5, 4.5",
         run: ack_echo,
+        attempts: 1,
     },
     Case {
         name: "ack: duplicate acknowledged, not placed",
         section: "4.3",
         run: duplicate_acknowledged,
+        attempts: 1,
     },
     Case {
         name: "congestion: CE counted in Path CE Count",
         section: "3.5, 4.10.1",
         run: ce_echo,
+        attempts: 1,
     },
     Case {
         name: "congestion: rate hint present, falls with 2 senders",
         section: "3.5, 4.10.4",
         run: rate_hint,
+        attempts: 3,
     },
     Case {
         name: "retransmission: only the missing PSN, flagged",
         section: "3.4.5, 4.6.3",
         run: only_missing_resent,
+        attempts: 3,
     },
     Case {
         name: "retransmission: timeout with backoff",
         section: "4.6.4",
         run: timeout_backoff,
+        attempts: 3,
     },
     Case {
         name: "bad input: wrong token, silent, memory untouched",
         section: "4.7.1 (3), 5.1.2",
         run: bad_token,
+        attempts: 1,
     },
     Case {
         name: "bad input: unknown connection, silent",
         section: "4.7.1 (2), 4.7.4",
         run: bad_connection,
+        attempts: 1,
     },
     Case {
         name: "bad input: bad key -> NAK INVALID_KEY",
         section: "3.7, 4.7.2, 5.1.3",
         run: bad_key,
+        attempts: 1,
     },
     Case {
         name: "bad input: no permission -> NAK ACCESS_DENIED",
         section: "3.7, 4.7.2, 5.1.3",
         run: bad_permission,
+        attempts: 1,
     },
     Case {
         name: "bad input: out of bounds -> NAK OUT_OF_BOUNDS",
         section: "3.7, 4.7.2, 5.1.3",
         run: bad_bounds,
+        attempts: 1,
     },
     Case {
         name: "bad input: PSN outside the window, silent",
         section: "4.3, 4.7.4",
         run: psn_outside_window,
+        attempts: 1,
     },
     Case {
         name: "bad input: bad CRC, silent",
         section: "3.9, 3.11, 4.7.4",
         run: bad_crc,
+        attempts: 1,
     },
     Case {
         name: "bad input: truncated, silent",
         section: "3.11, 4.7.4",
         run: truncated,
+        attempts: 1,
     },
     Case {
         name: "bad input: unknown type, silent",
         section: "3.3, 3.11, 4.7.4",
         run: unknown_type,
+        attempts: 1,
     },
     Case {
         name: "errors: fatal NAK is sticky",
         section: "4.7.2",
         run: fatal_nak_sticky,
+        attempts: 1,
     },
 ];

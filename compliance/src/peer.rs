@@ -54,6 +54,9 @@ pub struct Peer {
     rx_above: BTreeSet<u32>,
     /// Acknowledge their reliable packets automatically.
     pub auto_ack: bool,
+    /// A PSN of theirs to treat as lost on its first transmission (neither
+    /// recorded nor acknowledged unless it carries RETRANSMISSION).
+    pub withhold: Option<u32>,
     /// Everything received and not yet taken, in arrival order.
     pub inbox: Vec<Rx>,
     origin: Instant,
@@ -87,6 +90,7 @@ impl Peer {
             rx_cum: 0,
             rx_above: BTreeSet::new(),
             auto_ack: true,
+            withhold: None,
             inbox: Vec::new(),
             origin: Instant::now(),
         })
@@ -174,6 +178,9 @@ impl Peer {
 
     fn receive_reliable(&mut self, rx: &Rx) {
         let psn = rx.repr.header.psn;
+        if self.withhold == Some(psn) && !rx.repr.header.flags.contains(Flags::RETRANSMISSION) {
+            return;
+        }
         if psn.wrapping_sub(self.rx_cum) < 1 << 31 {
             self.rx_above.insert(psn);
             while self.rx_above.remove(&self.rx_cum) {
@@ -217,6 +224,12 @@ impl Peer {
             payload_len: 0,
         };
         self.send(&repr, &[])
+    }
+
+    /// The next PSN expected from the target (everything before it was
+    /// received).
+    pub fn expected_psn(&self) -> u32 {
+        self.rx_cum
     }
 
     /// Removes and returns the inbox.

@@ -30,7 +30,12 @@ pub fn run_all(target: SocketAddr, filter: Option<&str>) -> Vec<Outcome> {
             continue;
         }
         let started = Instant::now();
-        let result = (case.run)(&mut ctx);
+        let mut result = (case.run)(&mut ctx);
+        let mut tries = 1;
+        while result.is_err() && tries < case.attempts {
+            tries += 1;
+            result = (case.run)(&mut ctx);
+        }
         let o = Outcome {
             number: i + 1,
             name: case.name,
@@ -39,6 +44,7 @@ pub fn run_all(target: SocketAddr, filter: Option<&str>) -> Vec<Outcome> {
             result,
         };
         let verdict = match &o.result {
+            Ok(()) if tries > 1 => format!("PASS (attempt {tries})"),
             Ok(()) => "PASS".to_string(),
             Err(why) => format!("FAIL: {why}"),
         };
