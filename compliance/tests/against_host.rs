@@ -116,6 +116,9 @@ fn tshark_rows(pcap: &Path) -> Result<Vec<String>, String> {
         .arg(format!("lua_script:{}", script.display()))
         .arg("-r")
         .arg(pcap)
+        // Ephemeral ports may collide with another protocol's registered
+        // port: let the MetaRoCE heuristic look first.
+        .args(["-o", "udp.try_heuristic_first:TRUE"])
         .args(["-T", "fields", "-E", "separator=/t"])
         .args([
             "-e",
