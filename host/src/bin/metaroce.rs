@@ -117,6 +117,24 @@ fn parse_addr(what: &str, s: &str) -> Result<SocketAddr, HostError> {
         .ok_or_else(|| HostError::Usage(format!("{what} `{s}` resolves to no address")))
 }
 
+/// The local address the kernel would use towards `peer` (port 0), so the
+/// summary and the capture show real addresses; the unspecified address if
+/// there is no route.
+fn default_bind(peer: SocketAddr) -> SocketAddr {
+    let any: SocketAddr = if peer.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
+    std::net::UdpSocket::bind(any)
+        .and_then(|s| {
+            s.connect(peer)?;
+            s.local_addr()
+        })
+        .map(|a| SocketAddr::new(a.ip(), 0))
+        .unwrap_or(any)
+}
+
 fn seconds(what: &str, s: f64) -> Result<Duration, HostError> {
     Duration::try_from_secs_f64(s)
         .map_err(|_| HostError::Usage(format!("{what} must be a non-negative number of seconds")))
@@ -220,12 +238,7 @@ fn client(
     }
     let bind = match &a.bind {
         Some(b) => parse_addr("--bind", b)?,
-        None if peer.is_ipv4() => "0.0.0.0:0"
-            .parse()
-            .map_err(|_| HostError::Usage("bind".into()))?,
-        None => "[::]:0"
-            .parse()
-            .map_err(|_| HostError::Usage("bind".into()))?,
+        None => default_bind(peer),
     };
     if bind.is_ipv4() != peer.is_ipv4() {
         return Err(HostError::Usage(
