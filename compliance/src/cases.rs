@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use metaroce_core::wire::{Body, Flags, MemoryTarget, NakReason, Repr, SackBits};
+use metaroce_core::wire::{Body, Flags, MemoryTarget, NakReason, NakRepr, Repr, SackBits};
 use metaroce_host::app::{fill_pattern, READ_ONLY_INDEX, READ_ONLY_LEN};
 
 use crate::peer::{Fail, Peer, RemoteRegion, Rx};
@@ -882,6 +882,84 @@ fn psn_outside_window(ctx: &mut Ctx) -> Result<(), Fail> {
     })
 }
 
+fn rnr_retried(ctx: &mut Ctx) -> Result<(), Fail> {
+    // The target's answer to the announcement is a SEND; refusing it with
+    // RECEIVER_NOT_READY must get it resent later, not end the connection.
+    let mut p = ctx.peer()?;
+    p.connect()?;
+    let q = p.expected_psn();
+    p.withhold = Some(q);
+    let msg = metaroce_host::app::Message::Announce {
+        op: metaroce_host::app::Operation::Read,
+        seed: 11,
+        size: SLOT,
+    }
+    .encode();
+    let (r, d) = p.send_packet(&msg);
+    p.send(&r, &d)?;
+    let first = p.pump(ACK_WAIT, |rx| {
+        rx.iter()
+            .any(|x| matches!(x.repr.body, Body::Send(_)) && x.repr.header.psn == q)
+    });
+    ensure(first, || "no SEND from the target".into())?;
+    p.take();
+    let nak = Repr {
+        header: p.header(0, Flags::NONE),
+        body: Body::Nak(NakRepr {
+            cumulative: q,
+            nak_psn: q,
+            reason: NakReason::ReceiverNotReady,
+        }),
+        payload_len: 0,
+    };
+    p.send(&nak, &[])?;
+    let resent = p.pump(ACK_WAIT, |rx| {
+        rx.iter().any(|x| {
+            matches!(x.repr.body, Body::Send(_))
+                && x.repr.header.psn == q
+                && x.repr.header.flags.contains(Flags::RETRANSMISSION)
+        })
+    });
+    let rx = p.take();
+    p.withhold = None;
+    p.close();
+    ensure(resent, || {
+        format!("PSN {q} not resent after RECEIVER_NOT_READY")
+    })?;
+    ensure(
+        !rx.iter().any(|x| matches!(x.repr.body, Body::Close(_))),
+        || "the target closed the connection after RECEIVER_NOT_READY".into(),
+    )
+}
+
+fn inconsistent_message(ctx: &mut Ctx) -> Result<(), Fail> {
+    let (mut v, r, m) = ctx.victim()?;
+    let mut x = ctx.peer()?;
+    x.connect()?;
+    let mtu = x.mtu();
+    let off = 11 * SLOT as usize;
+    let mut pk = x.write_packets(
+        MemoryTarget {
+            key: r.key,
+            addr: r.addr + off as u64,
+        },
+        &data(12, 2 * mtu),
+        Some(0x0102_0304),
+    );
+    // A WRITE_IMM (its receive tracks the message); the second packet
+    // claims another message length (3.4.5).
+    if let Body::Write(w) = &mut pk[1].0.body {
+        w.msg.len += 8;
+    }
+    x.send(&pk[0].0, &pk[0].1)?;
+    let res = expect_nak(&mut x, &pk[1], NakReason::ProtocolError);
+    x.close();
+    // The refused packet's bytes were not placed.
+    let mem = check_region(&mut v, &r, &m, off + mtu, mtu);
+    v.close();
+    res.and(mem)
+}
+
 /// Every case, in the order they run.
 pub const CASES: &[Case] = &[
     Case {
@@ -1032,6 +1110,18 @@ pub const CASES: &[Case] = &[
         name: "errors: fatal NAK is sticky",
         section: "4.7.2",
         run: fatal_nak_sticky,
+        attempts: 1,
+    },
+    Case {
+        name: "errors: RECEIVER_NOT_READY is retried",
+        section: "3.7, 4.7.3",
+        run: rnr_retried,
+        attempts: 1,
+    },
+    Case {
+        name: "bad input: inconsistent WRITE_IMM -> PROTOCOL_ERROR",
+        section: "3.4.5, 3.7, 4.7.2",
+        run: inconsistent_message,
         attempts: 1,
     },
 ];
