@@ -312,6 +312,8 @@ pub struct IncastRow {
     pub marked: u64,
     /// Jain's index over the flows' goodputs.
     pub fairness: f64,
+    /// Completion times of the flows that finished, sorted.
+    pub fcts: Vec<Duration>,
     pub events: u64,
 }
 
@@ -356,6 +358,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
             queue_drops: r.report.fabric.queue_drops,
             marked: r.report.fabric.marked,
             fairness: jain_fairness(&goodputs),
+            fcts: t,
             events: r.events,
         });
         progress(i + 1, Protocol::ALL.len());
@@ -602,6 +605,8 @@ pub struct TrafficRow {
     pub retransmissions: u64,
     pub timeouts: u64,
     pub queue_drops: u64,
+    /// Completion times of the flows that finished, sorted.
+    pub fcts: Vec<Duration>,
     pub events: u64,
 }
 
@@ -643,6 +648,7 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
                 retransmissions: r.report.transport.retransmissions,
                 timeouts: r.report.transport.timeouts,
                 queue_drops: r.report.fabric.queue_drops,
+                fcts: t,
                 events: r.events,
             });
             progress(rows.len(), total);

@@ -32,6 +32,7 @@ pub mod memory;
 pub mod metaroce;
 pub mod network;
 pub mod packet;
+pub mod plot;
 pub mod probe;
 pub mod queue;
 pub mod rng;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use metaroce_sim::experiments::{
     self, Incast, LossSweep, LossSweepRow, PathFailure, Pattern, Protocol, Spray, Traffic,
 };
+use metaroce_sim::plot::{self, Chart, Scale, Series};
 use metaroce_sim::workload::FlowStatus;
 use metaroce_sim::LeafSpine;
 
@@ -145,6 +146,26 @@ fn write_csv(o: &Options, name: &str, csv: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+fn write_svg(
+    o: &Options,
+    name: &str,
+    chart: &Chart<'_>,
+    series: &[Series],
+) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let path = o.out.join(name);
+    plot::line_chart(&path, chart, series)?;
+    Ok(path)
+}
+
+/// Cumulative distribution of sorted completion times, in microseconds.
+fn cdf(fcts: &[Duration], total: usize) -> Vec<(f64, f64)> {
+    fcts.iter()
+        .enumerate()
+        .map(|(i, d)| (d.as_secs_f64() * 1e6, (i + 1) as f64 / total.max(1) as f64))
+        .collect()
+}
+
 fn speed(events: u64, wall: std::time::Instant) {
     let secs = wall.elapsed().as_secs_f64();
     println!(
@@ -254,8 +275,28 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
     println!(
         "goals (issue 5): MetaRoCE at 1 % >= 97 % of loss-free, at 10 % >= 85 %; MetaRoCE/RoCEv2 at 1 % >= 10x"
     );
+    let series: Vec<Series> = Protocol::ALL
+        .iter()
+        .map(|&p| Series {
+            name: p.name().into(),
+            points: o
+                .sweep
+                .losses
+                .iter()
+                .map(|&l| (l * 100.0, experiments::mean_goodput(&rows, p, l)))
+                .collect(),
+        })
+        .collect();
+    let chart = Chart {
+        title: "loss-sweep: goodput of one transfer",
+        x_label: "random loss per link direction (%)",
+        y_label: "goodput (Gbit/s)",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+    };
+    let svg = write_svg(o, "loss-sweep.svg", &chart, &series)?;
     speed(events, wall);
-    println!("CSV: {}", path.display());
+    println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
@@ -328,8 +369,23 @@ fn incast(o: &Options) -> Result<(), String> {
     }
     println!("goal (issue 5): last completion <= 1.02x ideal with fewer than 300 retransmissions");
     let path = write_csv(o, "incast.csv", &csv)?;
+    let series: Vec<Series> = rows
+        .iter()
+        .map(|r| Series {
+            name: r.protocol.name().into(),
+            points: cdf(&r.fcts, c.senders),
+        })
+        .collect();
+    let chart = Chart {
+        title: "incast: completion times (ideal last = all bytes at line rate)",
+        x_label: "flow completion time (us)",
+        y_label: "fraction of flows done",
+        x_scale: Scale::Log,
+        y_scale: Scale::Linear,
+    };
+    let svg = write_svg(o, "incast.svg", &chart, &series)?;
     speed(rows.iter().map(|r| r.events).sum(), wall);
-    println!("CSV: {}", path.display());
+    println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
@@ -453,8 +509,24 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
         ));
     }
     let path = write_csv(o, &format!("{name}.csv"), &csv)?;
+    let series: Vec<Series> = rows
+        .iter()
+        .map(|r| Series {
+            name: format!("{} {} %", r.protocol.name(), r.loss * 100.0),
+            points: cdf(&r.fcts, r.flows),
+        })
+        .collect();
+    let title = format!("{name}: flow completion times");
+    let chart = Chart {
+        title: &title,
+        x_label: "flow completion time (us)",
+        y_label: "fraction of flows done",
+        x_scale: Scale::Log,
+        y_scale: Scale::Linear,
+    };
+    let svg = write_svg(o, &format!("{name}.svg"), &chart, &series)?;
     speed(rows.iter().map(|r| r.events).sum(), wall);
-    println!("CSV: {}", path.display());
+    println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
