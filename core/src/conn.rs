@@ -1683,6 +1683,11 @@ impl<const P: usize> Connection<P> {
         self.state
     }
 
+    /// The peer's address (its IP and MetaRoCE UDP port).
+    pub fn peer(&self) -> PeerAddr {
+        self.peer
+    }
+
     /// Negotiated parameters.
     pub fn params(&self) -> Negotiated {
         self.params
