@@ -310,6 +310,8 @@ pub struct IncastRow {
     /// Packets dropped by full switch buffers.
     pub queue_drops: u64,
     pub marked: u64,
+    /// PFC PAUSE frames sent (0 without PFC).
+    pub pauses: u64,
     /// Jain's index over the flows' goodputs.
     pub fairness: f64,
     /// Completion times of the flows that finished, sorted.
@@ -357,6 +359,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
             timeouts: r.report.transport.timeouts,
             queue_drops: r.report.fabric.queue_drops,
             marked: r.report.fabric.marked,
+            pauses: r.report.fabric.pauses,
             fairness: jain_fairness(&goodputs),
             fcts: t,
             events: r.events,
@@ -605,6 +608,8 @@ pub struct TrafficRow {
     pub retransmissions: u64,
     pub timeouts: u64,
     pub queue_drops: u64,
+    /// PFC PAUSE frames sent (0 without PFC).
+    pub pauses: u64,
     /// Completion times of the flows that finished, sorted.
     pub fcts: Vec<Duration>,
     pub events: u64,
@@ -648,6 +653,7 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
                 retransmissions: r.report.transport.retransmissions,
                 timeouts: r.report.transport.timeouts,
                 queue_drops: r.report.fabric.queue_drops,
+                pauses: r.report.fabric.pauses,
                 fcts: t,
                 events: r.events,
             });

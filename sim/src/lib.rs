@@ -45,6 +45,6 @@ pub use link::{LinkConfig, LossModel};
 pub use network::{SimConfig, Simulator, Step};
 pub use packet::{HostId, Packet};
 pub use queue::{EcnPolicy, QueueConfig};
-pub use topology::{LeafSpine, Topology};
+pub use topology::{LeafSpine, PfcConfig, Topology};
 pub use transport::{SimTransport, TransportCounters, TransportError, TxMeta};
 pub use workload::{Flow, FlowResult, FlowStatus, Report, WorkloadConfig};

@@ -44,6 +44,8 @@ Options:
   --fail-at-us T   path-failure: when the link fails (default 200)
   --no-reroute     path-failure: switches never route around the failure
   --skew-us T      spray: delay skew between the paths (default 2)
+  --pfc            leaf-spine experiments: switches run PFC (lossless
+                   fabric: RoCEv2 as usually deployed)
   --out DIR        where CSV files go (default target/metaroce)
 ";
 
@@ -97,7 +99,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 if n < 16 {
                     return Err("--hosts: at least 16 (two leaves of 8)".into());
                 }
-                let spec = LeafSpine::with_hosts(n, 8);
+                let spec = LeafSpine {
+                    pfc: o.incast.fabric.pfc,
+                    ..LeafSpine::with_hosts(n, 8)
+                };
                 o.incast.fabric = spec;
                 o.failure.fabric = spec;
                 o.permutation.fabric = spec;
@@ -111,6 +116,13 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.failure.fail_at = Duration::from_micros(t);
             }
             "--no-reroute" => o.failure.reroute_delay = None,
+            "--pfc" => {
+                let pfc = Some(metaroce_sim::PfcConfig::default());
+                o.incast.fabric.pfc = pfc;
+                o.failure.fabric.pfc = pfc;
+                o.permutation.fabric.pfc = pfc;
+                o.all_to_all.fabric.pfc = pfc;
+            }
             "--skew-us" => {
                 let t: u64 = value()?.parse().map_err(|e| format!("--skew-us: {e}"))?;
                 o.spray.skew = Duration::from_micros(t);
@@ -305,14 +317,19 @@ fn incast(o: &Options) -> Result<(), String> {
     let c = &o.incast;
     let rows = experiments::incast(c, progress_bar);
     let mut csv = String::from(
-        "protocol,senders,bytes,intact,first_us,median_us,last_us,ideal_us,last_over_ideal,retransmissions,timeouts,queue_drops,marked,fairness,events\n",
+        "protocol,senders,bytes,intact,first_us,median_us,last_us,ideal_us,last_over_ideal,retransmissions,timeouts,queue_drops,marked,pauses,fairness,events\n",
     );
     println!(
-        "incast: {} senders x {} bytes to host 0, leaf-spine of {} hosts, seed {}",
+        "incast: {} senders x {} bytes to host 0, leaf-spine of {} hosts, seed {}{}",
         c.senders,
         c.bytes,
         c.fabric.hosts(),
-        c.seed
+        c.seed,
+        if c.fabric.pfc.is_some() {
+            ", PFC on"
+        } else {
+            ""
+        }
     );
     println!(
         "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9} {:>6} {:>5} {:>6} {:>8} {:>5}",
@@ -349,7 +366,7 @@ fn incast(o: &Options) -> Result<(), String> {
             r.fairness
         );
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.4},{},{},{},{},{:.4},{}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{},{},{},{},{},{:.4},{}\n",
             r.protocol.name(),
             c.senders,
             c.bytes,
@@ -363,6 +380,7 @@ fn incast(o: &Options) -> Result<(), String> {
             r.timeouts,
             r.queue_drops,
             r.marked,
+            r.pauses,
             r.fairness,
             r.events
         ));
@@ -394,10 +412,11 @@ fn path_failure(o: &Options) -> Result<(), String> {
     let c = &o.failure;
     let rows = experiments::path_failure(c, progress_bar);
     println!(
-        "path-failure: {} flows of {} bytes leaf 0 -> leaf 1 ({} hosts); leaf 0 - spine 0 fails at {} us; reroute {}",
+        "path-failure: {} flows of {} bytes leaf 0 -> leaf 1 ({} hosts{}); leaf 0 - spine 0 fails at {} us; reroute {}",
         c.fabric.hosts_per_leaf,
         c.bytes,
         c.fabric.hosts(),
+        if c.fabric.pfc.is_some() { ", PFC on" } else { "" },
         c.fail_at.as_micros(),
         c.reroute_delay.map_or("never".into(), |d| format!("after {} us", d.as_micros()))
     );
@@ -453,11 +472,12 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
     let wall = std::time::Instant::now();
     let rows = experiments::traffic(cfg, progress_bar);
     println!(
-        "{name}: {} flows of {} bytes on a leaf-spine of {} hosts, seed {}; loss per cross-leaf path",
+        "{name}: {} flows of {} bytes on a leaf-spine of {} hosts, seed {}{}; loss per cross-leaf path",
         rows.first().map_or(0, |r| r.flows),
         cfg.bytes,
         cfg.fabric.hosts(),
-        cfg.seed
+        cfg.seed,
+        if cfg.fabric.pfc.is_some() { ", PFC on" } else { "" }
     );
     println!(
         "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>7} {:>5} {:>6}",
@@ -474,7 +494,7 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
         "drops"
     );
     let mut csv = String::from(
-        "protocol,loss_pct,flows,intact,p50_us,p99_us,max_us,util_mean,util_max,retransmissions,timeouts,queue_drops,events\n",
+        "protocol,loss_pct,flows,intact,p50_us,p99_us,max_us,util_mean,util_max,retransmissions,timeouts,queue_drops,pauses,events\n",
     );
     for r in &rows {
         println!(
@@ -492,7 +512,7 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
             r.queue_drops
         );
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{},{}\n",
             r.protocol.name(),
             r.loss * 100.0,
             r.flows,
@@ -505,6 +525,7 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
             r.retransmissions,
             r.timeouts,
             r.queue_drops,
+            r.pauses,
             r.events
         ));
     }

@@ -33,7 +33,7 @@ use crate::memory::Arena;
 use crate::packet::{FrameOverhead, HostId, Packet};
 use crate::queue::{Enqueued, OutputQueue, QueueStats};
 use crate::rng::{mix, SimRng};
-use crate::topology::{LinkId, NodeId, NodeKind, Topology};
+use crate::topology::{LinkId, NodeId, NodeKind, PfcConfig, Topology};
 use crate::transport::{SimTransport, TransportError};
 
 /// Simulator settings.
@@ -68,6 +68,8 @@ pub struct PortStats {
     pub lost: u64,
     /// Lost because the link was down.
     pub failed: u64,
+    /// PAUSE frames this port's switch sent to the peer (PFC).
+    pub pauses_sent: u64,
     /// Output queue (switch ports only).
     pub queue: QueueStats,
 }
@@ -86,6 +88,8 @@ pub struct FabricStats {
     pub unroutable: u64,
     /// Packets for an address that is no host.
     pub misaddressed: u64,
+    /// PFC PAUSE frames sent.
+    pub pauses: u64,
 }
 
 #[derive(Debug)]
@@ -100,6 +104,14 @@ struct Port {
     free_ps: u64,
     busy: bool,
     down: bool,
+    /// The peer sent PAUSE: this port's transmitter waits.
+    paused: bool,
+    /// PFC: bytes that came in through this port and sit in this switch's
+    /// output queues, and whether this switch has paused the peer.
+    ingress_bytes: u64,
+    pausing_peer: bool,
+    /// Ingress port of each packet in `queue`, in the same order.
+    queued_from: VecDeque<usize>,
     stats: PortStats,
 }
 
@@ -148,6 +160,12 @@ enum Event {
     LinkDown { link: LinkId },
     /// Switches recompute routes.
     Reroute,
+    /// A PFC PAUSE (or RESUME) reaches the transmitter of `port`.
+    Pause {
+        node: NodeId,
+        port: usize,
+        pause: bool,
+    },
     /// Handed back to the caller of [`Simulator::step`].
     App { token: u64 },
 }
@@ -183,6 +201,7 @@ pub struct Simulator<T> {
     stats: FabricStats,
     tx_buf: Vec<u8>,
     losses: Option<Vec<LostPacket>>,
+    pfc: Option<PfcConfig>,
 }
 
 /// The IPv4 address of host `h`: 10.0.0.0/8 numbered from 10.0.0.1.
@@ -246,6 +265,10 @@ impl<T: SimTransport> Simulator<T> {
                 free_ps: 0,
                 busy: false,
                 down: false,
+                paused: false,
+                ingress_bytes: 0,
+                pausing_peer: false,
+                queued_from: VecDeque::new(),
                 stats: PortStats::default(),
             };
             let forward = port(l.b, pb, 0, &l.config);
@@ -288,6 +311,7 @@ impl<T: SimTransport> Simulator<T> {
             stats: FabricStats::default(),
             tx_buf: Vec::new(),
             losses: None,
+            pfc: topology.pfc,
         };
         debug_assert_eq!(sim.hosts.len(), host_count);
         sim.compute_routes();
@@ -334,6 +358,7 @@ impl<T: SimTransport> Simulator<T> {
             s.failed += port.stats.failed;
             s.queue_drops += port.queue.stats().dropped;
             s.marked += port.queue.stats().marked;
+            s.pauses += port.stats.pauses_sent;
         }
         s
     }
@@ -464,6 +489,7 @@ impl<T: SimTransport> Simulator<T> {
             Event::HostWake { host } => self.host_wake(host),
             Event::LinkDown { link } => self.link_down(link),
             Event::Reroute => self.compute_routes(),
+            Event::Pause { node, port, pause } => self.pause(node, port, pause),
             Event::App { token } => return Some(Step::App(token)),
         }
         Some(Step::Internal)
@@ -489,7 +515,7 @@ impl<T: SimTransport> Simulator<T> {
         }
         match self.nodes[node].kind {
             NodeKind::Host(h) => self.deliver(h, packet),
-            NodeKind::Switch => self.forward(node, packet),
+            NodeKind::Switch => self.forward(node, port, packet),
         }
     }
 
@@ -527,7 +553,7 @@ impl<T: SimTransport> Simulator<T> {
         }
     }
 
-    fn forward(&mut self, node: NodeId, packet: Packet) {
+    fn forward(&mut self, node: NodeId, ingress: usize, packet: Packet) {
         let Some(out) = self.ecmp_port(node, &packet) else {
             self.stats.unroutable += 1;
             return;
@@ -536,15 +562,72 @@ impl<T: SimTransport> Simulator<T> {
         let len = self.config.overhead.frame_len(packet.bytes.len());
         let n = &mut self.nodes[node];
         let verdict = n.ports[out].queue.enqueue(packet, len, &mut n.rng);
-        if verdict != Enqueued::Dropped && !n.ports[out].busy {
+        if verdict == Enqueued::Dropped {
+            return;
+        }
+        n.ports[out].queued_from.push_back(ingress);
+        if let Some(pfc) = self.pfc {
+            let inp = &mut n.ports[ingress];
+            inp.ingress_bytes += len;
+            if inp.ingress_bytes > pfc.xoff_bytes && !inp.pausing_peer {
+                inp.pausing_peer = true;
+                inp.stats.pauses_sent += 1;
+                let (peer, peer_port, delay) = (inp.peer, inp.peer_port, inp.delay);
+                self.events.push(
+                    self.now + delay,
+                    Event::Pause {
+                        node: peer,
+                        port: peer_port,
+                        pause: true,
+                    },
+                );
+            }
+        }
+        let p = &self.nodes[node].ports[out];
+        if !p.busy && !p.paused {
             self.start_next(node, out);
         }
     }
 
-    /// Starts serialising the head of a switch port's queue.
+    /// Starts serialising the head of a switch port's queue (unless the
+    /// peer paused it).
     fn start_next(&mut self, node: NodeId, port: usize) {
-        if let Some((packet, _)) = self.nodes[node].ports[port].queue.dequeue() {
-            self.transmit(node, port, packet);
+        if self.nodes[node].ports[port].paused {
+            return;
+        }
+        let Some((packet, len)) = self.nodes[node].ports[port].queue.dequeue() else {
+            return;
+        };
+        let ingress = self.nodes[node].ports[port].queued_from.pop_front();
+        if let (Some(pfc), Some(i)) = (self.pfc, ingress) {
+            let inp = &mut self.nodes[node].ports[i];
+            inp.ingress_bytes = inp.ingress_bytes.saturating_sub(len);
+            if inp.pausing_peer && inp.ingress_bytes < pfc.xon_bytes {
+                inp.pausing_peer = false;
+                let (peer, peer_port, delay) = (inp.peer, inp.peer_port, inp.delay);
+                self.events.push(
+                    self.now + delay,
+                    Event::Pause {
+                        node: peer,
+                        port: peer_port,
+                        pause: false,
+                    },
+                );
+            }
+        }
+        self.transmit(node, port, packet);
+    }
+
+    /// A PAUSE or RESUME reaches `port`'s transmitter.
+    fn pause(&mut self, node: NodeId, port: usize, pause: bool) {
+        let p = &mut self.nodes[node].ports[port];
+        p.paused = pause;
+        if pause || p.busy {
+            return;
+        }
+        match self.nodes[node].kind {
+            NodeKind::Host(h) => self.service_host(h),
+            NodeKind::Switch => self.start_next(node, port),
         }
     }
 
@@ -624,7 +707,10 @@ impl<T: SimTransport> Simulator<T> {
     fn service_host(&mut self, h: HostId) {
         let now = self.now;
         let node = self.hosts[h].node;
-        let nic_busy = self.nodes[node].ports.first().is_none_or(|p| p.busy);
+        let nic_busy = self.nodes[node]
+            .ports
+            .first()
+            .is_none_or(|p| p.busy || p.paused);
         let mut buf = core::mem::take(&mut self.tx_buf);
         let host = &mut self.hosts[h];
         if host.transport.poll_timeout().is_some_and(|d| d <= now) {

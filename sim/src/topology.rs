@@ -38,6 +38,31 @@ pub struct Topology {
     pub links: Vec<Link>,
     /// Output queue of every switch port.
     pub queue: QueueConfig,
+    /// Priority flow control on every switch, or none (a lossy fabric).
+    pub pfc: Option<PfcConfig>,
+}
+
+/// Priority flow control (IEEE 802.1Qbb, one priority): a switch pauses
+/// the sender on an ingress link while the bytes that came in through it
+/// and still sit in its output queues exceed `xoff_bytes`, and resumes it
+/// below `xon_bytes`. PAUSE and RESUME take the link's delay to arrive.
+/// Hosts never pause (their receive buffers are memory). Buffers keep their
+/// drop-tail limit: size them for the headroom (in-flight bytes after XOFF).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PfcConfig {
+    pub xoff_bytes: u64,
+    pub xon_bytes: u64,
+}
+
+impl Default for PfcConfig {
+    /// XOFF at 200 KB of an ingress port's bytes, XON two 4 KiB frames
+    /// lower. Chosen for this simulator's 1 MiB port buffers and 1 us links.
+    fn default() -> Self {
+        PfcConfig {
+            xoff_bytes: 200_000,
+            xon_bytes: 200_000 - 2 * 4_142,
+        }
+    }
 }
 
 impl Topology {
@@ -48,6 +73,7 @@ impl Topology {
             hosts: Vec::new(),
             links: Vec::new(),
             queue,
+            pfc: None,
         }
     }
 
@@ -84,6 +110,7 @@ impl Topology {
     /// A two-tier leaf-spine fabric.
     pub fn leaf_spine(spec: &LeafSpine) -> Topology {
         let mut t = Topology::empty(spec.queue);
+        t.pfc = spec.pfc;
         let spines: Vec<NodeId> = (0..spec.spines).map(|_| t.add_switch()).collect();
         let leaves: Vec<NodeId> = (0..spec.leaves).map(|_| t.add_switch()).collect();
         // Fabric links first, leaf-major: link id = leaf * spines + spine.
@@ -126,6 +153,7 @@ pub struct LeafSpine {
     pub host_link: LinkConfig,
     pub fabric_link: LinkConfig,
     pub queue: QueueConfig,
+    pub pfc: Option<PfcConfig>,
 }
 
 impl Default for LeafSpine {
@@ -139,6 +167,7 @@ impl Default for LeafSpine {
             host_link: LinkConfig::default(),
             fabric_link: LinkConfig::default(),
             queue: QueueConfig::default(),
+            pfc: None,
         }
     }
 }

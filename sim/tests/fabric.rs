@@ -8,7 +8,7 @@ use metaroce_core::Instant;
 use metaroce_sim::link::LinkConfig;
 use metaroce_sim::probe::{Probe, Send};
 use metaroce_sim::queue::{EcnPolicy, QueueConfig};
-use metaroce_sim::{LeafSpine, SimConfig, Simulator, Topology};
+use metaroce_sim::{LeafSpine, PfcConfig, SimConfig, Simulator, Topology};
 
 fn probe_sim(t: &Topology) -> Simulator<Probe> {
     Simulator::new(t, SimConfig::default(), |_, _, _| Probe::default())
@@ -125,11 +125,16 @@ fn ecmp_spreads_source_ports_and_pins_one() {
 }
 
 fn incast(queue: QueueConfig) -> Simulator<Probe> {
+    incast_with(queue, None)
+}
+
+fn incast_with(queue: QueueConfig, pfc: Option<PfcConfig>) -> Simulator<Probe> {
     let spec = LeafSpine {
         leaves: 1,
         spines: 1,
         hosts_per_leaf: 3,
         queue,
+        pfc,
         ..LeafSpine::default()
     };
     let mut sim = probe_sim(&Topology::leaf_spine(&spec));
@@ -187,4 +192,28 @@ fn switches_route_around_a_failed_uplink() {
     sim.run_until(Instant::from_micros(200));
     assert_eq!(sim.route(leaf0, 8).len(), 7);
     assert!(!sim.route(leaf0, 8).contains(&0));
+}
+
+#[test]
+fn pfc_pauses_senders_instead_of_dropping() {
+    let queue = QueueConfig {
+        capacity_bytes: 256 << 10,
+        ecn: EcnPolicy::Off,
+    };
+    let pfc = PfcConfig {
+        xoff_bytes: 32_000,
+        xon_bytes: 24_000,
+    };
+    // Without PFC the 256 KiB buffer overflows; with it nothing is lost.
+    let lossy = incast_with(queue, None);
+    assert!(lossy.stats().queue_drops > 0);
+    let sim = incast_with(queue, Some(pfc));
+    let stats = sim.stats();
+    assert_eq!(stats.queue_drops, 0, "{stats:?}");
+    assert_eq!(sim.host(0).transport.received.len(), 200);
+    assert!(stats.pauses >= 2, "{stats:?}");
+    // The receiver's link still runs at line rate.
+    let rx = &sim.host(0).transport.received;
+    let span = rx[199].at - rx[0].at;
+    assert!(span <= Duration::from_nanos(199 * 333 + 1), "{span:?}");
 }
