@@ -70,6 +70,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         out: PathBuf::from("target/metaroce"),
     };
     let mut senders = None;
+    let mut pfc = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
@@ -99,10 +100,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 if n < 16 {
                     return Err("--hosts: at least 16 (two leaves of 8)".into());
                 }
-                let spec = LeafSpine {
-                    pfc: o.incast.fabric.pfc,
-                    ..LeafSpine::with_hosts(n, 8)
-                };
+                let spec = LeafSpine::with_hosts(n, 8);
                 o.incast.fabric = spec;
                 o.failure.fabric = spec;
                 o.permutation.fabric = spec;
@@ -116,13 +114,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.failure.fail_at = Duration::from_micros(t);
             }
             "--no-reroute" => o.failure.reroute_delay = None,
-            "--pfc" => {
-                let pfc = Some(metaroce_sim::PfcConfig::default());
-                o.incast.fabric.pfc = pfc;
-                o.failure.fabric.pfc = pfc;
-                o.permutation.fabric.pfc = pfc;
-                o.all_to_all.fabric.pfc = pfc;
-            }
+            "--pfc" => pfc = true,
             "--skew-us" => {
                 let t: u64 = value()?.parse().map_err(|e| format!("--skew-us: {e}"))?;
                 o.spray.skew = Duration::from_micros(t);
@@ -142,6 +134,27 @@ fn parse(args: &[String]) -> Result<Options, String> {
         }
     }
     o.incast.senders = senders.unwrap_or(o.incast.fabric.hosts() - 1);
+    if pfc {
+        for fabric in [
+            &mut o.incast.fabric,
+            &mut o.failure.fabric,
+            &mut o.permutation.fabric,
+            &mut o.all_to_all.fabric,
+        ] {
+            let config = metaroce_sim::PfcConfig::default();
+            // Size every output buffer for lossless operation: a leaf has
+            // hosts_per_leaf + spines ingress ports.
+            let ports = (fabric.hosts_per_leaf + fabric.spines).max(fabric.leaves) as u64;
+            let link = fabric.fabric_link;
+            fabric.queue.capacity_bytes = fabric.queue.capacity_bytes.max(config.lossless_buffer(
+                ports,
+                link.rate_bps,
+                link.delay,
+                4_142,
+            ));
+            fabric.pfc = Some(config);
+        }
+    }
     if o.sweep.bytes == 0 || o.sweep.seeds == 0 || o.sweep.losses.is_empty() {
         return Err("--bytes, --seeds and --losses must not be empty or zero".into());
     }

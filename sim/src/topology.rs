@@ -55,13 +55,31 @@ pub struct PfcConfig {
 }
 
 impl Default for PfcConfig {
-    /// XOFF at 200 KB of an ingress port's bytes, XON two 4 KiB frames
-    /// lower. Chosen for this simulator's 1 MiB port buffers and 1 us links.
+    /// XOFF at 64 KB of an ingress port's bytes, XON two 4 KiB frames
+    /// lower. Lossless only if each output buffer holds, for every ingress
+    /// port, XOFF plus what is in flight while the PAUSE travels (about 2
+    /// link delays at line rate plus a frame: ~33 KB at 100 Gbit/s and
+    /// 1 us); see [`PfcConfig::lossless_buffer`].
     fn default() -> Self {
         PfcConfig {
-            xoff_bytes: 200_000,
-            xon_bytes: 200_000 - 2 * 4_142,
+            xoff_bytes: 64_000,
+            xon_bytes: 64_000 - 2 * 4_142,
         }
+    }
+}
+
+impl PfcConfig {
+    /// Output buffer that keeps a switch with `ingress_ports` lossless on
+    /// links of `rate_bps` and `delay`, with frames up to `frame` bytes.
+    pub fn lossless_buffer(
+        &self,
+        ingress_ports: u64,
+        rate_bps: u64,
+        delay: std::time::Duration,
+        frame: u64,
+    ) -> u64 {
+        let in_flight = (rate_bps as u128 * 2 * delay.as_nanos() / 8_000_000_000) as u64;
+        ingress_ports * (self.xoff_bytes + in_flight + 2 * frame)
     }
 }
 
