@@ -234,4 +234,17 @@ mod tests {
         assert_eq!((l.a, l.b), (8 + 3, 5));
         assert_eq!(LeafSpine::with_hosts(128, 16).hosts(), 128);
     }
+
+    #[test]
+    fn lossless_buffer_covers_xoff_and_flight_per_ingress() {
+        let pfc = PfcConfig::default();
+        // 100 Gbit/s, 1 us: 25 000 bytes in flight over a PAUSE round trip.
+        let b = pfc.lossless_buffer(
+            16,
+            100_000_000_000,
+            std::time::Duration::from_micros(1),
+            4_142,
+        );
+        assert_eq!(b, 16 * (64_000 + 25_000 + 2 * 4_142));
+    }
 }
