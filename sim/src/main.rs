@@ -191,10 +191,30 @@ fn cdf(fcts: &[Duration], total: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn speed(events: u64, wall: std::time::Instant) {
+/// CPU time (user + system) this process used so far, from
+/// `/proc/self/stat` (Linux; its clock ticks are USER_HZ = 100 per second).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold
+    // spaces): state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+fn speed(events: u64, wall: std::time::Instant, cpu_start: Option<f64>) {
     let secs = wall.elapsed().as_secs_f64();
+    let cpu = cpu_start.and_then(|c0| cpu_seconds().map(|c1| c1 - c0));
+    let cpu_text = cpu.map_or(String::new(), |c| {
+        format!(
+            ", {c:.2} s CPU = {:.2} M events/CPU-s",
+            events as f64 / c.max(1e-9) / 1e6
+        )
+    });
     println!(
-        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s (wall time includes memory setup and integrity hashing)",
+        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s{cpu_text} (setup and integrity hashing included)",
         events as f64 / secs.max(1e-9) / 1e6
     );
 }
@@ -227,6 +247,7 @@ fn status_text(r: &LossSweepRow) -> String {
 
 fn loss_sweep(o: &Options) -> Result<(), String> {
     let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
     let rows = experiments::loss_sweep(&o.sweep, progress_bar);
     let events: u64 = rows.iter().map(|r| r.events).sum();
 
@@ -320,13 +341,14 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
         y_scale: Scale::Linear,
     };
     let svg = write_svg(o, "loss-sweep.svg", &chart, &series)?;
-    speed(events, wall);
+    speed(events, wall, cpu);
     println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
 fn incast(o: &Options) -> Result<(), String> {
     let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
     let c = &o.incast;
     let rows = experiments::incast(c, progress_bar);
     let mut csv = String::from(
@@ -415,13 +437,14 @@ fn incast(o: &Options) -> Result<(), String> {
         y_scale: Scale::Linear,
     };
     let svg = write_svg(o, "incast.svg", &chart, &series)?;
-    speed(rows.iter().map(|r| r.events).sum(), wall);
+    speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
     println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
 fn path_failure(o: &Options) -> Result<(), String> {
     let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
     let c = &o.failure;
     let rows = experiments::path_failure(c, progress_bar);
     println!(
@@ -476,13 +499,14 @@ fn path_failure(o: &Options) -> Result<(), String> {
     }
     println!("goal (issue 5): bytes lost must be 0 (every flow intact); extra us = time the failure cost");
     let path = write_csv(o, "path-failure.csv", &csv)?;
-    speed(rows.iter().map(|r| r.events).sum(), wall);
+    speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
     println!("CSV: {}", path.display());
     Ok(())
 }
 
 fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
     let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
     let rows = experiments::traffic(cfg, progress_bar);
     println!(
         "{name}: {} flows of {} bytes on a leaf-spine of {} hosts, seed {}{}; loss per cross-leaf path",
@@ -559,13 +583,14 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
         y_scale: Scale::Linear,
     };
     let svg = write_svg(o, &format!("{name}.svg"), &chart, &series)?;
-    speed(rows.iter().map(|r| r.events).sum(), wall);
+    speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
     println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
 fn spray(o: &Options) -> Result<(), String> {
     let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
     let c = &o.spray;
     let rows = experiments::spray(c, progress_bar);
     println!(
@@ -609,7 +634,7 @@ fn spray(o: &Options) -> Result<(), String> {
     }
     println!("goal (issue 5): spurious retransmissions < 0.1 % (RoCEv2 keeps one path: nothing to reorder; go-back-N cannot tell spurious ones)");
     let path = write_csv(o, "spray.csv", &csv)?;
-    speed(rows.iter().map(|r| r.events).sum(), wall);
+    speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
     println!("CSV: {}", path.display());
     Ok(())
 }
