@@ -80,6 +80,33 @@ fn path_failure_small_loses_no_data() {
         }
     }
     assert!(rows.iter().any(|r| r.failure && r.lost_on_link > 0));
+    assert_eq!(rows, experiments::path_failure(&cfg, |_, _| {}));
+}
+
+#[test]
+fn pfc_incast_small_is_lossless_and_reproducible() {
+    let mut fabric = metaroce_sim::LeafSpine {
+        leaves: 2,
+        spines: 2,
+        hosts_per_leaf: 4,
+        pfc: Some(metaroce_sim::PfcConfig::default()),
+        ..metaroce_sim::LeafSpine::default()
+    };
+    fabric.queue.capacity_bytes = 4 << 20;
+    let cfg = experiments::Incast {
+        fabric,
+        senders: 7,
+        bytes: 256 << 10,
+        seed: 3,
+        time_limit: Duration::from_secs(5),
+    };
+    let rows = experiments::incast(&cfg, |_, _| {});
+    for r in &rows {
+        println!("{r:?}");
+        assert_eq!(r.intact, 7, "{r:?}");
+        assert_eq!(r.queue_drops, 0, "{r:?}");
+    }
+    assert_eq!(rows, experiments::incast(&cfg, |_, _| {}));
 }
 
 #[test]
