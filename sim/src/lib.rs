@@ -6,23 +6,28 @@
 //! have per-port output queues with finite buffers (drop-tail) and ECN
 //! marking (DCTCP threshold or RED); ECMP hashes the 5-tuple including the
 //! UDP source port; links have a rate, a propagation delay, random or
-//! bursty (Gilbert-Elliott) loss, and can fail at a given time.
-//! Topologies: two hosts back to back, and leaf-spine fabrics (64 hosts
-//! by default). Time is virtual ([`metaroce_core::Instant`]); the same seed
-//! gives the same run.
+//! bursty (Gilbert-Elliott) loss, and can fail at a given time; switches
+//! can run PFC. Topologies: two hosts back to back, and leaf-spine fabrics
+//! (64 hosts by default). Time is virtual ([`metaroce_core::Instant`]);
+//! the same seed gives the same run.
 //!
-//! It is **not** a packet-level model of any particular switch or NIC
-//! (no PFC, no shared buffer, no header parsing in the fabric), and it is
-//! single-threaded std code: no async, no wall clock inside a run.
+//! It is **not** a model of any particular switch or NIC (no shared
+//! buffer, no per-priority PFC, no header parsing in the fabric), and it
+//! is std code without async or a wall clock inside a run (runs with large
+//! endpoints go to a thread with a bigger stack, one run at a time).
 //!
 //! Layers:
 //! * [`event`], [`rng`]: the event heap and the seeded random streams.
 //! * [`packet`], [`link`], [`queue`], [`ecmp`]: the fabric's parts.
 //! * [`topology`]: nodes and links; [`network`]: the event loop.
 //! * [`transport`]: the [`SimTransport`] trait hosts run, with adapters
-//!   ([`metaroce`]; the RoCEv2 baseline's belongs beside it).
+//!   for MetaRoCE ([`metaroce`]) and the RoCEv2 baseline ([`roce`]), and a
+//!   scripted [`probe`] for fabric tests.
 //! * [`memory`]: a host's byte arena; [`workload`]: flows of RDMA WRITEs
 //!   with completion times and integrity checks.
+//! * [`experiments`]: the issue-5 experiments as functions returning rows;
+//!   [`plot`]: SVG charts. The `metaroce-sim` binary (`cargo xtask sim`)
+//!   prints, writes CSV and plots.
 
 pub mod ecmp;
 pub mod event;
