@@ -14,6 +14,9 @@
 //!   port ([`OutputQueue`]: drop-tail, ECN marking).
 //! * A failed link loses everything on it and everything sent later; the
 //!   switches route around it after `SimConfig::reroute_delay`.
+//! * With PFC ([`crate::topology::PfcConfig`]) a switch pauses an ingress
+//!   link's transmitter while that port's queued bytes exceed XOFF; a
+//!   paused host NIC pulls nothing from its transport.
 //! * Events at the same instant run in the order they were scheduled, and
 //!   every random draw comes from a stream seeded from `SimConfig::seed`:
 //!   the same seed and inputs give the same run, bit for bit.
