@@ -1090,6 +1090,21 @@ impl<const P: usize> Connection<P> {
         else {
             return;
         };
+        // For paths without an RTT sample yet: the slowest path's estimate.
+        let slowest_srtt = self
+            .paths
+            .iter()
+            .map(|p| p.srtt_ns)
+            .max()
+            .unwrap_or(0)
+            .max(self.srtt_ns);
+        let slowest_var = self
+            .paths
+            .iter()
+            .map(|p| p.rttvar_ns)
+            .max()
+            .unwrap_or(0)
+            .max(self.rttvar_ns);
         let mut psn = self.snd_una;
         while psn != self.snd_nxt {
             let i = Window::idx(psn);
@@ -1101,16 +1116,29 @@ impl<const P: usize> Connection<P> {
             if self.window.meta[i] & 3 == SLOT_IN_FLIGHT {
                 let path = self.paths.get(self.window.path[i]);
                 let sent = self.window.sent_ts[i];
-                if path.rack_valid && psn_diff(path.rack_xmit_ts, sent) > 0 {
-                    let reo = path.srtt_ns / 4 + path.rttvar_ns;
-                    let deadline = sent.wrapping_add(path.srtt_ns).wrapping_add(reo.max(1_000));
-                    if psn_diff(now_ts, deadline) >= 0 {
-                        self.mark_lost(psn);
-                    } else {
-                        let at =
-                            now + Duration::from_nanos(u64::from(deadline.wrapping_sub(now_ts)));
-                        self.rack_deadline = Some(self.rack_deadline.map_or(at, |d| d.min(at)));
-                    }
+                // Evidence on the packet's own path allows a short
+                // reordering window; evidence only from other paths (the
+                // chooser may have stopped using this one) waits for this
+                // path's own round trip plus a wider allowance. Either way
+                // the packet's own path RTT sets the clock, so skew between
+                // paths is never taken for loss (spec 4.6.2).
+                let same_path = path.rack_valid && psn_diff(path.rack_xmit_ts, sent) > 0;
+                let (rtt, var) = if path.srtt_ns != 0 {
+                    (path.srtt_ns, path.rttvar_ns)
+                } else {
+                    (slowest_srtt, slowest_var)
+                };
+                let reo = if same_path {
+                    rtt / 4 + var
+                } else {
+                    rtt / 2 + 2 * var
+                };
+                let deadline = sent.wrapping_add(rtt).wrapping_add(reo.max(1_000));
+                if psn_diff(now_ts, deadline) >= 0 {
+                    self.mark_lost(psn);
+                } else {
+                    let at = now + Duration::from_nanos(u64::from(deadline.wrapping_sub(now_ts)));
+                    self.rack_deadline = Some(self.rack_deadline.map_or(at, |d| d.min(at)));
                 }
             }
             psn = psn.wrapping_add(1);
