@@ -1,11 +1,16 @@
-//! Reader for `board.toml`: the small subset of TOML the board file uses
-//! (`[section]` headers, `key = value` with integers in decimal or `0x`
-//! hex with `_` separators, and `"strings"`, `#` comments). Std only, no
-//! dependencies: `build.rs` and the xtask both include this file with
-//! `#[path]`, so the firmware and its image read the same values the same
-//! way. Anything outside the subset is an error with its line number.
+//! Reader and checker of `board.toml`. [`BoardToml`] reads the small
+//! subset of TOML the board file uses (`[section]` headers, `key = value`
+//! with integers in decimal or `0x` hex with `_` separators, and
+//! `"strings"`, `#` comments); anything else is an error with its line
+//! number. [`BoardConfig::check`] checks the values (known keys,
+//! alignment, regions inside DRAM and apart, MMIO and DRAM in different
+//! identity-map blocks) and generates the firmware's constants and
+//! `memory.ld`. Std only, no dependencies: `build.rs` and the xtask both
+//! include this file with `#[path]`, so the firmware and its image read the
+//! same values the same way, and the xtask's tests cover the checks.
 
 use std::fmt;
+use std::fmt::Write as _;
 
 /// A value of the board file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +153,521 @@ fn parse_value(text: &str) -> Result<Value, String> {
         .map_err(|_| format!("bad number `{text}` (unsigned decimal or 0x-hex)"))
 }
 
+// ----- checking and generating ------------------------------------------
+
+/// Bytes of one frame slot of the shared-memory rings (`shm::FrameDescriptor`).
+pub const FRAME_SLOT_BYTES: u64 = 1536;
+/// Bytes of a ring header (`shm::RingHeader`): three cache lines.
+pub const RING_HEADER_BYTES: u64 = 192;
+/// Granule of the identity map's blocks (level-1 blocks of 1 GiB).
+pub const BLOCK: u64 = 1 << 30;
+
+/// A checked board configuration: every value of `board.toml` plus the
+/// ring layout and identity-map blocks derived from it.
+#[derive(Debug, Clone)]
+pub struct BoardConfig {
+    pub load: u64,
+    pub entry: u64,
+    pub max_size: u64,
+    pub stack_pages: u64,
+    pub dram: (u64, u64),
+    pub uart: u64,
+    pub reg_shift: u64,
+    pub uart_clock: u64,
+    pub baud: u64,
+    pub program_divisor: bool,
+    pub gicd: u64,
+    pub gicr: u64,
+    pub gicr_size: u64,
+    pub cpu_count: u64,
+    pub doorbell_intid: u64,
+    pub rings: (u64, u64),
+    pub rx_slots: u64,
+    pub tx_slots: u64,
+    pub rx_ring_offset: u64,
+    pub tx_ring_offset: u64,
+    pub host_queues_offset: u64,
+    pub rx_doorbell_offset: u64,
+    pub tx_doorbell_offset: u64,
+    pub host_memory: (u64, u64),
+    pub host_address: u64,
+    pub mac: [u8; 6],
+    pub ip: [u8; 4],
+    pub udp_port: u64,
+    pub peer: Option<([u8; 4], [u8; 6])>,
+    pub device_blocks: Vec<u64>,
+    pub normal_blocks: Vec<u64>,
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+fn inside(inner: (u64, u64), outer: (u64, u64)) -> bool {
+    inner.0 >= outer.0 && inner.0 + inner.1 <= outer.0 + outer.1
+}
+
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+fn parse_ip(text: &str) -> Option<[u8; 4]> {
+    text.parse::<std::net::Ipv4Addr>()
+        .ok()
+        .map(|ip| ip.octets())
+}
+
+/// Every key the board file may set: a misspelt key is an error, not a
+/// silently ignored setting.
+pub const KNOWN_KEYS: &[&str] = &[
+    "image.load_address",
+    "image.entry_address",
+    "image.max_size",
+    "image.stack_pages",
+    "memory.dram_base",
+    "memory.dram_size",
+    "console.uart_base",
+    "console.reg_shift",
+    "console.clock_hz",
+    "console.baud",
+    "console.program_divisor",
+    "gic.distributor",
+    "gic.redistributor",
+    "gic.redistributor_size",
+    "gic.cpu_count",
+    "gic.doorbell_intid",
+    "rings.base",
+    "rings.size",
+    "rings.rx_slots",
+    "rings.tx_slots",
+    "rings.host_queues_offset",
+    "rings.rx_doorbell_offset",
+    "rings.tx_doorbell_offset",
+    "host_memory.local_base",
+    "host_memory.size",
+    "host_memory.host_address",
+    "net.mac",
+    "net.ip",
+    "net.udp_port",
+    "net.peer_ip",
+    "net.peer_mac",
+];
+
+impl BoardConfig {
+    /// Checks a parsed board file; the error says which key is wrong and why.
+    pub fn check(b: &BoardToml) -> Result<BoardConfig, BoardError> {
+        Self::check_inner(b).map_err(BoardError)
+    }
+
+    fn check_inner(b: &BoardToml) -> Result<BoardConfig, String> {
+        if let Some(key) = b.keys().find(|k| !KNOWN_KEYS.contains(k)) {
+            return Err(format!("board.toml: unknown key `{key}`"));
+        }
+        let int = |k: &str| b.int(k).map_err(|e| e.0);
+        let load = int("image.load_address")?;
+        let entry = int("image.entry_address")?;
+        let max_size = int("image.max_size")?;
+        let dram = (int("memory.dram_base")?, int("memory.dram_size")?);
+        let rings = (int("rings.base")?, int("rings.size")?);
+        let host_memory = (int("host_memory.local_base")?, int("host_memory.size")?);
+        let rx_slots = int("rings.rx_slots")?;
+        let tx_slots = int("rings.tx_slots")?;
+        let image = (load, max_size);
+        if load % 4096 != 0 {
+            return Err("image.load_address must be 4 KiB aligned".into());
+        }
+        if entry != load {
+            return Err(
+                "image.entry_address must equal image.load_address: aarch64-rt puts the entry code first in the image"
+                    .into(),
+            );
+        }
+        for (name, region) in [
+            ("image", image),
+            ("rings", rings),
+            ("host_memory", host_memory),
+        ] {
+            if region.1 == 0 || !inside(region, dram) {
+                return Err(format!(
+                    "{name} [{:#x}, +{:#x}) must be non-empty and inside memory.dram_base/dram_size",
+                    region.0, region.1
+                ));
+            }
+        }
+        if overlaps(image, rings) || overlaps(image, host_memory) || overlaps(rings, host_memory) {
+            return Err("image, rings and host_memory must not overlap".into());
+        }
+        for (name, slots) in [("rx_slots", rx_slots), ("tx_slots", tx_slots)] {
+            if !slots.is_power_of_two() || slots > 1 << 15 {
+                return Err(format!("rings.{name} must be a power of two up to 32768"));
+            }
+        }
+        // Layout of the ring region: doorbell words in the first page, then
+        // the rx ring, then the tx ring (each 4 KiB aligned), then the host
+        // queues at their configured offset.
+        let ring_bytes = |slots: u64| RING_HEADER_BYTES + slots * FRAME_SLOT_BYTES;
+        let align = |x: u64| x.div_ceil(4096) * 4096;
+        let rx_ring_offset = 4096;
+        let tx_ring_offset = align(rx_ring_offset + ring_bytes(rx_slots));
+        let frame_rings_end = align(tx_ring_offset + ring_bytes(tx_slots));
+        let host_queues_offset = int("rings.host_queues_offset")?;
+        let rx_doorbell_offset = int("rings.rx_doorbell_offset")?;
+        let tx_doorbell_offset = int("rings.tx_doorbell_offset")?;
+        for (name, off) in [
+            ("rx_doorbell_offset", rx_doorbell_offset),
+            ("tx_doorbell_offset", tx_doorbell_offset),
+        ] {
+            if off % 64 != 0 || off + 4 > 4096 {
+                return Err(format!(
+                    "rings.{name} must be 64-byte aligned and in the first 4 KiB of the ring region"
+                ));
+            }
+        }
+        if rx_doorbell_offset == tx_doorbell_offset {
+            return Err("rings.rx_doorbell_offset and tx_doorbell_offset must differ".into());
+        }
+        if host_queues_offset % 4096 != 0
+            || host_queues_offset < frame_rings_end
+            || host_queues_offset >= rings.1
+        {
+            return Err(format!(
+                "rings.host_queues_offset must be 4 KiB aligned, at least {frame_rings_end:#x} (after the frame rings) and inside rings.size"
+            ));
+        }
+        let uart = int("console.uart_base")?;
+        let gicd = int("gic.distributor")?;
+        let gicr = int("gic.redistributor")?;
+        let gicr_size = int("gic.redistributor_size")?;
+        let cpu_count = int("gic.cpu_count")?;
+        let doorbell_intid = int("gic.doorbell_intid")?;
+        if doorbell_intid != 0 && !(32..1020).contains(&doorbell_intid) {
+            return Err("gic.doorbell_intid must be 0 or an SPI (32..1020)".into());
+        }
+        if cpu_count == 0 || cpu_count * 0x2_0000 > gicr_size {
+            return Err(
+                "gic.cpu_count redistributor frames (128 KiB each) must fit gic.redistributor_size"
+                    .into(),
+            );
+        }
+        let reg_shift = int("console.reg_shift")?;
+        if reg_shift > 3 {
+            return Err("console.reg_shift must be 0..=3".into());
+        }
+        let mut device_blocks: Vec<u64> = [uart, gicd, gicr, gicr + gicr_size - 1]
+            .iter()
+            .map(|a| a / BLOCK)
+            .collect();
+        device_blocks.sort();
+        device_blocks.dedup();
+        let normal_blocks: Vec<u64> = (dram.0 / BLOCK..(dram.0 + dram.1).div_ceil(BLOCK)).collect();
+        if device_blocks.iter().any(|d| normal_blocks.contains(d)) {
+            return Err(
+                "MMIO (console, GIC) and DRAM share a 1 GiB block of the identity map".into(),
+            );
+        }
+        if normal_blocks
+            .iter()
+            .chain(&device_blocks)
+            .any(|&i| i >= 512)
+        {
+            return Err("addresses must be below 512 GiB (one level-1 table)".into());
+        }
+        let net = |k: &str| b.string(k).map_err(|e| e.0);
+        let mac = parse_mac(net("net.mac")?).ok_or("net.mac must look like 02:4d:52:00:00:01")?;
+        let ip = parse_ip(net("net.ip")?).ok_or("net.ip must be an IPv4 address")?;
+        let peer = match (net("net.peer_ip")?, net("net.peer_mac")?) {
+            ("", "") => None,
+            (ip, mac) => Some((
+                parse_ip(ip).ok_or("net.peer_ip must be an IPv4 address or empty")?,
+                parse_mac(mac).ok_or("net.peer_mac must be a MAC address or empty")?,
+            )),
+        };
+        let udp_port = int("net.udp_port")?;
+        if udp_port == 0 || udp_port > 0xffff {
+            return Err("net.udp_port must be 1..=65535".into());
+        }
+        let stack_pages = int("image.stack_pages")?;
+        if stack_pages == 0 || stack_pages * 4096 >= max_size {
+            return Err("image.stack_pages must be > 0 and fit image.max_size".into());
+        }
+        Ok(BoardConfig {
+            load,
+            entry,
+            max_size,
+            stack_pages,
+            dram,
+            uart,
+            reg_shift,
+            uart_clock: int("console.clock_hz")?,
+            baud: int("console.baud")?,
+            program_divisor: int("console.program_divisor")? != 0,
+            gicd,
+            gicr,
+            gicr_size,
+            cpu_count,
+            doorbell_intid,
+            rings,
+            rx_slots,
+            tx_slots,
+            rx_ring_offset,
+            tx_ring_offset,
+            host_queues_offset,
+            rx_doorbell_offset,
+            tx_doorbell_offset,
+            host_memory,
+            host_address: int("host_memory.host_address")?,
+            mac,
+            ip,
+            udp_port,
+            peer,
+            device_blocks,
+            normal_blocks,
+        })
+    }
+
+    /// The Rust constants of `metaroce_elba::board` (`$OUT_DIR/board.rs`).
+    pub fn rust(&self) -> String {
+        let mut s = String::from("// Generated by build.rs from board.toml. Do not edit.\n");
+        let mut c = |name: &str, ty: &str, value: String, doc: &str| {
+            let _ = writeln!(s, "/// {doc}\npub const {name}: {ty} = {value};");
+        };
+        c(
+            "LOAD_ADDRESS",
+            "u64",
+            format!("{:#x}", self.load),
+            "Where U-Boot loads the image (`image.load_address`).",
+        );
+        c(
+            "ENTRY_ADDRESS",
+            "u64",
+            format!("{:#x}", self.entry),
+            "Where U-Boot enters the image (`image.entry_address`).",
+        );
+        c(
+            "MAX_IMAGE_SIZE",
+            "u64",
+            format!("{:#x}", self.max_size),
+            "Room for image, .bss and stack (`image.max_size`).",
+        );
+        c(
+            "STACK_PAGES",
+            "usize",
+            self.stack_pages.to_string(),
+            "Boot stack in 4 KiB pages (`image.stack_pages`).",
+        );
+        c(
+            "DRAM_BASE",
+            "u64",
+            format!("{:#x}", self.dram.0),
+            "First byte of usable DRAM (`memory.dram_base`, ASSUMED).",
+        );
+        c(
+            "DRAM_SIZE",
+            "u64",
+            format!("{:#x}", self.dram.1),
+            "Bytes of usable DRAM (`memory.dram_size`, ASSUMED).",
+        );
+        c(
+            "UART_BASE",
+            "usize",
+            format!("{:#x}", self.uart),
+            "16550 console (`console.uart_base`).",
+        );
+        c(
+            "UART_REG_SHIFT",
+            "u32",
+            self.reg_shift.to_string(),
+            "Register stride is `1 << UART_REG_SHIFT` bytes.",
+        );
+        c(
+            "UART_CLOCK_HZ",
+            "u32",
+            self.uart_clock.to_string(),
+            "UART input clock (`console.clock_hz`).",
+        );
+        c(
+            "UART_BAUD",
+            "u32",
+            self.baud.to_string(),
+            "Console baud rate (`console.baud`).",
+        );
+        c(
+            "UART_PROGRAM_DIVISOR",
+            "bool",
+            self.program_divisor.to_string(),
+            "Whether the firmware reprograms the console (else U-Boot's settings stay).",
+        );
+        c(
+            "GICD_BASE",
+            "usize",
+            format!("{:#x}", self.gicd),
+            "GICv3 distributor (`gic.distributor`).",
+        );
+        c(
+            "GICR_BASE",
+            "usize",
+            format!("{:#x}", self.gicr),
+            "GICv3 redistributors (`gic.redistributor`).",
+        );
+        c(
+            "GICR_SIZE",
+            "usize",
+            format!("{:#x}", self.gicr_size),
+            "Bytes of the redistributor region.",
+        );
+        c(
+            "GIC_CPU_COUNT",
+            "usize",
+            self.cpu_count.to_string(),
+            "Redistributor frames (`gic.cpu_count`).",
+        );
+        c(
+            "DOORBELL_INTID",
+            "u32",
+            self.doorbell_intid.to_string(),
+            "SPI raised with a doorbell; 0: none (`gic.doorbell_intid`).",
+        );
+        c(
+            "RINGS_BASE",
+            "usize",
+            format!("{:#x}", self.rings.0),
+            "Shared-memory ring region (`rings.base`, ASSUMED).",
+        );
+        c(
+            "RINGS_SIZE",
+            "usize",
+            format!("{:#x}", self.rings.1),
+            "Bytes of the ring region (`rings.size`).",
+        );
+        c(
+            "RX_SLOTS",
+            "u32",
+            self.rx_slots.to_string(),
+            "Slots of the NIC -> firmware frame ring.",
+        );
+        c(
+            "TX_SLOTS",
+            "u32",
+            self.tx_slots.to_string(),
+            "Slots of the firmware -> NIC frame ring.",
+        );
+        c(
+            "RX_RING_OFFSET",
+            "usize",
+            format!("{:#x}", self.rx_ring_offset),
+            "Offset of the rx ring in the ring region.",
+        );
+        c(
+            "TX_RING_OFFSET",
+            "usize",
+            format!("{:#x}", self.tx_ring_offset),
+            "Offset of the tx ring in the ring region.",
+        );
+        c(
+            "HOST_QUEUES_OFFSET",
+            "usize",
+            format!("{:#x}", self.host_queues_offset),
+            "Offset of the host-interface queues.",
+        );
+        c(
+            "RX_DOORBELL_OFFSET",
+            "usize",
+            format!("{:#x}", self.rx_doorbell_offset),
+            "Offset of the rx doorbell word.",
+        );
+        c(
+            "TX_DOORBELL_OFFSET",
+            "usize",
+            format!("{:#x}", self.tx_doorbell_offset),
+            "Offset of the tx doorbell word.",
+        );
+        c(
+            "FRAME_SLOT_BYTES",
+            "usize",
+            FRAME_SLOT_BYTES.to_string(),
+            "Bytes per frame-ring slot (as build.rs lays them out).",
+        );
+        c(
+            "RING_HEADER_BYTES",
+            "usize",
+            RING_HEADER_BYTES.to_string(),
+            "Bytes of a ring header (as build.rs lays them out).",
+        );
+        c(
+            "HOST_MEMORY_LOCAL_BASE",
+            "usize",
+            format!("{:#x}", self.host_memory.0),
+            "Local address of the DMA window (ASSUMED).",
+        );
+        c(
+            "HOST_MEMORY_SIZE",
+            "usize",
+            format!("{:#x}", self.host_memory.1),
+            "Bytes of the DMA window.",
+        );
+        c(
+            "HOST_MEMORY_HOST_ADDRESS",
+            "u64",
+            format!("{:#x}", self.host_address),
+            "The DMA window's first byte as the host addresses it.",
+        );
+        c(
+            "MAC",
+            "[u8; 6]",
+            format!("{:?}", self.mac),
+            "This node's MAC (`net.mac`).",
+        );
+        c(
+            "IP",
+            "[u8; 4]",
+            format!("{:?}", self.ip),
+            "This node's IPv4 address (`net.ip`).",
+        );
+        c(
+            "UDP_PORT",
+            "u16",
+            self.udp_port.to_string(),
+            "MetaRoCE UDP port (`net.udp_port`).",
+        );
+        let peer = match self.peer {
+            Some((ip, mac)) => format!("Some(({ip:?}, {mac:?}))"),
+            None => "None".into(),
+        };
+        c(
+            "PEER",
+            "Option<([u8; 4], [u8; 6])>",
+            peer,
+            "Static peer (IP, MAC) connected at boot (`net.peer_ip`, `net.peer_mac`).",
+        );
+        c(
+            "DEVICE_BLOCKS",
+            "&[usize]",
+            format!("&{:?}", self.device_blocks),
+            "1 GiB identity-map blocks mapped as device memory (MMIO).",
+        );
+        c(
+            "NORMAL_BLOCKS",
+            "&[usize]",
+            format!("&{:?}", self.normal_blocks),
+            "1 GiB identity-map blocks mapped as normal memory (DRAM).",
+        );
+        s
+    }
+
+    /// The linker's `memory.ld`: the `image` region at the load address.
+    pub fn memory_ld(&self) -> String {
+        format!(
+            "/* Generated by build.rs from board.toml. Do not edit. */\nMEMORY\n{{\n\timage : ORIGIN = {:#x}, LENGTH = {:#x}\n}}\n",
+            self.load, self.max_size
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +686,100 @@ mod tests {
         assert!(b.string("image.stack_pages").is_err());
         assert!(b.int("image.missing").is_err());
         assert_eq!(b.keys().count(), 4);
+    }
+
+    const BOARD: &str = include_str!("board.toml");
+
+    fn check(text: &str) -> Result<BoardConfig, BoardError> {
+        BoardConfig::check(&BoardToml::parse(text)?)
+    }
+
+    /// The board file with one line replaced (the line must exist).
+    fn edited(old: &str, new: &str) -> String {
+        assert!(BOARD.contains(old), "board.toml has no `{old}`");
+        BOARD.replacen(old, new, 1)
+    }
+
+    #[test]
+    fn the_board_file_checks_and_generates() {
+        let cfg = check(BOARD).unwrap();
+        assert_eq!((cfg.load, cfg.entry), (0xC008_0000, 0xC008_0000));
+        assert_eq!(cfg.device_blocks, [0]);
+        assert_eq!(cfg.normal_blocks, [3]);
+        assert_eq!(cfg.rx_ring_offset, 0x1000);
+        assert!(cfg.peer.is_none());
+        let rust = cfg.rust();
+        assert!(rust.contains("pub const LOAD_ADDRESS: u64 = 0xc0080000;"));
+        assert!(rust.contains("pub const UART_BASE: usize = 0x4800;"));
+        assert!(rust.contains("pub const NORMAL_BLOCKS: &[usize] = &[3];"));
+        assert!(rust.contains("pub const MAC: [u8; 6] = [2, 77, 82, 0, 0, 1];"));
+        assert!(cfg
+            .memory_ld()
+            .contains("image : ORIGIN = 0xc0080000, LENGTH = 0x1000000"));
+    }
+
+    #[test]
+    fn bad_board_values_are_refused_with_the_reason() {
+        for (old, new, reason) in [
+            (
+                "entry_address = 0xC008_0000",
+                "entry_address = 0xC008_1000",
+                "entry_address",
+            ),
+            (
+                "load_address = 0xC008_0000",
+                "load_address = 0xC008_0800",
+                "4 KiB aligned",
+            ),
+            ("base = 0xC800_0000", "base = 0xC000_0000", "overlap"),
+            (
+                "dram_size = 0x4000_0000",
+                "dram_size = 0x0800_0000",
+                "inside memory",
+            ),
+            (
+                "uart_base = 0x4800",
+                "uart_base = 0xC000_4800",
+                "1 GiB block",
+            ),
+            ("rx_slots = 64", "rx_slots = 63", "power of two"),
+            (
+                "host_queues_offset = 0x0040_0000",
+                "host_queues_offset = 0x1000",
+                "host_queues_offset",
+            ),
+            (
+                "tx_doorbell_offset = 0x0000_0040",
+                "tx_doorbell_offset = 0x0000_0000",
+                "must differ",
+            ),
+            ("doorbell_intid = 96", "doorbell_intid = 27", "SPI"),
+            ("cpu_count = 16", "cpu_count = 17", "cpu_count"),
+            ("reg_shift = 2", "reg_shift = 4", "reg_shift"),
+            (
+                "mac = \"02:4d:52:00:00:01\"",
+                "mac = \"02:4d:52\"",
+                "net.mac",
+            ),
+            ("udp_port = 4795", "udp_port = 0", "udp_port"),
+            ("peer_ip = \"\"", "peer_ip = \"10.0.0.2\"", "peer_mac"),
+            ("stack_pages = 256", "stack_pages = 4096", "stack_pages"),
+            ("[net]", "[net]\nmtu = 9000", "unknown key `net.mtu`"),
+            ("baud = 115_200", "baud = \"fast\"", "integer"),
+        ] {
+            let e = check(&edited(old, new)).unwrap_err();
+            assert!(e.0.contains(reason), "`{new}`: {e} lacks `{reason}`");
+        }
+        let peer = edited("peer_ip = \"\"", "peer_ip = \"10.0.0.2\"");
+        let peer = peer.replacen("peer_mac = \"\"", "peer_mac = \"02:4d:52:00:00:02\"", 1);
+        assert_eq!(
+            check(&peer).unwrap().peer,
+            Some(([10, 0, 0, 2], [2, 0x4d, 0x52, 0, 0, 2]))
+        );
+        assert!(
+            check(&edited("[gic]", "")).is_err(),
+            "keys outside a section"
+        );
     }
 
     #[test]
