@@ -4,7 +4,7 @@
 //! to the caller.
 //!
 //! Done so far: `loss-sweep`, `incast`, `path-failure`, `permutation`,
-//! `all-to-all`, `spray`. Still to come: plots.
+//! `all-to-all`, `spray`.
 
 use std::time::Duration;
 
@@ -49,6 +49,19 @@ pub struct Run {
     /// Mean and largest utilisation over every link direction between the
     /// first flow's start and the end of the run (0 to 1).
     pub utilisation: (f64, f64),
+    /// Packets sent on each link, per direction (`a` to `b`, `b` to `a`),
+    /// indexed by link id.
+    pub link_tx_packets: Vec<(u64, u64)>,
+}
+
+/// Packets sent on every link, per direction.
+fn link_tx_packets<T: SimTransport>(sim: &Simulator<T>, topology: &Topology) -> Vec<(u64, u64)> {
+    (0..topology.links.len())
+        .map(|i| {
+            let (ab, ba) = sim.link_stats(i);
+            (ab.tx_packets, ba.tx_packets)
+        })
+        .collect()
 }
 
 /// Runs `flows` over `topology` with `protocol` on every host, with
@@ -126,6 +139,7 @@ fn go<T: SimTransport>(
         report,
         events: sim.events_processed(),
         utilisation,
+        link_tx_packets: link_tx_packets(&sim, topology),
     }
 }
 
@@ -416,6 +430,9 @@ pub struct PathFailureRow {
     pub intact: usize,
     /// The last completion (all flows), if all completed.
     pub last: Option<Duration>,
+    /// Each flow's completion time, in flow order (flow `i`: host `i` of
+    /// leaf 0 to host `i` of leaf 1); `None` if it did not complete.
+    pub fcts: Vec<Option<Duration>>,
     /// Packets lost on the failed link.
     pub lost_on_link: u64,
     pub retransmissions: u64,
@@ -477,6 +494,7 @@ pub fn path_failure(
                 last: (t.len() == flows.len())
                     .then(|| t.last().copied())
                     .flatten(),
+                fcts: r.report.flows.iter().map(|f| f.fct()).collect(),
                 lost_on_link,
                 retransmissions: r.report.transport.retransmissions,
                 timeouts: r.report.transport.timeouts,
@@ -506,6 +524,7 @@ fn failure_run<T: SimTransport>(
             report,
             events: sim.events_processed(),
             utilisation,
+            link_tx_packets: link_tx_packets(&sim, topology),
         },
         ab.failed + ba.failed,
     )
@@ -699,6 +718,9 @@ pub struct SprayRow {
     pub first_transmissions: u64,
     pub retransmissions: u64,
     pub spurious_retransmissions: u64,
+    /// Packets the source's leaf sent towards each spine (path `i` runs
+    /// through spine `i`; its one-way delay grows with `i`).
+    pub path_packets: Vec<u64>,
     pub events: u64,
 }
 
@@ -744,6 +766,14 @@ pub fn spray(cfg: &Spray, mut progress: impl FnMut(usize, usize)) -> Vec<SprayRo
             first_transmissions: r.report.transport.first_transmissions,
             retransmissions: r.report.transport.retransmissions,
             spurious_retransmissions: r.report.transport.spurious_retransmissions,
+            path_packets: (0..n)
+                .map(|spine| {
+                    // The leaf is the link's `a` end (`Topology::leaf_spine`).
+                    r.link_tx_packets
+                        .get(spec.fabric_link(0, spine))
+                        .map_or(0, |p| p.0)
+                })
+                .collect(),
             events: r.events,
         });
         progress(i + 1, Protocol::ALL.len());

@@ -499,8 +499,21 @@ fn path_failure(o: &Options) -> Result<(), String> {
     }
     println!("goal (issue 5): bytes lost must be 0 (every flow intact); extra us = time the failure cost");
     let path = write_csv(o, "path-failure.csv", &csv)?;
+    let chart = Chart {
+        title: "path-failure: per-flow completion time (flat lines: failure, reroute)",
+        x_label: "flow (host i of leaf 0 -> host i of leaf 1)",
+        y_label: "completion time (us)",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Log,
+    };
+    let svg = write_svg(
+        o,
+        "path-failure.svg",
+        &chart,
+        &plot::path_failure_series(&rows, c),
+    )?;
     speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
-    println!("CSV: {}", path.display());
+    println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 
@@ -633,9 +646,26 @@ fn spray(o: &Options) -> Result<(), String> {
         ));
     }
     println!("goal (issue 5): spurious retransmissions < 0.1 % (RoCEv2 keeps one path: nothing to reorder; go-back-N cannot tell spurious ones)");
+    for r in &rows {
+        let counts: Vec<String> = r.path_packets.iter().map(u64::to_string).collect();
+        println!(
+            "{} packets per path (spine 0..{}): {}",
+            r.protocol.name(),
+            r.path_packets.len(),
+            counts.join(" ")
+        );
+    }
     let path = write_csv(o, "spray.csv", &csv)?;
+    let chart = Chart {
+        title: "spray: data packets per path (path i: spine i, delay grows with i)",
+        x_label: "path (spine)",
+        y_label: "packets sent by the source leaf",
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+    };
+    let svg = write_svg(o, "spray.svg", &chart, &plot::spray_series(&rows))?;
     speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
-    println!("CSV: {}", path.display());
+    println!("CSV: {}\nplot: {}", path.display(), svg.display());
     Ok(())
 }
 

@@ -1,9 +1,13 @@
 //! SVG line charts of experiment results (with `plotters`' SVG backend:
-//! no fonts or system libraries needed).
+//! no fonts or system libraries needed), and the lines the `path-failure`
+//! and `spray` charts draw.
 
 use std::path::Path;
+use std::time::Duration;
 
 use plotters::prelude::*;
+
+use crate::experiments::{PathFailure, PathFailureRow, SprayRow};
 
 /// One line of a chart: a name for the legend and its points.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,9 +130,161 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(
     Ok(())
 }
 
+/// `path-failure` chart lines: each run's per-flow completion times (x:
+/// flow index, y: microseconds), plus flat lines at the failure instant
+/// and, if the switches reroute, at the reroute instant (both measured
+/// from the flows' start, like the completion times).
+pub fn path_failure_series(rows: &[PathFailureRow], cfg: &PathFailure) -> Vec<Series> {
+    let mut series: Vec<Series> = rows
+        .iter()
+        .map(|r| Series {
+            name: format!(
+                "{}{}",
+                r.protocol.name(),
+                if r.failure {
+                    ", link fails"
+                } else {
+                    ", no failure"
+                }
+            ),
+            points: r
+                .fcts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| t.map(|t| (i as f64, t.as_secs_f64() * 1e6)))
+                .collect(),
+        })
+        .collect();
+    let last_flow = rows.iter().map(|r| r.fcts.len()).max().unwrap_or(1).max(2) - 1;
+    let flat = |name: String, at: Duration| Series {
+        name,
+        points: vec![
+            (0.0, at.as_secs_f64() * 1e6),
+            (last_flow as f64, at.as_secs_f64() * 1e6),
+        ],
+    };
+    series.push(flat(
+        format!("link fails ({} us)", cfg.fail_at.as_micros()),
+        cfg.fail_at,
+    ));
+    if let Some(d) = cfg.reroute_delay {
+        series.push(flat(
+            format!("switches reroute ({} us)", (cfg.fail_at + d).as_micros()),
+            cfg.fail_at + d,
+        ));
+    }
+    series
+}
+
+/// `spray` chart lines: data packets per path (x: path = spine index,
+/// y: packets the source leaf sent through that spine), one line per
+/// protocol.
+pub fn spray_series(rows: &[SprayRow]) -> Vec<Series> {
+    rows.iter()
+        .map(|r| Series {
+            name: r.protocol.name().into(),
+            points: r
+                .path_packets
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (i as f64, n as f64))
+                .collect(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::Protocol;
+
+    fn temp_svg(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("metaroce-sim-plot-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.svg"));
+        (dir, path)
+    }
+
+    #[test]
+    fn path_failure_chart_marks_the_failure() {
+        let cfg = PathFailure::default();
+        let row = |protocol, failure, fcts: &[u64]| PathFailureRow {
+            protocol,
+            failure,
+            flows: fcts.len(),
+            intact: fcts.len(),
+            last: fcts.iter().max().map(|&t| Duration::from_micros(t)),
+            fcts: fcts
+                .iter()
+                .map(|&t| Some(Duration::from_micros(t)))
+                .collect(),
+            lost_on_link: u64::from(failure),
+            retransmissions: 0,
+            timeouts: 0,
+            events: 0,
+        };
+        let rows = [
+            row(Protocol::MetaRoce, false, &[1600, 1610, 1615]),
+            row(Protocol::MetaRoce, true, &[1700, 2100, 2178]),
+            row(Protocol::Roce, true, &[270_000, 600_000, 609_083]),
+        ];
+        let series = path_failure_series(&rows, &cfg);
+        // Three runs, the failure and the reroute.
+        assert_eq!(series.len(), 5);
+        assert_eq!(series[3].points, vec![(0.0, 200.0), (2.0, 200.0)]);
+        assert_eq!(series[4].points, vec![(0.0, 300.0), (2.0, 300.0)]);
+        let (dir, path) = temp_svg("path-failure");
+        let chart = Chart {
+            title: "path-failure",
+            x_label: "flow",
+            y_label: "completion time (us)",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Log,
+        };
+        line_chart(&path, &chart, &series).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("link fails (200 us)") && svg.contains("RoCEv2, link fails"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn spray_chart_has_a_point_per_path() {
+        let row = |protocol, path_packets: Vec<u64>| SprayRow {
+            protocol,
+            intact: true,
+            fct: None,
+            goodput_gbps: 0.0,
+            first_transmissions: path_packets.iter().sum(),
+            retransmissions: 0,
+            spurious_retransmissions: 0,
+            path_packets,
+            events: 0,
+        };
+        let mut roce = vec![0; 16];
+        roce[5] = 4096;
+        let rows = [
+            row(Protocol::MetaRoce, vec![256; 16]),
+            row(Protocol::Roce, roce),
+        ];
+        let series = spray_series(&rows);
+        assert_eq!(series.len(), 2);
+        assert!(series.iter().all(|s| s.points.len() == 16));
+        assert_eq!(series[1].points[5], (5.0, 4096.0));
+        let (dir, path) = temp_svg("spray");
+        let chart = Chart {
+            title: "spray",
+            x_label: "path",
+            y_label: "packets",
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+        };
+        line_chart(&path, &chart, &series).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("MetaRoCE"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn writes_an_svg_with_both_series() {
