@@ -163,5 +163,23 @@ fn spray_small_is_loss_free_and_intact() {
         println!("{r:?}");
         assert!(r.intact, "{r:?}");
         assert!(r.first_transmissions >= 256, "{r:?}");
+        assert_eq!(r.path_packets.len(), cfg.paths, "{r:?}");
+        assert!(
+            r.path_packets.iter().sum::<u64>() >= r.first_transmissions,
+            "{r:?}"
+        );
     }
+    // MetaRoCE sprays over many paths (its 16 entropies hash onto the
+    // spines, so some may share one); RoCEv2 keeps its queue pair on one.
+    assert!(
+        rows[0].path_packets.iter().filter(|&&n| n > 0).count() > 1,
+        "{:?}",
+        rows[0]
+    );
+    assert_eq!(
+        rows[1].path_packets.iter().filter(|&&n| n > 0).count(),
+        1,
+        "{:?}",
+        rows[1]
+    );
 }
