@@ -15,7 +15,7 @@
 //! | `seed` | pattern and endpoint seed | 1 |
 //! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
-//! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 300 |
+//! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
 
 use core::net::Ipv4Addr;
 use core::str::FromStr;
@@ -110,7 +110,12 @@ impl NodeConfig {
             port: metaroce_core::wire::DEFAULT_UDP_PORT,
             paths: 8,
             progress_ms: 500,
-            linger_ms: 300,
+            // A node that has everything it needs keeps answering for a while:
+            // its last ACK may be lost, and the peer's retransmissions (RTO
+            // 5 ms, doubling) must still find it. 300 ms was too short at
+            // 20 % loss: the sender's last message timed out against a node
+            // already powered off.
+            linger_ms: 3000,
         };
         let (mut have_ip, mut have_mac) = (false, false);
         for word in text.split_ascii_whitespace() {
