@@ -491,7 +491,7 @@ impl<const P: usize> Transport for DatagramTransport<P> {
         self.port
     }
 
-    fn finish_packet(&self, _tx: &Transmit, _encap: &EncapRepr, packet: &mut [u8]) {
+    fn finish_packet(&self, _tx: &Transmit, _encap: Option<&EncapRepr>, packet: &mut [u8]) {
         let Some(body_len) = packet.len().checked_sub(CRC_LEN) else {
             return;
         };

@@ -17,6 +17,11 @@
 //!    the TX slot, the payload is gathered from host memory by DMA behind
 //!    them, and [`Transport::finish_packet`] writes the trailer.
 //!
+//! [`Engine::poll_datagrams`] is the same loop for a [`DatagramLink`], where
+//! the kernel's sockets or a simulator own Ethernet, IP and UDP: steps 2-4
+//! are the same functions, and steps 1 and 5 hand the transport packet and
+//! its addressing to the link instead of wrapping it in a frame.
+//!
 //! The caller owns the clock and the waiting: [`PollOutcome`] says whether
 //! anything happened and when the transport next needs time.
 
@@ -32,6 +37,7 @@ use crate::device::{FrameDevice, FRAME_SLOT_LEN};
 use crate::dma::{DmaCopy, DmaMemory};
 use crate::doorbell::Doorbell;
 use crate::host::{AdminCommand, AdminResult, EnginePort};
+use crate::link::{DatagramLink, DatagramTarget};
 use crate::net::{self, Control, NeighborCache, NetConfig};
 use crate::ring::{RingConsumer, RingProducer};
 use crate::transport::{opcode_of, PostError, Transport};
@@ -274,20 +280,151 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         D: FrameDevice,
         M: DmaCopy,
     {
-        let mut busy = false;
-        busy |= self.receive(now, transport, device, dma);
-        busy |= self.take_host_work(transport, port);
+        let mut busy = self.receive(now, transport, device, dma);
+        busy |= self.host_work_timers_completions(now, transport, port);
+        busy |= self.transmit(now, transport, device, dma);
+        PollOutcome {
+            busy,
+            next_timeout: transport.poll_timeout(),
+        }
+    }
+
+    /// One bounded round of the loop over a [`DatagramLink`]: the steps of
+    /// [`Engine::poll`], with the link carrying transport packets instead of
+    /// frames (no Ethernet, IP, ARP or ICMP here: the link's owner has them).
+    pub fn poll_datagrams<
+        T,
+        L,
+        M,
+        const SQ: usize,
+        const RQ: usize,
+        const CQ: usize,
+        const AQ: usize,
+    >(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        link: &mut L,
+        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        dma: &mut M,
+    ) -> PollOutcome
+    where
+        T: Transport,
+        L: DatagramLink,
+        M: DmaCopy,
+    {
+        let mut busy = self.receive_datagrams(now, transport, link, dma);
+        busy |= self.host_work_timers_completions(now, transport, port);
+        busy |= self.transmit_datagrams(now, transport, link, dma);
+        PollOutcome {
+            busy,
+            next_timeout: transport.poll_timeout(),
+        }
+    }
+
+    /// Steps 2 to 4, shared by both kinds of link.
+    fn host_work_timers_completions<
+        T: Transport,
+        const SQ: usize,
+        const RQ: usize,
+        const CQ: usize,
+        const AQ: usize,
+    >(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+    ) -> bool {
+        let mut busy = self.take_host_work(transport, port);
         if transport.poll_timeout().is_some_and(|t| t <= now) {
             transport.handle_timeout(now);
             self.stats.timeouts += 1;
             busy = true;
         }
         busy |= self.write_completions(transport, port);
-        busy |= self.transmit(now, transport, device, dma);
-        PollOutcome {
-            busy,
-            next_timeout: transport.poll_timeout(),
+        busy
+    }
+
+    /// Step 1 over a datagram link.
+    fn receive_datagrams<T: Transport, L: DatagramLink, M: DmaCopy>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        link: &mut L,
+        dma: &mut M,
+    ) -> bool {
+        let mut any = false;
+        for _ in 0..self.budget.rx_frames {
+            let Some(()) = link.receive(|meta, packet| {
+                self.stats.rx_frames += 1;
+                self.stats.rx_bytes += packet.len() as u64;
+                self.stats.rx_transport += 1;
+                self.stats.rx_ce += u64::from(meta.ce);
+                let mut mem = DmaMemory::new(dma);
+                transport.handle_packet(now, meta, packet, &mut mem);
+                self.stats.dma_faults += u64::from(mem.faults());
+            }) else {
+                break;
+            };
+            any = true;
         }
+        any
+    }
+
+    /// Step 5 over a datagram link.
+    fn transmit_datagrams<T: Transport, L: DatagramLink, M: DmaCopy>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        link: &mut L,
+        dma: &mut M,
+    ) -> bool {
+        let mut any = false;
+        for _ in 0..self.budget.tx_frames {
+            if !link.transmit_ready() {
+                break;
+            }
+            let Some(tx) = transport.poll_transmit(now, &mut self.header_buf) else {
+                break;
+            };
+            any = true;
+            let header_len = tx.header_len;
+            let payload_len = tx.payload.map_or(0, |p| p.len as usize);
+            let len = tx.packet_len();
+            if header_len > HEADER_BUF_LEN || len > link.max_packet_len() {
+                self.stats.tx_unsendable += 1;
+                continue;
+            }
+            let to = DatagramTarget {
+                peer: tx.peer,
+                src_port: tx.src_port,
+                ecn: tx.ecn,
+            };
+            let header = &self.header_buf[..header_len];
+            let mut mem = DmaMemory::new(dma);
+            let sent = link.transmit(to, len, |packet| {
+                packet[..header_len].copy_from_slice(header);
+                if let Some(payload) = tx.payload {
+                    metaroce_core::api::Memory::read(
+                        &mut mem,
+                        payload.addr,
+                        &mut packet[header_len..header_len + payload_len],
+                    );
+                }
+                transport.finish_packet(&tx, None, packet);
+            });
+            self.stats.dma_faults += u64::from(mem.faults());
+            match sent {
+                Some(()) => {
+                    self.stats.tx_frames += 1;
+                    self.stats.tx_transport += 1;
+                    self.stats.tx_bytes += len as u64;
+                }
+                // `transmit_ready` said yes, so only a length error is left.
+                None => self.stats.tx_unsendable += 1,
+            }
+        }
+        any
     }
 
     fn receive<T: Transport, D: FrameDevice, M: DmaCopy>(
@@ -597,7 +734,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
                             &mut packet[header_len..header_len + payload_len],
                         );
                     }
-                    transport.finish_packet(&tx, &encap, packet);
+                    transport.finish_packet(&tx, Some(&encap), packet);
                 })
             });
             self.stats.dma_faults += u64::from(mem.faults());

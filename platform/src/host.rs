@@ -96,6 +96,38 @@ impl<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>
     }
 
     /// The host half and the engine half; `None` after the first call.
+    /// Both halves for an owner that holds the queues exclusively (a
+    /// single-threaded host program or simulator that polls the engine
+    /// itself): callable any number of times, because the `&mut` borrow
+    /// proves no earlier half is still alive. Queued entries are kept.
+    #[allow(clippy::type_complexity)]
+    pub fn ports(&mut self) -> (HostPort<'_, SQ, RQ, CQ, AQ>, EnginePort<'_, SQ, RQ, CQ, AQ>) {
+        let (send_p, send_c) = self.send.split_mut();
+        let (recv_p, recv_c) = self.recv.split_mut();
+        let (cq_p, cq_c) = self.completion.split_mut();
+        let (admin_p, admin_c) = self.admin.split_mut();
+        let (result_p, result_c) = self.admin_result.split_mut();
+        let bells: &Doorbells = &self.bells;
+        (
+            HostPort {
+                send: send_p,
+                recv: recv_p,
+                completion: cq_c,
+                admin: admin_p,
+                admin_result: result_c,
+                bells,
+            },
+            EnginePort {
+                send: send_c,
+                recv: recv_c,
+                completion: cq_p,
+                admin: admin_c,
+                admin_result: result_p,
+                bells,
+            },
+        )
+    }
+
     #[allow(clippy::type_complexity)]
     pub fn split(&self) -> Option<(HostPort<'_, SQ, RQ, CQ, AQ>, EnginePort<'_, SQ, RQ, CQ, AQ>)> {
         let (send_p, send_c) = self.send.split()?;

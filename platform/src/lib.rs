@@ -3,15 +3,17 @@
 //! The platform layer between a transport engine and hardware: small traits
 //! for DMA descriptor rings ([`ring`]), doorbells ([`doorbell`]), a
 //! monotonic clock ([`clock`]), DMA copies between host memory and packet
-//! buffers ([`dma`]), random numbers ([`random`]) and frame devices
-//! ([`device`]); the host interface a host driver uses ([`host`]: send,
+//! buffers ([`dma`]), random numbers ([`random`]), frame devices
+//! ([`device`]) and datagram links ([`link`], where a kernel or simulator
+//! owns Ethernet/IP/UDP); the host interface a host driver uses ([`host`]: send,
 //! receive, completion and admin queues as rings in shared memory, each
 //! with a doorbell); and the one engine loop ([`engine`]) that drives a
 //! [`transport::Transport`] through them, answering ARP and ICMP echo on
 //! the way ([`net`]). The same loop runs on the DPU, under QEMU and on a
 //! host; only the trait implementations differ: in-memory ones here
 //! (for host tests), virtio-net over `virtio-drivers` behind the `virtio`
-//! feature ([`virtio`]).
+//! feature ([`virtio`]), UDP sockets in `metaroce-host`, the simulated
+//! fabric in `metaroce-sim`.
 //!
 //! It is **not** a protocol: MetaRoCE (and the RoCEv2 baseline) live in
 //! their own sans-IO crates and plug in through [`transport::Transport`];
@@ -33,6 +35,7 @@ pub mod dma;
 pub mod doorbell;
 pub mod engine;
 pub mod host;
+pub mod link;
 pub mod metaroce;
 pub mod net;
 pub mod random;
@@ -47,6 +50,7 @@ pub use dma::DmaCopy;
 pub use doorbell::Doorbell;
 pub use engine::{Engine, EngineStats, PollOutcome};
 pub use host::{EnginePort, HostPort, HostQueues};
+pub use link::{DatagramLink, DatagramTarget};
 pub use random::RandomSource;
 pub use ring::{DescriptorRing, RingConsumer, RingProducer, SpscRing};
 pub use transport::Transport;

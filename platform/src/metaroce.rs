@@ -69,7 +69,7 @@ impl<const C: usize, const P: usize> Transport for Endpoint<C, P> {
         self.config().udp_port
     }
 
-    fn finish_packet(&self, tx: &Transmit, _encap: &EncapRepr, packet: &mut [u8]) {
+    fn finish_packet(&self, tx: &Transmit, _encap: Option<&EncapRepr>, packet: &mut [u8]) {
         let Some(body_len) = packet.len().checked_sub(CRC_LEN) else {
             return;
         };

@@ -147,6 +147,17 @@ impl<T: Copy, const N: usize> SpscRing<T, N> {
         Some((Producer { ring: self }, Consumer { ring: self }))
     }
 
+    /// The producer and consumer halves, for an owner that holds the ring
+    /// exclusively (a single-threaded host program or simulator that keeps
+    /// the ring beside the code using both halves). The `&mut` borrow proves
+    /// no other half is alive, so the halves can be handed out again; the
+    /// ring's contents and indices are kept.
+    pub fn split_mut(&mut self) -> (Producer<'_, T, N>, Consumer<'_, T, N>) {
+        *self.split.get_mut() = true;
+        let ring: &Self = self;
+        (Producer { ring }, Consumer { ring })
+    }
+
     fn slot(&self, index: u32) -> *mut MaybeUninit<T> {
         // `N` is a power of two, so this is `index % N` and in bounds.
         self.slots[index as usize & (N - 1)].get()
@@ -282,6 +293,28 @@ mod tests {
         let drained: Vec<u32> = core::iter::from_fn(|| c.pop()).collect();
         assert_eq!(drained, [1, 2, 3, 4]);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn exclusive_owner_splits_again_and_keeps_the_contents() {
+        let mut ring: SpscRing<u32, 4> = SpscRing::new();
+        {
+            let (mut p, _) = ring.split_mut();
+            p.push(1).unwrap();
+            p.push(2).unwrap();
+        }
+        {
+            let (_, mut c) = ring.split_mut();
+            assert_eq!(c.pop(), Some(1));
+        }
+        let (mut p, mut c) = ring.split_mut();
+        p.push(3).unwrap();
+        let drained: Vec<u32> = core::iter::from_fn(|| c.pop()).collect();
+        assert_eq!(drained, [2, 3]);
+        assert!(
+            ring.split().is_none(),
+            "shared split stays refused afterwards"
+        );
     }
 
     #[test]

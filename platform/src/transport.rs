@@ -61,7 +61,7 @@ pub trait Transport {
     /// whole UDP payload of `tx`: headers, gathered payload, trailer space).
     /// `encap` is the Ethernet/IP/UDP wrapping, for trailers that cover it
     /// (RoCEv2's ICRC).
-    fn finish_packet(&self, tx: &Transmit, encap: &EncapRepr, packet: &mut [u8]);
+    fn finish_packet(&self, tx: &Transmit, encap: Option<&EncapRepr>, packet: &mut [u8]);
 }
 
 /// The completion opcode reported for a send-queue operation.

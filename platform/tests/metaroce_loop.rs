@@ -2,13 +2,16 @@
 //! queues and host memory, exchange WRITE / WRITE_IMM / SEND / READ through
 //! a seeded lossy, reordering wire, on one thread and a virtual clock (fully
 //! deterministic). Every byte placed is checked against the sender's pattern.
+//! The same run goes once over Ethernet frames (`Engine::poll`, a frame
+//! device) and once over datagrams (`Engine::poll_datagrams`, a link whose
+//! owner has the lower layers, as the host's sockets and the simulator do).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use metaroce_core::api::{
-    Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
-    WorkRequest,
+    Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, RxMeta,
+    Status, WorkRequest,
 };
 use metaroce_core::wire::MemoryTarget;
 use metaroce_core::{Config, Endpoint, Event, Instant};
@@ -16,7 +19,9 @@ use metaroce_platform::device::{MemFrameDevice, MemLink};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::random::{RandomSource, XorShiftRng};
-use metaroce_platform::{Engine, EnginePort, FrameDevice, HostPort, HostQueues};
+use metaroce_platform::{
+    DatagramLink, DatagramTarget, Engine, EnginePort, FrameDevice, HostPort, HostQueues,
+};
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
 
 type Queues = HostQueues<32, 32, 64, 4>;
@@ -33,30 +38,83 @@ fn net(n: u8) -> NetConfig {
     }
 }
 
+/// A datagram link in memory: what this node sent, and what arrives.
+#[derive(Default)]
+struct VecLink {
+    sent: VecDeque<(DatagramTarget, Vec<u8>)>,
+    arriving: VecDeque<(RxMeta, Vec<u8>)>,
+}
+
+impl DatagramLink for VecLink {
+    fn max_packet_len(&self) -> usize {
+        1500
+    }
+
+    fn receive<R>(&mut self, f: impl FnOnce(&RxMeta, &[u8]) -> R) -> Option<R> {
+        let (meta, packet) = self.arriving.pop_front()?;
+        Some(f(&meta, &packet))
+    }
+
+    fn transmit_ready(&mut self) -> bool {
+        self.sent.len() < 256
+    }
+
+    fn transmit<R>(
+        &mut self,
+        to: DatagramTarget,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let mut packet = vec![0; len];
+        let r = f(&mut packet);
+        self.sent.push_back((to, packet));
+        Some(r)
+    }
+}
+
+/// The wire a side is attached by: its frame device and the device's far
+/// end (where the wire takes frames out and puts them in), or a link.
+enum Wire<'a> {
+    Frames {
+        device: MemFrameDevice<'a, 256>,
+        far: MemFrameDevice<'a, 256>,
+    },
+    Datagrams(VecLink),
+}
+
 struct Side<'a> {
+    n: u8,
     engine: Engine,
     endpoint: Endpoint<4, 8>,
-    device: MemFrameDevice<'a, 256>,
+    wire: Wire<'a>,
     memory: Vec<u8>,
 }
 
 impl<'a> Side<'a> {
-    fn new(n: u8, peer: u8, device: MemFrameDevice<'a, 256>, seed: u64) -> Self {
+    fn new(n: u8, peer: u8, wire: Wire<'a>, seed: u64) -> Self {
         let mut engine = Engine::new(net(n));
         engine.add_static_neighbor(net(peer).ip, net(peer).mac);
         Side {
+            n,
             engine,
             endpoint: Endpoint::new(config(), seed),
-            device,
+            wire,
             memory: vec![0; MEM],
         }
     }
 
     fn poll(&mut self, now: Instant, port: &mut EnginePort<'_, 32, 32, 64, 4>) {
         let mut window = HostWindow::new(BASE, &mut self.memory);
-        let _ = self
-            .engine
-            .poll(now, &mut self.endpoint, &mut self.device, port, &mut window);
+        let _ = match &mut self.wire {
+            Wire::Frames { device, .. } => {
+                self.engine
+                    .poll(now, &mut self.endpoint, device, port, &mut window)
+            }
+            Wire::Datagrams(link) => {
+                self.engine
+                    .poll_datagrams(now, &mut self.endpoint, link, port, &mut window)
+            }
+        };
     }
 }
 
@@ -74,26 +132,53 @@ fn pattern(seed: u64) -> Vec<u8> {
     v
 }
 
-/// Moves frames from `from` to `to`, dropping `loss_pct` % and holding
-/// some back one round (reordering), deterministically from `rng`.
+/// Moves what `from` sent to `to`, dropping `loss_pct` % and holding some
+/// back one round (reordering), deterministically from `rng`.
 fn carry(
-    from: &mut MemFrameDevice<'_, 256>,
-    to: &mut MemFrameDevice<'_, 256>,
+    from: &mut Side<'_>,
+    to: &mut Side<'_>,
     held: &mut VecDeque<Vec<u8>>,
     rng: &mut XorShiftRng,
     loss_pct: u64,
 ) -> u64 {
     let mut dropped = 0;
     let mut out: Vec<Vec<u8>> = held.drain(..).collect();
-    while let Some(frame) = from.receive(|f| f.to_vec()) {
+    let source = PeerAddr {
+        ip: IpAddress::Ipv4(net(from.n).ip),
+        port: 0,
+    };
+    loop {
+        // Frames travel whole; datagrams as (entropy port, ECN, payload).
+        let item = match &mut from.wire {
+            Wire::Frames { far, .. } => far.receive(|f| f.to_vec()),
+            Wire::Datagrams(link) => link.sent.pop_front().map(|(to, p)| {
+                let mut item = vec![to.ecn];
+                item.extend_from_slice(&to.src_port.to_be_bytes());
+                item.extend_from_slice(&p);
+                item
+            }),
+        };
+        let Some(item) = item else { break };
         match rng.next_u64() % 100 {
             r if r < loss_pct => dropped += 1,
-            r if r < loss_pct + REORDER_PCT => held.push_back(frame),
-            _ => out.push(frame),
+            r if r < loss_pct + REORDER_PCT => held.push_back(item),
+            _ => out.push(item),
         }
     }
-    for frame in out {
-        assert!(to.send_frame(&frame), "wire ring overflow");
+    for item in out {
+        match &mut to.wire {
+            Wire::Frames { far, .. } => assert!(far.send_frame(&item), "wire ring overflow"),
+            Wire::Datagrams(link) => {
+                let meta = RxMeta {
+                    source: PeerAddr {
+                        port: u16::from_be_bytes([item[1], item[2]]),
+                        ..source
+                    },
+                    ce: item[0] == metaroce_core::wire::encap::ecn::CE,
+                };
+                link.arriving.push_back((meta, item[3..].to_vec()));
+            }
+        }
     }
     dropped
 }
@@ -118,23 +203,39 @@ fn wait_key(
 }
 
 #[test]
-fn endpoints_move_rdma_work_through_the_loop_under_loss_and_reordering() {
+fn endpoints_move_rdma_work_through_the_frame_loop_under_loss_and_reordering() {
     // Two endpoints and their engines are large for the default test stack.
     std::thread::Builder::new()
         .stack_size(64 << 20)
-        .spawn(run_pair)
+        .spawn(|| {
+            let link_a: MemLink<256> = MemLink::new();
+            let link_b: MemLink<256> = MemLink::new();
+            let (device, far) = link_a.ends().unwrap();
+            let a = Side::new(1, 2, Wire::Frames { device, far }, 11);
+            let (device, far) = link_b.ends().unwrap();
+            let b = Side::new(2, 1, Wire::Frames { device, far }, 22);
+            run_pair(a, b);
+        })
         .unwrap()
         .join()
         .unwrap();
 }
 
-fn run_pair() {
-    let link_a: MemLink<256> = MemLink::new();
-    let link_b: MemLink<256> = MemLink::new();
-    let (dev_a, mut wire_a) = link_a.ends().unwrap();
-    let (dev_b, mut wire_b) = link_b.ends().unwrap();
-    let mut a = Side::new(1, 2, dev_a, 11);
-    let mut b = Side::new(2, 1, dev_b, 22);
+#[test]
+fn endpoints_move_rdma_work_through_the_datagram_loop_under_loss_and_reordering() {
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| {
+            let a = Side::new(1, 2, Wire::Datagrams(VecLink::default()), 11);
+            let b = Side::new(2, 1, Wire::Datagrams(VecLink::default()), 22);
+            run_pair(a, b);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn run_pair(mut a: Side<'_>, mut b: Side<'_>) {
     let (qa, qb) = (Queues::new(), Queues::new());
     let (mut host_a, mut port_a) = qa.split().unwrap();
     let (mut host_b, mut port_b) = qb.split().unwrap();
@@ -228,8 +329,8 @@ fn run_pair() {
                 }
             }
         }
-        dropped += carry(&mut wire_a, &mut wire_b, &mut held_ab, &mut rng, LOSS_PCT);
-        dropped += carry(&mut wire_b, &mut wire_a, &mut held_ba, &mut rng, LOSS_PCT);
+        dropped += carry(&mut a, &mut b, &mut held_ab, &mut rng, LOSS_PCT);
+        dropped += carry(&mut b, &mut a, &mut held_ba, &mut rng, LOSS_PCT);
         done_a.extend(std::iter::from_fn(|| host_a.poll_completion()));
         done_b.extend(std::iter::from_fn(|| host_b.poll_completion()));
         if done_a.len() == wrs.len() && done_b.len() == 2 {
