@@ -21,12 +21,15 @@
 //! one `sendmsg`/`recvmsg`, and the timers suit round trips of
 //! milliseconds (loopback, network namespaces), not a data-centre fabric.
 
-pub mod app;
 pub mod io;
 pub mod memory;
 pub mod node;
 pub mod pcap;
 pub mod session;
+
+/// The application protocol of `serve` (its own `no_std` crate, shared
+/// with the firmware's serve role).
+pub use metaroce_app as app;
 
 pub use memory::Arenas;
 pub use node::{Node, NodeConfig};

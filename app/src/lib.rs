@@ -1,7 +1,11 @@
+//! # metaroce-app
+//!
 //! The small application protocol `metaroce serve` speaks with its clients
 //! (and that the compliance suite uses to reach a target's memory): four
 //! fixed-layout SEND messages, little-endian, and the deterministic data
-//! pattern both sides check integrity against.
+//! pattern both sides check integrity against. It is `no_std` and
+//! allocation-free, so the host tool and the firmware's serve role share
+//! it; it is **not** a transport: the messages travel as MetaRoCE SENDs.
 //!
 //! 1. Client → server `ANNOUNCE`: operation, pattern seed, message size.
 //! 2. Server → client `REGION`: a fresh region for this connection (key,
@@ -11,6 +15,11 @@
 //!    (the server verifies the slot against `pattern(seed, i)` on the
 //!    receive completion), or READs slots and verifies them itself.
 //! 4. Client → server `DONE`, server → client `REPORT` (what it verified).
+
+#![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
+
+use core::ops::Deref;
 
 /// Slots per connection region. More than the send queue depth, so a slot
 /// is never rewritten before the server has verified it.
@@ -74,8 +83,11 @@ pub const REGION_BAD_SIZE: u32 = 1;
 
 impl Message {
     /// Encodes into at most [`CONTROL_LEN`] bytes.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(CONTROL_LEN as usize);
+    pub fn encode(&self) -> Encoded {
+        let mut v = Encoded {
+            bytes: [0; CONTROL_LEN as usize],
+            len: 0,
+        };
         match *self {
             Message::Announce { op, seed, size } => {
                 v.extend_from_slice(ANNOUNCE);
@@ -171,6 +183,41 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// An encoded message: at most [`CONTROL_LEN`] bytes, used as a `&[u8]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encoded {
+    bytes: [u8; CONTROL_LEN as usize],
+    len: usize,
+}
+
+impl Encoded {
+    fn push(&mut self, b: u8) {
+        self.extend_from_slice(&[b]);
+    }
+
+    fn extend_from_slice(&mut self, more: &[u8]) {
+        // Every message is well under CONTROL_LEN; the bound keeps the
+        // copy panic-free regardless.
+        let end = (self.len + more.len()).min(self.bytes.len());
+        let n = end - self.len;
+        self.bytes[self.len..end].copy_from_slice(&more[..n]);
+        self.len = end;
+    }
+}
+
+impl Deref for Encoded {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl AsRef<[u8]> for Encoded {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
 }
 
 /// Fills `out` with the pattern of message `index` under `seed`.
