@@ -1,8 +1,11 @@
 //! A host's memory: one flat byte arena at a base address, which the
-//! transport reads payload from and places payload into through
-//! [`metaroce_core::api::Memory`].
+//! transport reads payload from and places payload into: through
+//! [`metaroce_core::api::Memory`] (the RoCEv2 adapter calls its endpoint
+//! directly) or as the DMA target of the platform's engine loop
+//! ([`DmaCopy`], the MetaRoCE adapter).
 
 use metaroce_core::api::Memory;
+use metaroce_platform::dma::{DmaCopy, DmaError};
 
 /// Where every host's arena starts (any non-zero address works; zero is
 /// avoided so that a null address is never valid).
@@ -84,6 +87,42 @@ impl Memory for Arena {
     }
 }
 
+/// Refused copies count in [`Arena::out_of_bounds`] too, so workload
+/// reports see them whichever way the transport reached memory.
+impl DmaCopy for Arena {
+    fn copy_to_host(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        match self.get_mut(addr, data.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(data);
+                Ok(())
+            }
+            None => {
+                self.out_of_bounds += 1;
+                Err(DmaError::OutOfRange {
+                    addr,
+                    len: data.len(),
+                })
+            }
+        }
+    }
+
+    fn copy_from_host(&mut self, addr: u64, out: &mut [u8]) -> Result<(), DmaError> {
+        match self.get(addr, out.len()) {
+            Some(src) => {
+                out.copy_from_slice(src);
+                Ok(())
+            }
+            None => {
+                self.out_of_bounds += 1;
+                Err(DmaError::OutOfRange {
+                    addr,
+                    len: out.len(),
+                })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +137,17 @@ mod tests {
         let mut out = [7u8; 2];
         a.read(u64::MAX, &mut out);
         assert_eq!((a.out_of_bounds, out), (3, [0, 0]));
+    }
+
+    #[test]
+    fn dma_copies_are_bounds_checked_and_counted() {
+        let mut a = Arena::new(16);
+        a.copy_to_host(ARENA_BASE + 14, &[1, 2]).unwrap();
+        let mut out = [0u8; 3];
+        a.copy_from_host(ARENA_BASE + 13, &mut out).unwrap();
+        assert_eq!(out, [FILL, 1, 2]);
+        assert!(a.copy_to_host(ARENA_BASE + 15, &[1, 2]).is_err());
+        assert!(a.copy_from_host(ARENA_BASE - 1, &mut out).is_err());
+        assert_eq!(a.out_of_bounds, 2);
     }
 }

@@ -1,9 +1,35 @@
 //! [`SimTransport`] for the MetaRoCE engine (`metaroce_core::Endpoint`),
-//! unmodified: the adapter only moves bytes, time and memory in and out in
-//! the order the endpoint's documentation gives.
+//! unmodified, driven the way a NIC driver drives it: through the platform
+//! layer's engine loop ([`Engine::poll_datagrams`], the loop the firmware
+//! runs, over a datagram link because the simulator owns Ethernet/IP/UDP).
+//!
+//! Data path, all through the loop:
+//! * work requests go into the send-queue ring of the adapter's
+//!   [`HostQueues`] ([`HostPort::post_send`]); a full ring is
+//!   [`TransportError::Retry`], a request the endpoint refuses for good
+//!   comes back as an error completion from the completion ring;
+//! * completions are read from the completion ring;
+//! * a received packet is lent to the loop through the adapter's
+//!   `SimLink` and placed by DMA (`DmaCopy` for [`Arena`]);
+//! * timers fire in the loop's timer step;
+//! * `poll_transmit` opens the link for exactly one packet (the sim's NIC
+//!   takes one whenever its line is idle) and polls.
+//!
+//! Control plane, direct on the endpoint as the firmware's owner does it:
+//! `connect`, connection events, statistics, and memory registration
+//! (`SimTransport::register_region` has no memory at hand for a loop poll,
+//! and registration happens once before any traffic).
+//!
+//! [`HostPort::post_send`]: metaroce_platform::HostPort::post_send
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkRequest};
-use metaroce_core::{finish_packet, CommandError, Config, Endpoint, Event, Instant};
+use metaroce_core::{CommandError, Config, Endpoint, Event, Instant};
+use metaroce_platform::engine::Budget;
+use metaroce_platform::net::NetConfig;
+use metaroce_platform::{
+    DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues, PollOutcome,
+};
+use smoltcp::wire::{EthernetAddress, Ipv4Address};
 
 use crate::memory::Arena;
 use crate::transport::TxMeta;
@@ -14,6 +40,20 @@ use crate::transport::{SimTransport, TransportCounters, TransportError};
 pub const CONNECTIONS: usize = 128;
 /// Paths per connection (the engine's default offer is 16).
 pub const PATHS: usize = 16;
+
+/// Send-queue ring slots. The workloads keep at most a few work requests
+/// per flow outstanding (8 by default: 504 for a 64-host all-to-all), so
+/// the ring never fills before the endpoint's own per-connection queues
+/// would; a post it refuses is [`TransportError::Retry`].
+pub const SEND_RING: usize = 1024;
+/// Completion-ring slots: at least every work request the send ring holds,
+/// so one poll always empties the endpoint's completions into the ring
+/// (the simulator drains the ring after every poll).
+pub const COMPLETION_RING: usize = 1024;
+
+/// The host interface of one simulated host. Receive and admin queues are
+/// unused (workloads post no receives; regions are registered directly).
+type Queues = HostQueues<SEND_RING, 2, COMPLETION_RING, 2>;
 
 /// Largest header `poll_transmit` writes plus room: the payload and
 /// trailer follow it.
@@ -30,19 +70,96 @@ pub struct EventCounts {
 
 /// A MetaRoCE endpoint on a simulated host, with up to `C` connections of
 /// up to `P` paths (the engine's capacities; an endpoint takes about
-/// 8 KB per connection, so small runs use a small `C`).
+/// 8 KB per connection, so small runs use a small `C`), its engine loop and
+/// its host queues.
 #[derive(Debug)]
 pub struct MetaRoce<const C: usize = CONNECTIONS, const P: usize = PATHS> {
     endpoint: Box<Endpoint<C, P>>,
+    engine: Box<Engine>,
+    queues: Box<Queues>,
+    /// Longest transport packet the link takes.
+    max_packet_len: usize,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
+}
+
+/// The adapter's datagram link for one poll of the loop: the packet the
+/// simulator delivered (lent, not copied), and, only inside
+/// `poll_transmit`, room for one packet to send.
+struct SimLink<'a> {
+    rx: Option<(&'a RxMeta, &'a [u8])>,
+    /// Where a packet to send is written; `None` outside `poll_transmit`.
+    tx: Option<&'a mut Vec<u8>>,
+    /// Where the packet written into `tx` goes; `Some` once one was.
+    sent: Option<DatagramTarget>,
+    max_packet_len: usize,
+}
+
+impl SimLink<'_> {
+    fn idle(max_packet_len: usize) -> Self {
+        SimLink {
+            rx: None,
+            tx: None,
+            sent: None,
+            max_packet_len,
+        }
+    }
+}
+
+impl DatagramLink for SimLink<'_> {
+    fn max_packet_len(&self) -> usize {
+        self.max_packet_len
+    }
+
+    fn receive<R>(&mut self, f: impl FnOnce(&RxMeta, &[u8]) -> R) -> Option<R> {
+        let (meta, packet) = self.rx.take()?;
+        Some(f(meta, packet))
+    }
+
+    fn transmit_ready(&mut self) -> bool {
+        self.tx.is_some() && self.sent.is_none()
+    }
+
+    fn transmit<R>(
+        &mut self,
+        to: DatagramTarget,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        if self.sent.is_some() || len > self.max_packet_len {
+            return None;
+        }
+        let out = self.tx.as_deref_mut()?;
+        out.clear();
+        out.resize(len, 0);
+        let r = f(out);
+        self.sent = Some(to);
+        Some(r)
+    }
 }
 
 impl<const C: usize, const P: usize> MetaRoce<C, P> {
     /// An endpoint with `config`, its randomness drawn from `seed`.
     pub fn new(config: Config, seed: u64) -> Self {
+        // The datagram loop uses no addresses of its own: the simulator's
+        // fabric owns IP and never asks the engine for ARP or ICMP.
+        let mut engine = Box::new(Engine::new(NetConfig {
+            mac: EthernetAddress([0x02, 0, 0, 0, 0, 0]),
+            ip: Ipv4Address::UNSPECIFIED,
+        }));
+        // A poll costs no virtual time here, so bounding the work of one
+        // poll would only defer it: let one poll take every queued work
+        // request and write every completion, as the old direct calls did.
+        engine.set_budget(Budget {
+            work_requests: SEND_RING as u32,
+            completions: COMPLETION_RING as u32,
+            ..Budget::default()
+        });
         MetaRoce {
+            max_packet_len: usize::from(config.mtu) + HEADER_ROOM,
             endpoint: Box::new(Endpoint::new(config, seed)),
+            engine,
+            queues: Box::new(Queues::new()),
             events: EventCounts::default(),
         }
     }
@@ -50,6 +167,21 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
     /// The engine, for inspection.
     pub fn endpoint(&self) -> &Endpoint<C, P> {
         &self.endpoint
+    }
+
+    /// The engine loop's counters (posts, completions, DMA faults, ...).
+    pub fn loop_stats(&self) -> EngineStats {
+        self.engine.stats()
+    }
+
+    /// One round of the engine loop over `link`, with `mem` as host memory.
+    fn poll(&mut self, now: Instant, link: &mut SimLink<'_>, mem: &mut Arena) -> PollOutcome {
+        let (_, mut port) = self.queues.ports();
+        let outcome = self
+            .engine
+            .poll_datagrams(now, &mut *self.endpoint, link, &mut port, mem);
+        self.drain_events();
+        outcome
     }
 
     fn drain_events(&mut self) {
@@ -96,7 +228,8 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
     }
 
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), TransportError> {
-        self.endpoint.post_send(conn, wr).map_err(command_error)
+        let (mut host, _) = self.queues.ports();
+        host.post_send(conn, wr).map_err(|_| TransportError::Retry)
     }
 
     fn handle_packet(
@@ -107,13 +240,17 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
         packet: &[u8],
         mem: &mut Arena,
     ) {
-        self.endpoint.handle_packet(now, meta, packet, mem);
-        self.drain_events();
+        let mut link = SimLink {
+            rx: Some((meta, packet)),
+            ..SimLink::idle(self.max_packet_len)
+        };
+        self.poll(now, &mut link, mem);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
-        self.endpoint.handle_timeout(now);
-        self.drain_events();
+    fn handle_timeout(&mut self, now: Instant, mem: &mut Arena) {
+        // The loop's timer step runs the endpoint's timers that are due.
+        let mut link = SimLink::idle(self.max_packet_len);
+        self.poll(now, &mut link, mem);
     }
 
     fn poll_transmit(
@@ -122,20 +259,17 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
         mem: &mut Arena,
         out: &mut Vec<u8>,
     ) -> Option<TxMeta> {
-        let max = usize::from(self.endpoint.config().mtu) + HEADER_ROOM;
         out.clear();
-        out.resize(max, 0);
-        let t = self.endpoint.poll_transmit(now, out)?;
-        if t.packet_len() > out.len() {
-            out.resize(t.packet_len(), 0);
-        }
-        let len = finish_packet(&t, out, mem);
-        out.truncate(len);
-        self.drain_events();
+        let mut link = SimLink {
+            tx: Some(out),
+            ..SimLink::idle(self.max_packet_len)
+        };
+        self.poll(now, &mut link, mem);
+        let to = link.sent?;
         Some(TxMeta {
-            peer: t.peer,
-            src_port: t.src_port,
-            ecn: t.ecn,
+            peer: to.peer,
+            src_port: to.src_port,
+            ecn: to.ecn,
         })
     }
 
@@ -144,7 +278,8 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
     }
 
     fn poll_completion(&mut self) -> Option<Completion> {
-        self.endpoint.poll_completion()
+        let (mut host, _) = self.queues.ports();
+        host.poll_completion()
     }
 
     fn counters(&self) -> TransportCounters {

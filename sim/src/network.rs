@@ -717,7 +717,7 @@ impl<T: SimTransport> Simulator<T> {
         let mut buf = core::mem::take(&mut self.tx_buf);
         let host = &mut self.hosts[h];
         if host.transport.poll_timeout().is_some_and(|d| d <= now) {
-            host.transport.handle_timeout(now);
+            host.transport.handle_timeout(now, &mut host.mem);
         }
         let sent = if nic_busy {
             None

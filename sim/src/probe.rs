@@ -79,7 +79,7 @@ impl SimTransport for Probe {
         });
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
+    fn handle_timeout(&mut self, _now: Instant, _mem: &mut Arena) {}
 
     fn poll_transmit(
         &mut self,

@@ -151,7 +151,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         self.endpoint.handle_packet(now, meta, packet, mem);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Instant, _mem: &mut Arena) {
         self.endpoint.handle_timeout(now);
     }
 

@@ -1,18 +1,21 @@
 //! What a host runs: a transport endpoint behind [`SimTransport`], the
 //! sans-IO shape both MetaRoCE and the RoCEv2 baseline share (quinn-proto
 //! style: `handle_*` inputs, commands, `poll_*` outputs). The simulator
-//! calls, after every input: `poll_transmit` (one packet whenever the NIC
-//! is idle), `poll_completion` until `None`, then `poll_timeout`.
+//! calls, after every input: `handle_timeout` if `poll_timeout` has passed,
+//! `poll_transmit` (one packet whenever the NIC is idle), `poll_completion`
+//! until `None`, then `poll_timeout`.
 //!
 //! Adapters:
-//! * [`crate::metaroce::MetaRoce`] for `metaroce_core::Endpoint`.
-//! * The RoCEv2 baseline (`roce-baseline`, `RoceEndpoint`) goes in a
-//!   sibling module `roce.rs`: `connect_pair` creates a QP on both ends
-//!   with each other's QP number and PSN (`RoceEndpoint::create_qp`, as
-//!   RDMA-CM would), `poll_transmit` finishes the packet with its ICRC over
-//!   the IP/UDP headers the simulator would have built
-//!   (`roce_baseline::ip_udp_header` + `roce_baseline::finish`), and the
-//!   destination UDP port is 4791.
+//! * [`crate::metaroce::MetaRoce`]: `metaroce_core::Endpoint` behind the
+//!   platform layer's engine loop (`Engine::poll_datagrams`), as the
+//!   firmware runs it: work requests and completions go through host-queue
+//!   rings, packets through a datagram link, payload through DMA into the
+//!   host's [`Arena`]; every input and `poll_transmit` is one poll.
+//! * [`crate::roce::Roce`]: the RoCEv2 baseline (`RoceEndpoint`), called
+//!   directly: `connect_pair` creates a QP on both ends with each other's
+//!   QP number and PSN (as RDMA-CM would), `poll_transmit` finishes the
+//!   packet with its ICRC over the IP/UDP headers the simulator would have
+//!   built, and the destination UDP port is 4791.
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkRequest};
 use metaroce_core::Instant;
@@ -115,8 +118,9 @@ pub trait SimTransport {
         mem: &mut Arena,
     );
 
-    /// Runs timers due at `now`.
-    fn handle_timeout(&mut self, now: Instant);
+    /// Runs timers due at `now` (`mem`: the host's memory, for adapters
+    /// that run a whole engine poll here).
+    fn handle_timeout(&mut self, now: Instant, mem: &mut Arena);
 
     /// Writes the next packet to send into `out` (cleared first; the whole
     /// UDP payload, trailer included) and says where it goes.
