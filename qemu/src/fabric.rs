@@ -10,6 +10,10 @@
 //! * propagation delay with uniform jitter, and extra delay for a fraction
 //!   of frames, both of which reorder.
 //!
+//! An optional host gateway ([`crate::gateway`]) is one more switch port:
+//! host datagrams enter the switch as frames from it, and frames to its MAC
+//! (or broadcast ARP) are handed to it instead of a QEMU socket.
+//!
 //! Every delivered frame is written to a pcap file (LINKTYPE_ETHERNET) with
 //! its delivery time. All randomness comes from one seeded generator, so a
 //! run's impairment decisions depend only on the seed and the frame order.
@@ -26,6 +30,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metaroce_core::wire::encap::mark_ce;
+
+use crate::gateway::{Gateway, GatewaySpec, GatewayStats};
 use metaroce_platform::random::{RandomSource, XorShiftRng};
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 
@@ -142,10 +148,18 @@ struct Egress {
 /// A running fabric.
 pub struct Fabric {
     ports: Vec<PortAddrs>,
+    gateway: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<std::io::Result<Vec<PortStats>>>>,
+    thread: Option<JoinHandle<std::io::Result<SwitchResult>>>,
     receivers: Vec<JoinHandle<()>>,
 }
+
+/// What the switch thread returns: per-port counters and the gateway's.
+type SwitchResult = (Vec<PortStats>, Option<GatewayStats>);
+/// A frame entering the switch: ingress port, bytes, arrival time.
+type Ingress = (usize, Vec<u8>, Instant);
+/// The gateway as the switch holds it, with a way to answer into the fabric.
+type GatewayPort = Option<(Gateway, mpsc::Sender<Ingress>)>;
 
 impl std::fmt::Debug for Fabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -167,6 +181,17 @@ impl Fabric {
         imp: Impairments,
         pcap_path: Option<&Path>,
     ) -> std::io::Result<Fabric> {
+        Fabric::start_with_gateway(macs, imp, pcap_path, None)
+    }
+
+    /// Starts a fabric with a host gateway as one more port (its MAC is
+    /// `gateway.mac`); see [`crate::gateway`].
+    pub fn start_with_gateway(
+        macs: &[[u8; 6]],
+        imp: Impairments,
+        pcap_path: Option<&Path>,
+        gateway: Option<GatewaySpec>,
+    ) -> std::io::Result<Fabric> {
         let mut sockets = Vec::new();
         let mut ports = Vec::new();
         for _ in macs {
@@ -177,7 +202,7 @@ impl Fabric {
             sockets.push(socket);
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<(usize, Vec<u8>, Instant)>();
+        let (tx, rx) = mpsc::channel::<Ingress>();
         let mut receivers = Vec::new();
         for (i, socket) in sockets.iter().enumerate() {
             let socket = socket.try_clone()?;
@@ -195,6 +220,26 @@ impl Fabric {
                 }
             }));
         }
+        let gateway = gateway.map(Gateway::bind).transpose()?;
+        let gateway_addr = gateway.as_ref().map(Gateway::local_addr).transpose()?;
+        if let Some(g) = &gateway {
+            let receiver = g.receiver()?;
+            let tx = tx.clone();
+            let stop = stop.clone();
+            let index = macs.len();
+            receivers.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(frame) = receiver.next_frame(&mut buf) {
+                        if tx.send((index, frame, Instant::now())).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }));
+        }
+        // The switch keeps a sender for the gateway's answers (ARP).
+        let inject = tx.clone();
         drop(tx);
         let pcap = match pcap_path {
             Some(p) => Some(
@@ -202,13 +247,29 @@ impl Fabric {
             ),
             None => None,
         };
-        let macs = macs.to_vec();
+        let mut macs = macs.to_vec();
+        if let Some(g) = &gateway {
+            macs.push(g.spec.mac);
+        }
         let node_addrs: Vec<SocketAddr> = ports.iter().map(|p| p.node).collect();
         let stop2 = stop.clone();
-        let thread =
-            std::thread::spawn(move || switch(rx, sockets, node_addrs, macs, imp, pcap, stop2));
+        let thread = std::thread::spawn(move || {
+            let mut gateway = gateway.map(|g| (g, inject));
+            let stats = switch(
+                rx,
+                sockets,
+                node_addrs,
+                macs,
+                imp,
+                pcap,
+                stop2,
+                &mut gateway,
+            )?;
+            Ok((stats, gateway.map(|(g, _)| g.stats)))
+        });
         Ok(Fabric {
             ports,
+            gateway: gateway_addr,
             stop,
             thread: Some(thread),
             receivers,
@@ -220,8 +281,23 @@ impl Fabric {
         &self.ports
     }
 
-    /// Stops the fabric and returns each egress port's counters.
-    pub fn stop(mut self) -> std::io::Result<Vec<PortStats>> {
+    /// The host address of the gateway, if the fabric has one.
+    pub fn gateway_addr(&self) -> Option<SocketAddr> {
+        self.gateway
+    }
+
+    /// Stops the fabric and returns each node port's egress counters.
+    pub fn stop(self) -> std::io::Result<Vec<PortStats>> {
+        let nodes = self.ports.len();
+        self.stop_with_gateway().map(|(mut ports, _)| {
+            ports.truncate(nodes);
+            ports
+        })
+    }
+
+    /// Stops the fabric; returns each port's counters (the gateway's port
+    /// last, if any) and the gateway's own counters.
+    pub fn stop_with_gateway(mut self) -> std::io::Result<SwitchResult> {
         self.stop.store(true, Ordering::Relaxed);
         for r in self.receivers.drain(..) {
             let _ = r.join();
@@ -248,13 +324,14 @@ fn uniform(rng: &mut XorShiftRng, max: Duration) -> Duration {
 
 #[allow(clippy::too_many_arguments)]
 fn switch(
-    rx: mpsc::Receiver<(usize, Vec<u8>, Instant)>,
+    rx: mpsc::Receiver<Ingress>,
     sockets: Vec<UdpSocket>,
     node_addrs: Vec<SocketAddr>,
     macs: Vec<[u8; 6]>,
     imp: Impairments,
     mut pcap: Option<PcapWriter<BufWriter<File>>>,
     stop: Arc<AtomicBool>,
+    gateway: &mut GatewayPort,
 ) -> std::io::Result<Vec<PortStats>> {
     let start = Instant::now();
     let wall_start = SystemTime::now()
@@ -286,7 +363,13 @@ fn switch(
             let port = &mut egress[s.port];
             port.stats.frames_out += 1;
             port.stats.bytes_out += s.frame.len() as u64;
-            let _ = sockets[s.port].send_to(&s.frame, node_addrs[s.port]);
+            if let Some(socket) = sockets.get(s.port) {
+                let _ = socket.send_to(&s.frame, node_addrs[s.port]);
+            } else if let Some((g, inject)) = gateway.as_mut() {
+                if let Some(answer) = g.deliver(&s.frame) {
+                    let _ = inject.send((s.port, answer, Instant::now()));
+                }
+            }
             if let Some(w) = pcap.as_mut() {
                 let ts = wall_start + s.at.saturating_duration_since(start);
                 let _ = w.write_packet(&PcapPacket::new(ts, s.frame.len() as u32, &s.frame));
@@ -314,6 +397,11 @@ fn switch(
         };
         if frame.len() < 14 {
             continue;
+        }
+        if from == sockets.len() && frame[12..14] == [0x08, 0x00] {
+            if let Some((g, _)) = gateway.as_mut() {
+                g.stats.to_node += 1;
+            }
         }
         let dst: [u8; 6] = frame[..6].try_into().unwrap_or([0; 6]);
         let broadcast = dst[0] & 1 == 1;

@@ -10,6 +10,11 @@
 //! the binary exits non-zero) on any integrity failure, panic, missing
 //! result or timeout.
 //!
+//! [`serve`] boots one node in the serve role (the firmware side of
+//! `metaroce serve`) behind a host gateway ([`gateway`]): a UDP socket on
+//! 127.0.0.1 through which host programs, such as the compliance suite,
+//! talk MetaRoCE to the firmware. It runs until stopped.
+//!
 //! It is **not** a simulator: nodes run in real time under QEMU's TCG, so
 //! timing numbers are those of emulated CPUs (see the README's notes on
 //! what differs on hardware). It never touches the network beyond
@@ -18,6 +23,7 @@
 
 pub mod defmt_log;
 pub mod fabric;
+pub mod gateway;
 pub mod node;
 
 use std::collections::BTreeMap;
@@ -358,6 +364,160 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         nodes: reports,
         wall,
     })
+}
+
+/// Everything a serve run needs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub elf: PathBuf,
+    pub qemu: String,
+    /// Host address of the gateway socket (port 0: any free port).
+    pub gateway: std::net::SocketAddr,
+    /// Stop after this long (`None`: until [`ServeOptions::stop`] says so).
+    pub timeout: Option<Duration>,
+    pub pcap: Option<PathBuf>,
+    pub out_dir: PathBuf,
+    pub seed: u64,
+}
+
+/// The gateway's addresses on the emulated subnet.
+pub const GATEWAY_IP: [u8; 4] = [198, 18, 0, 254];
+pub const GATEWAY_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0xfe];
+
+/// The configuration line of the serve node.
+pub fn serve_config(seed: u64) -> String {
+    format!(
+        "node=0 ip={} mac={} role=serve gateway={}/{} seed={seed}",
+        ip_string(&node_ip(0)),
+        mac_string(&node_mac(0)),
+        ip_string(&GATEWAY_IP),
+        mac_string(&GATEWAY_MAC)
+    )
+}
+
+/// How a serve run ended.
+#[derive(Debug, Clone, Default)]
+pub struct ServeReport {
+    /// The node printed its ready line.
+    pub ready: bool,
+    /// QEMU exited by itself (the firmware failed or panicked).
+    pub exit_code: Option<i32>,
+    pub panic: Option<String>,
+    pub errors: Vec<String>,
+    /// `METAROCE-SERVE` lines: connections that ended.
+    pub connections: usize,
+    pub gateway: gateway::GatewayStats,
+}
+
+impl ServeReport {
+    /// Whether the node served until it was stopped.
+    pub fn ok(&self) -> bool {
+        self.ready && self.exit_code.is_none() && self.panic.is_none()
+    }
+}
+
+/// Boots one serve node behind a gateway and runs until `stop` returns
+/// true, the timeout passes or QEMU exits. `on_line` sees every console
+/// line, and first `METAROCE-QEMU-GATEWAY <addr>` (the host address to
+/// use) and `METAROCE-QEMU-READY <addr>` once the node can serve.
+pub fn serve(
+    opts: &ServeOptions,
+    mut stop: impl FnMut() -> bool,
+    mut on_line: impl FnMut(&str),
+) -> Result<ServeReport, RunError> {
+    let elf = std::fs::read(&opts.elf)
+        .map_err(|e| RunError::Elf(format!("{}: {e}", opts.elf.display())))?;
+    std::fs::create_dir_all(&opts.out_dir)?;
+    if let Some(dir) = opts
+        .pcap
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let [a, b, c, d] = node_ip(0);
+    let [ga, gb, gc, gd] = GATEWAY_IP;
+    let spec = gateway::GatewaySpec {
+        listen: opts.gateway,
+        ip: std::net::Ipv4Addr::new(ga, gb, gc, gd),
+        mac: GATEWAY_MAC,
+        node_ip: std::net::Ipv4Addr::new(a, b, c, d),
+        node_mac: node_mac(0),
+        node_port: metaroce_core::wire::DEFAULT_UDP_PORT,
+    };
+    // A clean link: the suite scripts loss and reordering itself.
+    let imp = Impairments {
+        delay: Duration::from_micros(20),
+        ..Impairments::default()
+    };
+    let fabric = Fabric::start_with_gateway(&[node_mac(0)], imp, opts.pcap.as_deref(), Some(spec))?;
+    let addr = fabric
+        .gateway_addr()
+        .ok_or_else(|| RunError::Options("the gateway did not bind".into()))?;
+    on_line(&format!("METAROCE-QEMU-GATEWAY {addr}"));
+    let node_spec = NodeSpec {
+        index: 0,
+        mac: node_mac(0),
+        ip: node_ip(0),
+        config: serve_config(opts.seed),
+    };
+    let mut node = Node::start(
+        &opts.qemu,
+        &opts.elf,
+        node_spec,
+        &fabric.ports()[0],
+        &opts.out_dir,
+    )?;
+    let started = Instant::now();
+    let mut report = ServeReport::default();
+    let mut take = |line: &str, report: &mut ServeReport| {
+        if line.starts_with("METAROCE-READY ") && !report.ready {
+            report.ready = true;
+            on_line(line);
+            on_line(&format!("METAROCE-QEMU-READY {addr}"));
+            return;
+        }
+        if line.starts_with("METAROCE-SERVE ") {
+            report.connections += 1;
+        } else if let Some(rest) = line.strip_prefix("METAROCE-PANIC ") {
+            report.panic = Some(rest.to_owned());
+        } else if let Some(rest) = line.strip_prefix("METAROCE-ERROR ") {
+            report.errors.push(rest.to_owned());
+        }
+        on_line(line);
+    };
+    loop {
+        let exited = node.poll_exit();
+        for line in node.new_console_lines() {
+            take(&line, &mut report);
+        }
+        if exited || stop() || opts.timeout.is_some_and(|t| started.elapsed() > t) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if node.poll_exit() {
+        report.exit_code = node.exit_code;
+    } else {
+        node.kill();
+    }
+    for line in node.new_console_lines() {
+        take(&line, &mut report);
+    }
+    let (_, gateway_stats) = fabric.stop_with_gateway()?;
+    report.gateway = gateway_stats.unwrap_or_default();
+    let (defmt, stderr) = node.finish();
+    let mut text = match defmt_log::decode(&elf, &defmt) {
+        Ok(lines) => lines.join("\n"),
+        Err(e) => format!("(defmt decoding failed: {e})"),
+    };
+    if !stderr.trim().is_empty() {
+        text.push_str("\n--- qemu stderr ---\n");
+        text.push_str(&stderr);
+    }
+    std::fs::write(opts.out_dir.join("node0.log"), text)?;
+    Ok(report)
 }
 
 /// Takes in one console line.

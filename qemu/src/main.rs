@@ -2,14 +2,25 @@
 //! emulated lossy fabric and prints a summary. Exit status 0 only if every
 //! node finished with integrity OK; 1 on integrity failure, panic or hang;
 //! 2 if the run could not start.
+//!
+//! `metaroce-qemu --serve`: boots one node in the serve role behind a host
+//! gateway (`--gateway`, default 127.0.0.1:4795) and runs until killed,
+//! `--duration` passes, or with `--until-stdin-closes` until its standard
+//! input closes. It prints `METAROCE-QEMU-READY ADDR` once host programs
+//! (`metaroce-compliance --target ADDR`, `metaroce bench ADDR`) can use it.
+//! Exit status 0 if the node served until stopped, 1 if it failed.
 
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use metaroce_qemu::fabric::Impairments;
-use metaroce_qemu::{run, RunOptions, Topology};
+use metaroce_qemu::{run, serve, RunOptions, ServeOptions, Topology};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum TopologyArg {
@@ -81,9 +92,20 @@ struct Args {
     ecn_kib: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Bound on the run in seconds; nodes still running are killed.
-    #[arg(long, default_value_t = 60)]
-    duration: u64,
+    /// Bound on the run in seconds; nodes still running are killed
+    /// (default 60; with --serve: none).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Serve role: one node runs the serve profile behind a host gateway
+    /// until stopped (the node-to-node options do not apply).
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: the host UDP address of the gateway.
+    #[arg(long, default_value = "127.0.0.1:4795")]
+    gateway: SocketAddr,
+    /// With --serve: stop when standard input reaches end of file.
+    #[arg(long)]
+    until_stdin_closes: bool,
     /// Write every delivered frame here (open with tshark/Wireshark).
     #[arg(long)]
     pcap: Option<PathBuf>,
@@ -95,8 +117,70 @@ struct Args {
     quiet: bool,
 }
 
+fn serve_main(a: Args) -> ExitCode {
+    let stopped = Arc::new(AtomicBool::new(false));
+    if a.until_stdin_closes {
+        let stopped = stopped.clone();
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin();
+            while stdin.read(&mut sink).is_ok_and(|n| n > 0) {}
+            stopped.store(true, Ordering::Relaxed);
+        });
+    }
+    let opts = ServeOptions {
+        elf: a.elf,
+        qemu: a.qemu,
+        gateway: a.gateway,
+        timeout: a.duration.map(Duration::from_secs),
+        pcap: a.pcap,
+        out_dir: a.out_dir,
+        seed: a.seed,
+    };
+    let result = serve(
+        &opts,
+        || stopped.load(Ordering::Relaxed),
+        |line| {
+            if !a.quiet || line.starts_with("METAROCE-QEMU-") {
+                println!("{line}");
+            }
+        },
+    );
+    match result {
+        Ok(report) => {
+            println!(
+                "serve: {} connections ended; gateway {} datagrams to the node, {} to the host, {} ARP replies; logs: {}",
+                report.connections,
+                report.gateway.to_node,
+                report.gateway.to_host,
+                report.gateway.arp_replies,
+                opts.out_dir.display()
+            );
+            if let Some(p) = &report.panic {
+                println!("node panicked: {p}");
+            }
+            for e in &report.errors {
+                println!("node error: {e}");
+            }
+            if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                println!("FAILED: the serve node did not run until stopped");
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("metaroce-qemu: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
+    if a.serve {
+        return serve_main(a);
+    }
     let opts = RunOptions {
         elf: a.elf,
         qemu: a.qemu,
@@ -129,7 +213,7 @@ fn main() -> ExitCode {
             },
             seed: a.seed,
         },
-        timeout: Duration::from_secs(a.duration),
+        timeout: Duration::from_secs(a.duration.unwrap_or(60)),
         pcap: a.pcap,
         out_dir: a.out_dir,
         progress: !a.quiet,

@@ -3,12 +3,16 @@
 //! the host build over real networking: `host-netns` (two network
 //! namespaces, nftables loss and CE marking), `compliance` (the suite
 //! against `metaroce serve` on loopback) and `wireshark` (the Lua dissector
-//! checked by tshark on a capture of the suite).
+//! checked by tshark on a capture of the suite), and `compliance-qemu`
+//! (the suite against the qemu-virt firmware's serve role, reached through
+//! the `metaroce-qemu --serve` gateway).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use crate::system;
 use crate::test::{Context, Tally};
@@ -57,6 +61,120 @@ impl Drop for ServeProcess {
     }
 }
 
+/// The `metaroce-qemu --serve` process of `--target qemu`. Dropping it
+/// closes its standard input, on which the harness stops QEMU, writes the
+/// node's log and exits.
+struct QemuServe {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+/// How long the firmware may take to boot and say it is ready.
+const QEMU_READY_WAIT: Duration = Duration::from_secs(60);
+
+impl QemuServe {
+    /// Builds the firmware and the harness, boots the serve node and waits
+    /// for its ready line; returns the process and the gateway address.
+    fn start() -> Result<(QemuServe, SocketAddr), Error> {
+        let elf = crate::qemu::build_firmware()?;
+        crate::qemu::ensure_qemu()?;
+        util::run(&mut util::cargo(["build", "-p", "metaroce-qemu"]))?;
+        let out = target_dir().join("compliance-qemu");
+        let mut child = Command::new(target_dir().join("debug/metaroce-qemu"))
+            .arg("--elf")
+            .arg(&elf)
+            .args([
+                "--serve",
+                "--gateway",
+                "127.0.0.1:0",
+                "--until-stdin-closes",
+            ])
+            .args(["--quiet", "--out-dir"])
+            .arg(&out)
+            .arg("--pcap")
+            .arg(out.join("serve.pcap"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::new(format!("cannot start metaroce-qemu --serve: {e}")))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let (tx, lines) = mpsc::channel();
+        if let Some(stdout) = stdout {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let serve = QemuServe {
+            child,
+            stdin,
+            lines,
+        };
+        let deadline = Instant::now() + QEMU_READY_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match serve.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(Error::new(format!(
+                        "the QEMU serve node was not ready within {QEMU_READY_WAIT:?} (logs: {})",
+                        out.display()
+                    )))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::new(format!(
+                        "metaroce-qemu --serve exited before the node was ready (logs: {})",
+                        out.display()
+                    )))
+                }
+            };
+            println!("qemu: {line}");
+            if let Some(addr) = line.strip_prefix("METAROCE-QEMU-READY ") {
+                let addr = addr
+                    .trim()
+                    .parse()
+                    .map_err(|_| Error::new(format!("bad ready line `{line}`")))?;
+                return Ok((serve, addr));
+            }
+        }
+    }
+
+    /// Stops the node; returns whether it served until stopped.
+    fn stop(mut self) -> bool {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => break None,
+            }
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            println!("qemu: {line}");
+        }
+        status.is_some_and(|s| s.success())
+    }
+}
+
+impl Drop for QemuServe {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
 /// Runs the suite; returns the passed and failed case counts.
 fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> {
     util::run(&mut util::cargo([
@@ -68,6 +186,7 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
     ]))?;
     let bin = target_dir().join("debug");
     let mut _serve = None;
+    let mut qemu = None;
     let address = match target {
         "host" => {
             let mut child = Command::new(bin.join("metaroce"))
@@ -100,10 +219,9 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
             addr.to_string()
         }
         "qemu" => {
-            return Err(Error::new(
-                "--target qemu: the QEMU firmware does not run the serve profile yet; \
-                 start a node yourself and pass its ADDR:PORT",
-            ))
+            let (serve, addr) = QemuServe::start()?;
+            qemu = Some(serve);
+            addr.to_string()
         }
         addr => addr.to_string(),
     };
@@ -112,6 +230,7 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
     if let Some(f) = filter {
         cmd.args(["--filter", f]);
     }
+    let started = Instant::now();
     let mut counts = None;
     util::run_streaming(&mut cmd, |line| {
         if let Some(rest) = line.strip_prefix("compliance: ") {
@@ -124,7 +243,33 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
             }
         }
     })?;
+    println!(
+        "compliance against {target}: suite took {}",
+        util::fmt_duration(started.elapsed())
+    );
+    if let Some(serve) = qemu {
+        if !serve.stop() {
+            return Err(Error::new(
+                "the QEMU serve node failed during the suite (see its lines above and node0.log)",
+            ));
+        }
+    }
     counts.ok_or_else(|| Error::new("the compliance runner printed no summary"))
+}
+
+/// Test step: the suite against the qemu-virt firmware's serve role.
+pub fn compliance_qemu_step(ctx: &mut Context) -> Result<(), Error> {
+    let (passed, failed) = run_against("qemu", None)?;
+    ctx.tally.passed += passed;
+    ctx.tally.failed += failed;
+    ctx.ran_tests = true;
+    if failed == 0 && passed > 0 {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "{failed} compliance case(s) failed against the QEMU node"
+        )))
+    }
 }
 
 /// Test step: the suite against `metaroce serve` on loopback.

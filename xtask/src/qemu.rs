@@ -80,7 +80,8 @@ pub fn build_firmware() -> Result<PathBuf, Error> {
         .join(BOARD))
 }
 
-fn ensure_qemu() -> Result<(), Error> {
+/// Installs QEMU if missing (as root), else says how.
+pub fn ensure_qemu() -> Result<(), Error> {
     system::ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])
 }
 

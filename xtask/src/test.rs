@@ -97,6 +97,11 @@ pub const STEPS: &[Step] = &[
         run: crate::image::uboot_qemu_step,
     },
     Step {
+        name: "compliance-qemu",
+        what: "compliance suite against the qemu-virt firmware's serve role through the harness gateway (cargo xtask compliance --target qemu)",
+        run: crate::compliance::compliance_qemu_step,
+    },
+    Step {
         name: "qemu-runs",
         what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
         run: crate::qemu::runs_step,

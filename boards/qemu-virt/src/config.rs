@@ -16,6 +16,8 @@
 //! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
+//! | `role` | `workload` (the node-to-node run above) or `serve` (the serve profile of `metaroce serve`, until stopped) | `workload` |
+//! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
 
 use core::net::Ipv4Addr;
 use core::str::FromStr;
@@ -41,6 +43,16 @@ pub enum TransportKind {
     MetaRoce,
     /// The platform's unreliable bring-up transport.
     Datagram,
+}
+
+/// What the node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum Role {
+    /// The node-to-node workload (`target`, `expect`, `workload`, ...).
+    Workload,
+    /// The serve profile (`metaroce_app`): accept connections, hand out
+    /// regions, verify, report; runs until the harness stops it.
+    Serve,
 }
 
 /// Another node's addresses.
@@ -69,6 +81,9 @@ pub struct NodeConfig {
     pub paths: u16,
     pub progress_ms: u32,
     pub linger_ms: u32,
+    pub role: Role,
+    /// A host reached through the harness (a static neighbour, no ARP).
+    pub gateway: Option<Peer>,
 }
 
 /// Why the configuration was rejected: the offending key.
@@ -84,6 +99,15 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
         *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
     }
     parts.next().is_none().then_some(mac)
+}
+
+/// `IP/MAC`.
+fn parse_peer(value: &str) -> Option<Peer> {
+    let (ip, mac) = value.split_once('/')?;
+    Some(Peer {
+        ip: ip.parse().ok()?,
+        mac: parse_mac(mac)?,
+    })
 }
 
 fn parse<T: FromStr>(key: &str, value: &str) -> Result<T, ()> {
@@ -116,6 +140,8 @@ impl NodeConfig {
             // 20 % loss: the sender's last message timed out against a node
             // already powered off.
             linger_ms: 3000,
+            role: Role::Workload,
+            gateway: None,
         };
         let (mut have_ip, mut have_mac) = (false, false);
         for word in text.split_ascii_whitespace() {
@@ -134,12 +160,16 @@ impl NodeConfig {
                     have_mac = true;
                 }
                 "peer" => {
-                    let (ip, mac) = value.split_once('/').ok_or(bad)?;
-                    let peer = Peer {
-                        ip: parse(key, ip).map_err(|_| bad)?,
-                        mac: parse_mac(mac).ok_or(bad)?,
-                    };
+                    let peer = parse_peer(value).ok_or(bad)?;
                     cfg.peers.push(peer).map_err(|_| bad)?;
+                }
+                "gateway" => cfg.gateway = Some(parse_peer(value).ok_or(bad)?),
+                "role" => {
+                    cfg.role = match value {
+                        "workload" => Role::Workload,
+                        "serve" => Role::Serve,
+                        _ => return Err(bad),
+                    }
                 }
                 "target" => cfg.target = Some(parse(key, value).map_err(|_| bad)?),
                 "expect" => cfg.expect = parse(key, value).map_err(|_| bad)?,
@@ -184,6 +214,9 @@ impl NodeConfig {
         }
         if cfg.size == 0 || cfg.count == 0 || cfg.depth == 0 {
             return Err(ConfigError { key: "size" });
+        }
+        if cfg.role == Role::Serve && cfg.transport != TransportKind::MetaRoce {
+            return Err(ConfigError { key: "role" });
         }
         Ok(cfg)
     }

@@ -9,7 +9,10 @@
 //! posts work only through the host-interface rings and doorbells, checks
 //! the integrity of every byte moved, prints one `METAROCE-RESULT` line on
 //! the console and exits through semihosting with a status the harness
-//! reads (0 ok, 1 integrity or workload failure, 101 panic).
+//! reads (0 ok, 1 integrity or workload failure, 101 panic). With
+//! `role=serve` it runs the serve profile of `metaroce serve` instead
+//! (`serve`): host clients and the compliance suite reach it through the
+//! harness's gateway, and it runs until the harness stops QEMU.
 //!
 //! Logs are `defmt` frames written through semihosting to QEMU's standard
 //! output (the harness decodes them with the ELF); the PL011 console, which
@@ -28,6 +31,8 @@ mod hw;
 mod logger;
 #[cfg(target_os = "none")]
 mod node;
+#[cfg(target_os = "none")]
+mod serve;
 #[cfg(target_os = "none")]
 mod workload;
 

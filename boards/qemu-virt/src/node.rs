@@ -6,19 +6,20 @@ use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 
-use metaroce_core::api::ConnHandle;
-use metaroce_core::{Config, Endpoint, Event, Instant};
+use metaroce_core::api::{ConnHandle, PeerAddr};
+use metaroce_core::{Config, ConnState, Endpoint, Event, Instant};
 use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
-use metaroce_platform::{Engine, HostQueues, Transport};
+use metaroce_platform::{Engine, FrameDevice, HostQueues, Transport};
 use smoltcp::wire::EthernetAddress;
 use virtio_drivers::transport::mmio::MmioTransport;
 
-use crate::config::{NodeConfig, TransportKind, MAX_PEERS};
+use crate::config::{NodeConfig, Role, TransportKind, MAX_PEERS};
 use crate::hw;
 use crate::println;
+use crate::serve::{Serve, ServeNode, SERVE_CONNECTIONS};
 use crate::workload::{
     self, Counters, NodeServices, Outcome, Workload, HOST_BASE, HOST_MEMORY_LEN,
 };
@@ -28,6 +29,14 @@ const NET_QUEUE: usize = 64;
 type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
 /// The MetaRoCE endpoint of a node: 4 connections of 8 paths.
 type MetaRoceEndpoint = Endpoint<4, 8>;
+/// The endpoint of the serve role: more connection slots, since its
+/// clients come and go (and a failed connection keeps its slot until the
+/// peer closes it).
+type ServeEndpoint = Endpoint<SERVE_CONNECTIONS, 8>;
+// Both live in `main`'s frame on the 1 MiB boot stack.
+const _: () = assert!(
+    core::mem::size_of::<ServeEndpoint>() + core::mem::size_of::<MetaRoceEndpoint>() < 768 * 1024
+);
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
@@ -89,13 +98,27 @@ pub fn main() -> ! {
     if net.mac_address() != cfg.mac {
         defmt::warn!("device MAC differs from the configured one");
     }
-    let engine = Engine::new(NetConfig {
+    let mut engine = Engine::new(NetConfig {
         mac: EthernetAddress(cfg.mac),
         ip: cfg.ip,
     });
+    if let Some(gateway) = cfg.gateway {
+        engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
+    }
     let window = HostWindow::new(HOST_BASE, host_memory);
     let seed = cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos();
     match cfg.transport {
+        TransportKind::MetaRoce if cfg.role == Role::Serve => {
+            let config = Config {
+                udp_port: cfg.port,
+                paths: cfg.paths,
+                accept_incoming: true,
+                mtu: 1024,
+                ..Config::for_emulation()
+            };
+            let mut endpoint = ServeEndpoint::new(config, seed);
+            serve(&cfg, &mut endpoint, engine, net, irq, window)
+        }
         TransportKind::MetaRoce => {
             let config = Config {
                 udp_port: cfg.port,
@@ -125,7 +148,7 @@ trait NodeTransport: Transport {
     fn counters(&self, now: Instant) -> Counters;
 }
 
-impl NodeTransport for MetaRoceEndpoint {
+impl<const C: usize> NodeTransport for Endpoint<C, 8> {
     fn open(&mut self, now: Instant, cfg: &NodeConfig, peer_index: usize) -> Option<ConnHandle> {
         self.connect(now, workload::peer_addr(cfg, peer_index)?, 0)
             .ok()
@@ -255,6 +278,104 @@ fn run<T: NodeTransport>(
         }
         if !polled.busy && !port.has_work() {
             let mut deadline = workload.next_wake().min(now + MAX_SLEEP);
+            if let Some(t) = polled.next_timeout {
+                deadline = deadline.min(t);
+            }
+            if deadline > hw::now() {
+                irq.wait(deadline, || net.ack_interrupt());
+            }
+        }
+    }
+}
+
+/// A device whose receive side is held back for one poll (transmit passes
+/// through), so that poll only takes host work and timers.
+struct HoldReceive<'a, D: FrameDevice>(&'a mut D);
+
+impl<D: FrameDevice> FrameDevice for HoldReceive<'_, D> {
+    fn max_frame_len(&self) -> usize {
+        self.0.max_frame_len()
+    }
+
+    fn receive<R>(&mut self, _f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        None
+    }
+
+    fn transmit_ready(&mut self) -> bool {
+        self.0.transmit_ready()
+    }
+
+    fn transmit<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        self.0.transmit(len, f)
+    }
+}
+
+/// The serve role's view of the node: connection states and events.
+struct ServeServices<'a, const C: usize> {
+    endpoint: &'a mut Endpoint<C, 8>,
+}
+
+impl<const C: usize> ServeNode for ServeServices<'_, C> {
+    fn connection(&self, h: ConnHandle) -> Option<(ConnState, PeerAddr)> {
+        let c = self.endpoint.connection(h)?;
+        Some((c.state(), c.peer()))
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.endpoint.poll_event()
+    }
+}
+
+/// The serve role's loop: the engine loop and the serve task, until the
+/// harness stops QEMU.
+fn serve<const C: usize>(
+    cfg: &NodeConfig,
+    endpoint: &mut Endpoint<C, 8>,
+    mut engine: Engine,
+    mut net: NetDevice,
+    mut irq: hw::Interrupts,
+    mut window: HostWindow<'static>,
+) -> ! {
+    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let Some((host, mut port)) = queues.split() else {
+        fail("host queues split twice")
+    };
+    let mut task = Serve::new(cfg, host, hw::now());
+    let mut next_stats = hw::now();
+    loop {
+        let now = hw::now();
+        if now >= next_stats {
+            next_stats = now + Duration::from_secs(5);
+            defmt::info!("engine: {}", engine.stats());
+            defmt::info!("endpoint drops: {}", endpoint.drops());
+        }
+        let polled = engine.poll(now, &mut *endpoint, &mut net, &mut port, &mut window);
+        task.step(
+            now,
+            &mut window,
+            &mut ServeServices {
+                endpoint: &mut *endpoint,
+            },
+        );
+        for _ in 0..4 {
+            if !port.has_work() {
+                break;
+            }
+            // Hand what the task just posted (a new connection's receives)
+            // to the transport before the next received frame: a client
+            // may send its first SEND as soon as it has the ACCEPT, and
+            // a receive posted one poll too late answers it with
+            // RECEIVER_NOT_READY.
+            engine.poll(
+                hw::now(),
+                &mut *endpoint,
+                &mut HoldReceive(&mut net),
+                &mut port,
+                &mut window,
+            );
+        }
+        if !polled.busy && !port.has_work() {
+            let mut deadline = task.next_wake().min(now + MAX_SLEEP);
             if let Some(t) = polled.next_timeout {
                 deadline = deadline.min(t);
             }
