@@ -39,7 +39,9 @@ pub struct GatewaySpec {
     /// The gateway's own addresses on the emulated subnet.
     pub ip: Ipv4Addr,
     pub mac: [u8; 6],
-    /// The node host datagrams go to, and its MetaRoCE UDP port.
+    /// The node host datagrams go to, and its MetaRoCE UDP port (0: the
+    /// gateway's own port, so the port the node announces in its ACCEPT
+    /// is the one host peers reach it on).
     pub node_ip: Ipv4Addr,
     pub node_mac: [u8; 6],
     pub node_port: u16,
@@ -77,7 +79,7 @@ fn udp_dst_port(frame: &[u8]) -> Option<u16> {
 
 impl Gateway {
     /// Binds the gateway socket with `IP_RECVTOS`.
-    pub fn bind(spec: GatewaySpec) -> std::io::Result<Gateway> {
+    pub fn bind(mut spec: GatewaySpec) -> std::io::Result<Gateway> {
         let socket = socket2::Socket::new(
             socket2::Domain::IPV4,
             socket2::Type::DGRAM,
@@ -87,6 +89,9 @@ impl Gateway {
         socket.bind(&spec.listen.into())?;
         let socket: UdpSocket = socket.into();
         socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        if spec.node_port == 0 {
+            spec.node_port = socket.local_addr()?.port();
+        }
         Ok(Gateway {
             spec,
             socket,

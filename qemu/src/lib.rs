@@ -384,10 +384,10 @@ pub struct ServeOptions {
 pub const GATEWAY_IP: [u8; 4] = [198, 18, 0, 254];
 pub const GATEWAY_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0xfe];
 
-/// The configuration line of the serve node.
-pub fn serve_config(seed: u64) -> String {
+/// The configuration line of the serve node, on MetaRoCE UDP port `port`.
+pub fn serve_config(seed: u64, port: u16) -> String {
     format!(
-        "node=0 ip={} mac={} role=serve gateway={}/{} seed={seed}",
+        "node=0 ip={} mac={} role=serve gateway={}/{} seed={seed} port={port}",
         ip_string(&node_ip(0)),
         mac_string(&node_mac(0)),
         ip_string(&GATEWAY_IP),
@@ -444,7 +444,9 @@ pub fn serve(
         mac: GATEWAY_MAC,
         node_ip: std::net::Ipv4Addr::new(a, b, c, d),
         node_mac: node_mac(0),
-        node_port: metaroce_core::wire::DEFAULT_UDP_PORT,
+        // The node serves on the gateway's port: host clients send to
+        // the port the node's ACCEPT names, so both must be the same.
+        node_port: 0,
     };
     // A clean link: the suite scripts loss and reordering itself.
     let imp = Impairments {
@@ -460,7 +462,7 @@ pub fn serve(
         index: 0,
         mac: node_mac(0),
         ip: node_ip(0),
-        config: serve_config(opts.seed),
+        config: serve_config(opts.seed, addr.port()),
     };
     let mut node = Node::start(
         &opts.qemu,
