@@ -10,12 +10,13 @@
 //! leave with ECT(0) and CE is read from arriving ones (`IP_TOS` /
 //! `IPV6_TCLASS` control messages, [`io`]).
 //!
-//! It drives the endpoint directly rather than through
-//! `metaroce-platform`'s engine loop: that loop works on Ethernet frames
-//! (a frame device, ARP, DMA and descriptor rings), while the kernel's UDP
-//! sockets already own Ethernet, IP and UDP here. The call order is the
-//! core's (see `metaroce_core::endpoint`): packets in, timers, transmit
-//! until empty, completions and events.
+//! The data path runs through `metaroce-platform`'s engine loop, the same
+//! code as on the DPU and under QEMU (`Engine::poll_datagrams`): the
+//! program posts into the host queues, the loop feeds the core packets,
+//! time and work, places payload through `DmaCopy` on the process's
+//! buffers and sends through the sockets as a `DatagramLink` ([`node`]).
+//! Only Ethernet, IP, UDP and ARP belong to the kernel here instead of the
+//! loop.
 //!
 //! It is **not** a kernel-bypass or zero-copy data path: every datagram is
 //! one `sendmsg`/`recvmsg`, and the timers suit round trips of

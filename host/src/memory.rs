@@ -2,6 +2,7 @@
 //! made-up base address the endpoint's regions refer to.
 
 use metaroce_core::api::Memory;
+use metaroce_platform::dma::{DmaCopy, DmaError};
 
 /// Where arenas start, and the gap between consecutive ones (so an address
 /// names exactly one arena, and off-by-one placement cannot land in a
@@ -77,6 +78,28 @@ impl Memory for Arenas {
             Some(src) => out.copy_from_slice(src),
             None => out.fill(0),
         }
+    }
+}
+
+/// The engine loop's view: copies to and from process memory, refused
+/// (and counted by the loop) outside every arena.
+impl DmaCopy for Arenas {
+    fn copy_to_host(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        let len = data.len();
+        let dst = self
+            .slice_mut(addr, len)
+            .ok_or(DmaError::OutOfRange { addr, len })?;
+        dst.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn copy_from_host(&mut self, addr: u64, out: &mut [u8]) -> Result<(), DmaError> {
+        let len = out.len();
+        let src = self
+            .slice(addr, len)
+            .ok_or(DmaError::OutOfRange { addr, len })?;
+        out.copy_from_slice(src);
+        Ok(())
     }
 }
 

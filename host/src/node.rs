@@ -1,13 +1,19 @@
-//! One MetaRoCE endpoint on host sockets: the event loop that feeds the
-//! core datagrams and time and sends what it asks for.
+//! One MetaRoCE endpoint on host sockets, driven by the platform's engine
+//! loop (`metaroce_platform::Engine::poll_datagrams`): the program posts
+//! work into the host queues (send, receive, completion rings), the loop
+//! moves it into the core, places and gathers payload through
+//! [`DmaCopy`](metaroce_platform::DmaCopy) on the process's buffers, runs the
+//! timers and sends through [`SocketLink`], the UDP sockets as a
+//! [`DatagramLink`].
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RxMeta};
+use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RecvRequest, RxMeta, WorkRequest};
 use metaroce_core::wire::encap::ecn;
-use metaroce_core::{finish_packet, CommandError, Config, Endpoint, Event, Instant};
+use metaroce_core::{CommandError, Config, ConnState, Endpoint, Event, Instant};
+use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::IpAddress;
 
 use crate::io::Sockets;
@@ -17,14 +23,22 @@ use crate::HostError;
 
 /// Connections per host endpoint.
 pub const MAX_CONNECTIONS: usize = 16;
+const _: () = assert!(
+    MAX_CONNECTIONS <= 64,
+    "Node::accepting keeps one bit per connection"
+);
 /// Paths per connection at most.
 pub const MAX_PATHS: usize = 16;
 /// The endpoint type the host runs.
 pub type HostEndpoint = Endpoint<MAX_CONNECTIONS, MAX_PATHS>;
 
-/// Datagrams handled per loop turn before timers and transmission run, so
-/// a flood of arrivals cannot starve the sending side.
-const RX_BATCH: usize = 256;
+/// Host queue depths: send, receive, completion, admin. The send queue is
+/// deeper than the core's per-connection queue, so a program can keep a
+/// full window posted; what the core cannot take yet waits on the ring.
+pub type Queues = HostQueues<256, 256, 512, 4>;
+/// Engine polls per loop turn at most while there is still work, so one
+/// turn stays bounded however fast datagrams arrive.
+const POLLS_PER_TURN: usize = 8;
 /// Largest datagram accepted.
 const RX_BUFFER: usize = 65_536;
 
@@ -82,20 +96,105 @@ pub struct IoStats {
     pub rx_errors: u64,
 }
 
-/// A host endpoint: the core endpoint, its memory and its sockets.
+/// The node's UDP sockets as the engine loop's [`DatagramLink`], with the
+/// socket-side counters and the optional capture.
+#[derive(Debug)]
+pub struct SocketLink {
+    sockets: Sockets,
+    pub pcap: Option<PcapRecorder>,
+    pub io: IoStats,
+    rx: Vec<u8>,
+    tx: Vec<u8>,
+    last_source: Option<SocketAddr>,
+}
+
+impl DatagramLink for SocketLink {
+    fn max_packet_len(&self) -> usize {
+        self.tx.len()
+    }
+
+    fn receive<R>(&mut self, f: impl FnOnce(&RxMeta, &[u8]) -> R) -> Option<R> {
+        let r = loop {
+            match self.sockets.try_recv(&mut self.rx) {
+                Ok(Some(r)) => break r,
+                Ok(None) => return None,
+                // An ICMP error for an earlier send: counted, and the next
+                // datagram (if any) is read.
+                Err(_) => self.io.rx_errors += 1,
+            }
+        };
+        self.io.rx_datagrams += 1;
+        self.io.rx_bytes += r.len as u64;
+        if r.ecn != ecn::NOT_ECT {
+            self.io.rx_ecn_capable += 1;
+        }
+        let ce = r.ecn == ecn::CE;
+        self.io.rx_ce += u64::from(ce);
+        self.last_source = Some(r.from);
+        let bytes = &self.rx[..r.len];
+        if let Some(p) = self.pcap.as_mut() {
+            p.record(r.from, self.sockets.local_addr(), r.ecn, bytes, false);
+        }
+        let meta = RxMeta {
+            source: peer_of(r.from),
+            ce,
+        };
+        Some(f(&meta, bytes))
+    }
+
+    fn transmit_ready(&mut self) -> bool {
+        // The kernel queues; a full buffer shows up as a send error, which
+        // the core treats as a loss.
+        true
+    }
+
+    fn transmit<R>(
+        &mut self,
+        to: DatagramTarget,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let packet = self.tx.get_mut(..len)?;
+        let r = f(packet);
+        let dest = socket_of(to.peer);
+        let data = &self.tx[..len];
+        if let Some(p) = self.pcap.as_mut() {
+            p.record(
+                self.sockets.source_of(to.src_port),
+                dest,
+                to.ecn,
+                data,
+                true,
+            );
+        }
+        match self.sockets.send(to.src_port, dest, to.ecn, data) {
+            Ok(()) => {
+                self.io.tx_datagrams += 1;
+                self.io.tx_bytes += len as u64;
+            }
+            Err(_) => self.io.tx_errors += 1,
+        }
+        Some(r)
+    }
+}
+
+/// A host endpoint: the core endpoint, the engine loop with its host
+/// queues, the process memory it places into, and its sockets.
+///
+/// The data path (posts, completions, packets, timers) runs through the
+/// engine loop exactly as on the DPU; the control path (connect, close,
+/// region registration, statistics, connection events) calls the endpoint
+/// directly, as the firmware's control task does.
 #[derive(Debug)]
 pub struct Node {
     pub ep: Box<HostEndpoint>,
     pub mem: Arenas,
-    sockets: Sockets,
+    pub link: SocketLink,
+    engine: Engine,
+    queues: Box<Queues>,
     origin: std::time::Instant,
-    pub pcap: Option<PcapRecorder>,
-    pub io: IoStats,
     pub completions: VecDeque<Completion>,
     pub events: VecDeque<Event>,
-    rx: Vec<u8>,
-    tx: Vec<u8>,
-    last_source: Option<SocketAddr>,
 }
 
 /// Converts a socket address to the core's peer address.
@@ -132,26 +231,40 @@ impl Node {
         Ok(Node {
             ep: Box::new(HostEndpoint::new(core, config.seed)),
             mem: Arenas::new(),
-            sockets,
+            link: SocketLink {
+                sockets,
+                pcap: None,
+                io: IoStats::default(),
+                rx: vec![0; RX_BUFFER],
+                tx: vec![0; RX_BUFFER],
+                last_source: None,
+            },
+            engine: Engine::for_datagrams(),
+            queues: Box::new(Queues::new()),
             origin: std::time::Instant::now(),
-            pcap: None,
-            io: IoStats::default(),
             completions: VecDeque::new(),
             events: VecDeque::new(),
-            rx: vec![0; RX_BUFFER],
-            tx: vec![0; RX_BUFFER],
-            last_source: None,
         })
     }
 
     /// The address this node receives on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.sockets.local_addr()
+        self.link.sockets.local_addr()
     }
 
     /// Source address of the last datagram received.
     pub fn last_source(&self) -> Option<SocketAddr> {
-        self.last_source
+        self.link.last_source
+    }
+
+    /// The socket-side counters.
+    pub fn io(&self) -> IoStats {
+        self.link.io
+    }
+
+    /// The engine loop's counters.
+    pub fn engine_stats(&self) -> EngineStats {
+        self.engine.stats()
     }
 
     /// The core's clock: nanoseconds since the node was created.
@@ -165,19 +278,70 @@ impl Node {
         self.ep.connect(now, peer_of(peer), 0)
     }
 
-    /// One turn of the loop: waits up to `max_wait` (less if the core has
-    /// a deadline sooner) for datagrams, handles what arrived and the due
-    /// timers, sends everything the core has, and queues completions and
-    /// events. Returns whether anything arrived.
+    /// Puts a work request on the send queue. `QueueFull` when the ring
+    /// is full (retry after completions); a request the core refuses for
+    /// good comes back as a completion with an error status.
+    pub fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), CommandError> {
+        let (mut host, _) = self.queues.ports();
+        host.post_send(conn, wr)
+            .map_err(|_| CommandError::QueueFull)
+    }
+
+    /// Puts a receive buffer on the receive queue; as [`Node::post_send`].
+    pub fn post_recv(&mut self, conn: ConnHandle, rr: RecvRequest) -> Result<(), CommandError> {
+        let (mut host, _) = self.queues.ports();
+        host.post_recv(conn, rr)
+            .map_err(|_| CommandError::QueueFull)
+    }
+
+    /// One engine poll; returns whether anything moved.
+    fn poll(&mut self) -> bool {
+        let now = self.now();
+        let (_, mut port) = self.queues.ports();
+        let outcome = self.engine.poll_datagrams(
+            now,
+            &mut *self.ep,
+            &mut self.link,
+            &mut port,
+            &mut self.mem,
+        );
+        outcome.busy
+    }
+
+    /// Polls until the loop is idle (bounded) or has something for the
+    /// program: completions, events, or a connection it just accepted.
+    /// Returns whether it has. Returning then lets the program react
+    /// before more packets are handled: a server posts its receives for a
+    /// fresh connection before the peer's first SEND, which follows the
+    /// ACCEPT within microseconds, is taken from the socket.
+    fn run_engine(&mut self) -> bool {
+        for _ in 0..POLLS_PER_TURN {
+            let accepting = self.accepting();
+            let busy = self.poll();
+            // A connection the endpoint accepted in this poll (a slot may be
+            // reused, so compare states, not handles).
+            let accepted = self.accepting() & !accepting != 0;
+            if self.collect() || accepted {
+                return true;
+            }
+            if !busy {
+                break;
+            }
+        }
+        false
+    }
+
+    /// One turn of the loop: runs the engine on what was posted; unless
+    /// that gave the program something to look at, waits up to `max_wait`
+    /// (less if the core has a deadline sooner) for datagrams and runs the
+    /// engine on what arrived and the due timers. Completions and events
+    /// are queued. Returns whether any datagram arrived.
     pub fn turn(&mut self, max_wait: Duration) -> bool {
         // Work posted since the last turn goes out before any waiting.
-        self.transmit_all();
-        self.collect();
-        let max_wait = if self.completions.is_empty() && self.events.is_empty() {
-            max_wait
-        } else {
-            Duration::ZERO
-        };
+        let received = self.link.io.rx_datagrams;
+        if self.run_engine() || !self.completions.is_empty() || !self.events.is_empty() {
+            return self.link.io.rx_datagrams > received;
+        }
         let now = self.now();
         let wait = match self.ep.poll_timeout() {
             Some(t) if t <= now => Duration::ZERO,
@@ -185,93 +349,36 @@ impl Node {
             None => max_wait,
         };
         if !wait.is_zero() {
-            self.sockets.wait(wait);
+            self.link.sockets.wait(wait);
         }
-        let got = self.receive_batch();
-        let now = self.now();
-        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
-            self.ep.handle_timeout(now);
-        }
-        self.transmit_all();
-        self.collect();
-        got
+        self.run_engine();
+        self.link.io.rx_datagrams > received
     }
 
-    fn receive_batch(&mut self) -> bool {
-        let mut got = false;
-        for _ in 0..RX_BATCH {
-            let r = match self.sockets.try_recv(&mut self.rx) {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(_) => {
-                    self.io.rx_errors += 1;
-                    continue;
-                }
-            };
-            got = true;
-            self.io.rx_datagrams += 1;
-            self.io.rx_bytes += r.len as u64;
-            if r.ecn != ecn::NOT_ECT {
-                self.io.rx_ecn_capable += 1;
-            }
-            let ce = r.ecn == ecn::CE;
-            if ce {
-                self.io.rx_ce += 1;
-            }
-            self.last_source = Some(r.from);
-            let bytes = &self.rx[..r.len];
-            if let Some(p) = self.pcap.as_mut() {
-                p.record(r.from, self.sockets.local_addr(), r.ecn, bytes, false);
-            }
-            let meta = RxMeta {
-                source: peer_of(r.from),
-                ce,
-            };
-            let now = self.now();
-            self.ep.handle_packet(now, &meta, bytes, &mut self.mem);
-        }
-        got
+    /// Bit `h` set: connection `h` is accepted and waits for the peer's
+    /// first packet.
+    fn accepting(&self) -> u64 {
+        self.ep
+            .handles()
+            .filter(|h| h.0 < 64 && self.ep.state(*h) == Some(ConnState::Accepting))
+            .fold(0, |mask, h| mask | 1 << h.0)
     }
 
-    fn transmit_all(&mut self) {
-        loop {
-            let now = self.now();
-            let Some(t) = self.ep.poll_transmit(now, &mut self.tx) else {
-                break;
-            };
-            let len = t.packet_len();
-            if len > self.tx.len() {
-                self.io.tx_errors += 1;
-                continue;
-            }
-            let len = finish_packet(&t, &mut self.tx[..len], &mut self.mem);
-            let to = socket_of(t.peer);
-            let data = &self.tx[..len];
-            if let Some(p) = self.pcap.as_mut() {
-                p.record(self.sockets.source_of(t.src_port), to, t.ecn, data, true);
-            }
-            match self.sockets.send(t.src_port, to, t.ecn, data) {
-                Ok(()) => {
-                    self.io.tx_datagrams += 1;
-                    self.io.tx_bytes += len as u64;
-                }
-                Err(_) => self.io.tx_errors += 1,
-            }
-        }
-    }
-
-    fn collect(&mut self) {
-        while let Some(c) = self.ep.poll_completion() {
+    /// Queues completions and events; returns whether there were any.
+    fn collect(&mut self) -> bool {
+        let before = self.completions.len() + self.events.len();
+        let (mut host, _) = self.queues.ports();
+        while let Some(c) = host.poll_completion() {
             self.completions.push_back(c);
         }
         while let Some(e) = self.ep.poll_event() {
             self.events.push_back(e);
         }
+        self.completions.len() + self.events.len() > before
     }
 
-    /// Sends what the core has queued now (after commands were posted).
+    /// Runs the engine on what the program posted now.
     pub fn flush(&mut self) {
-        self.transmit_all();
-        self.collect();
+        self.run_engine();
     }
 }

@@ -73,7 +73,7 @@ impl Control {
     }
 
     fn post_recv(&self, node: &mut Node, h: ConnHandle, slot: u32) -> Result<(), CommandError> {
-        node.ep.post_recv(
+        node.post_recv(
             h,
             RecvRequest {
                 id: u64::from(slot),
@@ -99,7 +99,7 @@ impl Control {
         if let Some(dst) = node.mem.slice_mut(addr, bytes.len()) {
             dst.copy_from_slice(&bytes);
         }
-        node.ep.post_send(
+        node.post_send(
             h,
             WorkRequest {
                 id: CONTROL_WR + u64::from(self.next_send),
@@ -183,16 +183,19 @@ impl Server {
     /// One loop turn plus the server's bookkeeping.
     pub fn turn(&mut self, max_wait: Duration) -> Result<(), HostError> {
         self.node.turn(max_wait);
-        self.adopt_new_connections()?;
-        while let Some(c) = self.node.completions.pop_front() {
-            self.on_completion(&c);
-        }
+        // Ends first: a connection slot that closed and was taken by a new
+        // peer within one turn keeps its handle, and the new connection
+        // must be adopted after the old one's report, not lost behind it.
         while let Some(e) = self.node.events.pop_front() {
             match e {
                 Event::Closed(h, reason) => self.finish(h, &format!("{reason:?}")),
                 Event::Failed(h, status) => self.finish(h, &format!("failed: {status:?}")),
                 Event::Connected(_) => {}
             }
+        }
+        self.adopt_new_connections()?;
+        while let Some(c) = self.node.completions.pop_front() {
+            self.on_completion(&c);
         }
         Ok(())
     }
@@ -546,7 +549,7 @@ pub fn run_client(
             None
         },
         |n| {
-            if n.io.rx_errors > 0 {
+            if n.io().rx_errors > 0 {
                 HostError::Unreachable(format!("{peer}: port unreachable (nothing listens there)"))
             } else {
                 HostError::Unreachable(format!(
@@ -672,7 +675,7 @@ pub fn run_client(
                     len: opts.size,
                 },
             };
-            match node.ep.post_send(h, wr) {
+            match node.post_send(h, wr) {
                 Ok(()) => posted += 1,
                 Err(CommandError::QueueFull) => break,
                 Err(e) => return Err(HostError::Transfer(format!("post: {e:?}"))),

@@ -35,7 +35,7 @@ fn transfer(server_bind: &str, client_bind: &str, op: Operation, size: u32, coun
         let mut s = Server::new(server_node);
         s.run(|s| !s.finished.is_empty() || stop2.load(Ordering::Relaxed))
             .unwrap();
-        (s.finished, s.node.io)
+        (s.finished, s.node.io())
     });
     let mut client = Node::bind(&config(client_bind, false, 2)).expect("bind client");
     let summary = run_client(

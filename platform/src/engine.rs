@@ -3,13 +3,16 @@
 //! interface. The same code runs on the DPU, under QEMU and on a host.
 //!
 //! One poll, in order, each step bounded by [`Budget`]:
-//! 1. **RX**: frames from the device ring. Ethernet/IP/UDP is parsed with
+//! 1. **Admin, receive and send queues**: registrations, receive buffers and
+//!    work requests from the host rings, posted to the transport. First, so
+//!    that whatever the host posted before this poll precedes the packets
+//!    it handles (a receive posted before a SEND arrived is there to take
+//!    it, as on a NIC).
+//! 2. **RX**: frames from the device ring. Ethernet/IP/UDP is parsed with
 //!    `metaroce_core::wire::encap::parse_frame` (CE mark and the UDP source
 //!    port, the sender's path entropy, go into [`RxMeta`]); transport
 //!    packets go to [`Transport::handle_packet`] with a [`DmaMemory`] that
 //!    places payload by DMA; ARP and ICMP echo are answered by [`crate::net`].
-//! 2. **Admin, receive and send queues**: registrations, receive buffers and
-//!    work requests from the host rings, posted to the transport.
 //! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed.
 //! 4. **Completions** into the completion ring, then its doorbell.
 //! 5. **TX**: [`Transport::poll_transmit`] until the device is full; the
@@ -18,9 +21,9 @@
 //!    them, and [`Transport::finish_packet`] writes the trailer.
 //!
 //! [`Engine::poll_datagrams`] is the same loop for a [`DatagramLink`], where
-//! the kernel's sockets or a simulator own Ethernet, IP and UDP: steps 2-4
-//! are the same functions, and steps 1 and 5 hand the transport packet and
-//! its addressing to the link instead of wrapping it in a frame.
+//! the kernel's sockets or a simulator own Ethernet, IP and UDP: steps 1, 3
+//! and 4 are the same functions, and steps 2 and 5 hand the transport
+//! packet and its addressing to the link instead of wrapping it in a frame.
 //!
 //! The caller owns the clock and the waiting: [`PollOutcome`] says whether
 //! anything happened and when the transport next needs time.
@@ -176,6 +179,15 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         }
     }
 
+    /// A loop for [`Engine::poll_datagrams`] only: the link's owner has the
+    /// Ethernet and IP addresses, so none are configured here.
+    pub fn for_datagrams() -> Self {
+        Self::new(NetConfig {
+            mac: EthernetAddress([0; 6]),
+            ip: Ipv4Address::UNSPECIFIED,
+        })
+    }
+
     /// Sets the per-poll budget.
     pub fn set_budget(&mut self, budget: Budget) {
         self.budget = budget;
@@ -280,8 +292,9 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         D: FrameDevice,
         M: DmaCopy,
     {
-        let mut busy = self.receive(now, transport, device, dma);
-        busy |= self.host_work_timers_completions(now, transport, port);
+        let mut busy = self.take_host_work(transport, port);
+        busy |= self.receive(now, transport, device, dma);
+        busy |= self.timers_and_completions(now, transport, port);
         busy |= self.transmit(now, transport, device, dma);
         PollOutcome {
             busy,
@@ -313,8 +326,9 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         L: DatagramLink,
         M: DmaCopy,
     {
-        let mut busy = self.receive_datagrams(now, transport, link, dma);
-        busy |= self.host_work_timers_completions(now, transport, port);
+        let mut busy = self.take_host_work(transport, port);
+        busy |= self.receive_datagrams(now, transport, link, dma);
+        busy |= self.timers_and_completions(now, transport, port);
         busy |= self.transmit_datagrams(now, transport, link, dma);
         PollOutcome {
             busy,
@@ -322,8 +336,8 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         }
     }
 
-    /// Steps 2 to 4, shared by both kinds of link.
-    fn host_work_timers_completions<
+    /// Steps 3 and 4, shared by both kinds of link.
+    fn timers_and_completions<
         T: Transport,
         const SQ: usize,
         const RQ: usize,
@@ -335,7 +349,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         transport: &mut T,
         port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
     ) -> bool {
-        let mut busy = self.take_host_work(transport, port);
+        let mut busy = false;
         if transport.poll_timeout().is_some_and(|t| t <= now) {
             transport.handle_timeout(now);
             self.stats.timeouts += 1;
@@ -345,7 +359,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         busy
     }
 
-    /// Step 1 over a datagram link.
+    /// Step 2 over a datagram link.
     fn receive_datagrams<T: Transport, L: DatagramLink, M: DmaCopy>(
         &mut self,
         now: Instant,

@@ -168,7 +168,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     let bind = parse_addr("--bind", &a.bind)?;
     let mut node = Node::bind(&node_config(bind, &a.common, true))?;
     if let Some(p) = &a.common.pcap {
-        node.pcap = Some(PcapRecorder::create(p)?);
+        node.link.pcap = Some(PcapRecorder::create(p)?);
     }
     let local = node.local_addr();
     if a.common.json {
@@ -215,7 +215,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         printed = s.finished.len();
         (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
     })?;
-    if let Some(p) = server.node.pcap.take() {
+    if let Some(p) = server.node.link.pcap.take() {
         p.finish()?;
     }
     if corrupt {
@@ -254,7 +254,7 @@ fn client(
     };
     let mut node = Node::bind(&node_config(bind, &a.common, false))?;
     if let Some(p) = &a.common.pcap {
-        node.pcap = Some(PcapRecorder::create(p)?);
+        node.link.pcap = Some(PcapRecorder::create(p)?);
     }
     let opts = ClientOptions {
         peer,
@@ -278,7 +278,7 @@ fn client(
     if live {
         eprintln!();
     }
-    if let Some(p) = node.pcap.take() {
+    if let Some(p) = node.link.pcap.take() {
         p.finish()?;
     }
     let summary = result?;
