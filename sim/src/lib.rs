@@ -21,7 +21,8 @@
 //! * [`packet`], [`link`], [`queue`], [`ecmp`]: the fabric's parts.
 //! * [`topology`]: nodes and links; [`network`]: the event loop.
 //! * [`transport`]: the [`SimTransport`] trait hosts run, with adapters
-//!   for MetaRoCE ([`metaroce`]) and the RoCEv2 baseline ([`roce`]), and a
+//!   for MetaRoCE ([`metaroce`], behind the platform layer's engine loop)
+//!   and the RoCEv2 baseline ([`roce`]), and a
 //!   scripted [`probe`] for fabric tests.
 //! * [`memory`]: a host's byte arena; [`workload`]: flows of RDMA WRITEs
 //!   with completion times and integrity checks.

@@ -26,9 +26,7 @@ use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkR
 use metaroce_core::{CommandError, Config, Endpoint, Event, Instant};
 use metaroce_platform::engine::Budget;
 use metaroce_platform::net::NetConfig;
-use metaroce_platform::{
-    DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues, PollOutcome,
-};
+use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::{EthernetAddress, Ipv4Address};
 
 use crate::memory::Arena;
@@ -79,6 +77,11 @@ pub struct MetaRoce<const C: usize = CONNECTIONS, const P: usize = PATHS> {
     queues: Box<Queues>,
     /// Longest transport packet the link takes.
     max_packet_len: usize,
+    /// The endpoint's next deadline as of the last poll or command. Only a
+    /// poll or a direct command changes the endpoint, so this is exact, and
+    /// it spares the simulator's `poll_timeout` calls a scan of every
+    /// connection (the loop has just made one).
+    next_timeout: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
 }
@@ -157,6 +160,7 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
         });
         MetaRoce {
             max_packet_len: usize::from(config.mtu) + HEADER_ROOM,
+            next_timeout: None,
             endpoint: Box::new(Endpoint::new(config, seed)),
             engine,
             queues: Box::new(Queues::new()),
@@ -175,13 +179,13 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
     }
 
     /// One round of the engine loop over `link`, with `mem` as host memory.
-    fn poll(&mut self, now: Instant, link: &mut SimLink<'_>, mem: &mut Arena) -> PollOutcome {
+    fn poll(&mut self, now: Instant, link: &mut SimLink<'_>, mem: &mut Arena) {
         let (_, mut port) = self.queues.ports();
         let outcome = self
             .engine
             .poll_datagrams(now, &mut *self.endpoint, link, &mut port, mem);
+        self.next_timeout = outcome.next_timeout;
         self.drain_events();
-        outcome
     }
 
     fn drain_events(&mut self) {
@@ -213,7 +217,9 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
     }
 
     fn register_region(&mut self, region: Region) -> Result<u32, TransportError> {
-        self.endpoint.register_region(region).map_err(command_error)
+        let key = self.endpoint.register_region(region).map_err(command_error);
+        self.next_timeout = self.endpoint.poll_timeout();
+        key
     }
 
     fn connect_pair(
@@ -224,7 +230,9 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
         b_addr: PeerAddr,
     ) -> Result<ConnHandle, TransportError> {
         // The peer accepts on its own (`Config::accept_incoming`).
-        a.endpoint.connect(now, b_addr, 0).map_err(command_error)
+        let conn = a.endpoint.connect(now, b_addr, 0).map_err(command_error);
+        a.next_timeout = a.endpoint.poll_timeout();
+        conn
     }
 
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), TransportError> {
@@ -274,7 +282,7 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.endpoint.poll_timeout()
+        self.next_timeout
     }
 
     fn poll_completion(&mut self) -> Option<Completion> {
