@@ -35,14 +35,14 @@ fn run_suite(pcap: &Path) {
         seed: 7,
     })
     .unwrap();
-    node.pcap = Some(PcapRecorder::create(pcap).unwrap());
+    node.link.pcap = Some(PcapRecorder::create(pcap).unwrap());
     let addr = node.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let server = thread::spawn(move || {
         let mut s = Server::new(node);
         s.run(|_| stop2.load(Ordering::Relaxed)).unwrap();
-        if let Some(p) = s.node.pcap.take() {
+        if let Some(p) = s.node.link.pcap.take() {
             p.finish().unwrap();
         }
     });

@@ -151,10 +151,14 @@ impl<const C: usize, const P: usize> Endpoint<C, P> {
         if let Some(i) = self.conns.iter().position(Option::is_none) {
             return Some(i);
         }
-        // Reuse a closed connection whose completions were all delivered.
+        // Reuse a closed or failed connection whose work was all completed
+        // (a failed one flushed it): a peer that vanished must not hold a
+        // slot for good. The new incarnation gets a fresh random id, so the
+        // old peer's late packets find no connection.
         self.conns.iter().position(|c| {
-            c.as_ref()
-                .is_some_and(|c| c.state() == ConnState::Closed && c.is_idle())
+            c.as_ref().is_some_and(|c| {
+                matches!(c.state(), ConnState::Closed | ConnState::Error) && c.is_idle()
+            })
         })
     }
 

@@ -859,3 +859,33 @@ fn keepalives_hold_an_idle_connection_and_silence_ends_it() {
         Some(ConnState::Error | ConnState::Closed)
     ));
 }
+
+#[test]
+fn failed_connections_give_their_slots_back() {
+    let config = small_mtu();
+    let mut s = setup(config, Impairments::default(), 17);
+    // The peer vanishes: every new connection to it fails its handshake.
+    s.c.imp.loss = 1.0;
+    let peer = s.c.addr(1);
+    let mut failed = 0;
+    // More attempts than the endpoint has slots (8, one already in use).
+    for _ in 0..12 {
+        let now = s.c.now;
+        let h = s.c.nodes[0]
+            .ep
+            .connect(now, peer, 0)
+            .expect("a failed connection's slot is free again");
+        // Doubling intervals: the last attempt ends before 2^(retries + 1) intervals.
+        let t = now + config.handshake_timeout * 2u32.pow(u32::from(config.handshake_retries) + 2);
+        s.c.run_until(t, |c| {
+            c.nodes[0].ep.state(h) == Some(ConnState::Error)
+                || c.nodes[0].ep.state(h) == Some(ConnState::Closed)
+        });
+        assert!(matches!(
+            s.c.nodes[0].ep.state(h),
+            Some(ConnState::Error | ConnState::Closed)
+        ));
+        failed += 1;
+    }
+    assert_eq!(failed, 12);
+}

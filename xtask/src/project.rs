@@ -5,7 +5,12 @@ pub const FIRMWARE_TARGET: &str = "aarch64-unknown-none";
 
 /// Library crates that are `no_std` and must build for [`FIRMWARE_TARGET`]:
 /// each is linted for that target. Add `metaroce-platform` etc. here.
-pub const NO_STD_CRATES: &[&str] = &["metaroce-core", "roce-baseline", "metaroce-platform"];
+pub const NO_STD_CRATES: &[&str] = &[
+    "metaroce-core",
+    "roce-baseline",
+    "metaroce-platform",
+    "metaroce-app",
+];
 
 /// `no_std` crates built in release for [`FIRMWARE_TARGET`] whose compiled
 /// code, dependencies included, must not reference an allocator.

@@ -12,7 +12,7 @@ use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
-use metaroce_platform::{Engine, FrameDevice, HostQueues, Transport};
+use metaroce_platform::{Engine, HostQueues, Transport};
 use smoltcp::wire::EthernetAddress;
 use virtio_drivers::transport::mmio::MmioTransport;
 
@@ -288,28 +288,6 @@ fn run<T: NodeTransport>(
     }
 }
 
-/// A device whose receive side is held back for one poll (transmit passes
-/// through), so that poll only takes host work and timers.
-struct HoldReceive<'a, D: FrameDevice>(&'a mut D);
-
-impl<D: FrameDevice> FrameDevice for HoldReceive<'_, D> {
-    fn max_frame_len(&self) -> usize {
-        self.0.max_frame_len()
-    }
-
-    fn receive<R>(&mut self, _f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        None
-    }
-
-    fn transmit_ready(&mut self) -> bool {
-        self.0.transmit_ready()
-    }
-
-    fn transmit<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
-        self.0.transmit(len, f)
-    }
-}
-
 /// The serve role's view of the node: connection states and events.
 struct ServeServices<'a, const C: usize> {
     endpoint: &'a mut Endpoint<C, 8>,
@@ -357,23 +335,10 @@ fn serve<const C: usize>(
                 endpoint: &mut *endpoint,
             },
         );
-        for _ in 0..4 {
-            if !port.has_work() {
-                break;
-            }
-            // Hand what the task just posted (a new connection's receives)
-            // to the transport before the next received frame: a client
-            // may send its first SEND as soon as it has the ACCEPT, and
-            // a receive posted one poll too late answers it with
-            // RECEIVER_NOT_READY.
-            engine.poll(
-                hw::now(),
-                &mut *endpoint,
-                &mut HoldReceive(&mut net),
-                &mut port,
-                &mut window,
-            );
-        }
+        // What the task just posted (a new connection's receives) goes to
+        // the transport first in the next poll, before any received frame
+        // (the engine loop takes host work before RX), so a client's first
+        // SEND right after the ACCEPT finds its receive posted.
         if !polled.busy && !port.has_work() {
             let mut deadline = task.next_wake().min(now + MAX_SLEEP);
             if let Some(t) = polled.next_timeout {
