@@ -15,8 +15,17 @@ const ONE: u32 = 1 << 16;
 /// What a controller learns and decides.
 pub trait CongestionControl {
     /// Data packets newly delivered, of which `marked` carried CE, as echoed
-    /// by the receiver; `rtt` is the current smoothed round trip.
-    fn on_delivery(&mut self, now: Instant, delivered: u32, marked: u32, rtt: Duration);
+    /// by the receiver; `rtt` is the current smoothed round trip; `ceiling`
+    /// is the receiver's fair-share hint in Mbit/s (`u32::MAX`: none), which
+    /// caps what the sender actually sends.
+    fn on_delivery(
+        &mut self,
+        now: Instant,
+        delivered: u32,
+        marked: u32,
+        rtt: Duration,
+        ceiling: u32,
+    );
     /// A retransmission timeout fired: the path to the peer may be badly
     /// congested or broken.
     fn on_timeout(&mut self, now: Instant);
@@ -43,14 +52,19 @@ pub struct EcnAimd {
 }
 
 impl EcnAimd {
-    /// Starts at line rate with alpha = 1 (the first marked round trip halves the rate).
+    /// Starts at line rate with alpha = 1/16: the receiver's hint already
+    /// sets each sender's share, so the first marked round trip (usually
+    /// the queue left by the start-up burst) trims the rate instead of
+    /// halving it for every sender at once, which would leave the
+    /// bottleneck idle (incast: 1.11x -> 1.06x of the ideal). Alpha then
+    /// follows the marked fraction as in DCTCP.
     pub fn new(config: &Config) -> EcnAimd {
         EcnAimd {
             rate_mbps: config.link_rate_mbps,
             max_mbps: config.link_rate_mbps,
             min_mbps: config.cc_min_rate_mbps.min(config.link_rate_mbps),
             increase_mbps: config.cc_additive_increase_mbps,
-            alpha: ONE,
+            alpha: ONE / 16,
             alpha_shift: config.cc_alpha_shift.min(15),
             epoch_start: Instant::ZERO,
             epoch_delivered: 0,
@@ -65,7 +79,14 @@ impl EcnAimd {
 }
 
 impl CongestionControl for EcnAimd {
-    fn on_delivery(&mut self, now: Instant, delivered: u32, marked: u32, rtt: Duration) {
+    fn on_delivery(
+        &mut self,
+        now: Instant,
+        delivered: u32,
+        marked: u32,
+        rtt: Duration,
+        ceiling: u32,
+    ) {
         self.epoch_delivered = self.epoch_delivered.saturating_add(delivered);
         self.epoch_marked = self.epoch_marked.saturating_add(marked.min(delivered));
         // One decision per round trip: at most one decrease per RTT.
@@ -81,12 +102,23 @@ impl CongestionControl for EcnAimd {
             self.alpha -= (self.alpha - fraction) >> self.alpha_shift;
         }
         if self.epoch_marked > 0 {
-            let cut = u64::from(self.rate_mbps) * u64::from(self.alpha) / u64::from(2 * ONE);
-            self.rate_mbps = (self.rate_mbps - cut as u32).max(self.min_mbps);
+            // Cut from what is actually sent: a sender held to the hint
+            // whose own rate is far above it would otherwise need many
+            // marked round trips to slow down at all, then fall far below
+            // its share. Increases stay uncapped, so when the hint rises
+            // (senders left) the sender follows it at once.
+            let base = self.rate_mbps.min(ceiling);
+            let cut = u64::from(base) * u64::from(self.alpha) / u64::from(2 * ONE);
+            self.rate_mbps = (base - cut as u32).max(self.min_mbps);
         } else {
+            // An unmarked round trip below the receiver's fair share: the
+            // share is free, take it at once (all senders at their share
+            // fill the receiver's link exactly); above it, probe additively.
+            let share = if ceiling == u32::MAX { 0 } else { ceiling };
             self.rate_mbps = self
                 .rate_mbps
                 .saturating_add(self.increase_mbps)
+                .max(share)
                 .min(self.max_mbps);
         }
         self.epoch_start = now;
@@ -110,7 +142,7 @@ pub struct FixedRate {
 }
 
 impl CongestionControl for FixedRate {
-    fn on_delivery(&mut self, _: Instant, _: u32, _: u32, _: Duration) {}
+    fn on_delivery(&mut self, _: Instant, _: u32, _: u32, _: Duration, _: u32) {}
     fn on_timeout(&mut self, _: Instant) {}
     fn rate_mbps(&self) -> u32 {
         self.rate_mbps
@@ -137,10 +169,17 @@ impl Controller {
 }
 
 impl CongestionControl for Controller {
-    fn on_delivery(&mut self, now: Instant, delivered: u32, marked: u32, rtt: Duration) {
+    fn on_delivery(
+        &mut self,
+        now: Instant,
+        delivered: u32,
+        marked: u32,
+        rtt: Duration,
+        ceiling: u32,
+    ) {
         match self {
-            Controller::EcnAimd(c) => c.on_delivery(now, delivered, marked, rtt),
-            Controller::Fixed(c) => c.on_delivery(now, delivered, marked, rtt),
+            Controller::EcnAimd(c) => c.on_delivery(now, delivered, marked, rtt, ceiling),
+            Controller::Fixed(c) => c.on_delivery(now, delivered, marked, rtt, ceiling),
         }
     }
 
@@ -179,19 +218,50 @@ mod tests {
         let rtt = Duration::from_micros(10);
         assert_eq!(cc.rate_mbps(), 100_000);
         // Marks within one RTT: one decision at the RTT boundary only.
-        cc.on_delivery(us(10), 10, 10, rtt);
+        cc.on_delivery(us(10), 10, 10, rtt, u32::MAX);
         let after_first = cc.rate_mbps();
         assert!((50_000..100_000).contains(&after_first), "{after_first}");
-        cc.on_delivery(us(12), 10, 10, rtt);
-        cc.on_delivery(us(15), 10, 10, rtt);
+        cc.on_delivery(us(12), 10, 10, rtt, u32::MAX);
+        cc.on_delivery(us(15), 10, 10, rtt, u32::MAX);
         assert_eq!(cc.rate_mbps(), after_first, "no second cut within the RTT");
-        cc.on_delivery(us(21), 10, 10, rtt);
+        cc.on_delivery(us(21), 10, 10, rtt, u32::MAX);
         assert!(cc.rate_mbps() < after_first);
         let low = cc.rate_mbps();
         for i in 0..10 {
-            cc.on_delivery(us(40 + i * 11), 10, 0, rtt);
+            cc.on_delivery(us(40 + i * 11), 10, 0, rtt, u32::MAX);
         }
-        assert_eq!(cc.rate_mbps(), low + 10 * cfg.cc_additive_increase_mbps);
+        assert_eq!(
+            cc.rate_mbps(),
+            (low + 10 * cfg.cc_additive_increase_mbps).min(cfg.link_rate_mbps)
+        );
+    }
+
+    #[test]
+    fn a_sender_held_to_the_hint_cuts_from_the_hint_and_returns_to_it() {
+        let cfg = Config::default();
+        let mut cc = EcnAimd::new(&cfg);
+        let rtt = Duration::from_micros(10);
+        let hint = 1_600;
+        // Own rate 100 Gbit/s, sending at the 1.6 Gbit/s hint: a marked
+        // round trip cuts below what is actually sent.
+        cc.on_delivery(us(10), 10, 10, rtt, hint);
+        let cut = cc.rate_mbps();
+        assert!(cut < hint && cut > hint / 2, "{cut}");
+        // An unmarked round trip: at least the share again at once.
+        cc.on_delivery(us(21), 10, 0, rtt, hint);
+        assert_eq!(
+            cc.rate_mbps(),
+            (cut + cfg.cc_additive_increase_mbps).max(hint)
+        );
+        // A share far above the own rate (senders left) is taken at once.
+        cc.on_delivery(us(32), 10, 0, rtt, 50_000);
+        assert_eq!(cc.rate_mbps(), 50_000);
+        // Without a hint: additive only.
+        let mut plain = EcnAimd::new(&cfg);
+        plain.on_delivery(us(10), 10, 10, rtt, u32::MAX);
+        let low = plain.rate_mbps();
+        plain.on_delivery(us(21), 10, 0, rtt, u32::MAX);
+        assert_eq!(plain.rate_mbps(), low + cfg.cc_additive_increase_mbps);
     }
 
     #[test]

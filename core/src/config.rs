@@ -62,6 +62,13 @@ pub struct Config {
     pub cc_min_rate_mbps: u32,
     /// DCTCP gain g for the marked-fraction average, as 1/2^shift.
     pub cc_alpha_shift: u8,
+    /// Bytes of new data a connection may have in flight before anything
+    /// was acknowledged (the start-up window); every delivered packet then
+    /// adds its size, so it doubles per round trip up to `window`. It
+    /// bounds the first round trip of many senders starting together
+    /// (incast), before the receiver's rate hint reaches them (spec
+    /// 4.10.5). 0 turns it off.
+    pub initial_window_bytes: u32,
     /// ACK after this many unacknowledged reliable packets.
     pub ack_every: u8,
     /// ... or after this delay, whichever comes first.
@@ -112,6 +119,9 @@ impl Default for Config {
             cc_additive_increase_mbps: 2_000,
             cc_min_rate_mbps: 100,
             cc_alpha_shift: 4,
+            // Four 4 KiB packets: 63 senders' first round trip (1008 KiB)
+            // fits one 1 MiB switch output buffer.
+            initial_window_bytes: 16 * 1024,
             ack_every: 4,
             ack_delay: Duration::from_micros(2),
             rto_initial: Duration::from_micros(500),

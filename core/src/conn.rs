@@ -208,6 +208,9 @@ pub struct Connection<const P: usize> {
     initial_psn: u32,
     window: Window,
     lost_pending: u16,
+    /// Start-up window, bytes: new data in flight is kept below it until it
+    /// has grown past the PSN window (`Config::initial_window_bytes`).
+    startup_window: u32,
     sendq: Deque<SendEntry, SEND_QUEUE_DEPTH>,
     send_cursor: usize,
     next_msg_id: u32,
@@ -292,6 +295,11 @@ impl<const P: usize> Connection<P> {
             initial_psn,
             window: Window::new(),
             lost_pending: 0,
+            startup_window: if config.initial_window_bytes == 0 {
+                u32::MAX
+            } else {
+                config.initial_window_bytes
+            },
             sendq: Deque::new(),
             send_cursor: 0,
             next_msg_id: 1,
@@ -982,13 +990,21 @@ impl<const P: usize> Connection<P> {
                 .get_mut(echo_path)
                 .on_echo(ack.path_rx_count, ack.path_ce_count);
             let rtt = Duration::from_nanos(u64::from(self.srtt_ns.max(1)));
-            self.cc.on_delivery(now, delivered, marked, rtt);
+            let ceiling = if self.rate_hint_mbps == 0 {
+                u32::MAX
+            } else {
+                self.rate_hint_mbps
+            };
+            self.cc.on_delivery(now, delivered, marked, rtt, ceiling);
         }
         if psn_diff(h.psn, self.last_ack_seq) >= 0 || self.stats.acks_received == 1 {
             self.last_ack_seq = h.psn;
             self.rate_hint_mbps = ack.rate_hint_mbps;
         }
         if newly > 0 {
+            self.startup_window = self
+                .startup_window
+                .saturating_add(newly.saturating_mul(u32::from(self.params.mtu)));
             self.rto_backoff = 0;
             self.rto_deadline = if self.snd_una == self.snd_nxt {
                 None
@@ -1333,13 +1349,26 @@ impl<const P: usize> Connection<P> {
         if self.lost_pending > 0 {
             return true;
         }
-        let in_window = self.snd_nxt.wrapping_sub(self.snd_una) < u32::from(self.params.window);
-        in_window
+        self.may_send_new()
             && self
                 .sendq
                 .iter()
                 .skip(self.send_cursor)
                 .any(|e| e.started < e.packets && e.error.is_none())
+    }
+
+    /// Whether one more new packet fits the PSN window and the start-up
+    /// window. The in-flight count is summed over the paths only while the
+    /// span of outstanding PSNs could exceed the start-up window (the first
+    /// round trips), so a grown connection pays nothing for it.
+    fn may_send_new(&self) -> bool {
+        let span = self.snd_nxt.wrapping_sub(self.snd_una);
+        if span >= u32::from(self.params.window) {
+            return false;
+        }
+        let mtu = u32::from(self.params.mtu).max(1);
+        let allowed = (self.startup_window / mtu).max(2);
+        span < allowed || self.paths.in_flight_total() < allowed
     }
 
     fn header(&self, now: Instant, psn: u32, path: u8, flags: Flags) -> Header {
@@ -1507,7 +1536,7 @@ impl<const P: usize> Connection<P> {
             }
             (psn, true)
         } else {
-            if self.snd_nxt.wrapping_sub(self.snd_una) >= u32::from(self.params.window) {
+            if !self.may_send_new() {
                 return None;
             }
             (self.snd_nxt, false)

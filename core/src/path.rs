@@ -217,6 +217,12 @@ impl<const P: usize> PathSet<P> {
         self.paths[..usize::from(self.active)].iter()
     }
 
+    /// Packets in flight over every path (sent, neither delivered nor
+    /// declared lost).
+    pub(crate) fn in_flight_total(&self) -> u32 {
+        self.iter().map(|p| u32::from(p.in_flight)).sum()
+    }
+
     /// The path for the next packet: least in-flight per unit of weight,
     /// round-robin among equals so a loss-free fabric sees an even spray.
     pub fn choose(&mut self) -> u8 {

@@ -521,11 +521,13 @@ fn ecn_marks_cut_the_rate() {
         imp,
         7,
     );
-    let msgs: Vec<Msg> = (0..32)
+    // Long enough for alpha (starting at 1/16, gain 1/16) to approach the
+    // marked fraction: the whole 1 MiB region.
+    let msgs: Vec<Msg> = (0..16)
         .map(|i| Msg {
             kind: Kind::Write,
-            len: 16384,
-            offset: i * 16384,
+            len: 65536,
+            offset: i * 65536,
         })
         .collect();
     run_workload(&mut s, &msgs, 7, Duration::from_secs(1));
