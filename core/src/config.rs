@@ -130,7 +130,9 @@ impl Default for Config {
             retry_limit: 12,
             rnr_delay: Duration::from_micros(50),
             rnr_retry_limit: 7,
-            handshake_timeout: Duration::from_millis(2),
+            // A few data-centre round trips: a lost CONNECT or ACCEPT (10 %
+            // loss loses one in five handshakes) must not cost milliseconds.
+            handshake_timeout: Duration::from_micros(200),
             handshake_retries: 8,
             keepalive_interval: Duration::from_millis(100),
             idle_timeout: Duration::from_secs(1),
