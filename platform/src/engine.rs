@@ -7,7 +7,9 @@
 //!    work requests from the host rings, posted to the transport. First, so
 //!    that whatever the host posted before this poll precedes the packets
 //!    it handles (a receive posted before a SEND arrived is there to take
-//!    it, as on a NIC).
+//!    it, as on a NIC). The rings are shared by every connection, so a
+//!    request whose connection's queue is full is parked aside (bounded,
+//!    in order per connection) rather than holding up the others.
 //! 2. **RX**: frames from the device ring. Ethernet/IP/UDP is parsed with
 //!    `metaroce_core::wire::encap::parse_frame` (CE mark and the UDP source
 //!    port, the sender's path entropy, go into [`RxMeta`]); transport
@@ -28,7 +30,8 @@
 //! The caller owns the clock and the waiting: [`PollOutcome`] says whether
 //! anything happened and when the transport next needs time.
 
-use metaroce_core::api::{Completion, Opcode, PeerAddr, RxMeta};
+use heapless::Deque;
+use metaroce_core::api::{Completion, ConnHandle, Opcode, PeerAddr, RxMeta};
 use metaroce_core::wire::{encap, EncapRepr, IpPair};
 use metaroce_core::Instant;
 use smoltcp::wire::{
@@ -39,7 +42,7 @@ use smoltcp::wire::{
 use crate::device::{FrameDevice, FRAME_SLOT_LEN};
 use crate::dma::{DmaCopy, DmaMemory};
 use crate::doorbell::Doorbell;
-use crate::host::{AdminCommand, AdminResult, EnginePort};
+use crate::host::{AdminCommand, AdminResult, EnginePort, RecvQueueEntry, SendQueueEntry};
 use crate::link::{DatagramLink, DatagramTarget};
 use crate::net::{self, Control, NeighborCache, NetConfig};
 use crate::ring::{RingConsumer, RingProducer};
@@ -162,6 +165,9 @@ pub struct Engine<const NEIGHBORS: usize = 16> {
     last_arp_request: Option<Instant>,
     header_buf: [u8; HEADER_BUF_LEN],
     reply_buf: [u8; FRAME_SLOT_LEN],
+    /// Requests refused for now, held aside (see [`drain_work`]).
+    parked_sends: Deque<SendQueueEntry, PARKED>,
+    parked_recvs: Deque<RecvQueueEntry, PARKED>,
 }
 
 impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
@@ -176,6 +182,8 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             last_arp_request: None,
             header_buf: [0; HEADER_BUF_LEN],
             reply_buf: [0; FRAME_SLOT_LEN],
+            parked_sends: Deque::new(),
+            parked_recvs: Deque::new(),
         }
     }
 
@@ -597,58 +605,51 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             let _ = port.admin_result.push(AdminResult { tag, result });
             answered = true;
         }
-        let mut budget = self.budget.work_requests;
-        while budget > 0 && !port.completion.is_full() {
-            let Some(entry) = port.recv.peek() else { break };
-            budget -= 1;
-            match transport.post_recv(entry.conn, entry.rr) {
-                Ok(()) => self.stats.posted_recvs += 1,
-                Err(e) if e.is_retryable() => {
-                    self.stats.post_retries += 1;
-                    break;
-                }
-                Err(e) => {
-                    self.stats.post_errors += 1;
-                    let _ = port.completion.push(Completion {
-                        conn: entry.conn,
-                        wr_id: entry.rr.id,
-                        opcode: Opcode::Recv,
-                        status: e.status(),
-                        byte_len: 0,
-                        imm: None,
-                    });
-                    answered = true;
-                }
-            }
-            let _ = port.recv.pop();
-            any = true;
-        }
-        let mut budget = self.budget.work_requests;
-        while budget > 0 && !port.completion.is_full() {
-            let Some(entry) = port.send.peek() else { break };
-            budget -= 1;
-            match transport.post_send(entry.conn, entry.wr) {
-                Ok(()) => self.stats.posted_sends += 1,
-                Err(e) if e.is_retryable() => {
-                    self.stats.post_retries += 1;
-                    break;
-                }
-                Err(e) => {
-                    self.stats.post_errors += 1;
-                    let _ = port.completion.push(Completion {
-                        conn: entry.conn,
-                        wr_id: entry.wr.id,
-                        opcode: opcode_of(&entry.wr.op),
-                        status: e.status(),
-                        byte_len: 0,
-                        imm: None,
-                    });
-                    answered = true;
-                }
-            }
-            let _ = port.send.pop();
-            any = true;
-        }
+        let budget = self.budget.work_requests;
+        let recvs = drain_work(
+            &mut port.recv,
+            &mut self.parked_recvs,
+            &mut port.completion,
+            budget,
+            |e: &RecvQueueEntry| e.conn,
+            |e| match transport.post_recv(e.conn, e.rr) {
+                Ok(()) => Post::Taken,
+                Err(err) if err.is_retryable() => Post::Later,
+                Err(err) => Post::Refused(Completion {
+                    conn: e.conn,
+                    wr_id: e.rr.id,
+                    opcode: Opcode::Recv,
+                    status: err.status(),
+                    byte_len: 0,
+                    imm: None,
+                }),
+            },
+        );
+        let sends = drain_work(
+            &mut port.send,
+            &mut self.parked_sends,
+            &mut port.completion,
+            budget,
+            |e: &SendQueueEntry| e.conn,
+            |e| match transport.post_send(e.conn, e.wr) {
+                Ok(()) => Post::Taken,
+                Err(err) if err.is_retryable() => Post::Later,
+                Err(err) => Post::Refused(Completion {
+                    conn: e.conn,
+                    wr_id: e.wr.id,
+                    opcode: opcode_of(&e.wr.op),
+                    status: err.status(),
+                    byte_len: 0,
+                    imm: None,
+                }),
+            },
+        );
+        self.stats.posted_recvs += u64::from(recvs.taken);
+        self.stats.posted_sends += u64::from(sends.taken);
+        self.stats.post_retries += u64::from(recvs.later + sends.later);
+        self.stats.post_errors += u64::from(recvs.refused + sends.refused);
+        answered |= recvs.refused + sends.refused > 0;
+        any |= recvs.moved || sends.moved;
         if answered {
             port.bells.completion.ring();
         }
@@ -763,5 +764,199 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             }
         }
         any
+    }
+}
+
+/// Requests per queue that the loop holds aside while their connection's
+/// own queue is full.
+const PARKED: usize = 16;
+
+/// What the transport did with one request.
+enum Post {
+    Taken,
+    /// Refused for now (the connection's queue is full): retry later.
+    Later,
+    /// Refused for good: this error completion goes to the host.
+    Refused(Completion),
+}
+
+/// Counts of one [`drain_work`] call.
+#[derive(Default)]
+struct Drained {
+    taken: u32,
+    later: u32,
+    refused: u32,
+    /// Anything left the ring or the parked list.
+    moved: bool,
+}
+
+/// Connections refused "for now" in this pass, so their later requests
+/// queue behind the refused one instead of overtaking it.
+struct Blocked(heapless::Vec<ConnHandle, PARKED>);
+
+impl Blocked {
+    fn contains(&self, conn: ConnHandle) -> bool {
+        self.0.contains(&conn)
+    }
+
+    fn insert(&mut self, conn: ConnHandle) {
+        if !self.contains(conn) {
+            // At most one entry per parked request, and those are bounded
+            // by the same capacity.
+            let _ = self.0.push(conn);
+        }
+    }
+}
+
+/// Moves requests from a shared host ring into the transport. The host
+/// has one send and one receive ring for every connection, so a request
+/// the transport refuses for now (its connection's queue is full) must
+/// not hold up the other connections behind it: it is parked (bounded),
+/// with its connection's later requests behind it in order, and retried
+/// first on the next poll. Only when the parked list is full does the
+/// ring wait. Each request refused for good becomes an error completion.
+fn drain_work<E: Copy, R: RingConsumer<E>, C: RingProducer<Completion>, const N: usize>(
+    ring: &mut R,
+    parked: &mut Deque<E, N>,
+    completions: &mut C,
+    budget: u32,
+    conn_of: impl Fn(&E) -> ConnHandle,
+    mut post: impl FnMut(&E) -> Post,
+) -> Drained {
+    let mut out = Drained::default();
+    let mut blocked = Blocked(heapless::Vec::new());
+    let mut attempt = |entry: &E, blocked: &mut Blocked, out: &mut Drained, completions: &mut C| {
+        if blocked.contains(conn_of(entry)) {
+            return false;
+        }
+        match post(entry) {
+            Post::Taken => out.taken += 1,
+            Post::Later => {
+                out.later += 1;
+                blocked.insert(conn_of(entry));
+                return false;
+            }
+            Post::Refused(c) => {
+                out.refused += 1;
+                // `completions` had room: checked before every attempt.
+                let _ = completions.push(c);
+            }
+        }
+        true
+    };
+    // Parked requests first: they are older than anything on the ring.
+    for _ in 0..parked.len() {
+        if completions.is_full() {
+            return out;
+        }
+        let Some(entry) = parked.pop_front() else {
+            break;
+        };
+        if attempt(&entry, &mut blocked, &mut out, completions) {
+            out.moved = true;
+        } else {
+            // Same capacity it was just taken from.
+            let _ = parked.push_back(entry);
+        }
+    }
+    let mut budget = budget;
+    while budget > 0 && !completions.is_full() {
+        let Some(entry) = ring.peek() else { break };
+        budget -= 1;
+        // Parked list full: the ring waits (back-pressure).
+        if !attempt(&entry, &mut blocked, &mut out, completions) && parked.push_back(entry).is_err()
+        {
+            break;
+        }
+        let _ = ring.pop();
+        out.moved = true;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::SpscRing;
+    use core::cell::Cell;
+    use std::vec::Vec;
+
+    type Item = (ConnHandle, u32);
+
+    fn error(conn: ConnHandle, id: u32) -> Completion {
+        Completion {
+            conn,
+            wr_id: u64::from(id),
+            opcode: Opcode::Send,
+            status: metaroce_core::api::Status::LocalProtection,
+            byte_len: 0,
+            imm: None,
+        }
+    }
+
+    #[test]
+    fn a_full_connection_does_not_hold_up_the_others_and_keeps_its_order() {
+        let ring: SpscRing<Item, 16> = SpscRing::new();
+        let done: SpscRing<Completion, 16> = SpscRing::new();
+        let (mut host, mut work) = ring.split().unwrap();
+        let (mut cq, mut cq_host) = done.split().unwrap();
+        let (a, b) = (ConnHandle(0), ConnHandle(1));
+        for item in [(a, 1), (a, 2), (b, 3), (a, 4), (b, 5), (b, 6)] {
+            host.push(item).unwrap();
+        }
+        let mut parked: Deque<Item, 4> = Deque::new();
+        let a_full = Cell::new(true);
+        let taken = core::cell::RefCell::new(Vec::new());
+        let post = |e: &Item| {
+            if e.0 == a && a_full.get() {
+                Post::Later
+            } else if e.1 == 6 {
+                Post::Refused(error(e.0, e.1))
+            } else {
+                taken.borrow_mut().push(e.1);
+                Post::Taken
+            }
+        };
+        let d = drain_work(&mut work, &mut parked, &mut cq, 32, |e| e.0, post);
+        assert_eq!(*taken.borrow(), [3, 5], "b's requests went past a's");
+        assert_eq!((d.taken, d.refused), (2, 1));
+        assert_eq!(cq_host.pop().map(|c| c.wr_id), Some(6));
+        assert_eq!(parked.iter().map(|e| e.1).collect::<Vec<_>>(), [1, 2, 4]);
+        // a's queue drains: its parked requests go first, in order.
+        a_full.set(false);
+        host.push((a, 7)).unwrap();
+        let post = |e: &Item| {
+            taken.borrow_mut().push(e.1);
+            Post::Taken
+        };
+        drain_work(&mut work, &mut parked, &mut cq, 32, |e| e.0, post);
+        assert_eq!(*taken.borrow(), [3, 5, 1, 2, 4, 7]);
+        assert!(parked.is_empty() && work.is_empty());
+    }
+
+    #[test]
+    fn the_ring_waits_when_the_parked_list_is_full() {
+        let ring: SpscRing<Item, 16> = SpscRing::new();
+        let done: SpscRing<Completion, 16> = SpscRing::new();
+        let (mut host, mut work) = ring.split().unwrap();
+        let (mut cq, _) = done.split().unwrap();
+        for id in 0..6 {
+            host.push((ConnHandle(0), id)).unwrap();
+        }
+        let mut parked: Deque<Item, 4> = Deque::new();
+        let d = drain_work(
+            &mut work,
+            &mut parked,
+            &mut cq,
+            32,
+            |e| e.0,
+            |_| Post::Later,
+        );
+        assert_eq!(parked.len(), 4);
+        assert_eq!(work.len(), 2, "nothing dropped: the rest stays on the ring");
+        assert_eq!(
+            d.later, 1,
+            "only the first was tried; the rest queued behind it"
+        );
     }
 }
