@@ -31,7 +31,7 @@
 //! anything happened and when the transport next needs time.
 
 use heapless::Deque;
-use metaroce_core::api::{Completion, ConnHandle, Opcode, PeerAddr, RxMeta};
+use metaroce_core::api::{Completion, ConnHandle, Opcode, PeerAddr, RxMeta, Transmit};
 use metaroce_core::wire::{encap, EncapRepr, IpPair};
 use metaroce_core::Instant;
 use smoltcp::wire::{
@@ -411,7 +411,6 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             };
             any = true;
             let header_len = tx.header_len;
-            let payload_len = tx.payload.map_or(0, |p| p.len as usize);
             let len = tx.packet_len();
             if header_len > HEADER_BUF_LEN || len > link.max_packet_len() {
                 self.stats.tx_unsendable += 1;
@@ -425,15 +424,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             let header = &self.header_buf[..header_len];
             let mut mem = DmaMemory::new(dma);
             let sent = link.transmit(to, len, |packet| {
-                packet[..header_len].copy_from_slice(header);
-                if let Some(payload) = tx.payload {
-                    metaroce_core::api::Memory::read(
-                        &mut mem,
-                        payload.addr,
-                        &mut packet[header_len..header_len + payload_len],
-                    );
-                }
-                transport.finish_packet(&tx, None, packet);
+                assemble(transport, &tx, header, &mut mem, None, packet);
             });
             self.stats.dma_faults += u64::from(mem.faults());
             match sent {
@@ -728,7 +719,6 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
                 hop_limit: 64,
             };
             let header_len = tx.header_len;
-            let payload_len = tx.payload.map_or(0, |p| p.len as usize);
             let transport_len = tx.packet_len();
             let frame_len = encap.frame_len(transport_len);
             if header_len > HEADER_BUF_LEN || frame_len > device.max_frame_len() {
@@ -741,15 +731,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             let sent = device.transmit(wire_len, |slot| {
                 slot[frame_len..].fill(0);
                 encap.emit(slot, transport_len, |packet| {
-                    packet[..header_len].copy_from_slice(header);
-                    if let Some(payload) = tx.payload {
-                        metaroce_core::api::Memory::read(
-                            &mut mem,
-                            payload.addr,
-                            &mut packet[header_len..header_len + payload_len],
-                        );
-                    }
-                    transport.finish_packet(&tx, Some(&encap), packet);
+                    assemble(transport, &tx, header, &mut mem, Some(&encap), packet);
                 })
             });
             self.stats.dma_faults += u64::from(mem.faults());
@@ -765,6 +747,26 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         }
         any
     }
+}
+
+/// Builds one transport packet in place: the headers `poll_transmit` wrote,
+/// the payload gathered from host memory by DMA behind them, then the
+/// transport's trailer.
+fn assemble<T: Transport, M: DmaCopy>(
+    transport: &T,
+    tx: &Transmit,
+    header: &[u8],
+    mem: &mut DmaMemory<'_, M>,
+    encap: Option<&EncapRepr>,
+    packet: &mut [u8],
+) {
+    let header_len = header.len();
+    packet[..header_len].copy_from_slice(header);
+    if let Some(payload) = tx.payload {
+        let end = header_len + payload.len as usize;
+        metaroce_core::api::Memory::read(mem, payload.addr, &mut packet[header_len..end]);
+    }
+    transport.finish_packet(tx, encap, packet);
 }
 
 /// Requests per queue that the loop holds aside while their connection's
