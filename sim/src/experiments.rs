@@ -178,12 +178,14 @@ pub struct LossSweep {
 }
 
 impl Default for LossSweep {
-    /// One 16 MB transfer at 0, 0.1, 0.5, 1, 2, 5 and 10 % loss, 3 seeds.
+    /// One 16 MB transfer at 0, 0.1, 0.5, 1, 2, 5 and 10 % loss, 10 seeds
+    /// (RoCEv2 is bimodal around 1 %: a run either finishes at line rate
+    /// or waits out a 67 ms timeout, so a few seeds say little).
     fn default() -> Self {
         LossSweep {
             bytes: 16 << 20,
             losses: vec![0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1],
-            seeds: 3,
+            seeds: 10,
             time_limit: Duration::from_secs(10),
         }
     }
@@ -254,15 +256,62 @@ pub fn loss_sweep(cfg: &LossSweep, mut progress: impl FnMut(usize, usize)) -> Ve
 /// Mean goodput of `protocol` at `loss` over the seeds (failed runs count
 /// as zero).
 pub fn mean_goodput(rows: &[LossSweepRow], protocol: Protocol, loss: f64) -> f64 {
-    let sel: Vec<f64> = rows
-        .iter()
-        .filter(|r| r.protocol == protocol && r.loss == loss)
-        .map(|r| r.goodput_gbps)
-        .collect();
-    if sel.is_empty() {
+    let g = goodputs(rows, protocol, loss);
+    if g.is_empty() {
         0.0
     } else {
-        sel.iter().sum::<f64>() / sel.len() as f64
+        g.iter().sum::<f64>() / g.len() as f64
+    }
+}
+
+/// The goodputs of `protocol`'s transfers at `loss`, one per seed.
+fn goodputs(rows: &[LossSweepRow], protocol: Protocol, loss: f64) -> Vec<f64> {
+    rows.iter()
+        .filter(|r| r.protocol == protocol && r.loss == loss)
+        .map(|r| r.goodput_gbps)
+        .collect()
+}
+
+/// Median goodput over seeds (the mean of the middle two for an even count).
+pub fn median_goodput(rows: &[LossSweepRow], protocol: Protocol, loss: f64) -> f64 {
+    let mut g = goodputs(rows, protocol, loss);
+    g.sort_by(f64::total_cmp);
+    match g.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => g[n / 2],
+        n => (g[n / 2 - 1] + g[n / 2]) / 2.0,
+    }
+}
+
+/// Total bytes over total time across the seeds, in Gbit/s: what the
+/// transfers deliver back to back, where a run that waits out a timeout
+/// weighs by the time it took (the mean of per-run goodputs does not: one
+/// lucky run at line rate outweighs many stalled ones). A run that did not
+/// finish counts its time limit and no bytes.
+pub fn aggregate_goodput(
+    rows: &[LossSweepRow],
+    protocol: Protocol,
+    loss: f64,
+    bytes: u64,
+    time_limit: Duration,
+) -> f64 {
+    let (mut delivered, mut secs) = (0u64, 0f64);
+    for r in rows
+        .iter()
+        .filter(|r| r.protocol == protocol && r.loss == loss)
+    {
+        match r.fct {
+            Some(t) if r.status == FlowStatus::Done => {
+                delivered += bytes;
+                secs += t.as_secs_f64();
+            }
+            _ => secs += time_limit.as_secs_f64(),
+        }
+    }
+    if secs > 0.0 {
+        delivered as f64 * 8.0 / secs / 1e9
+    } else {
+        0.0
     }
 }
 
@@ -779,4 +828,68 @@ pub fn spray(cfg: &Spray, mut progress: impl FnMut(usize, usize)) -> Vec<SprayRo
         progress(i + 1, Protocol::ALL.len());
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(protocol: Protocol, seed: u64, micros: Option<u64>) -> LossSweepRow {
+        let fct = micros.map(Duration::from_micros);
+        LossSweepRow {
+            protocol,
+            loss: 0.01,
+            seed,
+            status: if fct.is_some() {
+                FlowStatus::Done
+            } else {
+                FlowStatus::Unfinished
+            },
+            integrity_ok: fct.map(|_| true),
+            fct,
+            // 1 MB per run.
+            goodput_gbps: micros.map_or(0.0, |us| 8e6 / (us as f64 * 1e3)),
+            lost: 0,
+            retransmissions: 0,
+            timeouts: 0,
+            events: 0,
+        }
+    }
+
+    #[test]
+    fn median_and_total_weigh_stalled_runs_as_a_user_sees_them() {
+        // Two runs at 8 Gbit/s (1 ms) and two that waited 99 ms more.
+        let rows = [
+            row(Protocol::Roce, 1, Some(1_000)),
+            row(Protocol::Roce, 2, Some(100_000)),
+            row(Protocol::Roce, 3, Some(1_000)),
+            row(Protocol::Roce, 4, Some(100_000)),
+        ];
+        let mean = mean_goodput(&rows, Protocol::Roce, 0.01);
+        let median = median_goodput(&rows, Protocol::Roce, 0.01);
+        let total = aggregate_goodput(
+            &rows,
+            Protocol::Roce,
+            0.01,
+            1_000_000,
+            Duration::from_secs(1),
+        );
+        assert!((mean - 4.04).abs() < 1e-9, "{mean}");
+        assert!((median - 4.04).abs() < 1e-9, "{median}");
+        // 4 MB in 202 ms.
+        assert!((total - 32.0 / 202.0).abs() < 1e-9, "{total}");
+        // A run that never finished counts its time limit and no bytes.
+        let rows = [
+            row(Protocol::Roce, 1, Some(1_000)),
+            row(Protocol::Roce, 2, None),
+        ];
+        let total = aggregate_goodput(
+            &rows,
+            Protocol::Roce,
+            0.01,
+            1_000_000,
+            Duration::from_millis(9),
+        );
+        assert!((total - 0.8).abs() < 1e-9, "{total}");
+    }
 }

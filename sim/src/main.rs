@@ -319,6 +319,30 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
         );
     }
     println!(
+        "\nacross seeds (Gbit/s): median, and total bytes over total time (a stalled run weighs by its time)"
+    );
+    println!(
+        "{:>7} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9}",
+        "loss %", "MR med", "RoCE med", "ratio", "MR tot", "RoCE tot", "ratio"
+    );
+    for &loss in &o.sweep.losses {
+        let med = |p| experiments::median_goodput(&rows, p, loss);
+        let tot =
+            |p| experiments::aggregate_goodput(&rows, p, loss, o.sweep.bytes, o.sweep.time_limit);
+        let (mm, rm) = (med(Protocol::MetaRoce), med(Protocol::Roce));
+        let (mt, rt) = (tot(Protocol::MetaRoce), tot(Protocol::Roce));
+        println!(
+            "{:>7} | {:>8.2} {:>8.2} {:>8.2}x | {:>8.2} {:>8.2} {:>8.2}x",
+            loss * 100.0,
+            mm,
+            rm,
+            mm / rm,
+            mt,
+            rt,
+            mt / rt
+        );
+    }
+    println!(
         "goals (issue 5): MetaRoCE at 1 % >= 97 % of loss-free, at 10 % >= 85 %; MetaRoCE/RoCEv2 at 1 % >= 10x"
     );
     let series: Vec<Series> = Protocol::ALL
