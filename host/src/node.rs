@@ -106,6 +106,8 @@ pub struct SocketLink {
     rx: Vec<u8>,
     tx: Vec<u8>,
     last_source: Option<SocketAddr>,
+    /// Set while [`Node::flush`] polls: sends only, nothing is received.
+    receive_held: bool,
 }
 
 impl DatagramLink for SocketLink {
@@ -114,6 +116,9 @@ impl DatagramLink for SocketLink {
     }
 
     fn receive<R>(&mut self, f: impl FnOnce(&RxMeta, &[u8]) -> R) -> Option<R> {
+        if self.receive_held {
+            return None;
+        }
         let r = loop {
             match self.sockets.try_recv(&mut self.rx) {
                 Ok(Some(r)) => break r,
@@ -238,6 +243,7 @@ impl Node {
                 rx: vec![0; RX_BUFFER],
                 tx: vec![0; RX_BUFFER],
                 last_source: None,
+                receive_held: false,
             },
             engine: Engine::for_datagrams(),
             queues: Box::new(Queues::new()),
@@ -377,8 +383,19 @@ impl Node {
         self.completions.len() + self.events.len() > before
     }
 
-    /// Runs the engine on what the program posted now.
+    /// Hands what the program just posted to the core and sends what that
+    /// allows, without taking any datagram from the sockets: a program in
+    /// the middle of handling completions must not have new connections
+    /// accepted (and their first packets answered) behind its back; those
+    /// wait for the next [`Node::turn`].
     pub fn flush(&mut self) {
-        self.run_engine();
+        self.link.receive_held = true;
+        for _ in 0..POLLS_PER_TURN {
+            if !self.poll() {
+                break;
+            }
+        }
+        self.link.receive_held = false;
+        self.collect();
     }
 }

@@ -55,6 +55,11 @@ use crate::transport::{opcode_of, PostError, Transport};
 pub struct Budget {
     pub rx_frames: u32,
     pub tx_frames: u32,
+    /// Per host ring (send, receive). Keep it at least the rings' depth:
+    /// then everything the host posted before a poll reaches the transport
+    /// before that poll's packets (a receive posted for a new connection
+    /// is there when the peer's first SEND arrives), which a smaller
+    /// budget would break whenever more than it is queued.
     pub work_requests: u32,
     pub completions: u32,
 }
@@ -64,7 +69,7 @@ impl Default for Budget {
         Budget {
             rx_frames: 32,
             tx_frames: 32,
-            work_requests: 32,
+            work_requests: 256,
             completions: 64,
         }
     }
