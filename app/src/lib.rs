@@ -82,6 +82,19 @@ pub const REGION_OK: u32 = 0;
 pub const REGION_BAD_SIZE: u32 = 1;
 
 impl Message {
+    /// The `REGION` answer refusing an announcement with `status`.
+    pub fn region_refused(status: u32) -> Message {
+        Message::Region {
+            status,
+            key: 0,
+            addr: 0,
+            len: 0,
+            slots: 0,
+            ro_key: 0,
+            ro_addr: 0,
+        }
+    }
+
     /// Encodes into at most [`CONTROL_LEN`] bytes.
     pub fn encode(&self) -> Encoded {
         let mut v = Encoded {

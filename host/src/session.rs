@@ -296,19 +296,9 @@ impl Server {
         size: u32,
     ) {
         if size == 0 || size > app::MAX_MESSAGE || conn.region.is_some() {
-            let _ = conn.control.send(
-                node,
-                h,
-                &Message::Region {
-                    status: app::REGION_BAD_SIZE,
-                    key: 0,
-                    addr: 0,
-                    len: 0,
-                    slots: 0,
-                    ro_key: 0,
-                    ro_addr: 0,
-                },
-            );
+            let _ = conn
+                .control
+                .send(node, h, &Message::region_refused(app::REGION_BAD_SIZE));
             return;
         }
         let len = u64::from(size) * u64::from(SLOTS);

@@ -252,6 +252,24 @@ pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
         .collect()
 }
 
+/// Reads the firmware ELF and creates the output folder and the pcap's
+/// folder.
+fn read_elf_and_make_dirs(
+    elf: &Path,
+    out_dir: &Path,
+    pcap: Option<&Path>,
+) -> Result<Vec<u8>, RunError> {
+    let bytes = std::fs::read(elf).map_err(|e| RunError::Elf(format!("{}: {e}", elf.display())))?;
+    std::fs::create_dir_all(out_dir)?;
+    if let Some(dir) = pcap
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    Ok(bytes)
+}
+
 /// Runs the nodes through the fabric and collects their reports.
 pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     if opts.nodes < 2 || opts.nodes > 8 {
@@ -260,17 +278,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             opts.nodes
         )));
     }
-    let elf = std::fs::read(&opts.elf)
-        .map_err(|e| RunError::Elf(format!("{}: {e}", opts.elf.display())))?;
-    std::fs::create_dir_all(&opts.out_dir)?;
-    if let Some(dir) = opts
-        .pcap
-        .as_deref()
-        .and_then(Path::parent)
-        .filter(|d| !d.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(dir)?;
-    }
+    let elf = read_elf_and_make_dirs(&opts.elf, &opts.out_dir, opts.pcap.as_deref())?;
     let specs = node_specs(opts);
     let macs: Vec<[u8; 6]> = specs.iter().map(|s| s.mac).collect();
     let fabric = Fabric::start(&macs, opts.impairments.clone(), opts.pcap.as_deref())?;
@@ -425,17 +433,7 @@ pub fn serve(
     mut stop: impl FnMut() -> bool,
     mut on_line: impl FnMut(&str),
 ) -> Result<ServeReport, RunError> {
-    let elf = std::fs::read(&opts.elf)
-        .map_err(|e| RunError::Elf(format!("{}: {e}", opts.elf.display())))?;
-    std::fs::create_dir_all(&opts.out_dir)?;
-    if let Some(dir) = opts
-        .pcap
-        .as_deref()
-        .and_then(Path::parent)
-        .filter(|d| !d.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(dir)?;
-    }
+    let elf = read_elf_and_make_dirs(&opts.elf, &opts.out_dir, opts.pcap.as_deref())?;
     let [a, b, c, d] = node_ip(0);
     let [ga, gb, gc, gd] = GATEWAY_IP;
     let spec = gateway::GatewaySpec {

@@ -12,7 +12,7 @@ use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
-use metaroce_platform::{Engine, HostQueues, Transport};
+use metaroce_platform::{Engine, HostQueues, PollOutcome, Transport};
 use smoltcp::wire::EthernetAddress;
 use virtio_drivers::transport::mmio::MmioTransport;
 
@@ -276,15 +276,37 @@ fn run<T: NodeTransport>(
                 Outcome::Failed => 1,
             });
         }
-        if !polled.busy && !port.has_work() {
-            let mut deadline = workload.next_wake().min(now + MAX_SLEEP);
-            if let Some(t) = polled.next_timeout {
-                deadline = deadline.min(t);
-            }
-            if deadline > hw::now() {
-                irq.wait(deadline, || net.ack_interrupt());
-            }
-        }
+        idle(
+            &mut irq,
+            &mut net,
+            now,
+            polled,
+            port.has_work(),
+            workload.next_wake(),
+        );
+    }
+}
+
+/// Sleeps, unless the loop was busy or the host has work queued, until the
+/// earliest of the task's next wake-up, the transport's next deadline and
+/// `MAX_SLEEP` (a frame's interrupt ends it early).
+fn idle(
+    irq: &mut hw::Interrupts,
+    net: &mut NetDevice,
+    now: Instant,
+    polled: PollOutcome,
+    host_work: bool,
+    task_wake: Instant,
+) {
+    if polled.busy || host_work {
+        return;
+    }
+    let mut deadline = task_wake.min(now + MAX_SLEEP);
+    if let Some(t) = polled.next_timeout {
+        deadline = deadline.min(t);
+    }
+    if deadline > hw::now() {
+        irq.wait(deadline, || net.ack_interrupt());
     }
 }
 
@@ -339,15 +361,14 @@ fn serve<const C: usize>(
         // the transport first in the next poll, before any received frame
         // (the engine loop takes host work before RX), so a client's first
         // SEND right after the ACCEPT finds its receive posted.
-        if !polled.busy && !port.has_work() {
-            let mut deadline = task.next_wake().min(now + MAX_SLEEP);
-            if let Some(t) = polled.next_timeout {
-                deadline = deadline.min(t);
-            }
-            if deadline > hw::now() {
-                irq.wait(deadline, || net.ack_interrupt());
-            }
-        }
+        idle(
+            &mut irq,
+            &mut net,
+            now,
+            polled,
+            port.has_work(),
+            task.next_wake(),
+        );
     }
 }
 

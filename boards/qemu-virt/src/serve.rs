@@ -376,15 +376,7 @@ impl<'a> Serve<'a> {
     }
 
     fn region_refused(&mut self, mem: &mut HostWindow<'_>, h: usize) {
-        let refusal = Message::Region {
-            status: app::REGION_BAD_SIZE,
-            key: 0,
-            addr: 0,
-            len: 0,
-            slots: 0,
-            ro_key: 0,
-            ro_addr: 0,
-        };
+        let refusal = Message::region_refused(app::REGION_BAD_SIZE);
         self.queue_send(mem, h, refusal.encode());
     }
 
