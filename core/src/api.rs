@@ -101,6 +101,18 @@ pub enum Op {
     Read { remote: MemoryTarget },
 }
 
+impl Op {
+    /// The opcode its completion reports.
+    pub const fn opcode(&self) -> Opcode {
+        match self {
+            Op::Write { .. } => Opcode::Write,
+            Op::WriteImm { .. } => Opcode::WriteImm,
+            Op::Send | Op::SendImm { .. } => Opcode::Send,
+            Op::Read { .. } => Opcode::Read,
+        }
+    }
+}
+
 /// A send-queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -120,10 +132,37 @@ pub struct RecvRequest {
     pub local: LocalBuf,
 }
 
-/// Handle of a connection (queue pair) within one endpoint.
+/// Handle of a connection (queue pair) within one endpoint: its slot and
+/// the slot's generation. Handles are generational: once the application
+/// releases a connection, its handle is refused, even after the slot holds
+/// another connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct ConnHandle(pub u16);
+pub struct ConnHandle {
+    pub index: u32,
+    pub generation: u32,
+}
+
+impl ConnHandle {
+    /// Both parts in one `u64` (generation high), for host ABIs and logs.
+    pub const fn to_bits(self) -> u64 {
+        (self.generation as u64) << 32 | self.index as u64
+    }
+
+    /// The inverse of [`ConnHandle::to_bits`].
+    pub const fn from_bits(bits: u64) -> ConnHandle {
+        ConnHandle {
+            index: bits as u32,
+            generation: (bits >> 32) as u32,
+        }
+    }
+}
+
+impl core::fmt::Display for ConnHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}", self.index, self.generation)
+    }
+}
 
 /// What a completion reports on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -38,7 +38,7 @@ pub trait CongestionControl {
 /// average of the marked fraction with gain `g = 2^-shift`; otherwise the rate
 /// grows by a fixed step. Random loss does not cut the rate (spec 4.10.2):
 /// losses on a lossy fabric are not a congestion signal, marks are.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct EcnAimd {
     rate_mbps: u32,
     max_mbps: u32,
@@ -136,9 +136,15 @@ impl CongestionControl for EcnAimd {
 }
 
 /// Constant line rate: only the receiver's hint and the window limit the sender.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct FixedRate {
     rate_mbps: u32,
+}
+
+impl FixedRate {
+    pub const fn new(rate_mbps: u32) -> FixedRate {
+        FixedRate { rate_mbps }
+    }
 }
 
 impl CongestionControl for FixedRate {
@@ -150,7 +156,7 @@ impl CongestionControl for FixedRate {
 }
 
 /// The controllers, dispatched statically.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub enum Controller {
     EcnAimd(EcnAimd),
     Fixed(FixedRate),
@@ -161,9 +167,7 @@ impl Controller {
     pub fn new(config: &Config) -> Controller {
         match config.cc {
             CcAlgorithm::EcnAimd => Controller::EcnAimd(EcnAimd::new(config)),
-            CcAlgorithm::Fixed => Controller::Fixed(FixedRate {
-                rate_mbps: config.link_rate_mbps,
-            }),
+            CcAlgorithm::Fixed => Controller::Fixed(FixedRate::new(config.link_rate_mbps)),
         }
     }
 }

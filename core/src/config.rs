@@ -7,16 +7,6 @@ use crate::wire::DEFAULT_UDP_PORT;
 /// PSNs the sender may have outstanding beyond the cumulative ACK at most:
 /// exactly what one 256-bit SACK describes (spec 4.4).
 pub const MAX_WINDOW: usize = 256;
-/// Work requests (user and READ-response jobs) queued per connection.
-pub const SEND_QUEUE_DEPTH: usize = 32;
-/// Receives posted per connection.
-pub const RECV_QUEUE_DEPTH: usize = 32;
-/// Memory regions per endpoint.
-pub const MAX_REGIONS: usize = 32;
-/// Completions buffered per endpoint before the caller must drain them.
-pub const COMPLETION_QUEUE_DEPTH: usize = 128;
-/// Connection events buffered per endpoint.
-pub const EVENT_QUEUE_DEPTH: usize = 32;
 
 /// Which congestion controller a connection runs (spec 4.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +83,20 @@ pub struct Config {
     pub keepalive_interval: Duration,
     /// Fail the connection after this much silence from the peer.
     pub idle_timeout: Duration,
+    /// User work requests one connection may have queued (its share of the
+    /// endpoint's work-entry pool).
+    pub send_queue_limit: u16,
+    /// Receives one connection may have posted.
+    pub recv_queue_limit: u16,
+    /// A peer's READ_REQUESTs one connection answers at once; more are
+    /// refused with RECEIVER_NOT_READY and retried by the peer.
+    pub read_jobs_limit: u16,
+    /// READ-response jobs across the endpoint, so peers' requests cannot
+    /// take every work entry from the local application.
+    pub read_jobs_endpoint_limit: u32,
+    /// How long an idle sender keeps its pooled state (telemetry, rate)
+    /// before giving it back.
+    pub sender_linger: Duration,
     /// Re-draw a path's entropy when it is persistently worse than its peers.
     pub path_reroll: bool,
     /// Packets sent per path between two path evaluations.
@@ -136,6 +140,11 @@ impl Default for Config {
             handshake_retries: 8,
             keepalive_interval: Duration::from_millis(100),
             idle_timeout: Duration::from_secs(1),
+            send_queue_limit: 64,
+            recv_queue_limit: 64,
+            read_jobs_limit: 16,
+            read_jobs_endpoint_limit: 1024,
+            sender_linger: Duration::from_millis(1),
             path_reroll: true,
             path_epoch_packets: 64,
             entropy_base: 49152,
@@ -162,6 +171,7 @@ impl Config {
             handshake_timeout: Duration::from_millis(50),
             keepalive_interval: Duration::from_millis(500),
             idle_timeout: Duration::from_secs(10),
+            sender_linger: Duration::from_millis(200),
             cc_additive_increase_mbps: 20,
             cc_min_rate_mbps: 10,
             ..Config::default()

@@ -23,6 +23,9 @@
 #[cfg(test)]
 extern crate std;
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 pub mod api;
 pub mod cc;
 pub mod config;
@@ -30,12 +33,18 @@ pub mod conn;
 pub mod endpoint;
 pub mod memory;
 pub mod path;
+pub mod psn;
 pub mod rng;
+pub mod rtt;
 pub mod stats;
+pub mod storage;
 pub mod time;
 pub mod wire;
 
 pub use config::Config;
 pub use conn::{ConnState, Event};
-pub use endpoint::{finish_packet, CommandError, Endpoint, Footprint};
+pub use endpoint::{finish_packet, CommandError, ConnSlot, Endpoint, Footprint, PoolUsage};
+#[cfg(feature = "alloc")]
+pub use storage::Heap;
+pub use storage::{Backing, Borrowed, Layout, Storage};
 pub use time::Instant;

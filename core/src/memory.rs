@@ -1,14 +1,15 @@
-//! Memory regions and keys (spec 4.8, 5.1).
+//! Memory regions and keys (spec 4.8, 5.1.3).
 //!
-//! A key is `random 24 bits << 8 | slot`: the slot finds the region in one
-//! step, the random part makes keys unguessable and stale keys (of a region
-//! since deregistered and its slot reused) invalid.
+//! A key is `random tag << index_bits | slot`: the slot finds the region in
+//! one step, the random tag makes keys unguessable and a stale key (of a
+//! region since deregistered and its slot reused) invalid. Slots come from
+//! a free list, so registering is O(1) whatever the table's size.
+
+use core::ops::DerefMut;
 
 use crate::api::{Access, Region};
-use crate::config::MAX_REGIONS;
+use crate::storage::list::{END, UNLINKED};
 use crate::wire::NakReason;
-
-const _: () = assert!(MAX_REGIONS <= 256, "the slot is the key's low byte");
 
 /// Why a region operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,50 +23,96 @@ pub enum RegionError {
     UnknownKey,
 }
 
+/// One slot of the region table.
 #[derive(Debug, Clone, Copy)]
-struct Slot {
+pub struct RegionSlot {
     key: u32,
     region: Region,
+    live: bool,
+    next_free: u32,
 }
 
-/// The endpoint's registered regions.
+impl RegionSlot {
+    pub const VACANT: RegionSlot = RegionSlot {
+        key: 0,
+        region: Region {
+            base: 0,
+            len: 0,
+            access: Access(0),
+            pd: 0,
+        },
+        live: false,
+        next_free: UNLINKED,
+    };
+}
+
+/// The endpoint's registered regions over caller-supplied slots.
 #[derive(Debug)]
-pub struct RegionTable {
-    slots: [Option<Slot>; MAX_REGIONS],
+pub struct RegionTable<S> {
+    slots: S,
+    index_bits: u32,
+    free_head: u32,
+    len: u32,
 }
 
-impl Default for RegionTable {
-    fn default() -> Self {
+impl<S: DerefMut<Target = [RegionSlot]>> RegionTable<S> {
+    /// An empty table over `slots` (at most 2^24 of them are used).
+    pub fn new(mut slots: S) -> Self {
+        let n = slots.len().min(1 << 24);
+        for (i, s) in slots.iter_mut().enumerate() {
+            *s = RegionSlot::VACANT;
+            s.next_free = if i + 1 < n { i as u32 + 1 } else { END };
+        }
         RegionTable {
-            slots: [None; MAX_REGIONS],
+            slots,
+            index_bits: crate::storage::index_bits(n),
+            free_head: if n == 0 { END } else { 0 },
+            len: 0,
         }
     }
-}
 
-impl RegionTable {
+    fn index_of(&self, key: u32) -> usize {
+        (key & ((1u64 << self.index_bits) - 1) as u32) as usize
+    }
+
     /// Registers `region` with a key built from `random`.
     pub fn register(&mut self, region: Region, random: u32) -> Result<u32, RegionError> {
         if region.len == 0 || region.base.checked_add(region.len).is_none() {
             return Err(RegionError::BadRange);
         }
-        let index = self
-            .slots
-            .iter()
-            .position(Option::is_none)
-            .ok_or(RegionError::Full)?;
-        // Never zero: key 0 marks "no key" in diagnostics and vectors.
-        let high = (random & 0xffff_ff00).max(0x100);
-        let key = high | index as u32;
-        self.slots[index] = Some(Slot { key, region });
+        if self.free_head == END {
+            return Err(RegionError::Full);
+        }
+        let index = self.free_head;
+        let slot = &mut self.slots[index as usize];
+        self.free_head = slot.next_free;
+        // Never zero (key 0 marks "no key"), never the slot's previous key.
+        let tag_mask = (u64::from(u32::MAX) >> self.index_bits) as u32;
+        let make = |tag: u32| (u64::from(tag) << self.index_bits) as u32 | index;
+        let mut tag = (random & tag_mask).max(1);
+        if make(tag) == slot.key {
+            tag = if tag >= tag_mask { 1 } else { tag + 1 };
+        }
+        let key = make(tag);
+        *slot = RegionSlot {
+            key,
+            region,
+            live: true,
+            next_free: UNLINKED,
+        };
+        self.len += 1;
         Ok(key)
     }
 
     /// Removes the region with `key`.
     pub fn deregister(&mut self, key: u32) -> Result<Region, RegionError> {
-        let index = (key & 0xff) as usize;
-        match self.slots.get(index).copied().flatten() {
-            Some(slot) if slot.key == key => {
-                self.slots[index] = None;
+        let index = self.index_of(key);
+        match self.slots.get_mut(index) {
+            Some(slot) if slot.live && slot.key == key => {
+                slot.live = false;
+                slot.next_free = self.free_head;
+                self.free_head = index as u32;
+                self.len -= 1;
                 Ok(slot.region)
             }
             _ => Err(RegionError::UnknownKey),
@@ -74,9 +121,8 @@ impl RegionTable {
 
     /// The region with `key`, if registered.
     pub fn get(&self, key: u32) -> Option<&Region> {
-        let index = (key & 0xff) as usize;
-        match self.slots.get(index) {
-            Some(Some(slot)) if slot.key == key => Some(&slot.region),
+        match self.slots.get(self.index_of(key)) {
+            Some(slot) if slot.live && slot.key == key => Some(&slot.region),
             _ => None,
         }
     }
@@ -107,12 +153,17 @@ impl RegionTable {
 
     /// Number of registered regions.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        self.len as usize
     }
 
     /// Whether no region is registered.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
+    }
+
+    /// Most regions it holds.
+    pub fn capacity(&self) -> usize {
+        self.slots.len().min(1 << 24)
     }
 }
 
@@ -131,7 +182,7 @@ mod tests {
 
     #[test]
     fn checks_key_domain_rights_and_bounds() {
-        let mut t = RegionTable::default();
+        let mut t = RegionTable::new(std::vec![RegionSlot::VACANT; 32]);
         let k = t
             .register(region(0x1000, 0x100, Access::REMOTE_WRITE), 0xdead_be00)
             .unwrap();
@@ -167,11 +218,20 @@ mod tests {
             Err(NakReason::InvalidKey)
         );
         assert_eq!(t.deregister(k), Err(RegionError::UnknownKey));
+        // The slot comes back with another key.
+        let k2 = t
+            .register(region(0x1000, 0x100, Access::REMOTE_WRITE), 0xdead_be00)
+            .unwrap();
+        assert_ne!(k2, k);
+        assert_eq!(
+            t.check(k, 7, 0x1000, 1, Access::REMOTE_WRITE),
+            Err(NakReason::InvalidKey)
+        );
     }
 
     #[test]
     fn rejects_bad_ranges_and_fills_up() {
-        let mut t = RegionTable::default();
+        let mut t = RegionTable::new(std::vec![RegionSlot::VACANT; 32]);
         assert_eq!(
             t.register(region(0, 0, Access::ALL), 1),
             Err(RegionError::BadRange)
@@ -180,13 +240,14 @@ mod tests {
             t.register(region(u64::MAX, 2, Access::ALL), 1),
             Err(RegionError::BadRange)
         );
-        for i in 0..MAX_REGIONS {
-            t.register(region(i as u64 * 10, 10, Access::ALL), i as u32 * 0x1000)
+        for i in 0..32u32 {
+            t.register(region(u64::from(i) * 10, 10, Access::ALL), i * 0x1000)
                 .unwrap();
         }
         assert_eq!(
             t.register(region(0, 1, Access::ALL), 0),
             Err(RegionError::Full)
         );
+        assert_eq!(t.len(), 32);
     }
 }

@@ -62,6 +62,9 @@ pub struct DropStats {
     pub refused: u64,
     /// Packet of a type that makes no sense in the connection's state.
     pub unexpected: u64,
+    /// Stateless replies (to refused CONNECTs) not sent: their queue was
+    /// full.
+    pub replies_dropped: u64,
 }
 
 impl DropStats {

@@ -48,6 +48,42 @@ impl Instant {
     }
 }
 
+/// An optional instant in 8 bytes (`u64::MAX` means none): connection
+/// state keeps several, and `Option<Instant>` takes 16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct MaybeInstant(u64);
+
+impl MaybeInstant {
+    pub const NONE: MaybeInstant = MaybeInstant(u64::MAX);
+
+    pub const fn some(t: Instant) -> MaybeInstant {
+        MaybeInstant(t.nanos)
+    }
+
+    pub const fn get(self) -> Option<Instant> {
+        if self.0 == u64::MAX {
+            None
+        } else {
+            Some(Instant { nanos: self.0 })
+        }
+    }
+
+    pub const fn is_some(self) -> bool {
+        self.0 != u64::MAX
+    }
+
+    pub const fn is_none(self) -> bool {
+        self.0 == u64::MAX
+    }
+}
+
+impl From<Option<Instant>> for MaybeInstant {
+    fn from(t: Option<Instant>) -> Self {
+        t.map_or(Self::NONE, Self::some)
+    }
+}
+
 fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

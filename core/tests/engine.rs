@@ -10,7 +10,7 @@ use metaroce_core::api::{
     Access, Completion, ConnHandle, Op, Opcode, RecvRequest, Status, WorkRequest,
 };
 use metaroce_core::wire::{self, MemoryTarget};
-use metaroce_core::{Config, ConnState, Instant};
+use metaroce_core::{Config, ConnState, Event, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngAlgorithm, RngSeed};
 
@@ -296,9 +296,10 @@ fn small_mtu() -> Config {
 
 fn close_both(s: &mut Setup) {
     s.c.nodes[0].ep.close(s.c.now, s.a).unwrap();
+    let s_a = s.a;
     let deadline = s.c.now + Duration::from_millis(500);
     let ok = s.c.run_until(deadline, |c| {
-        c.nodes[0].ep.state(ConnHandle(0)) == Some(ConnState::Closed)
+        c.nodes[0].ep.state(s_a) == Some(ConnState::Closed)
             && c.nodes[1]
                 .ep
                 .handles()
@@ -763,13 +764,15 @@ fn send_without_posted_receive_is_retried_then_completes() {
 }
 
 #[test]
-fn connection_footprint_is_reported() {
+fn an_idle_16_path_connection_costs_at_most_512_bytes() {
     let f = Ep::footprint();
-    println!(
-        "connection {} B = window {} + paths {} ({} per path x 16) + queues {} + fixed {}",
-        f.connection, f.window, f.paths, f.per_path, f.queues, f.fixed
+    println!("{f:#?}");
+    assert!(
+        f.idle_connection <= 512,
+        "{} B per idle connection",
+        f.idle_connection
     );
-    assert_eq!(f.connection, f.window + f.paths + f.queues + f.fixed);
+    assert_eq!(f.idle_connection, f.slot + f.index_share);
     let _ = Instant::ZERO;
 }
 
@@ -863,30 +866,40 @@ fn keepalives_hold_an_idle_connection_and_silence_ends_it() {
 }
 
 #[test]
-fn failed_connections_give_their_slots_back() {
+fn failed_connections_are_reported_and_their_released_slots_reused() {
     let config = small_mtu();
     let mut s = setup(config, Impairments::default(), 17);
     // The peer vanishes: every new connection to it fails its handshake.
     s.c.imp.loss = 1.0;
     let peer = s.c.addr(1);
     let mut failed = 0;
+    let mut seen = Vec::new();
     // More attempts than the endpoint has slots (8, one already in use).
     for _ in 0..12 {
         let now = s.c.now;
         let h = s.c.nodes[0]
             .ep
             .connect(now, peer, 0)
-            .expect("a failed connection's slot is free again");
+            .expect("a released connection's slot is free again");
+        assert!(!seen.contains(&h), "a handle is never reused");
+        seen.push(h);
         // Doubling intervals: the last attempt ends before 2^(retries + 1) intervals.
         let t = now + config.handshake_timeout * 2u32.pow(u32::from(config.handshake_retries) + 2);
         s.c.run_until(t, |c| {
-            c.nodes[0].ep.state(h) == Some(ConnState::Error)
-                || c.nodes[0].ep.state(h) == Some(ConnState::Closed)
+            c.nodes[0].events.iter().any(|e| {
+                matches!(e, Event::Failed { conn, status: Status::RetryExceeded } if *conn == h)
+            })
         });
-        assert!(matches!(
-            s.c.nodes[0].ep.state(h),
-            Some(ConnState::Error | ConnState::Closed)
-        ));
+        assert_eq!(s.c.nodes[0].ep.state(h), Some(ConnState::Error));
+        s.c.nodes[0]
+            .ep
+            .release(h)
+            .expect("release after the failure");
+        assert_eq!(s.c.nodes[0].ep.state(h), None, "a released handle is stale");
+        assert_eq!(
+            s.c.nodes[0].ep.release(h),
+            Err(metaroce_core::CommandError::UnknownConnection)
+        );
         failed += 1;
     }
     assert_eq!(failed, 12);

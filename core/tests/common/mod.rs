@@ -11,11 +11,51 @@ use std::time::Duration;
 use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Memory, PeerAddr, Region, RxMeta, Transmit,
 };
-use metaroce_core::{finish_packet, Config, Endpoint, Event, Instant};
+use metaroce_core::storage::buddy::BuddyNode;
+use metaroce_core::storage::pool::PoolEntry;
+use metaroce_core::{finish_packet, Backing, Config, Endpoint, Event, Instant, Layout, Storage};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
 pub const PATHS: usize = 16;
-pub type Ep = Endpoint<8, PATHS>;
+pub type Ep = Endpoint<TestHeap, PATHS>;
+
+/// Heap storage for tests (the core itself never allocates).
+#[derive(Debug)]
+pub struct TestHeap;
+
+impl Backing for TestHeap {
+    type Slice<T: 'static> = Vec<T>;
+}
+
+/// Storage of `layout` on the heap.
+pub fn storage<const P: usize>(layout: &Layout) -> Storage<TestHeap, P> {
+    use metaroce_core::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
+    use metaroce_core::memory::RegionSlot;
+    Storage {
+        connections: vec![metaroce_core::ConnSlot::VACANT; layout.connections as usize],
+        connection_index: vec![0; layout.index_slots()],
+        work_entries: vec![PoolEntry::vacant(WorkEntry::VACANT); layout.work_entries as usize],
+        recv_entries: vec![PoolEntry::vacant(RecvEntry::VACANT); layout.recv_entries as usize],
+        senders: vec![PoolEntry::vacant(SenderState::VACANT); layout.senders as usize],
+        inflight_records: vec![InflightRecord::EMPTY; layout.inflight_records_used()],
+        inflight_nodes: vec![BuddyNode::INIT; layout.inflight_nodes()],
+        regions: vec![RegionSlot::VACANT; layout.regions as usize],
+    }
+}
+
+/// A test endpoint with room for `connections`.
+pub fn endpoint<const P: usize>(
+    config: Config,
+    connections: u32,
+    seed: u64,
+) -> Endpoint<TestHeap, P> {
+    let layout = Layout::for_connections(connections);
+    Endpoint::new(
+        config,
+        storage(&layout),
+        metaroce_core::rng::seed_from_u64(seed),
+    )
+}
 
 /// Fill value of memory nobody may write.
 pub const SENTINEL: u8 = 0xEE;
@@ -125,7 +165,7 @@ impl Default for Impairments {
 }
 
 pub struct Node<const P: usize = PATHS> {
-    pub ep: Endpoint<8, P>,
+    pub ep: Endpoint<TestHeap, P>,
     pub mem: Arena,
     pub ip: Ipv4Address,
     pub completions: Vec<Completion>,
@@ -176,7 +216,7 @@ impl<const P: usize> Cluster<P> {
     pub fn new(n: usize, config: Config, imp: Impairments, seed: u64) -> Self {
         let nodes = (0..n)
             .map(|i| Node {
-                ep: Endpoint::new(config, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
+                ep: endpoint(config, 8, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
                 mem: Arena::new(ARENA_BASE, ARENA_LEN),
                 ip: Ipv4Address::new(10, 0, 0, i as u8 + 1),
                 completions: Vec::new(),

@@ -1,0 +1,217 @@
+//! Completions and the error state (spec 4.7, 4.8.3 - 4.8.5): finished
+//! work leaves the queues in post order, one completion at a time, when
+//! the application asks; a failed connection completes everything left
+//! with an error.
+
+use super::sender::Slot;
+use super::{ConnState, Connection, Job, Pending, PendingEvents, Resources, WorkEntry};
+use crate::api::{Completion, Opcode, Status};
+use crate::psn::Psn;
+use crate::storage::list::OptIndex;
+use crate::storage::Backing;
+use crate::time::MaybeInstant;
+
+/// Which send-queue entry a failure is charged to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Blame {
+    /// The entry whose packets include this PSN.
+    Psn(Psn),
+    /// The oldest entry (the failure is the connection's, e.g. a handshake).
+    Front,
+    /// None: every entry completes as flushed (the peer broke our rules).
+    Nobody,
+}
+
+impl<const P: usize> Connection<P> {
+    /// Marks outstanding work: the blamed entry gets `status`, the rest
+    /// will complete as flushed.
+    pub(crate) fn flush_work<B: Backing>(
+        &mut self,
+        status: Status,
+        blame: Blame,
+        res: &mut Resources<B, P>,
+    ) {
+        let mut marked = false;
+        let mut first = true;
+        let mut cursor = self.send.queue.head();
+        while let Some(i) = cursor {
+            let e = res.work.get_mut(i);
+            let hit = match blame {
+                Blame::Psn(psn) => e.holds(psn),
+                Blame::Front => first,
+                Blame::Nobody => false,
+            };
+            if hit && !marked {
+                e.error = Some(status);
+                marked = true;
+            } else if e.error.is_none() {
+                e.error = Some(Status::Flushed);
+            }
+            first = false;
+            cursor = res.work.next_of(i);
+        }
+    }
+
+    /// Enters the error state (spec 4.7): work is flushed, timers and
+    /// pending control packets cleared, and a `Failed` event raised.
+    pub(crate) fn fail<B: Backing>(
+        &mut self,
+        status: Status,
+        blame: Blame,
+        res: &mut Resources<B, P>,
+    ) {
+        if self.state.is_terminal() {
+            return;
+        }
+        self.state = ConnState::Error;
+        self.flush_work(status, blame, res);
+        self.recv.ack_due = MaybeInstant::NONE;
+        self.ctrl.deadline = MaybeInstant::NONE;
+        self.pending = Pending::default();
+        self.fail_status = status;
+        self.events.raise(PendingEvents::FAILED);
+    }
+
+    /// Whether an entry is finished: every packet sent and acknowledged
+    /// (and a READ's response placed).
+    fn entry_done<B: Backing>(&self, e: &WorkEntry, res: &Resources<B, P>) -> bool {
+        if e.started < e.packets {
+            return false;
+        }
+        if e.is_read() && e.read_bytes < e.len {
+            return false;
+        }
+        let end = e.first_psn + e.packets;
+        if end.offset_from(self.send.una) <= 0 {
+            return true;
+        }
+        let Some(extent) = self
+            .send
+            .state
+            .get()
+            .and_then(|s| res.senders.get(s).extent)
+        else {
+            return false;
+        };
+        let mut psn = e.first_psn.max(self.send.una);
+        while psn != end {
+            if res.inflight.get(extent, psn).slot() != Slot::Acked {
+                return false;
+            }
+            psn = psn.next();
+        }
+        true
+    }
+
+    /// Whether every send-queue entry is finished (CLOSE may go).
+    pub(crate) fn all_entries_done<B: Backing>(&self, res: &Resources<B, P>) -> bool {
+        res.work
+            .iter(&self.send.queue)
+            .all(|i| self.entry_done(res.work.get(i), res))
+    }
+
+    fn flushing(&self) -> bool {
+        matches!(self.state, ConnState::Error | ConnState::Closed)
+    }
+
+    /// Whether [`Connection::next_completion`] has something.
+    pub(crate) fn has_completion<B: Backing>(&self, res: &Resources<B, P>) -> bool {
+        let flushing = self.flushing();
+        if let Some(i) = self.send.queue.head() {
+            let e = res.work.get(i);
+            if flushing || e.error.is_some() || self.entry_done(e, res) {
+                return true;
+            }
+        }
+        if let Some(i) = self.recv.queue.head() {
+            let r = res.recvs.get(i);
+            if flushing || (r.claimed_by.is_some() && r.bytes == r.msg_len) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The next completion in post order (sends first, then receives), its
+    /// entry given back to the pool. READ-response jobs leave silently.
+    pub(crate) fn next_completion<B: Backing>(
+        &mut self,
+        handle: crate::api::ConnHandle,
+        res: &mut Resources<B, P>,
+    ) -> Option<Completion> {
+        let flushing = self.flushing();
+        while let Some(i) = self.send.queue.head() {
+            let e = *res.work.get(i);
+            if !(flushing || e.error.is_some() || self.entry_done(&e, res)) {
+                break;
+            }
+            if self.send.cursor == OptIndex::some(i) {
+                self.send.cursor = res.work.next_of(i).into();
+            }
+            res.work.pop_front(&mut self.send.queue);
+            match e.job {
+                Job::ReadResponse { .. } => {
+                    self.send.read_jobs -= 1;
+                    res.read_jobs -= 1;
+                }
+                Job::User(wr) => {
+                    self.send.user_jobs -= 1;
+                    let status = e.error.unwrap_or(if flushing {
+                        Status::Flushed
+                    } else {
+                        Status::Success
+                    });
+                    self.counters.completions += 1;
+                    return Some(Completion {
+                        conn: handle,
+                        wr_id: wr.id,
+                        opcode: wr.op.opcode(),
+                        status,
+                        byte_len: if status == Status::Success { e.len } else { 0 },
+                        imm: None,
+                    });
+                }
+            }
+        }
+        let i = self.recv.queue.head()?;
+        let r = *res.recvs.get(i);
+        let done = r.claimed_by.is_some() && r.bytes == r.msg_len;
+        if !done && !flushing {
+            return None;
+        }
+        res.recvs.pop_front(&mut self.recv.queue);
+        self.recv.base = self.recv.base.wrapping_add(1);
+        self.counters.completions += 1;
+        Some(Completion {
+            conn: handle,
+            wr_id: r.req.id,
+            opcode: if r.write_imm {
+                Opcode::RecvWriteImm
+            } else {
+                Opcode::Recv
+            },
+            status: if done {
+                Status::Success
+            } else {
+                Status::Flushed
+            },
+            byte_len: if done && !r.write_imm { r.bytes } else { 0 },
+            imm: r.imm,
+        })
+    }
+
+    /// Gives every pooled entry back without completions (the application
+    /// released the connection after draining what it wanted).
+    pub(crate) fn discard_work<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+        while let Some(i) = self.send.queue.head() {
+            if let Job::ReadResponse { .. } = res.work.get(i).job {
+                res.read_jobs -= 1;
+            }
+            res.work.pop_front(&mut self.send.queue);
+        }
+        res.recvs.clear(&mut self.recv.queue);
+        self.send.cursor = OptIndex::NONE;
+        self.send.read_jobs = 0;
+        self.send.user_jobs = 0;
+    }
+}

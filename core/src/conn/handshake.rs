@@ -1,0 +1,268 @@
+//! Handshake, keep-alive and close (spec 4.1, 4.2, 4.12): the control
+//! packets and the state changes they cause.
+
+use super::{Blame, ConnState, Connection, Negotiated, Pending, PendingEvents, Resources};
+use crate::api::{Status, Transmit};
+use crate::config::Config;
+use crate::rng::Rng;
+use crate::storage::Backing;
+use crate::time::{Instant, MaybeInstant};
+use crate::wire::encap::ecn;
+use crate::wire::{Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr};
+
+impl<const P: usize> Connection<P> {
+    /// Initiator: queue the CONNECT and arm the handshake timer.
+    pub(crate) fn start_connect(&mut self, now: Instant, config: &Config) {
+        self.pending.set(Pending::CONNECT);
+        self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
+        self.ctrl_tries = 1;
+    }
+
+    pub(crate) fn connect_repr(&self, config: &Config) -> ConnectRepr {
+        ConnectRepr {
+            src_conn: self.local_id,
+            src_token: self.local_token,
+            mtu: self.params.mtu,
+            max_paths: self.params.paths,
+            window: self.params.window,
+            // Before any reliable packet, the next PSN is the initial one.
+            initial_psn: self.send.una.get(),
+            reply_port: config.udp_port,
+        }
+    }
+
+    /// Acceptor: takes the initiator's CONNECT (new or repeated) and
+    /// answers it with one ACCEPT. The acceptor never repeats ACCEPT on its
+    /// own: the initiator's CONNECT retransmissions drive recovery (spec
+    /// 4.2 step 5), so one CONNECT never draws more than one ACCEPT.
+    pub(crate) fn on_connect(&mut self, c: &ConnectRepr, config: &Config, rng: &mut Rng) {
+        if self.remote_id == 0 {
+            self.adopt_peer(c, config, rng);
+        }
+        if matches!(self.state, ConnState::Accepting | ConnState::Established) {
+            self.pending.set(Pending::ACCEPT);
+        }
+    }
+
+    /// Takes the peer's id, token and first PSN from its CONNECT or ACCEPT
+    /// and settles the parameters on the smaller of both offers (spec 4.2).
+    pub(crate) fn adopt_peer(&mut self, c: &ConnectRepr, config: &Config, rng: &mut Rng) {
+        self.remote_id = c.src_conn;
+        self.remote_token = c.src_token;
+        let paths = self.params.paths.min(c.max_paths).max(1);
+        let redraw = paths != self.params.paths;
+        self.params = Negotiated {
+            mtu: self.params.mtu.min(c.mtu),
+            paths,
+            window: self.params.window.min(c.window),
+        };
+        if redraw {
+            self.draw_all_entropy(config, rng);
+        }
+        self.recv.cum = crate::psn::Psn(c.initial_psn);
+    }
+
+    pub(crate) fn establish(&mut self) {
+        self.state = ConnState::Established;
+        self.ctrl.deadline = MaybeInstant::NONE;
+        self.pending.clear(Pending::CONNECT);
+        self.events.raise(PendingEvents::CONNECTED);
+    }
+
+    /// The application closes (spec 4.1.2).
+    pub(crate) fn close<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        match self.state {
+            ConnState::Established | ConnState::Accepting => {
+                self.state = ConnState::Closing;
+                self.close_reason = CloseReason::Normal;
+                self.maybe_send_close(now, res, config);
+            }
+            ConnState::Error => {
+                self.state = ConnState::Closing;
+                self.close_reason = CloseReason::Error;
+                self.maybe_send_close(now, res, config);
+            }
+            ConnState::Connecting => {
+                self.flush_work(Status::Flushed, Blame::Nobody, res);
+                self.state = ConnState::Closed;
+                self.pending = Pending::default();
+                self.ctrl.deadline = MaybeInstant::NONE;
+                self.events.raise(PendingEvents::CLOSED);
+            }
+            ConnState::Closing | ConnState::Closed => {}
+        }
+    }
+
+    /// Sends CLOSE once every send-queue entry is done (spec 4.1.2).
+    pub(crate) fn maybe_send_close<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &Resources<B, P>,
+        config: &Config,
+    ) {
+        if self.state == ConnState::Closing
+            && !self.pending.has(Pending::CLOSE)
+            && self.ctrl.deadline.is_none()
+            && self.all_entries_done(res)
+        {
+            self.pending.set(Pending::CLOSE);
+            self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
+            self.ctrl_tries = 1;
+        }
+    }
+
+    pub(crate) fn on_close<B: Backing>(
+        &mut self,
+        flags: Flags,
+        reason: CloseReason,
+        res: &mut Resources<B, P>,
+    ) {
+        let reply = flags.contains(Flags::CLOSE_REPLY);
+        if !reply {
+            self.pending.set(Pending::CLOSE_REPLY);
+            if self.state != ConnState::Closed {
+                self.close_reason = reason;
+            }
+        }
+        if self.state == ConnState::Closed {
+            return;
+        }
+        self.flush_work(Status::Flushed, Blame::Nobody, res);
+        self.state = ConnState::Closed;
+        self.ctrl.deadline = MaybeInstant::NONE;
+        self.pending.clear(Pending::CLOSE);
+        self.close_reason = reason;
+        self.events.raise(PendingEvents::CLOSED);
+    }
+
+    /// The control timer fired: resend with backoff, or give up.
+    pub(crate) fn on_ctrl_timeout<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        if self.ctrl_tries >= config.handshake_retries {
+            self.ctrl.deadline = MaybeInstant::NONE;
+            match self.state {
+                // Confirmations exhausted: keep-alives take over.
+                ConnState::Established => {}
+                ConnState::Closing => {
+                    self.flush_work(Status::Flushed, Blame::Nobody, res);
+                    self.state = ConnState::Closed;
+                    self.pending.clear(Pending::CLOSE);
+                    self.events.raise(PendingEvents::CLOSED);
+                }
+                _ => {
+                    self.pending = Pending::default();
+                    self.fail(Status::RetryExceeded, Blame::Front, res);
+                }
+            }
+            return;
+        }
+        self.ctrl_tries += 1;
+        let backoff = config.handshake_timeout * (1u32 << self.ctrl_tries.min(8));
+        self.ctrl.deadline = MaybeInstant::some(now + backoff);
+        match self.state {
+            ConnState::Connecting => self.pending.set(Pending::CONNECT),
+            ConnState::Closing => self.pending.set(Pending::CLOSE),
+            // The initiator's confirmation, until the acceptor is heard from.
+            ConnState::Established => self.pending.set(Pending::KEEPALIVE),
+            _ => self.ctrl.deadline = MaybeInstant::NONE,
+        }
+    }
+
+    pub(crate) fn header(&self, now: Instant, psn: u32, path: u8, flags: Flags) -> Header {
+        Header {
+            flags,
+            dst_conn: self.remote_id,
+            token: self.remote_token,
+            psn,
+            path: u16::from(path),
+            timestamp: now.wire_timestamp(),
+        }
+    }
+
+    /// Writes `repr`'s headers into `buf` and describes the packet.
+    pub(crate) fn transmit(
+        &mut self,
+        now: Instant,
+        repr: &Repr,
+        buf: &mut [u8],
+        path: u8,
+        ecn_codepoint: u8,
+        payload: Option<crate::api::PayloadRef>,
+    ) -> Option<Transmit> {
+        if buf.len() < repr.header_len() {
+            return None;
+        }
+        repr.emit_header(buf);
+        self.ctrl.last_sent = now;
+        Some(Transmit {
+            peer: self.peer,
+            src_port: self.entropy[usize::from(path) % P],
+            ecn: ecn_codepoint,
+            header_len: repr.header_len(),
+            payload,
+        })
+    }
+
+    /// Whether a control packet is waiting and can be addressed.
+    pub(crate) fn control_ready(&self) -> bool {
+        let p = self.pending;
+        p.has(Pending::CONNECT) || (p.any() && self.remote_id != 0)
+    }
+
+    /// The next control packet, if one is pending.
+    pub(crate) fn poll_control(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        config: &Config,
+    ) -> Option<Transmit> {
+        let pending = self.pending;
+        let next_psn = self.send.nxt.get();
+        let (bit, header, body) = if pending.has(Pending::CONNECT) {
+            let mut h = self.header(now, self.send.una.get(), 0, Flags::NONE);
+            h.dst_conn = 0;
+            h.token = 0;
+            (
+                Pending::CONNECT,
+                h,
+                Body::Connect(self.connect_repr(config)),
+            )
+        } else if pending.has(Pending::ACCEPT) {
+            let h = self.header(now, self.send.una.get(), 0, Flags::NONE);
+            (Pending::ACCEPT, h, Body::Accept(self.connect_repr(config)))
+        } else if pending.has(Pending::CLOSE_REPLY) {
+            let h = self.header(now, next_psn, 0, Flags::CLOSE_REPLY);
+            let reason = self.close_reason;
+            (Pending::CLOSE_REPLY, h, Body::Close(CloseRepr { reason }))
+        } else if pending.has(Pending::CLOSE) {
+            let h = self.header(now, next_psn, 0, Flags::NONE);
+            let reason = self.close_reason;
+            (Pending::CLOSE, h, Body::Close(CloseRepr { reason }))
+        } else if pending.has(Pending::KEEPALIVE) {
+            let h = self.header(now, next_psn, 0, Flags::NONE);
+            (Pending::KEEPALIVE, h, Body::Keepalive)
+        } else {
+            return None;
+        };
+        self.pending.clear(bit);
+        if self.remote_id == 0 && bit != Pending::CONNECT {
+            // Nobody to address yet.
+            return None;
+        }
+        let repr = Repr {
+            header,
+            body,
+            payload_len: 0,
+        };
+        self.transmit(now, &repr, buf, 0, ecn::NOT_ECT, None)
+    }
+}

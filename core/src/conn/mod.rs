@@ -1,0 +1,739 @@
+//! One connection (spec 4), split by concern as quinn-proto splits its
+//! `connection/`:
+//!
+//! * [`handshake`]: CONNECT/ACCEPT, keep-alive, CLOSE, the control packets;
+//! * [`send`]: posting, choosing what to send next, building data packets,
+//!   pacing, the pooled sender state;
+//! * [`recv`]: receive checks, placement, receive buffers, ACK and NAK
+//!   generation;
+//! * [`recovery`]: acknowledgements, loss detection, retransmission
+//!   timeouts, NAK handling;
+//! * [`timers`]: deadlines and what happens when they pass;
+//! * [`completion`]: completions in order and the error state.
+//!
+//! A connection owns only its fixed part (ids, sequence state, queue
+//! heads, per-path entropy and receive counters, counters). Work entries,
+//! receive buffers, the sender's telemetry and in-flight records come from
+//! the endpoint's pools ([`Resources`]) while they are in use. A connection
+//! never sees another connection's state.
+
+mod completion;
+mod handshake;
+mod recovery;
+mod recv;
+mod send;
+pub mod sender;
+mod timers;
+
+use crate::api::{ConnHandle, PeerAddr, RecvRequest, Status};
+use crate::api::{Memory, Transmit};
+use crate::config::Config;
+use crate::memory::RegionTable;
+use crate::psn::Psn;
+use crate::rng::Rng;
+use crate::rtt::RttEstimator;
+use crate::stats::ConnStats;
+use crate::storage::buddy::BuddyNode;
+use crate::storage::list::OptIndex;
+use crate::storage::pool::{Pool, PoolEntry, Queue};
+use crate::storage::{Backing, Slice};
+use crate::time::{Instant, MaybeInstant};
+use crate::wire::{Body, CloseReason, MemoryTarget, NakRepr, SackBits};
+
+pub(crate) use completion::Blame;
+pub(crate) use recv::ReliableOutcome;
+pub use sender::{InflightPool, InflightRecord, PathSender, SenderState};
+
+/// Connection states (spec 4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ConnState {
+    /// CONNECT sent, waiting for ACCEPT.
+    Connecting,
+    /// ACCEPT sent, waiting for the first packet from the initiator.
+    Accepting,
+    Established,
+    /// The application asked to close; CLOSE goes out once the send queue drains.
+    Closing,
+    /// Closed cleanly (or refused). Terminal.
+    Closed,
+    /// Failed: outstanding work is flushed with error completions. Terminal
+    /// until the application closes or releases it.
+    Error,
+}
+
+impl ConnState {
+    /// Closed or failed: nothing more will happen until the application
+    /// releases the handle.
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, ConnState::Closed | ConnState::Error)
+    }
+
+    /// Reliable packets flow in both directions.
+    pub(crate) const fn is_open(self) -> bool {
+        matches!(self, ConnState::Established | ConnState::Closing)
+    }
+}
+
+/// Negotiated parameters (spec 4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Negotiated {
+    pub mtu: u16,
+    pub paths: u16,
+    pub window: u16,
+}
+
+/// Events an endpoint reports to the application about its connections.
+/// None is ever lost: each connection keeps its own until it is polled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Event {
+    /// A peer opened a connection to this endpoint and it was accepted:
+    /// the application may post work on it (receives before the peer's
+    /// first SEND) and owns its handle until it releases it.
+    Incoming { conn: ConnHandle, peer: PeerAddr },
+    /// The handshake completed.
+    Connected(ConnHandle),
+    /// The connection closed (by either side, or idle). `release` frees it
+    /// once its completions are drained.
+    Closed {
+        conn: ConnHandle,
+        reason: CloseReason,
+    },
+    /// The connection failed; its work was flushed with error completions.
+    /// `status` says why (the culprit's completion status).
+    Failed { conn: ConnHandle, status: Status },
+}
+
+impl Event {
+    /// The connection the event is about.
+    pub fn conn(&self) -> ConnHandle {
+        match *self {
+            Event::Incoming { conn, .. }
+            | Event::Connected(conn)
+            | Event::Closed { conn, .. }
+            | Event::Failed { conn, .. } => conn,
+        }
+    }
+}
+
+/// Event bits a connection holds until the endpoint hands them out, in the
+/// order they are reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PendingEvents(u8);
+
+impl PendingEvents {
+    pub const INCOMING: u8 = 1;
+    pub const CONNECTED: u8 = 2;
+    pub const CLOSED: u8 = 4;
+    pub const FAILED: u8 = 8;
+
+    pub fn raise(&mut self, bit: u8) {
+        self.0 |= bit;
+    }
+
+    pub fn any(self) -> bool {
+        self.0 != 0
+    }
+
+    /// Takes the first pending bit.
+    pub fn take(&mut self) -> Option<u8> {
+        if self.0 == 0 {
+            return None;
+        }
+        let bit = 1 << self.0.trailing_zeros();
+        self.0 &= !bit;
+        Some(bit)
+    }
+}
+
+/// A send-queue entry's job.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Job {
+    User(crate::api::WorkRequest),
+    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`.
+    ReadResponse {
+        source: u64,
+        sink: MemoryTarget,
+    },
+}
+
+/// A send-queue entry (user work request or READ-response job), pooled.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkEntry {
+    pub(crate) job: Job,
+    pub(crate) msg_id: u32,
+    pub(crate) len: u32,
+    /// Reliable packets this entry needs (a READ needs one: its request).
+    pub(crate) packets: u32,
+    pub(crate) first_psn: Psn,
+    /// Packets that have a PSN (sent at least once).
+    pub(crate) started: u32,
+    /// READ: response bytes placed.
+    pub(crate) read_bytes: u32,
+    /// SEND / WRITE_IMM: the receive it consumes at the peer.
+    pub(crate) recv_index: u32,
+    pub(crate) error: Option<Status>,
+    pub(crate) rnr_retries: u8,
+}
+
+impl WorkEntry {
+    pub const VACANT: WorkEntry = WorkEntry {
+        job: Job::ReadResponse {
+            source: 0,
+            sink: MemoryTarget { key: 0, addr: 0 },
+        },
+        msg_id: 0,
+        len: 0,
+        packets: 0,
+        first_psn: Psn(0),
+        started: 0,
+        read_bytes: 0,
+        recv_index: 0,
+        error: None,
+        rnr_retries: 0,
+    };
+
+    pub(crate) fn is_read(&self) -> bool {
+        matches!(
+            self.job,
+            Job::User(crate::api::WorkRequest {
+                op: crate::api::Op::Read { .. },
+                ..
+            })
+        )
+    }
+
+    /// Whether PSN `psn` belongs to this entry's sent packets.
+    pub(crate) fn holds(&self, psn: Psn) -> bool {
+        self.started > 0 && psn.is_within(self.first_psn, self.started)
+    }
+}
+
+/// A posted receive, pooled.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvEntry {
+    pub(crate) req: RecvRequest,
+    /// Message id of the SEND / WRITE_IMM that claimed it.
+    pub(crate) claimed_by: Option<u32>,
+    pub(crate) msg_len: u32,
+    pub(crate) bytes: u32,
+    pub(crate) imm: Option<u32>,
+    pub(crate) write_imm: bool,
+}
+
+impl RecvEntry {
+    pub const VACANT: RecvEntry = RecvEntry {
+        req: RecvRequest {
+            id: 0,
+            local: crate::api::LocalBuf {
+                key: 0,
+                addr: 0,
+                len: 0,
+            },
+        },
+        claimed_by: None,
+        msg_len: 0,
+        bytes: 0,
+        imm: None,
+        write_imm: false,
+    };
+}
+
+/// Endpoint-wide counts of refusals for want of pool space (back-pressure).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PoolRefusals {
+    /// Posts refused: the work-entry pool was empty (the poster retries).
+    pub work_entries: u64,
+    /// Receives refused: the receive-entry pool was empty.
+    pub recv_entries: u64,
+    /// READ_REQUESTs answered RECEIVER_NOT_READY: no job slot.
+    pub read_jobs: u64,
+    /// Times a connection waited for a sender state.
+    pub senders: u64,
+    /// Times a connection waited for in-flight records.
+    pub inflight_records: u64,
+}
+
+/// The pools and tables connections draw on, owned by the endpoint.
+pub struct Resources<B: Backing, const P: usize> {
+    pub(crate) work: Pool<Slice<B, PoolEntry<WorkEntry>>>,
+    pub(crate) recvs: Pool<Slice<B, PoolEntry<RecvEntry>>>,
+    pub(crate) senders: Pool<Slice<B, PoolEntry<SenderState<P>>>>,
+    pub(crate) inflight: InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>,
+    pub(crate) regions: RegionTable<Slice<B, crate::memory::RegionSlot>>,
+    pub(crate) rng: Rng,
+    /// READ-response jobs in use, endpoint-wide.
+    pub(crate) read_jobs: u32,
+    pub(crate) refusals: PoolRefusals,
+}
+
+impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Resources")
+            .field("work_free", &self.work.available())
+            .field("recv_free", &self.recvs.available())
+            .field("senders_free", &self.senders.available())
+            .field("inflight_free", &self.inflight.free_records())
+            .field("read_jobs", &self.read_jobs)
+            .field("refusals", &self.refusals)
+            .finish()
+    }
+}
+
+/// Control packets waiting to go out (bit set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pending(u8);
+
+impl Pending {
+    pub const CONNECT: u8 = 1;
+    pub const ACCEPT: u8 = 2;
+    pub const KEEPALIVE: u8 = 4;
+    pub const CLOSE: u8 = 8;
+    pub const CLOSE_REPLY: u8 = 16;
+
+    pub fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+
+    pub fn set(&mut self, bit: u8) {
+        self.0 |= bit;
+    }
+
+    pub fn clear(&mut self, bit: u8) {
+        self.0 &= !bit;
+    }
+
+    pub fn any(self) -> bool {
+        self.0 != 0
+    }
+}
+
+/// The sender's fixed part: sequence state, the work queue, the
+/// connection-wide RTT estimate. The rest is in the pooled [`SenderState`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendSide {
+    pub una: Psn,
+    pub nxt: Psn,
+    pub queue: Queue,
+    /// First entry with unsent packets (a pool index); none when every
+    /// queued entry has been started.
+    pub cursor: OptIndex,
+    pub next_msg_id: u32,
+    pub next_recv_index: u32,
+    /// Pool index of the [`SenderState`], if one is held.
+    pub state: OptIndex,
+    pub rtt: RttEstimator,
+    /// READ-response jobs queued (a peer's requests), for their budget.
+    pub read_jobs: u16,
+    /// User work requests queued, for their budget.
+    pub user_jobs: u16,
+    /// A pool (sender states or in-flight records) refused it: the endpoint
+    /// wakes it when something is given back.
+    pub starved: bool,
+    /// It held a sender state before (the receiver's echo counters of
+    /// earlier bursts are unknown to a new one).
+    pub had_sender: bool,
+}
+
+/// The receiver's state (spec 4.5, 4.8).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvSide<const P: usize> {
+    pub cum: Psn,
+    pub sack: SackBits,
+    pub queue: Queue,
+    pub base: u32,
+    pub ack_pending: u8,
+    pub ack_now: bool,
+    pub echo_path: u16,
+    pub echo_psn: u32,
+    pub echo_ts: u32,
+    pub ack_due: MaybeInstant,
+    pub nak_pending: Option<NakRepr>,
+    /// After a fatal NAK every later reliable packet hears it again: the
+    /// refused PSN and the reason.
+    pub sticky_nak: Option<(u32, crate::wire::NakReason)>,
+    pub last_data_rx: MaybeInstant,
+    /// Per path: data packets and CE marks received, echoed in ACKs.
+    pub rx_count: [u16; P],
+    pub ce_count: [u16; P],
+}
+
+/// Handshake, keep-alive and close state (spec 4.2, 4.12).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Control {
+    pub deadline: MaybeInstant,
+    pub last_heard: Instant,
+    pub last_sent: Instant,
+}
+
+/// Per-connection counters, compact (32-bit counts wrap; bytes are 64-bit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub packets_sent: u32,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub retransmissions: u32,
+    pub spurious_retransmissions: u32,
+    pub packets_acked: u32,
+    pub packets_lost: u32,
+    pub timeouts: u32,
+    pub acks_sent: u32,
+    pub acks_received: u32,
+    pub naks_sent: u32,
+    pub naks_received: u32,
+    pub rnr_naks_received: u32,
+    pub packets_received: u32,
+    pub duplicates_received: u32,
+    pub ce_received: u32,
+    pub out_of_window: u32,
+    pub invalid_dropped: u32,
+    pub invalid_acks: u32,
+    pub path_rerolls: u32,
+    pub completions: u32,
+}
+
+/// One MetaRoCE connection with up to `P` logical paths.
+#[derive(Debug, Clone, Copy)]
+pub struct Connection<const P: usize> {
+    pub(crate) state: ConnState,
+    pub(crate) local_id: u32,
+    pub(crate) local_token: u64,
+    pub(crate) remote_id: u32,
+    pub(crate) remote_token: u64,
+    pub(crate) peer: PeerAddr,
+    pub(crate) pd: u32,
+    pub(crate) params: Negotiated,
+    /// Per path: the UDP source port (entropy) it is sent with (spec 4.9).
+    pub(crate) entropy: [u16; P],
+    pub(crate) send: SendSide,
+    pub(crate) recv: RecvSide<P>,
+    pub(crate) ctrl: Control,
+    /// Control packets waiting to go out.
+    pub(crate) pending: Pending,
+    /// The reason our CLOSE carries (or the peer's, once closed).
+    pub(crate) close_reason: CloseReason,
+    /// Transmissions of the current CONNECT or CLOSE.
+    pub(crate) ctrl_tries: u8,
+    pub(crate) events: PendingEvents,
+    /// Why the connection failed, for its `Failed` event.
+    pub(crate) fail_status: Status,
+    pub(crate) counters: Counters,
+}
+
+impl<const P: usize> Connection<P> {
+    /// A free slot's content.
+    pub const VACANT: Connection<P> = Connection {
+        state: ConnState::Closed,
+        local_id: 0,
+        local_token: 0,
+        remote_id: 0,
+        remote_token: 0,
+        peer: PeerAddr {
+            ip: smoltcp::wire::IpAddress::Ipv4(smoltcp::wire::Ipv4Address::UNSPECIFIED),
+            port: 0,
+        },
+        pd: 0,
+        params: Negotiated {
+            mtu: 0,
+            paths: 0,
+            window: 0,
+        },
+        entropy: [0; P],
+        send: SendSide {
+            una: Psn(0),
+            nxt: Psn(0),
+            queue: Queue::EMPTY,
+            cursor: OptIndex::NONE,
+            next_msg_id: 0,
+            next_recv_index: 0,
+            state: OptIndex::NONE,
+            rtt: RttEstimator::seeded(0, 0),
+            read_jobs: 0,
+            user_jobs: 0,
+            starved: false,
+            had_sender: false,
+        },
+        recv: RecvSide {
+            cum: Psn(0),
+            sack: SackBits::EMPTY,
+            queue: Queue::EMPTY,
+            base: 0,
+            ack_pending: 0,
+            ack_now: false,
+            echo_path: 0,
+            echo_psn: 0,
+            echo_ts: 0,
+            ack_due: MaybeInstant::NONE,
+            nak_pending: None,
+            sticky_nak: None,
+            last_data_rx: MaybeInstant::NONE,
+            rx_count: [0; P],
+            ce_count: [0; P],
+        },
+        pending: Pending(0),
+        close_reason: CloseReason::Normal,
+        ctrl_tries: 0,
+        ctrl: Control {
+            deadline: MaybeInstant::NONE,
+            last_heard: Instant::ZERO,
+            last_sent: Instant::ZERO,
+        },
+        events: PendingEvents(0),
+        fail_status: Status::Flushed,
+        counters: Counters {
+            packets_sent: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            retransmissions: 0,
+            spurious_retransmissions: 0,
+            packets_acked: 0,
+            packets_lost: 0,
+            timeouts: 0,
+            acks_sent: 0,
+            acks_received: 0,
+            naks_sent: 0,
+            naks_received: 0,
+            rnr_naks_received: 0,
+            packets_received: 0,
+            duplicates_received: 0,
+            ce_received: 0,
+            out_of_window: 0,
+            invalid_dropped: 0,
+            invalid_acks: 0,
+            path_rerolls: 0,
+            completions: 0,
+        },
+    };
+
+    /// A new connection in `state`, with random initial PSN, token and
+    /// path entropy drawn from `rng`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        local_id: u32,
+        peer: PeerAddr,
+        pd: u32,
+        config: &Config,
+        rng: &mut Rng,
+        now: Instant,
+        state: ConnState,
+    ) -> Self {
+        let initial_psn = Psn(rng.next_u32());
+        let paths = config.paths.clamp(1, P as u16);
+        let mut conn = Connection {
+            state,
+            local_id,
+            local_token: rng.nonzero_u64(),
+            peer,
+            pd,
+            params: Negotiated {
+                mtu: config.mtu,
+                paths,
+                window: config.window.clamp(1, crate::config::MAX_WINDOW as u16),
+            },
+            ..Self::VACANT
+        };
+        conn.send.una = initial_psn;
+        conn.send.nxt = initial_psn;
+        conn.send.next_msg_id = 1;
+        conn.ctrl.last_heard = now;
+        conn.ctrl.last_sent = now;
+        conn.draw_all_entropy(config, rng);
+        conn
+    }
+
+    /// Draws distinct entropy for every active path.
+    pub(crate) fn draw_all_entropy(&mut self, config: &Config, rng: &mut Rng) {
+        let n = usize::from(self.params.paths);
+        for i in 0..n {
+            self.entropy[i] = Self::draw_entropy(&self.entropy[..i], config, rng);
+        }
+    }
+
+    /// A value from the configured range, distinct from `taken` where the
+    /// range allows, so two paths never share a route by construction.
+    pub(crate) fn draw_entropy(taken: &[u16], config: &Config, rng: &mut Rng) -> u16 {
+        let span = u32::from(config.entropy_span.max(1));
+        for _ in 0..16 {
+            let e = config.entropy_base.wrapping_add(rng.below(span) as u16);
+            if !taken.contains(&e) {
+                return e;
+            }
+        }
+        config.entropy_base.wrapping_add(rng.below(span) as u16)
+    }
+
+    /// Snapshot of the counters.
+    pub fn stats<B: Backing>(&self, res: &Resources<B, P>) -> ConnStats {
+        let c = &self.counters;
+        let (rate_mbps, rate_hint_mbps) = self.send.state.get().map_or((0, 0), |s| {
+            let s = res.senders.get(s);
+            (
+                crate::cc::CongestionControl::rate_mbps(&s.cc),
+                s.rate_hint_mbps,
+            )
+        });
+        ConnStats {
+            packets_sent: u64::from(c.packets_sent),
+            bytes_sent: c.bytes_sent,
+            retransmissions: u64::from(c.retransmissions),
+            spurious_retransmissions: u64::from(c.spurious_retransmissions),
+            packets_acked: u64::from(c.packets_acked),
+            packets_lost: u64::from(c.packets_lost),
+            timeouts: u64::from(c.timeouts),
+            acks_sent: u64::from(c.acks_sent),
+            acks_received: u64::from(c.acks_received),
+            naks_sent: u64::from(c.naks_sent),
+            naks_received: u64::from(c.naks_received),
+            rnr_naks_received: u64::from(c.rnr_naks_received),
+            packets_received: u64::from(c.packets_received),
+            bytes_received: c.bytes_received,
+            duplicates_received: u64::from(c.duplicates_received),
+            ce_received: u64::from(c.ce_received),
+            out_of_window: u64::from(c.out_of_window),
+            invalid_dropped: u64::from(c.invalid_dropped),
+            invalid_acks: u64::from(c.invalid_acks),
+            path_rerolls: u64::from(c.path_rerolls),
+            completions: u64::from(c.completions),
+            rate_mbps,
+            rate_hint_mbps,
+        }
+    }
+
+    /// Connection state.
+    pub fn state(&self) -> ConnState {
+        self.state
+    }
+
+    /// The peer's address (its IP and MetaRoCE UDP port).
+    pub fn peer(&self) -> PeerAddr {
+        self.peer
+    }
+
+    /// Negotiated parameters.
+    pub fn params(&self) -> Negotiated {
+        self.params
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+
+    /// Whether the sender has nothing unacknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.send.una == self.send.nxt
+    }
+
+    /// Whether it holds pooled sender state now.
+    pub fn is_sending(&self) -> bool {
+        self.send.state.is_some()
+    }
+
+    /// Work entries and receives it holds in the pools.
+    pub fn queued(&self) -> (u32, u32) {
+        (self.send.queue.len(), self.recv.queue.len())
+    }
+}
+
+impl<const P: usize> Connection<P> {
+    /// Dispatches a packet whose connection id, token and source matched.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_packet<B: Backing>(
+        &mut self,
+        now: Instant,
+        repr: &crate::wire::Repr,
+        payload: &[u8],
+        ce: bool,
+        res: &mut Resources<B, P>,
+        mem: &mut impl Memory,
+        config: &Config,
+    ) -> Option<ReliableOutcome> {
+        self.ctrl.last_heard = now;
+        if self.state == ConnState::Accepting && !matches!(repr.body, Body::Connect(_)) {
+            self.establish();
+            if matches!(repr.body, Body::Keepalive) {
+                // Tell the initiator its confirmation arrived (spec 4.2
+                // step 5): it stops repeating it.
+                self.pending.set(Pending::KEEPALIVE);
+            }
+        } else if self.state == ConnState::Established
+            && self.ctrl.deadline.is_some()
+            && !matches!(repr.body, Body::Accept(_) | Body::Connect(_))
+        {
+            // The acceptor is established: the confirmation got through.
+            self.ctrl.deadline = MaybeInstant::NONE;
+        }
+        match &repr.body {
+            Body::Accept(a) => {
+                if self.state == ConnState::Connecting {
+                    if a.reply_port != 0 {
+                        self.peer.port = a.reply_port;
+                    }
+                    self.adopt_peer(a, config, &mut res.rng);
+                    // Confirm at once so the acceptor is established even if
+                    // we have no data to send, and repeat the confirmation
+                    // on the handshake timer until the acceptor is heard
+                    // from (spec 4.2 step 4).
+                    self.pending.set(Pending::KEEPALIVE);
+                    self.establish();
+                    self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
+                    self.ctrl_tries = 1;
+                } else if self.state == ConnState::Established {
+                    // A repeated ACCEPT: our confirmation was lost.
+                    self.pending.set(Pending::KEEPALIVE);
+                }
+                None
+            }
+            Body::Connect(_) | Body::Keepalive => None,
+            Body::Close(c) => {
+                self.on_close(repr.header.flags, c.reason, res);
+                None
+            }
+            Body::Ack(a) => {
+                if self.state.is_open() || self.state == ConnState::Error {
+                    self.on_ack(now, a, res, config);
+                }
+                None
+            }
+            Body::Nak(n) => {
+                if self.state.is_open() {
+                    self.on_nak(now, n, res, config);
+                }
+                None
+            }
+            Body::Write(_) | Body::Send(_) | Body::ReadRequest(_) | Body::ReadResponse(_) => {
+                Some(self.on_reliable(now, repr, payload, ce, res, mem, config))
+            }
+        }
+    }
+
+    /// The connection's next packet, if any is due: control first (they
+    /// unblock everything else), then a NAK, an ACK, data.
+    pub(crate) fn poll_transmit<B: Backing>(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        rate_hint_mbps: u32,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> Option<Transmit> {
+        if self.pending.any() {
+            if let Some(t) = self.poll_control(now, buf, config) {
+                return Some(t);
+            }
+        }
+        if self.recv.nak_pending.is_some() {
+            return self.emit_nak(now, buf);
+        }
+        if !self.state.is_open() {
+            return None;
+        }
+        if self.ack_ready() {
+            return self.emit_ack(now, buf, rate_hint_mbps);
+        }
+        self.poll_data(now, buf, res, config)
+    }
+}

@@ -1,0 +1,424 @@
+//! Acknowledgements and loss recovery (spec 4.6): cumulative and selective
+//! ACKs, per-path RACK loss detection that never takes multipath skew for
+//! loss, retransmission timeouts with backoff, NAKs, and the path
+//! telemetry and re-draws fed by the echoes (spec 4.9).
+
+use core::time::Duration;
+
+use super::recv::status_of;
+use super::sender::{InflightRecord, SenderState, Slot, ONE};
+use super::{Blame, Connection, Resources};
+use crate::cc::CongestionControl;
+use crate::config::Config;
+use crate::psn::Psn;
+use crate::rng::Rng;
+use crate::storage::buddy::Extent;
+use crate::storage::Backing;
+use crate::time::Instant;
+use crate::wire::{AckRepr, NakReason, NakRepr};
+
+impl<const P: usize> Connection<P> {
+    pub(crate) fn on_ack<B: Backing>(
+        &mut self,
+        now: Instant,
+        ack: &AckRepr,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        self.counters.acks_received += 1;
+        let span = self.send.nxt.distance_from(self.send.una);
+        let cum = Psn(ack.cumulative);
+        let cum_ahead = cum.offset_from(self.send.una);
+        if cum_ahead > span as i32 {
+            self.counters.invalid_acks += 1;
+            return;
+        }
+        // RTT sample from the echoed timestamp (spec 3.2.3): the
+        // connection's estimate exists even while no sender state does.
+        let rtt_sample = {
+            let rtt = now.wire_timestamp().wrapping_sub(ack.echo_timestamp);
+            (rtt < 1_000_000_000 && ack.echo_path < self.params.paths).then_some(rtt)
+        };
+        if let Some(rtt) = rtt_sample {
+            self.send.rtt.on_sample(rtt);
+        }
+        let Some(s) = self.send.state.get() else {
+            return;
+        };
+        let Some(extent) = res.senders.get(s).extent else {
+            if let Some(rtt) = rtt_sample {
+                res.senders.get_mut(s).paths[usize::from(ack.echo_path) % P]
+                    .rtt
+                    .on_sample(rtt);
+            }
+            return;
+        };
+        let mut st = *res.senders.get(s);
+        // Spurious retransmission: the echoed transmission is an earlier one
+        // than the latest we sent for that PSN (spec 4.6.2).
+        let echo = Psn(ack.echo_psn);
+        if echo.is_within(self.send.una, span) {
+            let r = res.inflight.get(extent, echo);
+            if r.transmissions() > 1 && r.sent_ts != ack.echo_timestamp {
+                self.counters.spurious_retransmissions += 1;
+                st.paths[usize::from(r.path) % P].spurious += 1;
+            }
+        }
+        let mut newly = 0u32;
+        if cum_ahead > 0 {
+            let mut psn = self.send.una;
+            while psn != cum {
+                newly += self.deliver(&mut st, res.inflight.get_mut(extent, psn));
+                psn = psn.next();
+            }
+        }
+        for i in ack.sack.iter_set() {
+            let psn = cum + (1 + i as u32);
+            if !psn.is_within(self.send.una, span) {
+                continue;
+            }
+            let r = res.inflight.get_mut(extent, psn);
+            if matches!(r.slot(), Slot::InFlight | Slot::Lost) {
+                newly += self.deliver(&mut st, r);
+            }
+        }
+        if cum_ahead > 0 {
+            let mut psn = self.send.una;
+            while psn != cum {
+                res.inflight.get_mut(extent, psn).set_slot(Slot::Free);
+                psn = psn.next();
+            }
+            self.send.una = cum;
+        }
+        if let Some(rtt) = rtt_sample {
+            let path = &mut st.paths[usize::from(ack.echo_path) % P];
+            path.rtt.on_sample(rtt);
+            let (delivered, marked) = path.on_echo(ack.path_rx_count, ack.path_ce_count);
+            let srtt = Duration::from_nanos(u64::from(self.send.rtt.srtt_ns().max(1)));
+            let ceiling = if st.rate_hint_mbps == 0 {
+                u32::MAX
+            } else {
+                st.rate_hint_mbps
+            };
+            st.cc.on_delivery(now, delivered, marked, srtt, ceiling);
+        }
+        // The latest hint wins (ACKs are rarely reordered, and a stale
+        // hint is corrected by the next ACK).
+        st.rate_hint_mbps = ack.rate_hint_mbps;
+        if newly > 0 {
+            st.startup_window = st
+                .startup_window
+                .saturating_add(newly.saturating_mul(u32::from(self.params.mtu)));
+            st.rto_backoff = 0;
+            st.rto_deadline = if self.send.una == self.send.nxt {
+                None
+            } else {
+                Some(now + self.rto(&st, config))
+            };
+        }
+        self.detect_losses(now, &mut st, res, extent);
+        if config.path_reroll
+            && st.epoch_total >= u32::from(config.path_epoch_packets) * u32::from(self.params.paths)
+        {
+            let n = self.evaluate_paths(&mut st, config, &mut res.rng);
+            self.counters.path_rerolls += n;
+        }
+        *res.senders.get_mut(s) = st;
+    }
+
+    /// Marks a record delivered; returns 1 if it was not already.
+    fn deliver(&mut self, st: &mut SenderState<P>, r: &mut InflightRecord) -> u32 {
+        let state = r.slot();
+        if matches!(state, Slot::Acked | Slot::Free) {
+            return 0;
+        }
+        let path = &mut st.paths[usize::from(r.path) % P];
+        if state == Slot::InFlight {
+            path.in_flight = path.in_flight.saturating_sub(1);
+        } else {
+            // Declared lost but it arrived: not retransmitted yet, so cancel.
+            st.lost_pending = st.lost_pending.saturating_sub(1);
+        }
+        path.on_delivered();
+        if !path.rack_valid || Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) > 0 {
+            path.rack_xmit_ts = r.sent_ts;
+            path.rack_valid = true;
+        }
+        r.set_slot(Slot::Acked);
+        self.counters.packets_acked += 1;
+        1
+    }
+
+    /// The retransmission timeout (spec 4.6.4): the slowest path decides,
+    /// since a packet on it is not late until its own round trip passed.
+    pub(crate) fn rto(&self, st: &SenderState<P>, config: &Config) -> Duration {
+        let base = if self.send.rtt.has_estimate() {
+            let slowest = st.paths[..usize::from(self.params.paths)]
+                .iter()
+                .map(|p| p.rtt.timeout_ns())
+                .max()
+                .unwrap_or(0)
+                .max(self.send.rtt.timeout_ns());
+            Duration::from_nanos(u64::from(slowest)).max(config.rto_min)
+        } else {
+            config.rto_initial
+        };
+        (base * (1u32 << st.rto_backoff.min(16))).min(config.rto_max)
+    }
+
+    /// RACK per path (spec 4.6.2): a packet is lost once a packet sent after
+    /// it *on the same path* was delivered and a reordering window has passed
+    /// since it was sent. Comparing within a path only is what keeps
+    /// multipath skew from looking like loss.
+    pub(crate) fn detect_losses<B: Backing>(
+        &mut self,
+        now: Instant,
+        st: &mut SenderState<P>,
+        res: &mut Resources<B, P>,
+        extent: Extent,
+    ) {
+        st.rack_deadline = None;
+        let now_ts = now.wire_timestamp();
+        let active = usize::from(self.params.paths);
+        // The latest send time delivered on any path: a packet sent at or
+        // after it cannot be declared lost yet, and PSNs are handed out in
+        // send order, so the scan stops at the first such first transmission.
+        let Some(newest_delivered) = st.paths[..active]
+            .iter()
+            .filter(|p| p.rack_valid)
+            .map(|p| Psn(p.rack_xmit_ts))
+            .reduce(Psn::max)
+        else {
+            return;
+        };
+        // For paths without an RTT sample yet: the slowest path's estimate.
+        let slowest_srtt = st.paths[..active]
+            .iter()
+            .map(|p| p.rtt.srtt_ns())
+            .max()
+            .unwrap_or(0)
+            .max(self.send.rtt.srtt_ns());
+        let slowest_var = st.paths[..active]
+            .iter()
+            .map(|p| p.rtt.rttvar_ns())
+            .max()
+            .unwrap_or(0)
+            .max(self.send.rtt.rttvar_ns());
+        let mut psn = self.send.una;
+        while psn != self.send.nxt {
+            let r = res.inflight.get(extent, psn);
+            if r.is_first_in_flight() && Psn(r.sent_ts).offset_from(newest_delivered) >= 0 {
+                break;
+            }
+            if r.slot() == Slot::InFlight {
+                let path = &st.paths[usize::from(r.path) % P];
+                // Evidence on the packet's own path allows a short
+                // reordering window; evidence only from other paths (the
+                // chooser may have stopped using this one) waits for this
+                // path's own round trip plus a wider allowance. Either way
+                // the packet's own path RTT sets the clock, so skew between
+                // paths is never taken for loss (spec 4.6.2).
+                let same_path =
+                    path.rack_valid && Psn(path.rack_xmit_ts).offset_from(Psn(r.sent_ts)) > 0;
+                let (rtt, var) = if path.rtt.has_estimate() {
+                    (path.rtt.srtt_ns(), path.rtt.rttvar_ns())
+                } else {
+                    (slowest_srtt, slowest_var)
+                };
+                let reo = if same_path {
+                    rtt / 4 + var
+                } else {
+                    rtt / 2 + 2 * var
+                };
+                let deadline = r.sent_ts.wrapping_add(rtt).wrapping_add(reo.max(1_000));
+                if Psn(now_ts).offset_from(Psn(deadline)) >= 0 {
+                    self.mark_lost(st, res.inflight.get_mut(extent, psn));
+                } else {
+                    let at = now + Duration::from_nanos(u64::from(deadline.wrapping_sub(now_ts)));
+                    st.rack_deadline = Some(st.rack_deadline.map_or(at, |d| d.min(at)));
+                }
+            }
+            psn = psn.next();
+        }
+    }
+
+    pub(crate) fn mark_lost(&mut self, st: &mut SenderState<P>, r: &mut InflightRecord) {
+        let path = &mut st.paths[usize::from(r.path) % P];
+        path.in_flight = path.in_flight.saturating_sub(1);
+        path.on_lost();
+        r.set_slot(Slot::Lost);
+        st.lost_pending += 1;
+        self.counters.packets_lost += 1;
+    }
+
+    pub(crate) fn on_nak<B: Backing>(
+        &mut self,
+        now: Instant,
+        nak: &NakRepr,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        self.counters.naks_received += 1;
+        let psn = Psn(nak.nak_psn);
+        let span = self.send.nxt.distance_from(self.send.una);
+        if !psn.is_within(self.send.una, span) {
+            self.counters.invalid_acks += 1;
+            return;
+        }
+        if nak.reason == NakReason::ReceiverNotReady {
+            self.counters.rnr_naks_received += 1;
+            let entry = res
+                .work
+                .iter(&self.send.queue)
+                .find(|&i| res.work.get(i).holds(psn));
+            if let Some(i) = entry {
+                let e = res.work.get_mut(i);
+                e.rnr_retries = e.rnr_retries.saturating_add(1);
+                if e.rnr_retries > config.rnr_retry_limit {
+                    self.fail(
+                        crate::api::Status::ReceiverNotReadyExceeded,
+                        Blame::Psn(psn),
+                        res,
+                    );
+                    return;
+                }
+            }
+            if let Some(s) = self.send.state.get() {
+                let mut st = *res.senders.get(s);
+                if let Some(extent) = st.extent {
+                    let r = res.inflight.get_mut(extent, psn);
+                    if r.slot() == Slot::InFlight {
+                        self.mark_lost(&mut st, r);
+                    }
+                }
+                st.rnr_until = now + config.rnr_delay;
+                *res.senders.get_mut(s) = st;
+            }
+            return;
+        }
+        self.fail(status_of(nak.reason), Blame::Psn(psn), res);
+    }
+
+    pub(crate) fn on_rto<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        let Some(s) = self.send.state.get() else {
+            return;
+        };
+        let mut st = *res.senders.get(s);
+        self.counters.timeouts += 1;
+        st.rto_backoff = st.rto_backoff.saturating_add(1);
+        if st.rto_backoff > config.retry_limit {
+            let culprit = self.send.una;
+            *res.senders.get_mut(s) = st;
+            self.fail(crate::api::Status::RetryExceeded, Blame::Psn(culprit), res);
+            self.pending.set(super::Pending::CLOSE);
+            self.close_reason = crate::wire::CloseReason::Error;
+            return;
+        }
+        st.cc.on_timeout(now);
+        if let Some(extent) = st.extent {
+            // Everything sent more than one (un-backed-off) timeout ago is lost.
+            let age = Duration::from_nanos(
+                (self.rto(&st, config).as_nanos() >> st.rto_backoff.min(16)) as u64,
+            );
+            let cutoff = Psn((now - age).wire_timestamp());
+            let mut psn = self.send.una;
+            let mut any = false;
+            while psn != self.send.nxt {
+                let r = res.inflight.get_mut(extent, psn);
+                if r.slot() == Slot::InFlight && cutoff.offset_from(Psn(r.sent_ts)) >= 0 {
+                    self.mark_lost(&mut st, r);
+                    any = true;
+                }
+                psn = psn.next();
+            }
+            let first = res.inflight.get_mut(extent, self.send.una);
+            if !any && self.send.una != self.send.nxt && first.slot() == Slot::InFlight {
+                self.mark_lost(&mut st, first);
+            }
+        }
+        st.rto_deadline = if self.send.una == self.send.nxt {
+            None
+        } else {
+            Some(now + self.rto(&st, config))
+        };
+        *res.senders.get_mut(s) = st;
+    }
+
+    /// Evaluates every path against its peers and re-draws the entropy of
+    /// those persistently worse (spec 4.9.3). Returns how many were re-drawn.
+    pub(crate) fn evaluate_paths(
+        &mut self,
+        st: &mut SenderState<P>,
+        config: &Config,
+        rng: &mut Rng,
+    ) -> u32 {
+        let n = usize::from(self.params.paths);
+        st.epoch_total = 0;
+        if n < 2 {
+            for p in &mut st.paths[..n] {
+                p.epoch_sent = 0;
+                p.epoch_lost = 0;
+            }
+            return 0;
+        }
+        let total_sent: u64 = st.paths[..n].iter().map(|p| u64::from(p.epoch_sent)).sum();
+        let total_lost: u64 = st.paths[..n].iter().map(|p| u64::from(p.epoch_lost)).sum();
+        let mut ecn_sorted = [0u32; 16];
+        let sample = n.min(16);
+        for (slot, p) in ecn_sorted.iter_mut().zip(st.paths[..sample].iter()) {
+            *slot = p.ecn_frac;
+        }
+        ecn_sorted[..sample].sort_unstable();
+        let ecn_median = ecn_sorted[sample / 2];
+        let mut rerolled = 0;
+        for i in 0..n {
+            let (sent, lost) = (
+                u64::from(st.paths[i].epoch_sent),
+                u64::from(st.paths[i].epoch_lost),
+            );
+            let others_sent = total_sent - sent;
+            let others_lost = total_lost - lost;
+            // Loss excess: more losses than the other paths' rate predicts,
+            // by more than 2 + 3 standard deviations (expected in 1/1024);
+            // by more than 2 + 6 (and at least 6 losses) counts twice.
+            let (loss_bad, loss_gross) = if sent >= 8 && others_sent > 0 && lost >= 4 {
+                let expected_k = sent * others_lost * 1024 / others_sent;
+                let excess_k = (lost * 1024).saturating_sub(expected_k);
+                let e = excess_k.saturating_sub(2048);
+                // e^2 > k^2 * expected (both sides scaled by 1024^2)
+                let sigmas_sq = |k: u64| excess_k > 2048 && e * e > k * k * expected_k * 1024;
+                (sigmas_sq(3), lost >= 6 && sigmas_sq(6))
+            } else {
+                (false, false)
+            };
+            let ecn_bad = st.paths[i].ecn_frac > ecn_median.saturating_mul(2) + ONE / 10;
+            let p = &mut st.paths[i];
+            // A path judged on too few packets keeps counting into the next
+            // epoch (the weighting may have steered traffic off it).
+            let judged = sent >= 16 || loss_bad;
+            if loss_gross {
+                p.strikes += 2;
+            } else if loss_bad || ecn_bad {
+                p.strikes += 1;
+            } else if judged {
+                p.strikes = 0;
+            }
+            if judged {
+                p.epoch_sent = 0;
+                p.epoch_lost = 0;
+            }
+            if p.strikes >= 2 {
+                p.reroll();
+                let e = Self::draw_entropy(&self.entropy[..n], config, rng);
+                self.entropy[i] = e;
+                rerolled += 1;
+            }
+        }
+        rerolled
+    }
+}

@@ -1,0 +1,355 @@
+//! The receiver (spec 4.3, 4.5, 4.7, 4.8): checks in order, placement of
+//! each packet where it says, receive buffers, and the ACKs and NAKs that
+//! answer.
+
+use super::{Blame, ConnState, Connection, RecvEntry, Resources};
+use crate::api::{Access, LocalBuf, Memory, RecvRequest, Status, Transmit};
+use crate::config::Config;
+use crate::psn::Psn;
+use crate::storage::Backing;
+use crate::time::{Instant, MaybeInstant};
+use crate::wire::encap::ecn;
+use crate::wire::{AckRepr, Body, Flags, Header, MessageSpan, NakReason, NakRepr, Repr};
+
+use super::send::PostRefusal;
+
+/// The completion status a NAK reason stands for, on either side.
+pub(crate) fn status_of(reason: NakReason) -> Status {
+    match reason {
+        NakReason::InvalidKey => Status::RemoteInvalidKey,
+        NakReason::AccessDenied => Status::RemoteAccess,
+        NakReason::OutOfBounds => Status::RemoteBounds,
+        NakReason::ReceiveTooSmall => Status::ReceiveTooSmall,
+        NakReason::ProtocolError | NakReason::ReceiverNotReady => Status::RemoteProtocol,
+    }
+}
+
+impl<const P: usize> Connection<P> {
+    /// Posts a receive buffer (spec 4.8).
+    pub(crate) fn post_recv<B: Backing>(
+        &mut self,
+        req: RecvRequest,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> Result<(), PostRefusal> {
+        if self.recv.queue.len() >= u32::from(config.recv_queue_limit) {
+            return Err(PostRefusal::QueueFull);
+        }
+        let entry = RecvEntry {
+            req,
+            ..RecvEntry::VACANT
+        };
+        if res.recvs.push_back(&mut self.recv.queue, entry).is_err() {
+            res.refusals.recv_entries += 1;
+            return Err(PostRefusal::PoolEmpty);
+        }
+        Ok(())
+    }
+
+    /// A reliable packet whose connection id and token matched (spec 4.7.1
+    /// from the state check on).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_reliable<B: Backing>(
+        &mut self,
+        now: Instant,
+        repr: &Repr,
+        payload: &[u8],
+        ce: bool,
+        res: &mut Resources<B, P>,
+        mem: &mut impl Memory,
+        config: &Config,
+    ) -> ReliableOutcome {
+        let h = &repr.header;
+        if let Some((nak_psn, reason)) = self.recv.sticky_nak {
+            // Sticky error: every later packet hears the same NAK (spec 4.7.2).
+            self.recv.nak_pending = Some(NakRepr {
+                cumulative: self.recv.cum.get(),
+                nak_psn,
+                reason,
+            });
+            return ReliableOutcome::Refused;
+        }
+        if !self.state.is_open() {
+            self.counters.invalid_dropped += 1;
+            return ReliableOutcome::Dropped;
+        }
+        if h.path >= self.params.paths {
+            self.counters.invalid_dropped += 1;
+            return ReliableOutcome::Dropped;
+        }
+        let psn = Psn(h.psn);
+        let d = psn.offset_from(self.recv.cum);
+        if d < 0 || (d > 0 && self.recv.sack.get(d as usize - 1)) {
+            self.counters.duplicates_received += 1;
+            self.count_on_path(h.path, ce);
+            self.note_echo(h);
+            self.recv.ack_now = true;
+            return ReliableOutcome::Duplicate;
+        }
+        // Spec 4.3: only PSNs inside the negotiated window are accepted.
+        if d as u32 >= u32::from(self.params.window) {
+            self.counters.out_of_window += 1;
+            return ReliableOutcome::Dropped;
+        }
+        if let Err(reason) = self.place(repr, payload, res, mem, config) {
+            let nak = NakRepr {
+                cumulative: self.recv.cum.get(),
+                nak_psn: h.psn,
+                reason,
+            };
+            self.recv.nak_pending = Some(nak);
+            self.counters.naks_sent += 1;
+            self.count_on_path(h.path, ce);
+            if reason.is_fatal() {
+                self.recv.sticky_nak = Some((h.psn, reason));
+                self.fail(status_of(reason), Blame::Nobody, res);
+            }
+            return ReliableOutcome::Refused;
+        }
+        // Accepted: record it (spec 4.5).
+        if d == 0 {
+            let run = self.recv.sack.leading_run();
+            self.recv.cum += 1 + run as u32;
+            self.recv.sack.shift_down(1 + run);
+        } else {
+            self.recv.sack.set(d as usize - 1);
+        }
+        self.counters.packets_received += 1;
+        self.counters.bytes_received += payload.len() as u64;
+        self.recv.last_data_rx = MaybeInstant::some(now);
+        self.count_on_path(h.path, ce);
+        self.note_echo(h);
+        self.recv.ack_pending = self.recv.ack_pending.saturating_add(1);
+        if d != 0
+            || !self.recv.sack.is_empty()
+            || ce
+            || h.flags.contains(Flags::ACK_REQUEST)
+            || self.recv.ack_pending >= config.ack_every
+        {
+            self.recv.ack_now = true;
+        } else if self.recv.ack_due.is_none() {
+            self.recv.ack_due = MaybeInstant::some(now + config.ack_delay);
+        }
+        ReliableOutcome::Placed
+    }
+
+    /// Counts a reliable packet on its path, for the echo (spec 3.5): every
+    /// packet that passed the header checks, duplicates and refused ones
+    /// included, so CE marks on them reach the sender too.
+    fn count_on_path(&mut self, path: u16, ce: bool) {
+        let p = usize::from(path) % P;
+        self.recv.rx_count[p] = self.recv.rx_count[p].wrapping_add(1);
+        if ce {
+            self.recv.ce_count[p] = self.recv.ce_count[p].wrapping_add(1);
+            self.counters.ce_received += 1;
+        }
+    }
+
+    fn note_echo(&mut self, h: &Header) {
+        self.recv.echo_psn = h.psn;
+        self.recv.echo_ts = h.timestamp;
+        self.recv.echo_path = h.path;
+    }
+
+    /// Validates and places one reliable packet. Nothing is written unless
+    /// every check passes (spec 5.1).
+    fn place<B: Backing>(
+        &mut self,
+        repr: &Repr,
+        payload: &[u8],
+        res: &mut Resources<B, P>,
+        mem: &mut impl Memory,
+        config: &Config,
+    ) -> Result<(), NakReason> {
+        // Spec 3.7: a payload above the negotiated MTU is a protocol error.
+        if payload.len() > usize::from(self.params.mtu) {
+            return Err(NakReason::ProtocolError);
+        }
+        let len = payload.len() as u64;
+        match repr.body {
+            Body::Write(w) => {
+                if let Some(wi) = w.imm {
+                    self.claim_receive(wi.recv_index, w.msg, Some(wi.imm), true, None, res)?;
+                }
+                res.regions.check(
+                    w.target.key,
+                    self.pd,
+                    w.target.addr,
+                    len,
+                    Access::REMOTE_WRITE,
+                )?;
+                mem.write(w.target.addr, payload);
+                if let Some(wi) = w.imm {
+                    self.credit_receive(wi.recv_index, payload.len() as u32, res);
+                }
+            }
+            Body::Send(s) => {
+                let buf =
+                    self.claim_receive(s.recv_index, s.msg, s.imm, false, Some(payload), res)?;
+                let addr = buf.addr + u64::from(s.msg.offset);
+                res.regions
+                    .check(buf.key, self.pd, addr, len, Access::LOCAL_WRITE)?;
+                mem.write(addr, payload);
+                self.credit_receive(s.recv_index, payload.len() as u32, res);
+            }
+            Body::ReadRequest(r) => {
+                res.regions.check(
+                    r.source.key,
+                    self.pd,
+                    r.source.addr,
+                    u64::from(r.len),
+                    Access::REMOTE_READ,
+                )?;
+                if !self.queue_read_response(r.msg_id, r.len, r.source.addr, r.sink, res, config) {
+                    return Err(NakReason::ReceiverNotReady);
+                }
+            }
+            Body::ReadResponse(r) => {
+                let entry = res
+                    .work
+                    .iter(&self.send.queue)
+                    .find(|&i| {
+                        let e = res.work.get(i);
+                        e.is_read() && e.msg_id == r.msg.id && e.started > 0
+                    })
+                    .ok_or(NakReason::ProtocolError)?;
+                let e = *res.work.get(entry);
+                let super::Job::User(wr) = e.job else {
+                    return Err(NakReason::ProtocolError);
+                };
+                let expected_addr = wr.local.addr.checked_add(u64::from(r.msg.offset));
+                let fits = u64::from(r.msg.offset) + len <= u64::from(wr.local.len);
+                if r.msg.len != wr.local.len
+                    || expected_addr != Some(r.target.addr)
+                    || r.target.key != wr.local.key
+                    || !fits
+                {
+                    return Err(NakReason::ProtocolError);
+                }
+                res.regions.check(
+                    wr.local.key,
+                    self.pd,
+                    r.target.addr,
+                    len,
+                    Access::LOCAL_WRITE,
+                )?;
+                mem.write(r.target.addr, payload);
+                res.work.get_mut(entry).read_bytes += payload.len() as u32;
+            }
+            _ => return Err(NakReason::ProtocolError),
+        }
+        Ok(())
+    }
+
+    /// Finds the receive a SEND or WRITE_IMM packet belongs to, claiming it
+    /// for the message on first contact. Returns its buffer.
+    fn claim_receive<B: Backing>(
+        &mut self,
+        recv_index: u32,
+        msg: MessageSpan,
+        imm: Option<u32>,
+        write_imm: bool,
+        send_payload: Option<&[u8]>,
+        res: &mut Resources<B, P>,
+    ) -> Result<LocalBuf, NakReason> {
+        let slot = recv_index.wrapping_sub(self.recv.base) as i32;
+        if slot < 0 {
+            return Err(NakReason::ProtocolError);
+        }
+        let i = res
+            .recvs
+            .nth(&self.recv.queue, slot as u32)
+            .ok_or(NakReason::ReceiverNotReady)?;
+        let entry = res.recvs.get_mut(i);
+        if send_payload.is_some() && msg.len > entry.req.local.len {
+            return Err(NakReason::ReceiveTooSmall);
+        }
+        match entry.claimed_by {
+            None => {
+                entry.claimed_by = Some(msg.id);
+                entry.msg_len = msg.len;
+                entry.imm = imm;
+                entry.write_imm = write_imm;
+            }
+            Some(id) if id == msg.id && entry.msg_len == msg.len => {}
+            Some(_) => return Err(NakReason::ProtocolError),
+        }
+        Ok(entry.req.local)
+    }
+
+    fn credit_receive<B: Backing>(
+        &mut self,
+        recv_index: u32,
+        bytes: u32,
+        res: &mut Resources<B, P>,
+    ) {
+        let slot = recv_index.wrapping_sub(self.recv.base);
+        if let Some(i) = res.recvs.nth(&self.recv.queue, slot) {
+            res.recvs.get_mut(i).bytes += bytes;
+        }
+    }
+
+    /// An ACK now (spec 4.5), carrying `rate_hint_mbps`.
+    pub(crate) fn emit_ack(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        rate_hint_mbps: u32,
+    ) -> Option<Transmit> {
+        let path = (self.recv.echo_path as usize % P) as u8;
+        let repr = Repr {
+            // The PSN field of an ACK is informational: the next PSN this
+            // end will send (spec 3.2.4).
+            header: self.header(now, self.send.nxt.get(), path, Flags::NONE),
+            body: Body::Ack(AckRepr {
+                cumulative: self.recv.cum.get(),
+                echo_psn: self.recv.echo_psn,
+                echo_timestamp: self.recv.echo_ts,
+                echo_path: u16::from(path),
+                path_rx_count: self.recv.rx_count[usize::from(path)],
+                path_ce_count: self.recv.ce_count[usize::from(path)],
+                rate_hint_mbps,
+                sack: self.recv.sack,
+            }),
+            payload_len: 0,
+        };
+        let t = self.transmit(now, &repr, buf, path, ecn::NOT_ECT, None)?;
+        self.recv.ack_now = false;
+        self.recv.ack_due = MaybeInstant::NONE;
+        self.recv.ack_pending = 0;
+        self.counters.acks_sent += 1;
+        Some(t)
+    }
+
+    /// The pending NAK now (spec 4.7).
+    pub(crate) fn emit_nak(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let nak = self.recv.nak_pending.take()?;
+        let path = (self.recv.echo_path as usize % P) as u8;
+        let repr = Repr {
+            header: self.header(now, self.send.nxt.get(), path, Flags::NONE),
+            body: Body::Nak(nak),
+            payload_len: 0,
+        };
+        self.transmit(now, &repr, buf, path, ecn::NOT_ECT, None)
+    }
+
+    /// Whether an ACK may go out now (only while open: a flag left over
+    /// from a packet that arrived as the connection ended must not keep
+    /// the caller spinning).
+    pub(crate) fn ack_ready(&self) -> bool {
+        self.recv.ack_now && matches!(self.state, ConnState::Established | ConnState::Closing)
+    }
+}
+
+/// What happened to a reliable packet at the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReliableOutcome {
+    /// Placed and recorded: the connection is an active sender to us.
+    Placed,
+    /// Already had it: acknowledged again.
+    Duplicate,
+    /// Refused with a NAK.
+    Refused,
+    /// Dropped silently and counted.
+    Dropped,
+}

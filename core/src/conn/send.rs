@@ -1,0 +1,495 @@
+//! Posting work and sending data (spec 4.4, 4.8, 4.9, 4.10): which packet
+//! goes next, on which path, when (pacing), and the pooled sender state it
+//! needs.
+
+use core::time::Duration;
+
+use super::sender::{SenderState, Slot};
+use super::{ConnState, Connection, Job, Resources, WorkEntry};
+use crate::api::{Access, Op, PayloadRef, Status, Transmit, WorkRequest};
+use crate::cc::{serialization_nanos, CongestionControl};
+use crate::config::Config;
+use crate::psn::Psn;
+use crate::storage::list::OptIndex;
+use crate::storage::Backing;
+use crate::time::Instant;
+use crate::wire::encap::ecn;
+use crate::wire::packet::{ReadResponseRepr, WriteImm};
+use crate::wire::{
+    Body, Flags, MemoryTarget, MessageSpan, ReadRequestRepr, Repr, SendRepr, WriteRepr,
+};
+
+/// Why a post was refused for now (both are retryable back-pressure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PostRefusal {
+    /// The connection's own queue limit is reached.
+    QueueFull,
+    /// The endpoint's pool is empty.
+    PoolEmpty,
+}
+
+/// Records the first window fills up to before it grows (16 PSNs: the
+/// smallest extent).
+const FIRST_EXTENT: u32 = 16;
+
+impl<const P: usize> Connection<P> {
+    pub(crate) fn can_post(&self) -> bool {
+        matches!(
+            self.state,
+            ConnState::Connecting | ConnState::Accepting | ConnState::Established
+        )
+    }
+
+    /// Queues a work request (spec 4.8).
+    pub(crate) fn post_send<B: Backing>(
+        &mut self,
+        wr: WorkRequest,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> Result<(), PostRefusal> {
+        if self.send.user_jobs >= config.send_queue_limit {
+            return Err(PostRefusal::QueueFull);
+        }
+        let mtu = u32::from(self.params.mtu);
+        let (packets, recv_index) = match wr.op {
+            Op::Read { .. } => (1, 0),
+            Op::Send | Op::SendImm { .. } | Op::WriteImm { .. } => {
+                (wr.local.len.div_ceil(mtu).max(1), self.send.next_recv_index)
+            }
+            Op::Write { .. } => (wr.local.len.div_ceil(mtu).max(1), 0),
+        };
+        let entry = WorkEntry {
+            job: Job::User(wr),
+            msg_id: self.send.next_msg_id,
+            len: wr.local.len,
+            packets,
+            recv_index,
+            ..WorkEntry::VACANT
+        };
+        let Ok(i) = res.work.push_back(&mut self.send.queue, entry) else {
+            res.refusals.work_entries += 1;
+            return Err(PostRefusal::PoolEmpty);
+        };
+        self.send.user_jobs += 1;
+        if self.send.cursor.is_none() {
+            self.send.cursor = OptIndex::some(i);
+        }
+        self.send.next_msg_id = self.send.next_msg_id.wrapping_add(1);
+        if matches!(wr.op, Op::Send | Op::SendImm { .. } | Op::WriteImm { .. }) {
+            self.send.next_recv_index = self.send.next_recv_index.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// Queues the answer to a peer's READ_REQUEST; `false` when its budget
+    /// or the pool is exhausted (the request is then refused with
+    /// RECEIVER_NOT_READY and retried by the peer).
+    pub(crate) fn queue_read_response<B: Backing>(
+        &mut self,
+        msg_id: u32,
+        len: u32,
+        source: u64,
+        sink: MemoryTarget,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> bool {
+        if self.send.read_jobs >= config.read_jobs_limit
+            || res.read_jobs >= config.read_jobs_endpoint_limit
+        {
+            res.refusals.read_jobs += 1;
+            return false;
+        }
+        let mtu = u32::from(self.params.mtu);
+        let entry = WorkEntry {
+            job: Job::ReadResponse { source, sink },
+            msg_id,
+            len,
+            packets: len.div_ceil(mtu).max(1),
+            ..WorkEntry::VACANT
+        };
+        let Ok(i) = res.work.push_back(&mut self.send.queue, entry) else {
+            res.refusals.read_jobs += 1;
+            return false;
+        };
+        self.send.read_jobs += 1;
+        res.read_jobs += 1;
+        if self.send.cursor.is_none() {
+            self.send.cursor = OptIndex::some(i);
+        }
+        true
+    }
+
+    /// The first entry with packets not yet sent, advancing the cursor past
+    /// entries that are fully started or failed (amortised O(1)).
+    pub(crate) fn first_unsent<B: Backing>(&mut self, res: &Resources<B, P>) -> Option<u32> {
+        let mut at = self.send.cursor.get();
+        while let Some(i) = at {
+            let e = res.work.get(i);
+            if e.started < e.packets && e.error.is_none() {
+                break;
+            }
+            at = res.work.next_of(i);
+        }
+        self.send.cursor = at.into();
+        at
+    }
+
+    /// Whether new or lost data waits to be sent (pacing aside).
+    pub(crate) fn has_data_to_send<B: Backing>(&mut self, res: &Resources<B, P>) -> bool {
+        if !self.state.is_open() {
+            return false;
+        }
+        if let Some(s) = self.send.state.get() {
+            let st = res.senders.get(s);
+            if st.lost_pending > 0 {
+                return true;
+            }
+            if !self.may_send_new(st) {
+                return false;
+            }
+        }
+        self.first_unsent(res).is_some()
+    }
+
+    /// Whether one more new packet fits the PSN window and the start-up
+    /// window. The in-flight count is summed over the paths only while the
+    /// span of outstanding PSNs could exceed the start-up window (the first
+    /// round trips), so a grown connection pays nothing for it.
+    pub(crate) fn may_send_new(&self, st: &SenderState<P>) -> bool {
+        let span = self.send.nxt.distance_from(self.send.una);
+        if span >= u32::from(self.params.window) {
+            return false;
+        }
+        let mtu = u32::from(self.params.mtu).max(1);
+        let allowed = (st.startup_window / mtu).max(2);
+        span < allowed || st.in_flight_total(self.params.paths) < allowed
+    }
+
+    /// Takes a sender state from the pool if the connection has none.
+    /// `false` (and the connection marked as waiting) when the pool is empty.
+    pub(crate) fn ensure_sender<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> Option<u32> {
+        if let Some(s) = self.send.state.get() {
+            return Some(s);
+        }
+        match res.senders.alloc(SenderState::new(
+            config,
+            now,
+            self.send.rtt,
+            !self.send.had_sender,
+        )) {
+            Some(s) => {
+                self.send.state = OptIndex::some(s);
+                self.send.had_sender = true;
+                Some(s)
+            }
+            None => {
+                res.refusals.senders += 1;
+                self.send.starved = true;
+                None
+            }
+        }
+    }
+
+    /// Gives the sender state and its in-flight records back (idle, closed
+    /// or failed). The connection's RTT estimate stays.
+    pub(crate) fn release_sender<B: Backing>(&mut self, res: &mut Resources<B, P>) -> bool {
+        let Some(s) = self.send.state.take() else {
+            return false;
+        };
+        let st = *res.senders.get(s);
+        if let Some(e) = st.extent {
+            res.inflight.release(e);
+        }
+        res.senders.free(s);
+        true
+    }
+
+    /// Makes room for PSN `psn` in the in-flight records, growing the
+    /// extent by doubling. `false` when the records pool has no room.
+    fn ensure_record<B: Backing>(&mut self, s: u32, psn: Psn, res: &mut Resources<B, P>) -> bool {
+        let span = psn.distance_from(self.send.una) + 1;
+        let st = res.senders.get_mut(s);
+        match st.extent {
+            Some(e) if span <= e.units() => true,
+            Some(e) => {
+                let want = (e.units() * 2).max(span.next_power_of_two());
+                match res.inflight.grow(e, self.send.una, self.send.nxt, want) {
+                    Some(new) => {
+                        res.senders.get_mut(s).extent = Some(new);
+                        true
+                    }
+                    None => {
+                        res.refusals.inflight_records += 1;
+                        self.send.starved = true;
+                        false
+                    }
+                }
+            }
+            None => {
+                let want = FIRST_EXTENT.max(span.next_power_of_two());
+                match res.inflight.allocate(want) {
+                    Some(new) => {
+                        res.senders.get_mut(s).extent = Some(new);
+                        true
+                    }
+                    None => {
+                        res.refusals.inflight_records += 1;
+                        self.send.starved = true;
+                        false
+                    }
+                }
+            }
+        }
+    }
+
+    fn sending_rate(st: &SenderState<P>) -> u32 {
+        let own = st.cc.rate_mbps();
+        if st.rate_hint_mbps == 0 {
+            own
+        } else {
+            own.min(st.rate_hint_mbps)
+        }
+    }
+
+    /// The next data packet, if one is due: a retransmission before new
+    /// data (spec 4.6.3), within the windows and the pacing schedule.
+    pub(crate) fn poll_data<B: Backing>(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> Option<Transmit> {
+        if !self.has_data_to_send(res) {
+            return None;
+        }
+        let s = self.ensure_sender(now, res, config)?;
+        let st = *res.senders.get(s);
+        if now < st.rnr_until || now < st.next_send_at {
+            return None;
+        }
+        // Retransmissions before new data.
+        let (psn, retransmission) = if st.lost_pending > 0 {
+            let e = st.extent?;
+            let mut psn = self.send.una;
+            while psn != self.send.nxt && res.inflight.get(e, psn).slot() != Slot::Lost {
+                psn = psn.next();
+            }
+            if psn == self.send.nxt {
+                res.senders.get_mut(s).lost_pending = 0;
+                return None;
+            }
+            (psn, true)
+        } else {
+            if !self.may_send_new(&st) {
+                return None;
+            }
+            let psn = self.send.nxt;
+            if !self.ensure_record(s, psn, res) {
+                return None;
+            }
+            (psn, false)
+        };
+        // Find the message and packet index for this PSN.
+        let mtu = u32::from(self.params.mtu);
+        let (entry_index, packet_index) = if retransmission {
+            let found = res
+                .work
+                .iter(&self.send.queue)
+                .find(|&i| res.work.get(i).holds(psn));
+            match found {
+                Some(i) => (i, psn.distance_from(res.work.get(i).first_psn)),
+                None => {
+                    // Its message already failed and left the queue.
+                    let e = res.senders.get(s).extent?;
+                    res.inflight.get_mut(e, psn).set_slot(Slot::Acked);
+                    let st = res.senders.get_mut(s);
+                    st.lost_pending = st.lost_pending.saturating_sub(1);
+                    return None;
+                }
+            }
+        } else {
+            let i = self.first_unsent(res)?;
+            let e = res.work.get_mut(i);
+            if e.started == 0 {
+                e.first_psn = psn;
+            }
+            (i, e.started)
+        };
+        let entry = *res.work.get(entry_index);
+        let offset = packet_index * mtu;
+        let chunk = entry.len.saturating_sub(offset).min(mtu);
+        let last = packet_index + 1 == entry.packets;
+        let mut flags = Flags::NONE;
+        if retransmission {
+            flags = flags.with(Flags::RETRANSMISSION).with(Flags::ACK_REQUEST);
+        }
+        let window_nearly_full =
+            self.send.nxt.distance_from(self.send.una) + 1 >= u32::from(self.params.window);
+        // Ask for an immediate ACK when this packet ends a message and
+        // nothing else is queued behind it (the sender is about to go idle
+        // and waits for completions), or when the window is about to fill.
+        // Otherwise the receiver's coalescing (spec 4.5) bounds the delay.
+        let goes_idle = last
+            && res.work.iter_from(res.work.next_of(entry_index)).all(|k| {
+                let e = res.work.get(k);
+                e.started >= e.packets
+            });
+        if goes_idle || window_nearly_full {
+            flags = flags.with(Flags::ACK_REQUEST);
+        }
+        let msg = MessageSpan {
+            id: entry.msg_id,
+            offset,
+            len: entry.len,
+        };
+        let (body, payload) = match entry.job {
+            Job::User(wr) => {
+                let src = PayloadRef {
+                    addr: wr.local.addr + u64::from(offset),
+                    len: chunk,
+                };
+                // The local buffer must still be registered (spec 5.1).
+                if res
+                    .regions
+                    .check(wr.local.key, self.pd, src.addr, u64::from(chunk), Access(0))
+                    .is_err()
+                {
+                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), res);
+                    return None;
+                }
+                user_body(
+                    wr,
+                    msg,
+                    offset,
+                    entry.recv_index,
+                    entry.msg_id,
+                    entry.len,
+                    src,
+                )
+            }
+            Job::ReadResponse { source, sink } => (
+                Body::ReadResponse(ReadResponseRepr {
+                    msg,
+                    target: MemoryTarget {
+                        key: sink.key,
+                        addr: sink.addr.wrapping_add(u64::from(offset)),
+                    },
+                }),
+                Some(PayloadRef {
+                    addr: source + u64::from(offset),
+                    len: chunk,
+                }),
+            ),
+        };
+        let payload = payload.filter(|p| p.len > 0);
+        let payload_len = payload.map_or(0, |p| p.len as u16);
+        let path = res.senders.get_mut(s).choose_path(self.params.paths);
+        let repr = Repr {
+            header: self.header(now, psn.get(), path, flags),
+            body,
+            payload_len,
+        };
+        let t = self.transmit(now, &repr, buf, path, ecn::ECT0, payload)?;
+        // Commit the send.
+        let e = res.senders.get(s).extent?;
+        let record = res.inflight.get_mut(e, psn);
+        let transmissions = (record.transmissions() + 1).min(63);
+        *record = super::sender::InflightRecord {
+            sent_ts: now.wire_timestamp(),
+            path,
+            meta: (transmissions << 2) | Slot::InFlight as u8,
+        };
+        let st = res.senders.get_mut(s);
+        st.on_sent(path, retransmission);
+        st.idle_since = None;
+        if retransmission {
+            st.lost_pending -= 1;
+            self.counters.retransmissions += 1;
+        } else {
+            self.send.nxt = self.send.nxt.next();
+            res.work.get_mut(entry_index).started += 1;
+            self.counters.packets_sent += 1;
+            self.counters.bytes_sent += u64::from(chunk);
+        }
+        if st.rto_deadline.is_none() {
+            st.rto_deadline = Some(now + self.rto(st, config));
+        }
+        // Pacing: the next packet may leave once this one has been
+        // serialized at the current rate.
+        let rate = Self::sending_rate(st);
+        let gap = Duration::from_nanos(serialization_nanos(t.packet_len() + 50, rate));
+        let base = st.next_send_at.max(now - gap);
+        st.next_send_at = base + gap;
+        Some(t)
+    }
+}
+
+/// The body and payload of a user request's packet at `offset`.
+fn user_body(
+    wr: WorkRequest,
+    msg: MessageSpan,
+    offset: u32,
+    recv_index: u32,
+    msg_id: u32,
+    len: u32,
+    src: PayloadRef,
+) -> (Body, Option<PayloadRef>) {
+    match wr.op {
+        Op::Write { remote } => (
+            Body::Write(WriteRepr {
+                msg,
+                target: MemoryTarget {
+                    key: remote.key,
+                    addr: remote.addr.wrapping_add(u64::from(offset)),
+                },
+                imm: None,
+            }),
+            Some(src),
+        ),
+        Op::WriteImm { remote, imm } => (
+            Body::Write(WriteRepr {
+                msg,
+                target: MemoryTarget {
+                    key: remote.key,
+                    addr: remote.addr.wrapping_add(u64::from(offset)),
+                },
+                imm: Some(WriteImm { imm, recv_index }),
+            }),
+            Some(src),
+        ),
+        Op::Send => (
+            Body::Send(SendRepr {
+                msg,
+                recv_index,
+                imm: None,
+            }),
+            Some(src),
+        ),
+        Op::SendImm { imm } => (
+            Body::Send(SendRepr {
+                msg,
+                recv_index,
+                imm: Some(imm),
+            }),
+            Some(src),
+        ),
+        Op::Read { remote } => (
+            Body::ReadRequest(ReadRequestRepr {
+                msg_id,
+                len,
+                source: remote,
+                sink: MemoryTarget {
+                    key: wr.local.key,
+                    addr: wr.local.addr,
+                },
+            }),
+            None,
+        ),
+    }
+}

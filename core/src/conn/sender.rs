@@ -1,0 +1,374 @@
+//! The state a connection holds only while it sends (spec 4.4 - 4.6, 4.9,
+//! 4.10): per-path telemetry, the congestion controller, recovery timers,
+//! and the in-flight records of its window. It comes from endpoint-wide
+//! pools when the connection has data to send and goes back once it has
+//! been idle for a while, so an idle connection costs only its fixed part.
+
+use crate::cc::Controller;
+use crate::config::Config;
+use crate::psn::Psn;
+use crate::rtt::RttEstimator;
+use crate::storage::buddy::{order_for, Buddy, BuddyNode, Extent};
+use crate::time::Instant;
+use core::ops::DerefMut;
+
+/// Fixed-point one (Q16) for fractions.
+pub(crate) const ONE: u32 = 1 << 16;
+/// Full weight of a healthy path.
+const FULL_WEIGHT: u32 = 1024;
+
+/// Sender-side telemetry of one logical path (spec 4.9.1).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PathSender {
+    pub(crate) rtt: RttEstimator,
+    /// Send timestamp of the latest-sent packet delivered on this path (RACK).
+    pub(crate) rack_xmit_ts: u32,
+    pub(crate) rack_valid: bool,
+    /// The echoed receiver counters were seen at least once since this
+    /// state was set up (the first echo is the baseline, not a delta).
+    pub(crate) echo_valid: bool,
+    pub(crate) strikes: u8,
+    pub(crate) in_flight: u32,
+    /// Echoed marked fraction and loss estimate, Q16.
+    pub(crate) ecn_frac: u32,
+    pub(crate) loss_frac: u32,
+    pub(crate) echo_rx_seen: u16,
+    pub(crate) echo_ce_seen: u16,
+    pub(crate) epoch_sent: u16,
+    pub(crate) epoch_lost: u16,
+    pub(crate) sent: u32,
+    pub(crate) retransmitted: u32,
+    pub(crate) spurious: u32,
+    pub(crate) acked: u32,
+    pub(crate) lost: u32,
+    pub(crate) ce_echoed: u32,
+    pub(crate) rerolls: u32,
+}
+
+impl PathSender {
+    pub(crate) const IDLE: PathSender = PathSender {
+        rtt: RttEstimator::seeded(0, 0),
+        rack_xmit_ts: 0,
+        rack_valid: false,
+        echo_valid: false,
+        strikes: 0,
+        in_flight: 0,
+        ecn_frac: 0,
+        loss_frac: 0,
+        echo_rx_seen: 0,
+        echo_ce_seen: 0,
+        epoch_sent: 0,
+        epoch_lost: 0,
+        sent: 0,
+        retransmitted: 0,
+        spurious: 0,
+        acked: 0,
+        lost: 0,
+        ce_echoed: 0,
+        rerolls: 0,
+    };
+
+    /// Weight for the path choice: marks and losses shift traffic away.
+    pub(crate) fn weight(&self) -> u32 {
+        let penalty = (self.ecn_frac / 2 + self.loss_frac * 4).min(ONE * 7 / 8);
+        FULL_WEIGHT * (ONE - penalty) / ONE
+    }
+
+    /// Feeds the echoed per-path counters; returns (delivered, marked) since
+    /// the last echo seen for this path.
+    pub(crate) fn on_echo(&mut self, rx: u16, ce: u16) -> (u32, u32) {
+        if !self.echo_valid {
+            self.echo_valid = true;
+            self.echo_rx_seen = rx;
+            self.echo_ce_seen = ce;
+            return (0, 0);
+        }
+        let d_rx = rx.wrapping_sub(self.echo_rx_seen);
+        let d_ce = ce.wrapping_sub(self.echo_ce_seen);
+        // A stale (reordered) ACK shows counters behind ours: ignore it.
+        if d_rx > u16::MAX / 2 || d_ce > d_rx {
+            return (0, 0);
+        }
+        self.echo_rx_seen = rx;
+        self.echo_ce_seen = ce;
+        if d_rx > 0 {
+            let f = u32::from(d_ce) * ONE / u32::from(d_rx);
+            // EWMA with gain 1/8 per echo.
+            self.ecn_frac = self.ecn_frac - self.ecn_frac / 8 + f / 8;
+        }
+        self.ce_echoed += u32::from(d_ce);
+        (u32::from(d_rx), u32::from(d_ce))
+    }
+
+    pub(crate) fn on_delivered(&mut self) {
+        self.loss_frac -= self.loss_frac / 64;
+        self.acked += 1;
+    }
+
+    pub(crate) fn on_lost(&mut self) {
+        self.loss_frac += (ONE - self.loss_frac) / 64;
+        self.epoch_lost = self.epoch_lost.saturating_add(1);
+        self.lost += 1;
+    }
+
+    /// New entropy: a fresh start, keeping the RTT estimate as a prior and
+    /// the echo baseline (the receiver's counters for this path id go on).
+    pub(crate) fn reroll(&mut self) {
+        *self = PathSender {
+            rtt: RttEstimator::seeded(self.rtt.srtt_ns(), self.rtt.rttvar_ns()),
+            in_flight: self.in_flight,
+            echo_valid: self.echo_valid,
+            echo_rx_seen: self.echo_rx_seen,
+            echo_ce_seen: self.echo_ce_seen,
+            sent: self.sent,
+            retransmitted: self.retransmitted,
+            spurious: self.spurious,
+            acked: self.acked,
+            lost: self.lost,
+            ce_echoed: self.ce_echoed,
+            rerolls: self.rerolls + 1,
+            ..PathSender::IDLE
+        };
+    }
+}
+
+/// Everything a sending connection needs beyond its fixed part.
+#[derive(Debug, Clone, Copy)]
+pub struct SenderState<const P: usize> {
+    pub(crate) paths: [PathSender; P],
+    pub(crate) cc: Controller,
+    /// The in-flight records of the window, if any are allocated.
+    pub(crate) extent: Option<Extent>,
+    /// Packets declared lost and not yet retransmitted.
+    pub(crate) lost_pending: u32,
+    /// Start-up window, bytes (spec 4.10.6).
+    pub(crate) startup_window: u32,
+    pub(crate) next_send_at: Instant,
+    pub(crate) rnr_until: Instant,
+    pub(crate) rto_deadline: Option<Instant>,
+    pub(crate) rack_deadline: Option<Instant>,
+    pub(crate) rto_backoff: u8,
+    pub(crate) rate_hint_mbps: u32,
+    pub(crate) next_path: u16,
+    pub(crate) epoch_total: u32,
+    /// When the connection last had nothing in flight and nothing to send.
+    pub(crate) idle_since: Option<Instant>,
+}
+
+impl<const P: usize> SenderState<P> {
+    /// A placeholder for free pool slots.
+    pub const VACANT: SenderState<P> = SenderState {
+        paths: [PathSender::IDLE; P],
+        cc: Controller::Fixed(crate::cc::FixedRate::new(0)),
+        extent: None,
+        lost_pending: 0,
+        startup_window: 0,
+        next_send_at: Instant::ZERO,
+        rnr_until: Instant::ZERO,
+        rto_deadline: None,
+        rack_deadline: None,
+        rto_backoff: 0,
+        rate_hint_mbps: 0,
+        next_path: 0,
+        epoch_total: 0,
+        idle_since: None,
+    };
+
+    /// A fresh sender: line rate, the start-up window, every path seeded
+    /// with the connection's RTT estimate. `first`: the connection never
+    /// had a sender state, so the receiver's per-path echo counters start
+    /// from zero; otherwise the first echo of each path is only a baseline.
+    pub(crate) fn new(config: &Config, now: Instant, prior: RttEstimator, first: bool) -> Self {
+        let path = PathSender {
+            rtt: RttEstimator::seeded(prior.srtt_ns(), prior.rttvar_ns()),
+            echo_valid: first,
+            ..PathSender::IDLE
+        };
+        SenderState {
+            paths: [path; P],
+            cc: Controller::new(config),
+            startup_window: if config.initial_window_bytes == 0 {
+                u32::MAX
+            } else {
+                config.initial_window_bytes
+            },
+            next_send_at: now,
+            ..Self::VACANT
+        }
+    }
+
+    /// Packets in flight over the `active` paths.
+    pub(crate) fn in_flight_total(&self, active: u16) -> u32 {
+        self.paths[..usize::from(active)]
+            .iter()
+            .map(|p| p.in_flight)
+            .sum()
+    }
+
+    /// The path for the next packet: least in-flight per unit of weight,
+    /// round-robin among equals so a loss-free fabric sees an even spray.
+    pub(crate) fn choose_path(&mut self, active: u16) -> u8 {
+        let n = usize::from(active.max(1));
+        let start = usize::from(self.next_path) % n;
+        // Least (in_flight + 1) / weight, compared by cross-multiplication
+        // (no division on the per-packet path).
+        let mut best = start;
+        let mut best_num = u64::MAX;
+        let mut best_den = 1u64;
+        let mut i = start;
+        for _ in 0..n {
+            let p = &self.paths[i];
+            let num = u64::from(p.in_flight) + 1;
+            let den = u64::from(p.weight().max(1));
+            if num * best_den < best_num.saturating_mul(den) {
+                best_num = num;
+                best_den = den;
+                best = i;
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+        self.next_path = ((best + 1) % n) as u16;
+        best as u8
+    }
+
+    /// Records a transmission on path `i`.
+    pub(crate) fn on_sent(&mut self, i: u8, retransmission: bool) {
+        let p = &mut self.paths[usize::from(i) % P];
+        p.in_flight += 1;
+        p.epoch_sent = p.epoch_sent.saturating_add(1);
+        p.sent += 1;
+        if retransmission {
+            p.retransmitted += 1;
+        }
+        self.epoch_total += 1;
+    }
+}
+
+/// State of one PSN of the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// Acknowledged cumulatively (or never used).
+    Free = 0,
+    InFlight = 1,
+    /// Selectively acknowledged.
+    Acked = 2,
+    /// Declared lost, waiting for its retransmission.
+    Lost = 3,
+}
+
+/// One PSN's sender record: 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InflightRecord {
+    pub(crate) sent_ts: u32,
+    pub(crate) path: u8,
+    /// Low 2 bits: [`Slot`]; high 6 bits: transmissions (saturating).
+    pub(crate) meta: u8,
+}
+
+impl InflightRecord {
+    pub const EMPTY: InflightRecord = InflightRecord {
+        sent_ts: 0,
+        path: 0,
+        meta: 0,
+    };
+
+    pub(crate) fn slot(self) -> Slot {
+        match self.meta & 3 {
+            1 => Slot::InFlight,
+            2 => Slot::Acked,
+            3 => Slot::Lost,
+            _ => Slot::Free,
+        }
+    }
+
+    pub(crate) fn transmissions(self) -> u8 {
+        self.meta >> 2
+    }
+
+    pub(crate) fn set_slot(&mut self, s: Slot) {
+        self.meta = (self.meta & !3) | s as u8;
+    }
+
+    /// A first transmission in flight (the loss scan stops at the first
+    /// one sent after the newest delivered packet).
+    pub(crate) fn is_first_in_flight(self) -> bool {
+        self.meta == (1 << 2) | Slot::InFlight as u8
+    }
+}
+
+/// The endpoint-wide in-flight records and their allocator.
+#[derive(Debug)]
+pub struct InflightPool<R, N> {
+    records: R,
+    buddy: Buddy<N>,
+}
+
+impl<R, N> InflightPool<R, N>
+where
+    R: DerefMut<Target = [InflightRecord]>,
+    N: DerefMut<Target = [BuddyNode]>,
+{
+    /// `records` must hold `nodes.len() << MIN_SHIFT` records.
+    pub fn new(records: R, nodes: N) -> Self {
+        debug_assert!(records.len() >= nodes.len() << crate::storage::buddy::MIN_SHIFT);
+        InflightPool {
+            records,
+            buddy: Buddy::new(nodes),
+        }
+    }
+
+    /// Records not in use.
+    pub fn free_records(&self) -> u64 {
+        self.buddy.free_units()
+    }
+
+    /// Records managed.
+    pub fn total_records(&self) -> u64 {
+        self.buddy.total_units()
+    }
+
+    /// An extent of at least `records` records, cleared.
+    pub(crate) fn allocate(&mut self, records: u32) -> Option<Extent> {
+        let e = self.buddy.allocate(order_for(records))?;
+        self.records[e.first_unit()..e.first_unit() + e.units() as usize]
+            .fill(InflightRecord::EMPTY);
+        Some(e)
+    }
+
+    pub(crate) fn release(&mut self, e: Extent) {
+        self.buddy.release(e);
+    }
+
+    #[inline]
+    fn index(e: Extent, psn: Psn) -> usize {
+        e.first_unit() + (psn.get() & (e.units() - 1)) as usize
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, e: Extent, psn: Psn) -> InflightRecord {
+        self.records[Self::index(e, psn)]
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, e: Extent, psn: Psn) -> &mut InflightRecord {
+        &mut self.records[Self::index(e, psn)]
+    }
+
+    /// Moves the records of `[una, nxt)` from `old` into a new extent of at
+    /// least `records` records; releases `old`. `None` (and `old` kept) when
+    /// no extent is free.
+    pub(crate) fn grow(&mut self, old: Extent, una: Psn, nxt: Psn, records: u32) -> Option<Extent> {
+        let new = self.allocate(records)?;
+        let mut psn = una;
+        while psn != nxt {
+            let r = self.get(old, psn);
+            *self.get_mut(new, psn) = r;
+            psn = psn.next();
+        }
+        self.release(old);
+        Some(new)
+    }
+}

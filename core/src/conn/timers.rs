@@ -1,0 +1,159 @@
+//! Deadlines and timeouts (spec 4.11, 4.12). A connection reports one
+//! next deadline; the endpoint files it in its timing wheel and calls
+//! [`Connection::handle_timeout`] when it passes. Every deadline reported
+//! is acted on when handled, so it moves into the future (or goes away):
+//! a handled connection is never due again at the same instant.
+
+use super::{ConnState, Connection, Pending, Resources};
+use crate::config::Config;
+use crate::storage::Backing;
+use crate::time::{Instant, MaybeInstant};
+use crate::wire::CloseReason;
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+impl<const P: usize> Connection<P> {
+    /// Whether a packet is ready to go right now.
+    pub(crate) fn wants_transmit<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &Resources<B, P>,
+    ) -> bool {
+        if self.control_ready() || self.recv.nak_pending.is_some() || self.ack_ready() {
+            return true;
+        }
+        if !self.has_data_to_send(res) {
+            return false;
+        }
+        match self.send.state.get() {
+            // A sender state is taken on the first poll, unless the pool
+            // already refused (then the endpoint wakes it).
+            None => !self.send.starved,
+            Some(s) => {
+                let st = res.senders.get(s);
+                now >= st.next_send_at && now >= st.rnr_until && !self.send.starved
+            }
+        }
+    }
+
+    /// Notes whether the sender just went idle (for the sender state's
+    /// linger), or is busy again.
+    pub(crate) fn note_idle<B: Backing>(&mut self, now: Instant, res: &mut Resources<B, P>) {
+        let Some(s) = self.send.state.get() else {
+            return;
+        };
+        let busy = self.send.una != self.send.nxt
+            || res.senders.get(s).lost_pending > 0
+            || self.first_unsent(res).is_some();
+        let st = res.senders.get_mut(s);
+        if busy {
+            st.idle_since = None;
+        } else if st.idle_since.is_none() {
+            st.idle_since = Some(now);
+        }
+    }
+
+    /// The next instant something must happen that is not ready now.
+    pub(crate) fn next_timer<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &Resources<B, P>,
+        config: &Config,
+    ) -> Option<Instant> {
+        let mut t = self.ctrl.deadline.get();
+        match self.state {
+            ConnState::Accepting => {
+                t = earliest(t, Some(self.ctrl.last_heard + config.idle_timeout));
+            }
+            ConnState::Established | ConnState::Closing => {
+                if !self.recv.ack_now {
+                    t = earliest(t, self.recv.ack_due.get());
+                }
+                if let Some(s) = self.send.state.get() {
+                    let st = res.senders.get(s);
+                    t = earliest(t, st.rto_deadline);
+                    t = earliest(t, st.rack_deadline);
+                    if let Some(idle) = st.idle_since {
+                        t = earliest(t, Some(idle + config.sender_linger));
+                    }
+                    let paced = st.next_send_at.max(st.rnr_until);
+                    if paced > now && !self.send.starved && self.has_data_to_send(res) {
+                        t = earliest(t, Some(paced));
+                    }
+                }
+                if !self.pending.has(Pending::KEEPALIVE) {
+                    t = earliest(t, Some(self.ctrl.last_sent + config.keepalive_interval));
+                }
+                t = earliest(t, Some(self.ctrl.last_heard + config.idle_timeout));
+            }
+            _ => {}
+        }
+        t
+    }
+
+    /// Runs every timer whose deadline has passed.
+    pub(crate) fn handle_timeout<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        if self.ctrl.deadline.get().is_some_and(|d| now >= d) {
+            self.on_ctrl_timeout(now, res, config);
+        }
+        if self.state == ConnState::Accepting && now >= self.ctrl.last_heard + config.idle_timeout {
+            // The initiator never confirmed the handshake (spec 4.1.1).
+            self.fail(crate::api::Status::RetryExceeded, super::Blame::Nobody, res);
+            return;
+        }
+        if !self.state.is_open() {
+            return;
+        }
+        if now >= self.ctrl.last_heard + config.idle_timeout {
+            self.flush_work(crate::api::Status::Flushed, super::Blame::Nobody, res);
+            self.state = ConnState::Closed;
+            self.close_reason = CloseReason::IdleTimeout;
+            self.pending = Pending::default();
+            self.pending.set(Pending::CLOSE);
+            self.ctrl.deadline = MaybeInstant::NONE;
+            self.recv.ack_due = MaybeInstant::NONE;
+            self.events.raise(super::PendingEvents::CLOSED);
+            return;
+        }
+        if self.recv.ack_due.get().is_some_and(|d| now >= d) {
+            self.recv.ack_now = true;
+        }
+        if let Some(s) = self.send.state.get() {
+            let mut st = *res.senders.get(s);
+            if let (Some(d), Some(extent)) = (st.rack_deadline, st.extent) {
+                if now >= d {
+                    self.detect_losses(now, &mut st, res, extent);
+                    *res.senders.get_mut(s) = st;
+                }
+            }
+            if st.rto_deadline.is_some_and(|d| now >= d) {
+                self.on_rto(now, res, config);
+            }
+            if self.state.is_open() {
+                let linger_over = res
+                    .senders
+                    .get(s)
+                    .idle_since
+                    .is_some_and(|i| now >= i + config.sender_linger);
+                if linger_over {
+                    self.release_sender(res);
+                }
+            }
+        }
+        if self.state.is_open() && now >= self.ctrl.last_sent + config.keepalive_interval {
+            self.pending.set(Pending::KEEPALIVE);
+        }
+    }
+}

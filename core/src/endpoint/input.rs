@@ -1,0 +1,166 @@
+//! Inputs: received packets, CONNECTs, and timers (spec 4.2, 4.7).
+
+use super::{ConnSlot, Endpoint, StatelessReply};
+use crate::api::{Memory, PeerAddr, RxMeta};
+use crate::conn::{ConnState, Connection, PendingEvents};
+use crate::storage::Backing;
+use crate::time::Instant;
+use crate::wire::{self, Body, CloseReason, ConnectRepr};
+
+use crate::conn::ReliableOutcome;
+
+impl<B: Backing, const P: usize> Endpoint<B, P> {
+    /// Handles one received MetaRoCE packet (the UDP payload). Invalid
+    /// packets are dropped and counted, or NAKed (spec 4.7); payload is
+    /// placed through `mem` only after every check passed.
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        bytes: &[u8],
+        mem: &mut impl Memory,
+    ) {
+        self.now = self.now.max(now);
+        let (repr, payload) = match wire::parse(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                self.drops.count_wire_error(e);
+                return;
+            }
+        };
+        if let Body::Connect(c) = repr.body {
+            self.on_connect(now, meta, &c);
+            return;
+        }
+        let dst = repr.header.dst_conn;
+        let i = self.ids.index_of(dst);
+        let known = self
+            .slots
+            .get(i)
+            .is_some_and(|s| s.live && !s.released && s.conn.local_id == dst);
+        if !known {
+            self.drops.unknown_connection += 1;
+            return;
+        }
+        let config = self.config;
+        let conn = &mut self.slots[i].conn;
+        if conn.local_token != repr.header.token {
+            self.drops.bad_token += 1;
+            return;
+        }
+        if conn.peer.ip != meta.source.ip {
+            self.drops.bad_source += 1;
+            return;
+        }
+        let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, &config);
+        if outcome == Some(ReliableOutcome::Placed) {
+            // The receiver's active senders, newest last (spec 4.10.4).
+            let i = i as u32;
+            if self.slots[i as usize].active.is_linked() {
+                self.active
+                    .remove(&mut self.slots, i, ConnSlot::active_link);
+            }
+            self.active
+                .push_back(&mut self.slots, i, ConnSlot::active_link);
+        }
+        self.refresh(i as u32, now, false);
+    }
+
+    fn on_connect(&mut self, now: Instant, meta: &RxMeta, c: &ConnectRepr) {
+        let config = self.config;
+        // A repeated CONNECT: answer it with an ACCEPT, create nothing.
+        let hash = self.hash_peer(&meta.source.ip, c.src_conn, c.src_token);
+        let slots = &self.slots;
+        let existing = self.index.find(hash, |v| {
+            let k = &slots[v as usize].conn;
+            k.remote_id == c.src_conn
+                && k.remote_token == c.src_token
+                && k.peer.ip == meta.source.ip
+        });
+        if let Some(i) = existing {
+            let s = &mut self.slots[i as usize];
+            if !s.released {
+                s.conn.on_connect(c, &config, &mut self.res.rng);
+                self.refresh(i, now, false);
+            }
+            return;
+        }
+        let port = if c.reply_port != 0 {
+            c.reply_port
+        } else {
+            config.udp_port
+        };
+        let peer = PeerAddr {
+            ip: meta.source.ip,
+            port,
+        };
+        let slot = if config.accept_incoming {
+            self.allocate_slot()
+        } else {
+            None
+        };
+        let Some((i, _, id)) = slot else {
+            self.drops.refused += 1;
+            self.reply_stateless(peer, c.src_conn, c.src_token, CloseReason::Rejected);
+            return;
+        };
+        let mut conn = Connection::new(
+            id,
+            peer,
+            config.accept_pd,
+            &config,
+            &mut self.res.rng,
+            now,
+            ConnState::Accepting,
+        );
+        conn.on_connect(c, &config, &mut self.res.rng);
+        conn.events.raise(PendingEvents::INCOMING);
+        self.slots[i as usize].conn = conn;
+        if self.index.insert(hash, i) {
+            self.slots[i as usize].indexed = true;
+        }
+        self.refresh(i, now, false);
+    }
+
+    /// Queues a reply that needs no connection; dropped and counted when
+    /// the queue is full (a flood gets no more answers than the queue holds
+    /// per poll).
+    pub(super) fn reply_stateless(
+        &mut self,
+        peer: PeerAddr,
+        dst_conn: u32,
+        token: u64,
+        reason: CloseReason,
+    ) {
+        if self
+            .stateless
+            .push_back(StatelessReply {
+                peer,
+                dst_conn,
+                token,
+                reason,
+            })
+            .is_err()
+        {
+            self.drops.replies_dropped += 1;
+        }
+    }
+
+    /// Runs the timers whose deadline has passed: only the connections
+    /// that are due, taken from the timing wheel.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        let config = self.config;
+        while let Some(i) =
+            self.wheel
+                .pop_expired(&mut self.slots, now.as_nanos(), ConnSlot::timer_entry)
+        {
+            let s = &mut self.slots[i as usize];
+            if !s.live {
+                continue;
+            }
+            s.conn.handle_timeout(now, &mut self.res, &config);
+            self.refresh(i, now, true);
+        }
+    }
+}

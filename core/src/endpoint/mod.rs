@@ -1,0 +1,595 @@
+//! The endpoint: the connection table, memory regions, completions and
+//! events (spec 4, 4.14).
+//!
+//! # Using it
+//!
+//! An [`Endpoint`] is a state machine. It never reads a clock, never does
+//! I/O and never allocates; the caller moves bytes and time in and out,
+//! and supplies its storage ([`Storage`], sized by a [`Layout`]).
+//!
+//! * **Getters**: [`Endpoint::state`], [`Endpoint::stats`],
+//!   [`Endpoint::path_stats`], [`Endpoint::drops`], [`Endpoint::footprint`],
+//!   [`Endpoint::live_connections`], [`Endpoint::pool_usage`].
+//! * **Inputs**: [`Endpoint::handle_packet`] for every MetaRoCE packet that
+//!   arrives (the UDP payload, with the source address, UDP source port and
+//!   ECN CE bit in [`RxMeta`]); [`Endpoint::handle_timeout`] whenever the
+//!   deadline from [`Endpoint::poll_timeout`] has passed.
+//! * **Commands**: [`Endpoint::register_region`],
+//!   [`Endpoint::deregister_region`], [`Endpoint::connect`],
+//!   [`Endpoint::close`], [`Endpoint::release`], [`Endpoint::post_send`],
+//!   [`Endpoint::post_recv`]. Incoming connections are accepted on their
+//!   own when [`Config::accept_incoming`] is set and reported as
+//!   [`Event::Incoming`].
+//! * **Outputs**, polled after any input or command, in this order:
+//!   [`Endpoint::poll_transmit`] until it returns `None` (each call writes
+//!   one packet's headers; its payload is gathered from memory and the CRC
+//!   trailer appended, see [`finish_packet`]); [`Endpoint::poll_completion`]
+//!   and [`Endpoint::poll_event`] until `None`; then
+//!   [`Endpoint::poll_timeout`] for when to call again.
+//!
+//! # The lifecycle belongs to the application
+//!
+//! A connection's handle is valid from `connect` (or its `Incoming` event)
+//! until the application calls [`Endpoint::release`] after the connection
+//! closed or failed (its `Closed` or `Failed` event) and its completions
+//! were drained. Only then is the slot reused, under a new generation, so a
+//! stale handle is refused and never names another connection. Events are
+//! kept per connection until polled: none is lost to a full queue.
+//!
+//! # Work proportional to what is ready
+//!
+//! Nothing here visits every connection: connections with a packet to
+//! send, completions, events or a starved sender wait on intrusive lists;
+//! deadlines sit in a timing wheel; a keyed hash index finds duplicate
+//! CONNECTs; the receiver's active senders are a list ordered by their
+//! last data. Per packet the cost does not grow with the table.
+//!
+//! Time never goes backwards between calls. Payload is placed during
+//! `handle_packet` through the caller's [`Memory`], only after every check
+//! passed, and only inside registered regions.
+
+mod input;
+mod output;
+mod table;
+
+pub use table::ConnSlot;
+
+use core::hash::Hasher;
+
+use heapless::Deque;
+use siphasher::sip::SipHasher13;
+
+use crate::api::Op;
+use crate::api::{Access, ConnHandle, Memory, PeerAddr, RecvRequest, Region, WorkRequest};
+use crate::config::Config;
+use crate::conn::sender::InflightPool;
+use crate::conn::{ConnState, Connection, PathSender, PoolRefusals, Resources};
+use crate::memory::{RegionError, RegionTable};
+use crate::path::PathStats;
+use crate::rng::{Rng, Seed};
+use crate::stats::{ConnStats, DropStats};
+use crate::storage::index::HashIndex;
+use crate::storage::list::{Fifo, List};
+use crate::storage::pool::Pool;
+use crate::storage::wheel::TimerWheel;
+use crate::storage::{index_bits, Backing, Slice, Storage};
+use crate::time::Instant;
+use crate::wire::{self, CloseReason};
+use table::IdLayout;
+
+/// Why a command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CommandError {
+    /// Every connection slot is in use.
+    NoFreeConnection,
+    /// No connection has this handle (never had, or released: handles are
+    /// generational and a stale one is refused).
+    UnknownConnection,
+    /// The connection is closing, closed or failed.
+    NotOpen,
+    /// The connection's queue or the endpoint's pool is full: retry after
+    /// completions drain (back-pressure, counted in
+    /// [`Endpoint::pool_refusals`]).
+    QueueFull,
+    /// The local buffer is not registered, not in the connection's domain,
+    /// lacks the right, or is out of bounds.
+    LocalProtection(wire::NakReason),
+    /// Registering or deregistering a region failed.
+    Region(RegionError),
+    /// A READ's local length differs from what the remote side can describe.
+    BadLength,
+    /// `release` on a connection that is neither closed nor failed.
+    NotClosed,
+    /// `release` on a connection whose completions were not all polled.
+    NotDrained,
+}
+
+/// Bytes of state, derived from `size_of` of every part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Footprint {
+    /// One slot of the connection table (connection, generation, links,
+    /// timer entry): what every connection costs, idle or not.
+    pub slot: usize,
+    /// The connection's own state within the slot.
+    pub connection: usize,
+    /// Its share of the connection index (two `u32` slots).
+    pub index_share: usize,
+    /// An idle established connection in all: slot plus index share.
+    pub idle_connection: usize,
+    /// Per path in the fixed part: entropy and the receiver's echo counters.
+    pub per_path_fixed: usize,
+    /// A sender state (pooled, held while sending), all paths included.
+    pub sender_state: usize,
+    /// One path's sender telemetry within it.
+    pub path_telemetry: usize,
+    /// A send-queue entry (pooled).
+    pub work_entry: usize,
+    /// A posted receive (pooled).
+    pub recv_entry: usize,
+    /// One in-flight packet record (pooled), allocator share included.
+    pub inflight_record: usize,
+}
+
+/// Pool use now: (in use, capacity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PoolUsage {
+    pub connections: (u32, u32),
+    pub work_entries: (u32, u32),
+    pub recv_entries: (u32, u32),
+    pub senders: (u32, u32),
+    pub inflight_records: (u64, u64),
+    pub regions: (u32, u32),
+}
+
+/// A reply sent without connection state (a refused CONNECT).
+#[derive(Debug, Clone, Copy)]
+struct StatelessReply {
+    peer: PeerAddr,
+    dst_conn: u32,
+    token: u64,
+    reason: CloseReason,
+}
+
+/// Stateless replies held for sending; more are dropped and counted.
+const STATELESS_QUEUE: usize = 16;
+
+/// A MetaRoCE endpoint with connections of up to `P` paths, over storage
+/// of backing `B`.
+pub struct Endpoint<B: Backing, const P: usize> {
+    config: Config,
+    ids: IdLayout,
+    slots: Slice<B, ConnSlot<P>>,
+    index: HashIndex<Slice<B, u32>>,
+    res: Resources<B, P>,
+    wheel: TimerWheel,
+    free: Fifo,
+    ready: Fifo,
+    completions: Fifo,
+    events: Fifo,
+    waiting: Fifo,
+    active: List,
+    stateless: Deque<StatelessReply, STATELESS_QUEUE>,
+    hash_key: (u64, u64),
+    live: u32,
+    drops: DropStats,
+    /// The latest time seen (for outputs that take none).
+    now: Instant,
+    /// The fair-share hint computed for one instant.
+    hint_cache: (Instant, u32),
+}
+
+impl<B: Backing, const P: usize> core::fmt::Debug for Endpoint<B, P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("capacity", &self.slots.len())
+            .field("live", &self.live)
+            .field("ready", &self.ready.len())
+            .field("timers", &self.wheel.len())
+            .field("resources", &self.res)
+            .field("drops", &self.drops)
+            .finish()
+    }
+}
+
+impl<B: Backing, const P: usize> Endpoint<B, P> {
+    const _PATHS: () = assert!(P >= 1 && P <= 256);
+
+    /// A new endpoint over `storage`. `seed` must come from a real entropy
+    /// source outside simulations: tokens, ids, initial PSNs and keys are
+    /// drawn from the generator it keys (see [`crate::rng`]).
+    pub fn new(config: Config, storage: Storage<B, P>, seed: Seed) -> Self {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::_PATHS;
+        let mut rng = Rng::new(seed);
+        let hash_key = (rng.next_u64(), rng.next_u64());
+        let Storage {
+            mut connections,
+            connection_index,
+            work_entries,
+            recv_entries,
+            senders,
+            inflight_records,
+            inflight_nodes,
+            regions,
+        } = storage;
+        let capacity = connections.len().min(1 << 24);
+        let mut free = Fifo::EMPTY;
+        connections.fill(ConnSlot::VACANT);
+        for i in 0..capacity as u32 {
+            free.push_back(&mut connections, i, ConnSlot::free_link);
+        }
+        Endpoint {
+            config,
+            ids: IdLayout {
+                index_bits: index_bits(capacity),
+            },
+            slots: connections,
+            index: HashIndex::new(connection_index),
+            res: Resources {
+                work: Pool::new(work_entries),
+                recvs: Pool::new(recv_entries),
+                senders: Pool::new(senders),
+                inflight: InflightPool::new(inflight_records, inflight_nodes),
+                regions: RegionTable::new(regions),
+                rng,
+                read_jobs: 0,
+                refusals: PoolRefusals::default(),
+            },
+            wheel: TimerWheel::new(),
+            free,
+            ready: Fifo::EMPTY,
+            completions: Fifo::EMPTY,
+            events: Fifo::EMPTY,
+            waiting: Fifo::EMPTY,
+            active: List::EMPTY,
+            stateless: Deque::new(),
+            hash_key,
+            live: 0,
+            drops: DropStats::default(),
+            now: Instant::ZERO,
+            hint_cache: (Instant::FAR_FUTURE, 0),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Folds fresh entropy into the generator (the platform calls this
+    /// periodically; spec 5.1.2).
+    pub fn reseed(&mut self, entropy: Seed) {
+        self.res.rng.reseed(entropy);
+    }
+
+    // ----- Memory regions -------------------------------------------------
+
+    /// Registers a region; returns its key.
+    pub fn register_region(&mut self, region: Region) -> Result<u32, CommandError> {
+        let random = self.res.rng.next_u32();
+        self.res
+            .regions
+            .register(region, random)
+            .map_err(CommandError::Region)
+    }
+
+    /// Deregisters a region. Packets naming its key are NAKed from now on.
+    pub fn deregister_region(&mut self, key: u32) -> Result<Region, CommandError> {
+        self.res
+            .regions
+            .deregister(key)
+            .map_err(CommandError::Region)
+    }
+
+    /// The registered regions.
+    pub fn regions(&self) -> &RegionTable<Slice<B, crate::memory::RegionSlot>> {
+        &self.res.regions
+    }
+
+    // ----- Connections ----------------------------------------------------
+
+    /// Slots in the table.
+    pub fn capacity(&self) -> usize {
+        self.slots.len().min(1 << 24)
+    }
+
+    /// Connections in use (live, not yet released).
+    pub fn live_connections(&self) -> u32 {
+        self.live
+    }
+
+    fn hash_peer(&self, ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
+        hash_with(self.hash_key, ip, id, token)
+    }
+
+    /// Takes a free slot for a new connection and gives it its handle and id.
+    fn allocate_slot(&mut self) -> Option<(u32, ConnHandle, u32)> {
+        let i = self.free.pop_front(&mut self.slots, ConnSlot::free_link)?;
+        let random = self.res.rng.next_u32();
+        let s = &mut self.slots[i as usize];
+        s.generation = s.generation.wrapping_add(1);
+        s.live = true;
+        s.released = false;
+        let id = self.ids.make(i, random, s.conn.local_id);
+        self.live += 1;
+        Some((i, s.handle(i), id))
+    }
+
+    /// Frees slot `i` (released and quiet).
+    fn free_slot(&mut self, i: u32) {
+        let s = &mut self.slots[i as usize];
+        if !s.live {
+            return;
+        }
+        let conn = &mut s.conn;
+        conn.discard_work(&mut self.res);
+        conn.release_sender(&mut self.res);
+        if s.indexed {
+            let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
+            let h = self.hash_peer(&ip, id, token);
+            let (slots, key) = (&self.slots, self.hash_key);
+            let removed = self.index.remove(h, i, |v| {
+                let c = &slots[v as usize].conn;
+                hash_with(key, &c.peer.ip, c.remote_id, c.remote_token)
+            });
+            debug_assert!(removed);
+            self.slots[i as usize].indexed = false;
+        }
+        self.wheel.cancel(&mut self.slots, i, ConnSlot::timer_entry);
+        let s = &mut self.slots[i as usize];
+        if s.active.is_linked() {
+            self.active
+                .remove(&mut self.slots, i, ConnSlot::active_link);
+        }
+        let s = &mut self.slots[i as usize];
+        let local_id = s.conn.local_id;
+        s.live = false;
+        s.released = false;
+        s.conn = Connection::VACANT;
+        // Kept so the next incarnation's id differs from this one.
+        s.conn.local_id = local_id;
+        self.live -= 1;
+        self.free.push_back(&mut self.slots, i, ConnSlot::free_link);
+        self.wake_waiters();
+    }
+
+    fn slot_of(&self, h: ConnHandle) -> Result<usize, CommandError> {
+        match self.slots.get(h.index as usize) {
+            Some(s) if s.live && !s.released && s.generation == h.generation => {
+                Ok(h.index as usize)
+            }
+            _ => Err(CommandError::UnknownConnection),
+        }
+    }
+
+    /// Opens a connection to `peer` in protection domain `pd`. Work may be
+    /// posted at once; it goes out when the handshake completes.
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        peer: PeerAddr,
+        pd: u32,
+    ) -> Result<ConnHandle, CommandError> {
+        self.now = self.now.max(now);
+        let (i, handle, id) = self.allocate_slot().ok_or(CommandError::NoFreeConnection)?;
+        let mut conn = Connection::new(
+            id,
+            peer,
+            pd,
+            &self.config,
+            &mut self.res.rng,
+            now,
+            ConnState::Connecting,
+        );
+        conn.start_connect(now, &self.config);
+        self.slots[i as usize].conn = conn;
+        self.refresh(i, now, false);
+        Ok(handle)
+    }
+
+    /// Closes a connection gracefully: once its sends are acknowledged a
+    /// CLOSE goes out; the peer's reply (or a timeout) ends it.
+    pub fn close(&mut self, now: Instant, h: ConnHandle) -> Result<(), CommandError> {
+        self.now = self.now.max(now);
+        let i = self.slot_of(h)?;
+        let config = self.config;
+        self.slots[i].conn.close(now, &mut self.res, &config);
+        self.refresh(i as u32, now, false);
+        Ok(())
+    }
+
+    /// Gives a closed or failed connection's slot back once its completions
+    /// were polled. Its handle is stale from now on.
+    pub fn release(&mut self, h: ConnHandle) -> Result<(), CommandError> {
+        let i = self.slot_of(h)?;
+        let conn = &self.slots[i].conn;
+        if !conn.state.is_terminal() {
+            return Err(CommandError::NotClosed);
+        }
+        if conn.has_completion(&self.res) {
+            return Err(CommandError::NotDrained);
+        }
+        self.slots[i].released = true;
+        self.slots[i].conn.events = Default::default();
+        let now = self.now;
+        self.refresh(i as u32, now, false);
+        Ok(())
+    }
+
+    /// A connection, for inspection.
+    pub fn connection(&self, h: ConnHandle) -> Option<&Connection<P>> {
+        self.slot_of(h).ok().map(|i| &self.slots[i].conn)
+    }
+
+    /// Handles of every connection in use (O(capacity): for diagnostics,
+    /// not for a per-packet path).
+    pub fn handles(&self) -> impl Iterator<Item = ConnHandle> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live && !s.released)
+            .map(|(i, s)| s.handle(i as u32))
+    }
+
+    /// A connection's state.
+    pub fn state(&self, h: ConnHandle) -> Option<ConnState> {
+        self.connection(h).map(Connection::state)
+    }
+
+    /// A connection's counters.
+    pub fn stats(&self, h: ConnHandle) -> Option<ConnStats> {
+        self.connection(h).map(|c| c.stats(&self.res))
+    }
+
+    /// One path's telemetry: live while the connection sends (its sender
+    /// state holds the measurements), entropy and receive counts always.
+    pub fn path_stats(&self, h: ConnHandle, path: u8) -> Option<PathStats> {
+        let c = self.connection(h)?;
+        if u16::from(path) >= c.params.paths {
+            return None;
+        }
+        let p = usize::from(path);
+        let sender = c
+            .send
+            .state
+            .get()
+            .map_or(PathSender::IDLE, |s| self.res.senders.get(s).paths[p]);
+        Some(PathStats::from_parts(c.entropy[p], &sender))
+    }
+
+    /// Endpoint-wide drops by reason.
+    pub fn drops(&self) -> DropStats {
+        self.drops
+    }
+
+    /// Refusals for want of pool space, by pool.
+    pub fn pool_refusals(&self) -> PoolRefusals {
+        self.res.refusals
+    }
+
+    /// How full each pool is.
+    pub fn pool_usage(&self) -> PoolUsage {
+        let used = |total: u32, free: u32| (total - free, total);
+        PoolUsage {
+            connections: (self.live, self.capacity() as u32),
+            work_entries: used(self.res.work.capacity(), self.res.work.available()),
+            recv_entries: used(self.res.recvs.capacity(), self.res.recvs.available()),
+            senders: used(self.res.senders.capacity(), self.res.senders.available()),
+            inflight_records: (
+                self.res.inflight.total_records() - self.res.inflight.free_records(),
+                self.res.inflight.total_records(),
+            ),
+            regions: (
+                self.res.regions.len() as u32,
+                self.res.regions.capacity() as u32,
+            ),
+        }
+    }
+
+    // ----- Work requests --------------------------------------------------
+
+    /// Posts a send-queue work request (WRITE, WRITE_IMM, SEND, SEND_IMM, READ).
+    pub fn post_send(&mut self, h: ConnHandle, wr: WorkRequest) -> Result<(), CommandError> {
+        let i = self.slot_of(h)?;
+        let rights = match wr.op {
+            Op::Read { .. } => Access::LOCAL_WRITE,
+            _ => Access(0),
+        };
+        let pd = self.slots[i].conn.pd;
+        self.res
+            .regions
+            .check(
+                wr.local.key,
+                pd,
+                wr.local.addr,
+                u64::from(wr.local.len),
+                rights,
+            )
+            .map_err(CommandError::LocalProtection)?;
+        let config = self.config;
+        let conn = &mut self.slots[i].conn;
+        if !conn.can_post() {
+            return Err(CommandError::NotOpen);
+        }
+        conn.post_send(wr, &mut self.res, &config)
+            .map_err(|_| CommandError::QueueFull)?;
+        let now = self.now;
+        self.refresh(i as u32, now, false);
+        Ok(())
+    }
+
+    /// Posts a receive buffer.
+    pub fn post_recv(&mut self, h: ConnHandle, req: RecvRequest) -> Result<(), CommandError> {
+        let i = self.slot_of(h)?;
+        let pd = self.slots[i].conn.pd;
+        self.res
+            .regions
+            .check(
+                req.local.key,
+                pd,
+                req.local.addr,
+                u64::from(req.local.len),
+                Access::LOCAL_WRITE,
+            )
+            .map_err(CommandError::LocalProtection)?;
+        let config = self.config;
+        let conn = &mut self.slots[i].conn;
+        if !conn.can_post() {
+            return Err(CommandError::NotOpen);
+        }
+        conn.post_recv(req, &mut self.res, &config)
+            .map_err(|_| CommandError::QueueFull)
+    }
+
+    /// Bytes of state per connection and per pooled element.
+    pub fn footprint() -> Footprint {
+        use core::mem::size_of;
+        let slot = size_of::<ConnSlot<P>>();
+        let index_share = 2 * size_of::<u32>();
+        Footprint {
+            slot,
+            connection: size_of::<Connection<P>>(),
+            index_share,
+            idle_connection: slot + index_share,
+            per_path_fixed: size_of::<u16>() * 3,
+            sender_state: size_of::<crate::storage::pool::PoolEntry<crate::conn::SenderState<P>>>(),
+            path_telemetry: size_of::<PathSender>(),
+            work_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::WorkEntry>>(),
+            recv_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::RecvEntry>>(),
+            inflight_record: size_of::<crate::conn::InflightRecord>()
+                + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
+        }
+    }
+}
+
+/// The index's keyed hash, for callers that hold the key apart from `self`.
+fn hash_with(key: (u64, u64), ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
+    let mut h = SipHasher13::new_with_keys(key.0, key.1);
+    match ip {
+        smoltcp::wire::IpAddress::Ipv4(a) => h.write(&a.octets()),
+        smoltcp::wire::IpAddress::Ipv6(a) => h.write(&a.octets()),
+    }
+    h.write_u32(id);
+    h.write_u64(token);
+    h.finish()
+}
+
+/// Appends payload and CRC trailer after the headers `poll_transmit` wrote,
+/// for callers that send one contiguous buffer: `packet[..header_len]` holds
+/// the headers; the payload is read from `mem`. Returns the packet length.
+///
+/// # Panics
+/// If `packet` is shorter than [`crate::api::Transmit::packet_len`].
+pub fn finish_packet(t: &crate::api::Transmit, packet: &mut [u8], mem: &mut impl Memory) -> usize {
+    let hl = t.header_len;
+    let pl = t.payload.map_or(0, |p| p.len as usize);
+    if let Some(p) = t.payload {
+        mem.read(p.addr, &mut packet[hl..hl + pl]);
+    }
+    let crc = wire::packet::crc32(&[&packet[..hl + pl]]);
+    packet[hl + pl..hl + pl + wire::CRC_LEN].copy_from_slice(&crc.to_be_bytes());
+    hl + pl + wire::CRC_LEN
+}

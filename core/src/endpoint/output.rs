@@ -1,0 +1,253 @@
+//! Outputs and the bookkeeping that keeps them O(ready): which lists a
+//! connection is on after it changed, packets to send, completions, events
+//! and the next deadline.
+
+use core::time::Duration;
+
+use super::{ConnSlot, Endpoint};
+use crate::api::{Completion, Transmit};
+use crate::conn::{ConnState, Event, PendingEvents};
+use crate::storage::Backing;
+use crate::time::Instant;
+use crate::wire::encap::ecn;
+use crate::wire::{Body, CloseRepr, Flags, Header, Repr};
+
+/// Starved connections woken each time pool space comes back.
+const WAKE_PER_RELEASE: usize = 2;
+
+impl<B: Backing, const P: usize> Endpoint<B, P> {
+    /// Puts connection `i` on the lists its state calls for, files its
+    /// next deadline, gives back its sender state when it no longer needs
+    /// it, and frees the slot of a released connection with nothing left to
+    /// send. Called after anything touched the connection: O(1).
+    ///
+    /// `in_timeout`: called while expiring timers at `now`, so a deadline
+    /// at or before `now` is filed just after it (it was acted on; filing
+    /// it at `now` would expire it again in the same call).
+    pub(super) fn refresh(&mut self, i: u32, now: Instant, in_timeout: bool) {
+        let config = self.config;
+        let s = &mut self.slots[i as usize];
+        if !s.live {
+            return;
+        }
+        let conn = &mut s.conn;
+        let mut gave_back = false;
+        if conn.state.is_terminal() || s.released {
+            gave_back = conn.release_sender(&mut self.res);
+        } else {
+            if conn.state == ConnState::Closing {
+                conn.maybe_send_close(now, &self.res, &config);
+            }
+            conn.note_idle(now, &mut self.res);
+        }
+        let wants = conn.wants_transmit(now, &self.res);
+        let starved = conn.send.starved;
+        let timer = conn.next_timer(now, &self.res, &config);
+        let has_completion = conn.has_completion(&self.res);
+        let has_event = conn.events.any();
+        let released = s.released;
+        if wants {
+            self.ready
+                .push_back(&mut self.slots, i, ConnSlot::ready_link);
+        }
+        if starved {
+            self.waiting
+                .push_back(&mut self.slots, i, ConnSlot::waiting_link);
+        }
+        match timer {
+            Some(t) if !released => {
+                let t = if in_timeout && t <= now {
+                    now + Duration::from_nanos(1)
+                } else {
+                    t
+                };
+                self.wheel
+                    .schedule(&mut self.slots, i, t.as_nanos(), ConnSlot::timer_entry);
+            }
+            _ => self.wheel.cancel(&mut self.slots, i, ConnSlot::timer_entry),
+        }
+        if has_completion {
+            self.completions
+                .push_back(&mut self.slots, i, ConnSlot::completions_link);
+        }
+        if has_event && !released {
+            self.events
+                .push_back(&mut self.slots, i, ConnSlot::events_link);
+        }
+        if released && !wants {
+            self.free_slot(i);
+        } else if gave_back {
+            self.wake_waiters();
+        }
+    }
+
+    /// Pool space came back: let a few starved connections try again.
+    pub(super) fn wake_waiters(&mut self) {
+        let now = self.now;
+        for _ in 0..WAKE_PER_RELEASE {
+            let Some(i) = self
+                .waiting
+                .pop_front(&mut self.slots, ConnSlot::waiting_link)
+            else {
+                return;
+            };
+            let s = &mut self.slots[i as usize];
+            if s.live {
+                s.conn.send.starved = false;
+                self.refresh(i, now, false);
+            }
+        }
+    }
+
+    /// The fair-share hint this receiver gives each sender (spec 4.10.4):
+    /// its link rate divided by the connections that delivered data within
+    /// the active-sender window. Kept incrementally: senders are listed by
+    /// their last data, and those past the window drop off the front.
+    pub fn rate_hint(&mut self, now: Instant) -> u32 {
+        if !self.config.rate_hints {
+            return 0;
+        }
+        while let Some(i) = self.active.front() {
+            let last = self.slots[i as usize].conn.recv.last_data_rx.get();
+            if last.is_some_and(|t| now < t + self.config.active_sender_window) {
+                break;
+            }
+            self.active
+                .remove(&mut self.slots, i, ConnSlot::active_link);
+        }
+        self.config.link_rate_mbps / self.active.len().max(1)
+    }
+
+    /// Writes the headers of the next packet to send into `buf` and says
+    /// where it goes and where its payload comes from. `buf` must hold at
+    /// least [`crate::wire::HEADER_LEN`] + 56 bytes (the largest header).
+    /// Connections take turns, one packet each.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.now = self.now.max(now);
+        if let Some(r) = self.stateless.pop_front() {
+            let repr = Repr {
+                header: Header {
+                    flags: Flags::NONE,
+                    dst_conn: r.dst_conn,
+                    token: r.token,
+                    psn: 0,
+                    path: 0,
+                    timestamp: now.wire_timestamp(),
+                },
+                body: Body::Close(CloseRepr { reason: r.reason }),
+                payload_len: 0,
+            };
+            if buf.len() >= repr.header_len() {
+                repr.emit_header(buf);
+                return Some(Transmit {
+                    peer: r.peer,
+                    src_port: self.config.entropy_base,
+                    ecn: ecn::NOT_ECT,
+                    header_len: repr.header_len(),
+                    payload: None,
+                });
+            }
+        }
+        if self.ready.is_empty() {
+            return None;
+        }
+        if self.hint_cache.0 != now {
+            self.hint_cache = (now, self.rate_hint(now));
+        }
+        let hint = self.hint_cache.1;
+        let config = self.config;
+        // Each connection on the list gets one try; one that turns out to
+        // have nothing (paced, starved) leaves the list.
+        for _ in 0..self.ready.len() {
+            let i = self
+                .ready
+                .pop_front(&mut self.slots, ConnSlot::ready_link)?;
+            let s = &mut self.slots[i as usize];
+            if !s.live {
+                continue;
+            }
+            let t = s.conn.poll_transmit(now, buf, hint, &mut self.res, &config);
+            self.refresh(i, now, false);
+            if t.is_some() {
+                return t;
+            }
+        }
+        None
+    }
+
+    /// The next completion: connections with completions take turns, each
+    /// in its own post order.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        let now = self.now;
+        for _ in 0..=self.completions.len() {
+            let i = self
+                .completions
+                .pop_front(&mut self.slots, ConnSlot::completions_link)?;
+            let s = &mut self.slots[i as usize];
+            if !s.live {
+                continue;
+            }
+            let handle = s.handle(i);
+            let c = s.conn.next_completion(handle, &mut self.res);
+            self.refresh(i, now, false);
+            if c.is_some() {
+                return c;
+            }
+        }
+        None
+    }
+
+    /// The next connection event. Each connection keeps its own pending
+    /// events, so none is ever lost.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        loop {
+            let i = self
+                .events
+                .pop_front(&mut self.slots, ConnSlot::events_link)?;
+            let s = &mut self.slots[i as usize];
+            if !s.live || s.released {
+                continue;
+            }
+            let conn = &mut s.conn;
+            let Some(bit) = conn.events.take() else {
+                continue;
+            };
+            let handle = s.handle(i);
+            let conn = &mut s.conn;
+            let event = match bit {
+                PendingEvents::INCOMING => Event::Incoming {
+                    conn: handle,
+                    peer: conn.peer,
+                },
+                PendingEvents::CONNECTED => Event::Connected(handle),
+                PendingEvents::FAILED => Event::Failed {
+                    conn: handle,
+                    status: conn.fail_status,
+                },
+                _ => Event::Closed {
+                    conn: handle,
+                    reason: conn.close_reason,
+                },
+            };
+            if conn.events.any() {
+                self.events
+                    .push_back(&mut self.slots, i, ConnSlot::events_link);
+            }
+            return Some(event);
+        }
+    }
+
+    /// When to call [`Endpoint::handle_timeout`] (or poll again) next:
+    /// `Instant::ZERO` when a packet is ready now. Exact when the next
+    /// deadline is within 64 us, otherwise possibly early (a wake-up that
+    /// finds nothing due costs one empty `handle_timeout`).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.ready.is_empty() || !self.stateless.is_empty() {
+            return Some(Instant::ZERO);
+        }
+        self.wheel
+            .next_deadline(&self.slots, ConnSlot::timer_entry_ref)
+            .map(Instant::from_nanos)
+    }
+}

@@ -1,0 +1,135 @@
+//! The connection table: slots with generations, the wire id layout, and
+//! the links that put a slot on the endpoint's lists (spec 4.14).
+//!
+//! A wire connection id is `tag << index_bits | index`: the index finds the
+//! slot in one step, the tag (random, nonzero, never the slot's previous
+//! one) makes ids of a slot's successive connections differ, so a late
+//! packet of an old connection finds no connection. A [`ConnHandle`] is the
+//! index and the slot's generation, which counts allocations: a handle of
+//! a released connection never names its successor.
+
+use crate::api::ConnHandle;
+use crate::conn::Connection;
+use crate::storage::list::{Links, UNLINKED};
+use crate::storage::wheel::TimerEntry;
+
+/// One slot of the table: a connection and its place on the endpoint's
+/// lists. Everything here is per connection and counts in its footprint.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnSlot<const P: usize> {
+    pub(crate) conn: Connection<P>,
+    pub(crate) generation: u32,
+    pub(crate) live: bool,
+    /// The application released it; it is freed once nothing is left to send.
+    pub(crate) released: bool,
+    /// Filed in the CONNECT-duplicate index.
+    pub(crate) indexed: bool,
+    pub(crate) timer: TimerEntry,
+    /// Intrusive links: ready to transmit, completions waiting, events
+    /// waiting, starved of pool space.
+    pub(crate) ready: u32,
+    pub(crate) completions: u32,
+    pub(crate) events: u32,
+    pub(crate) waiting: u32,
+    /// Position among the receiver's active senders (by last data). A free
+    /// slot is on no such list, so its `next` threads the free list.
+    pub(crate) active: Links,
+}
+
+impl<const P: usize> ConnSlot<P> {
+    /// A free slot (a `static` in firmware is built from it).
+    pub const VACANT: ConnSlot<P> = ConnSlot {
+        conn: Connection::VACANT,
+        generation: 0,
+        live: false,
+        released: false,
+        indexed: false,
+        timer: TimerEntry::IDLE,
+        ready: UNLINKED,
+        completions: UNLINKED,
+        events: UNLINKED,
+        waiting: UNLINKED,
+        active: Links::UNLINKED,
+    };
+
+    pub(crate) fn ready_link(s: &mut Self) -> &mut u32 {
+        &mut s.ready
+    }
+    pub(crate) fn completions_link(s: &mut Self) -> &mut u32 {
+        &mut s.completions
+    }
+    pub(crate) fn events_link(s: &mut Self) -> &mut u32 {
+        &mut s.events
+    }
+    pub(crate) fn waiting_link(s: &mut Self) -> &mut u32 {
+        &mut s.waiting
+    }
+    pub(crate) fn free_link(s: &mut Self) -> &mut u32 {
+        &mut s.active.next
+    }
+    pub(crate) fn active_link(s: &mut Self) -> &mut Links {
+        &mut s.active
+    }
+    pub(crate) fn timer_entry(s: &mut Self) -> &mut TimerEntry {
+        &mut s.timer
+    }
+    pub(crate) fn timer_entry_ref(s: &Self) -> &TimerEntry {
+        &s.timer
+    }
+
+    /// The handle of the connection in this slot.
+    pub(crate) fn handle(&self, index: u32) -> ConnHandle {
+        ConnHandle {
+            index,
+            generation: self.generation,
+        }
+    }
+}
+
+/// How wire connection ids split into tag and index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IdLayout {
+    pub index_bits: u32,
+}
+
+impl IdLayout {
+    pub fn index_of(self, id: u32) -> usize {
+        (id & self.index_mask()) as usize
+    }
+
+    pub fn index_mask(self) -> u32 {
+        ((1u64 << self.index_bits) - 1) as u32
+    }
+
+    /// An id for slot `index` from `random`, nonzero and different from
+    /// `previous`.
+    pub fn make(self, index: u32, random: u32, previous: u32) -> u32 {
+        let tag_mask = (u64::from(u32::MAX) >> self.index_bits) as u32;
+        let make = |tag: u32| ((u64::from(tag) << self.index_bits) as u32) | index;
+        let mut tag = (random & tag_mask).max(1);
+        if make(tag) == previous {
+            tag = if tag >= tag_mask { 1 } else { tag + 1 };
+        }
+        make(tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_carry_the_index_and_differ_per_incarnation() {
+        let l = IdLayout { index_bits: 16 };
+        let a = l.make(0x1234, 0xabcd, 0);
+        assert_eq!(l.index_of(a), 0x1234);
+        assert_eq!(a >> 16, 0xabcd);
+        assert_ne!(l.make(0x1234, 0xabcd, a), a, "never the previous id");
+        assert_ne!(l.make(7, 0, 0), 7, "tag never zero");
+        let wide = IdLayout { index_bits: 24 };
+        assert_eq!(
+            wide.index_of(wide.make(0xff_ffff, 0xffff_ffff, 0)),
+            0xff_ffff
+        );
+    }
+}

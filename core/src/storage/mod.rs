@@ -1,0 +1,204 @@
+//! Storage the caller supplies, and the fixed-capacity structures built on
+//! it (spec 4.14).
+//!
+//! An endpoint never allocates: every table and pool is a slice handed in
+//! when it is built, sized by the target (a `static` in firmware from the
+//! board's configuration, the heap in a host program, per host in the
+//! simulator). [`Backing`] says what kind of slice: borrowed (`&mut [T]`,
+//! firmware and tests) or owned by the caller's allocator ([`Heap`], with
+//! the `alloc` feature, for host programs).
+//!
+//! * [`list`]: intrusive FIFOs and lists of indices (ready connections,
+//!   completions, events, active senders);
+//! * [`wheel`]: the timing wheel of connection deadlines;
+//! * [`index`]: a keyed hash index (CONNECT duplicates);
+//! * [`pool`]: shared pools of work entries, receives and sender states,
+//!   with per-connection queues;
+//! * [`buddy`]: power-of-two extents of in-flight records.
+
+pub mod buddy;
+pub mod index;
+pub mod list;
+pub mod pool;
+pub mod wheel;
+
+use core::ops::DerefMut;
+
+use crate::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
+use crate::endpoint::ConnSlot;
+use crate::memory::RegionSlot;
+use buddy::{BuddyNode, MIN_SHIFT};
+use pool::PoolEntry;
+
+/// What kind of slices an endpoint's storage is made of.
+pub trait Backing {
+    /// A slice of `T` the endpoint may read and write for its lifetime.
+    type Slice<T: 'static>: DerefMut<Target = [T]>;
+}
+
+/// A slice of `T` of backing `B`.
+pub type Slice<B, T> = <B as Backing>::Slice<T>;
+
+/// Storage borrowed for `'a`: `&'a mut [T]` (a `static` in firmware).
+#[derive(Debug)]
+pub struct Borrowed<'a>(core::marker::PhantomData<&'a mut ()>);
+
+impl<'a> Backing for Borrowed<'a> {
+    type Slice<T: 'static> = &'a mut [T];
+}
+
+/// Storage owned through the caller's allocator (`Vec<T>`), for host
+/// programs. The core itself never allocates: the caller builds the
+/// vectors ([`Layout::heap_storage`]).
+#[cfg(feature = "alloc")]
+#[derive(Debug)]
+pub struct Heap;
+
+#[cfg(feature = "alloc")]
+impl Backing for Heap {
+    type Slice<T: 'static> = alloc::vec::Vec<T>;
+}
+
+/// Bits that index `n` slots (at least 1, at most 24: ids keep 8 bits of
+/// random tag).
+pub const fn index_bits(n: usize) -> u32 {
+    let bits = if n <= 1 {
+        1
+    } else {
+        usize::BITS - (n - 1).leading_zeros()
+    };
+    if bits > 24 {
+        24
+    } else {
+        bits
+    }
+}
+
+/// How much of everything an endpoint holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Layout {
+    /// Connections (at most 2^24).
+    pub connections: u32,
+    /// Send-queue entries shared by all connections (user work requests
+    /// and READ-response jobs).
+    pub work_entries: u32,
+    /// Posted receives shared by all connections.
+    pub recv_entries: u32,
+    /// Connections that may be sending at once (each holds a sender state).
+    pub senders: u32,
+    /// In-flight packet records shared by the senders: sized by the
+    /// bandwidth-delay product (packets in flight across the endpoint),
+    /// rounded up to a multiple of 16.
+    pub inflight_records: u32,
+    /// Memory regions.
+    pub regions: u32,
+}
+
+impl Layout {
+    /// A layout for `connections`, with pools sized for a 100 Gbit/s link
+    /// of about 10 us round trips: 4,096 in-flight records (4.9x the BDP of
+    /// 4 KiB packets) and up to 1,024 concurrent senders, 8 work entries
+    /// and 8 receives per connection on average (at least 256 of each).
+    pub const fn for_connections(connections: u32) -> Layout {
+        let c = if connections == 0 { 1 } else { connections };
+        Layout {
+            connections: c,
+            work_entries: max(256, c.saturating_mul(8)),
+            recv_entries: max(256, c.saturating_mul(8)),
+            senders: min(c, 1024),
+            inflight_records: 4096,
+            regions: max(64, c.saturating_mul(2)),
+        }
+    }
+
+    /// Slots of the connection index (a power of two, at least twice the
+    /// connections: probes stay short).
+    pub const fn index_slots(&self) -> usize {
+        (self.connections as usize * 2).next_power_of_two()
+    }
+
+    /// Allocator nodes for the in-flight records.
+    pub const fn inflight_nodes(&self) -> usize {
+        (self.inflight_records as usize).div_ceil(1 << MIN_SHIFT)
+    }
+
+    /// In-flight records actually managed (a multiple of 16).
+    pub const fn inflight_records_used(&self) -> usize {
+        self.inflight_nodes() << MIN_SHIFT
+    }
+
+    /// Bytes of the whole storage for `P` paths per connection, from
+    /// `size_of` of every element.
+    pub const fn bytes<const P: usize>(&self) -> usize {
+        use core::mem::size_of;
+        self.connections as usize * size_of::<ConnSlot<P>>()
+            + self.index_slots() * size_of::<u32>()
+            + self.work_entries as usize * size_of::<PoolEntry<WorkEntry>>()
+            + self.recv_entries as usize * size_of::<PoolEntry<RecvEntry>>()
+            + self.senders as usize * size_of::<PoolEntry<SenderState<P>>>()
+            + self.inflight_records_used() * size_of::<InflightRecord>()
+            + self.inflight_nodes() * size_of::<BuddyNode>()
+            + self.regions as usize * size_of::<RegionSlot>()
+    }
+
+    /// Heap storage of this layout.
+    #[cfg(feature = "alloc")]
+    pub fn heap_storage<const P: usize>(&self) -> Storage<Heap, P> {
+        use alloc::vec;
+        Storage {
+            connections: vec![ConnSlot::VACANT; self.connections as usize],
+            connection_index: vec![0; self.index_slots()],
+            work_entries: vec![PoolEntry::vacant(WorkEntry::VACANT); self.work_entries as usize],
+            recv_entries: vec![PoolEntry::vacant(RecvEntry::VACANT); self.recv_entries as usize],
+            senders: vec![PoolEntry::vacant(SenderState::VACANT); self.senders as usize],
+            inflight_records: vec![InflightRecord::EMPTY; self.inflight_records_used()],
+            inflight_nodes: vec![BuddyNode::INIT; self.inflight_nodes()],
+            regions: vec![RegionSlot::VACANT; self.regions as usize],
+        }
+    }
+}
+
+const fn max(a: u32, b: u32) -> u32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+const fn min(a: u32, b: u32) -> u32 {
+    if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Every slice an endpoint needs. Lengths: see [`Layout`] (the endpoint
+/// works with whatever it is given: fewer index slots than twice the
+/// connections only lengthen probes; `inflight_nodes` must be
+/// `inflight_records / 16`).
+pub struct Storage<B: Backing, const P: usize> {
+    pub connections: Slice<B, ConnSlot<P>>,
+    pub connection_index: Slice<B, u32>,
+    pub work_entries: Slice<B, PoolEntry<WorkEntry>>,
+    pub recv_entries: Slice<B, PoolEntry<RecvEntry>>,
+    pub senders: Slice<B, PoolEntry<SenderState<P>>>,
+    pub inflight_records: Slice<B, InflightRecord>,
+    pub inflight_nodes: Slice<B, BuddyNode>,
+    pub regions: Slice<B, RegionSlot>,
+}
+
+impl<B: Backing, const P: usize> core::fmt::Debug for Storage<B, P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Storage")
+            .field("connections", &self.connections.len())
+            .field("work_entries", &self.work_entries.len())
+            .field("recv_entries", &self.recv_entries.len())
+            .field("senders", &self.senders.len())
+            .field("inflight_records", &self.inflight_records.len())
+            .field("regions", &self.regions.len())
+            .finish()
+    }
+}
