@@ -15,9 +15,10 @@ use metaroce_bench::{BenchError, Pair, PhaseTimes, PAYLOAD};
 use metaroce_core::wire::CRC_LEN;
 
 const USAGE: &str = "\
-Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only]
+Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [--no-scale]
 
   --messages N  4 KiB WRITEs per timed run (default 200000)
+  --no-scale    skip the runs with 1,024 and 65,536 connections
   --repeats R   timed runs; the best is reported (default 3)
   --csv PATH    where to write metric,value,unit rows
                 (default target/metaroce/bench.csv)
@@ -30,6 +31,7 @@ struct Args {
     repeats: u32,
     csv: PathBuf,
     cycle_only: bool,
+    scale: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -38,6 +40,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         repeats: 3,
         csv: PathBuf::from("target/metaroce/bench.csv"),
         cycle_only: false,
+        scale: true,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -59,6 +62,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--csv" => parsed.csv = PathBuf::from(value("--csv")?),
             "--cycle-only" => parsed.cycle_only = true,
+            "--no-scale" => parsed.scale = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -271,6 +275,69 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
         "CRC-32 uses run-time SIMD detection (feature simd-crc)",
     ));
     rows.extend(measure::memory_rows());
+    if args.scale {
+        rows.extend(scale_rows(args, cycle, crc_cycle)?);
+    }
+    Ok(rows)
+}
+
+/// Connections sending in the scale runs (all of them when fewer).
+const SCALE_SENDERS: u32 = 64;
+
+/// The cost per data packet with 1, 1,024 and 65,536 connections
+/// established (64 sending, the rest idle), and what establishing them
+/// cost. `one` is the 1-connection figure already measured.
+fn scale_rows(args: &Args, one: f64, crc_cycle: f64) -> Result<Vec<Row>, BenchError> {
+    let mut rows = vec![Row::new(
+        "scale_ns_per_packet_conns_1",
+        one,
+        "ns",
+        "TX -> RX -> ACK per 4 KiB data packet, 1 connection (best, on-CPU)",
+    )];
+    let mut at_max = one;
+    for total in [1_024u32, 65_536] {
+        let watch = Stopwatch::start();
+        let mut pair = Pair::with_connections(total, SCALE_SENDERS.min(total))?;
+        let establish = watch.per_iteration(u64::from(total)).ns();
+        pair.run_writes((args.messages / 10).max(1), None)?;
+        let mut samples = Vec::new();
+        for _ in 0..args.repeats {
+            let watch = Stopwatch::start();
+            let counts = pair.run_writes(args.messages, None)?;
+            samples.push(watch.per_iteration(counts.data_packets));
+        }
+        let ns = measure::best(&samples).ns();
+        at_max = ns;
+        rows.push(Row::new(
+            format!("scale_ns_per_packet_conns_{total}"),
+            ns,
+            "ns",
+            format!(
+                "  the same with {total} connections established, {} sending",
+                SCALE_SENDERS.min(total)
+            ),
+        ));
+        if total == 65_536 {
+            rows.push(Row::new(
+                "establish_ns_per_connection",
+                establish,
+                "ns",
+                "opening 65,536 connections: both ends' handshake work per connection",
+            ));
+        }
+    }
+    rows.push(Row::new(
+        "scale_ratio_65536_to_1",
+        at_max / one,
+        "ratio",
+        "cost per packet at 65,536 connections / at 1 (goal <= 1.2)",
+    ));
+    rows.push(Row::new(
+        "scale_engine_ratio_65536_to_1",
+        (at_max - crc_cycle) / (one - crc_cycle).max(1e-3),
+        "ratio",
+        "  the same without the CRC-32 (the engine's own work)",
+    ));
     Ok(rows)
 }
 
@@ -288,7 +355,7 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "metaroce-bench: {} x 4 KiB WRITE per run, {} runs, Endpoint<8, 16>, Config::default() with CcAlgorithm::Fixed at an unlimited link rate, payload never copied",
+        "metaroce-bench: {} x 4 KiB WRITE per run, {} runs, 16-path endpoints on heap storage, Config::default() with CcAlgorithm::Fixed at an unlimited link rate, payload never copied",
         args.messages, args.repeats
     );
     let rows = match run(&args) {

@@ -7,9 +7,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant as WallClock};
 
 use metaroce_core::wire::packet::crc32;
-use metaroce_core::{Endpoint, Footprint};
-
-use crate::BenchEndpoint;
+use metaroce_core::{Endpoint, Footprint, Heap, Layout};
 
 /// One result.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,12 +159,31 @@ pub fn memcpy_sample(len: usize) -> Sample {
 
 fn footprint_rows(paths: usize, f: Footprint, rows: &mut Vec<Row>) {
     let parts = [
-        ("connection", f.connection, "one connection, total"),
-        ("window", f.window, "  sender window (256 PSNs)"),
-        ("paths", f.paths, "  all paths"),
-        ("per_path", f.per_path, "  one path"),
-        ("queues", f.queues, "  send + receive work queues"),
-        ("fixed", f.fixed, "  everything else"),
+        (
+            "idle_connection",
+            f.idle_connection,
+            "an idle connection in all: slot + index share",
+        ),
+        (
+            "slot",
+            f.slot,
+            "  table slot (connection, generation, list links, timer)",
+        ),
+        (
+            "connection",
+            f.connection,
+            "    of which the connection's own state",
+        ),
+        (
+            "sender_state",
+            f.sender_state,
+            "pooled while sending: sender state, all paths",
+        ),
+        (
+            "path_telemetry",
+            f.path_telemetry,
+            "  of which one path's telemetry",
+        ),
     ];
     for (name, bytes, label) in parts {
         rows.push(Row::new(
@@ -178,18 +195,50 @@ fn footprint_rows(paths: usize, f: Footprint, rows: &mut Vec<Row>) {
     }
 }
 
-/// Bytes per connection for 1, 16 and 256 paths, and one `Endpoint<8, 16>`.
+/// Bytes per connection and per pooled element, from `size_of`; the
+/// whole storage of a 65,536-connection endpoint.
 pub fn memory_rows() -> Vec<Row> {
     let mut rows = Vec::new();
-    footprint_rows(16, Endpoint::<8, 16>::footprint(), &mut rows);
-    footprint_rows(1, Endpoint::<8, 1>::footprint(), &mut rows);
-    footprint_rows(256, Endpoint::<8, 256>::footprint(), &mut rows);
+    let f16 = Endpoint::<Heap, 16>::footprint();
     rows.push(Row::new(
-        "endpoint_8x16_bytes",
-        core::mem::size_of::<BenchEndpoint>() as f64,
+        "bytes_per_idle_connection_paths_16",
+        f16.idle_connection as f64,
         "B",
-        "size_of::<Endpoint<8, 16>>()",
+        "an idle established 16-path connection (goal <= 512)",
     ));
+    let layout = Layout::for_connections(65_536);
+    rows.push(Row::new(
+        "endpoint_bytes_conns_65536",
+        layout.bytes::<16>() as f64,
+        "B",
+        format!(
+            "endpoint of 65,536 connections, 16 paths: table, index and pools \
+             ({} work entries, {} receives, {} senders, {} in-flight records, {} regions)",
+            layout.work_entries,
+            layout.recv_entries,
+            layout.senders,
+            layout.inflight_records,
+            layout.regions
+        ),
+    ));
+    footprint_rows(16, f16, &mut rows);
+    footprint_rows(1, Endpoint::<Heap, 1>::footprint(), &mut rows);
+    footprint_rows(256, Endpoint::<Heap, 256>::footprint(), &mut rows);
+    for (name, bytes, label) in [
+        (
+            "work_entry_bytes",
+            f16.work_entry,
+            "pooled send-queue entry",
+        ),
+        ("recv_entry_bytes", f16.recv_entry, "pooled receive"),
+        (
+            "inflight_record_bytes",
+            f16.inflight_record,
+            "in-flight packet record, allocator share included",
+        ),
+    ] {
+        rows.push(Row::new(name, bytes as f64, "B", label));
+    }
     rows
 }
 
@@ -241,13 +290,11 @@ mod tests {
         let rows = memory_rows();
         let get = |m: &str| rows.iter().find(|r| r.metric == m).map(|r| r.value);
         for p in [1, 16, 256] {
-            let total = get(&format!("conn_p{p}_connection_bytes")).expect("total");
-            let parts: f64 = ["window", "paths", "queues", "fixed"]
-                .iter()
-                .map(|n| get(&format!("conn_p{p}_{n}_bytes")).expect("part"))
-                .sum();
-            assert_eq!(total, parts);
+            let idle = get(&format!("conn_p{p}_idle_connection_bytes")).expect("idle");
+            let slot = get(&format!("conn_p{p}_slot_bytes")).expect("slot");
+            assert_eq!(idle, slot + 8.0, "slot plus two index entries");
         }
+        assert!(get("bytes_per_idle_connection_paths_16").expect("row") <= 512.0);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Two endpoints in one process on a virtual clock, joined without a
 //! channel: the sender's packets go straight to the receiver's
-//! `handle_packet`, its ACKs straight back.
+//! `handle_packet`, its ACKs straight back. They may hold many connections
+//! between them, of which some send and the rest stay idle (what a DPU's
+//! table looks like: most connections quiet at any moment).
 //!
 //! One round: the sender emits everything it may (up to a ring of transmit
 //! buffers), the receiver takes each packet in and sends its replies after
@@ -15,23 +17,26 @@ use std::time::{Duration, Instant as WallClock};
 use metaroce_core::api::{
     Access, ConnHandle, LocalBuf, Memory, Op, PeerAddr, Region, RxMeta, Status, WorkRequest,
 };
-use metaroce_core::config::{CcAlgorithm, SEND_QUEUE_DEPTH};
+use metaroce_core::config::CcAlgorithm;
 use metaroce_core::wire::{MemoryTarget, CRC_LEN, DEFAULT_UDP_PORT, HEADER_LEN};
-use metaroce_core::{finish_packet, CommandError, Config, Endpoint, Event, Instant};
+use metaroce_core::{finish_packet, CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
 /// Payload of every WRITE: one packet at the default MTU.
 pub const PAYLOAD: usize = 4096;
 
-/// The endpoint measured: 8 connections of up to 16 paths (the defaults).
-pub type BenchEndpoint = Endpoint<8, 16>;
+/// The endpoint measured: connections of up to 16 paths (the default),
+/// on heap storage sized for the run.
+pub type BenchEndpoint = Endpoint<Heap, 16>;
+
+/// WRITEs each sending connection keeps posted.
+const PER_CONN_OUTSTANDING: u64 = 32;
 
 /// Room for the largest header (`HEADER_LEN` + 56), a full payload and the
 /// CRC trailer.
 const PACKET_BUF: usize = HEADER_LEN + 64 + PAYLOAD + CRC_LEN;
-/// Packets the sender may emit in one round: twice the send queue, so the
-/// ring never limits a queue of single-packet messages.
-const TX_RING: usize = 2 * SEND_QUEUE_DEPTH;
+/// Packets the sender may emit in one round.
+const TX_RING: usize = 256;
 /// WRITEs rotate over this many 4 KiB slots of the receiver's region.
 const REMOTE_SLOTS: u64 = 64;
 const LOCAL_BASE: u64 = 0x1000_0000;
@@ -39,8 +44,10 @@ const REMOTE_BASE: u64 = 0x2000_0000;
 /// Rounds in a row without a packet, completion or timer before a run is
 /// declared stuck.
 const STALL_ROUNDS: u32 = 10_000;
-/// Rounds the handshake may take.
+/// Rounds a handshake may take, per connection opened.
 const HANDSHAKE_ROUNDS: u32 = 1_000;
+/// Connections opened per round while establishing many.
+const CONNECTS_PER_ROUND: u32 = 64;
 
 const SENDER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 1);
 const RECEIVER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
@@ -158,15 +165,19 @@ pub struct Pair {
     receiver: Box<BenchEndpoint>,
     sender_mem: PlacementLog,
     receiver_mem: PlacementLog,
-    conn: ConnHandle,
+    /// The connections that send, and the WRITEs each has outstanding
+    /// (by the sender's slot index).
+    sending: Vec<ConnHandle>,
+    outstanding: Vec<u64>,
+    next_sender: usize,
     local: LocalBuf,
     remote: MemoryTarget,
     tx_ring: Vec<Vec<u8>>,
     tx_queued: Vec<Queued>,
     reply_ring: Vec<Vec<u8>>,
     reply_queued: Vec<Queued>,
-    sender_connected: bool,
-    receiver_connected: bool,
+    sender_connected: u32,
+    receiver_connected: u32,
     posted: u64,
     completed: u64,
     counts: RunCounts,
@@ -202,12 +213,30 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// The storage of a bench endpoint with `connections`: pools for 64
+/// senders with full windows.
+pub fn bench_layout(connections: u32) -> Layout {
+    Layout {
+        inflight_records: 64 * 256,
+        ..Layout::for_connections(connections)
+    }
+}
+
 impl Pair {
-    /// Two endpoints with [`bench_config`], regions registered, connected.
+    /// Two endpoints with [`bench_config`], regions registered, one
+    /// connection between them.
     pub fn connected() -> Result<Pair, BenchError> {
+        Pair::with_connections(1, 1)
+    }
+
+    /// Two endpoints with `total` connections established between them,
+    /// the first `sending` of which carry the WRITEs.
+    pub fn with_connections(total: u32, sending: u32) -> Result<Pair, BenchError> {
         let config = bench_config();
-        let mut sender = Box::new(BenchEndpoint::new(config, 0x5eed_0001));
-        let mut receiver = Box::new(BenchEndpoint::new(config, 0x5eed_0002));
+        let layout = bench_layout(total);
+        let seed = metaroce_core::rng::seed_from_u64;
+        let mut sender = Box::new(BenchEndpoint::new(config, layout.heap_storage(), seed(1)));
+        let mut receiver = Box::new(BenchEndpoint::new(config, layout.heap_storage(), seed(2)));
         let local_key = sender.register_region(Region {
             base: LOCAL_BASE,
             len: PAYLOAD as u64,
@@ -225,9 +254,9 @@ impl Pair {
             ip: IpAddress::Ipv4(RECEIVER_IP),
             port: DEFAULT_UDP_PORT,
         };
-        let conn = sender.connect(now, peer, 0)?;
         // A constant payload pattern: the bytes no `Memory::read` overwrites.
         let packet = vec![0xA5u8; PACKET_BUF];
+        let capacity = sender.capacity();
         let mut pair = Pair {
             now,
             step: Duration::from_nanos(100),
@@ -235,7 +264,9 @@ impl Pair {
             receiver,
             sender_mem: PlacementLog::new(),
             receiver_mem: PlacementLog::new(),
-            conn,
+            sending: Vec::new(),
+            outstanding: vec![0; capacity],
+            next_sender: 0,
             local: LocalBuf {
                 key: local_key,
                 addr: LOCAL_BASE,
@@ -249,21 +280,42 @@ impl Pair {
             tx_queued: Vec::with_capacity(TX_RING),
             reply_ring: vec![packet; TX_RING],
             reply_queued: Vec::with_capacity(TX_RING),
-            sender_connected: false,
-            receiver_connected: false,
+            sender_connected: 0,
+            receiver_connected: 0,
             posted: 0,
             completed: 0,
             counts: RunCounts::default(),
             last_data_len: 0,
             last_reply_len: 0,
         };
-        for _ in 0..HANDSHAKE_ROUNDS {
+        let mut opened = 0u32;
+        let mut rounds = 0u64;
+        while pair.sender_connected < total || pair.receiver_connected < total {
+            let batch = CONNECTS_PER_ROUND.min(total - opened);
+            for _ in 0..batch {
+                let h = pair.sender.connect(pair.now, peer, 0)?;
+                if pair.sending.len() < sending as usize {
+                    pair.sending.push(h);
+                }
+                opened += 1;
+            }
             pair.round(None)?;
-            if pair.sender_connected && pair.receiver_connected {
-                return Ok(pair);
+            rounds += 1;
+            if rounds > u64::from(HANDSHAKE_ROUNDS) * u64::from(total.max(1)) {
+                return Err(BenchError::Handshake);
             }
         }
-        Err(BenchError::Handshake)
+        Ok(pair)
+    }
+
+    /// Connections established at each end.
+    pub fn established(&self) -> (u32, u32) {
+        (self.sender_connected, self.receiver_connected)
+    }
+
+    /// The two endpoints, for inspection.
+    pub fn endpoints(&self) -> (&BenchEndpoint, &BenchEndpoint) {
+        (&self.sender, &self.receiver)
     }
 
     /// Where the receiver would have placed payload so far.
@@ -318,11 +370,20 @@ impl Pair {
         })
     }
 
-    /// Posts WRITEs until the send queue is full or `target` are posted.
+    /// Posts WRITEs, taking the sending connections in turn, until each
+    /// has its share outstanding or `target` are posted.
     fn refill(&mut self, target: u64, phases: Option<&mut PhaseTimes>) -> Result<bool, BenchError> {
         let started = phases.as_ref().map(|_| WallClock::now());
         let mut any = false;
-        while self.posted < target && self.posted - self.completed < SEND_QUEUE_DEPTH as u64 {
+        let mut full = 0;
+        while self.posted < target && full < self.sending.len() {
+            let conn = self.sending[self.next_sender];
+            self.next_sender = (self.next_sender + 1) % self.sending.len();
+            if self.outstanding[conn.index as usize] >= PER_CONN_OUTSTANDING {
+                full += 1;
+                continue;
+            }
+            full = 0;
             let slot = self.posted % REMOTE_SLOTS;
             let wr = WorkRequest {
                 id: self.posted,
@@ -334,7 +395,8 @@ impl Pair {
                 },
                 local: self.local,
             };
-            self.sender.post_send(self.conn, wr)?;
+            self.sender.post_send(conn, wr)?;
+            self.outstanding[conn.index as usize] += 1;
             self.posted += 1;
             any = true;
         }
@@ -411,7 +473,7 @@ impl Pair {
         while self.receiver.poll_completion().is_some() {}
         while let Some(e) = self.receiver.poll_event() {
             if matches!(e, Event::Connected(_)) {
-                self.receiver_connected = true;
+                self.receiver_connected += 1;
             }
         }
         lap(|p| &mut p.receiver, &mut phases);
@@ -431,14 +493,17 @@ impl Pair {
             if c.status != Status::Success {
                 return Err(BenchError::Completion(c.status));
             }
+            if let Some(n) = self.outstanding.get_mut(c.conn.index as usize) {
+                *n = n.saturating_sub(1);
+            }
             completions += 1;
         }
         self.completed += completions;
         self.counts.completions += completions;
         while let Some(e) = self.sender.poll_event() {
             match e {
-                Event::Connected(h) if h == self.conn => self.sender_connected = true,
-                Event::Failed(_, s) => return Err(BenchError::Completion(s)),
+                Event::Connected(_) => self.sender_connected += 1,
+                Event::Failed { status, .. } => return Err(BenchError::Completion(status)),
                 _ => {}
             }
         }
@@ -485,6 +550,18 @@ mod tests {
         let (start, end) = pair.remote_region();
         assert!(placed.lowest >= start && placed.end <= end);
         assert_eq!(pair.sender_placements().placements, 0);
+    }
+
+    #[test]
+    fn many_connections_establish_and_only_the_sending_ones_carry_writes() {
+        let mut pair = Pair::with_connections(300, 8).expect("handshakes");
+        assert_eq!(pair.established(), (300, 300));
+        let counts = pair.run_writes(400, None).expect("run");
+        assert_eq!(counts.completions, 400);
+        assert_eq!(pair.receiver_placements().placements, 400);
+        let (s, r) = pair.endpoints();
+        assert_eq!(s.live_connections(), 300);
+        assert_eq!(r.live_connections(), 300);
     }
 
     #[test]

@@ -195,6 +195,9 @@ pub struct BoardConfig {
     pub ip: [u8; 4],
     pub udp_port: u64,
     pub peer: Option<([u8; 4], [u8; 6])>,
+    /// The endpoint's capacities: connections, paths, work entries,
+    /// receives, senders, in-flight records, regions.
+    pub endpoint: EndpointCapacities,
     pub device_blocks: Vec<u64>,
     pub normal_blocks: Vec<u64>,
 }
@@ -220,6 +223,18 @@ fn parse_ip(text: &str) -> Option<[u8; 4]> {
     text.parse::<std::net::Ipv4Addr>()
         .ok()
         .map(|ip| ip.octets())
+}
+
+/// The `[endpoint]` section: the sizes of the endpoint's static storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointCapacities {
+    pub connections: u64,
+    pub paths: u64,
+    pub work_entries: u64,
+    pub recv_entries: u64,
+    pub senders: u64,
+    pub inflight_records: u64,
+    pub regions: u64,
 }
 
 /// Every key the board file may set: a misspelt key is an error, not a
@@ -251,6 +266,13 @@ pub const KNOWN_KEYS: &[&str] = &[
     "host_memory.local_base",
     "host_memory.size",
     "host_memory.host_address",
+    "endpoint.connections",
+    "endpoint.paths",
+    "endpoint.work_entries",
+    "endpoint.recv_entries",
+    "endpoint.senders",
+    "endpoint.inflight_records",
+    "endpoint.regions",
     "net.mac",
     "net.ip",
     "net.udp_port",
@@ -277,6 +299,28 @@ impl BoardConfig {
         let host_memory = (int("host_memory.local_base")?, int("host_memory.size")?);
         let rx_slots = int("rings.rx_slots")?;
         let tx_slots = int("rings.tx_slots")?;
+        let endpoint = EndpointCapacities {
+            connections: int("endpoint.connections")?,
+            paths: int("endpoint.paths")?,
+            work_entries: int("endpoint.work_entries")?,
+            recv_entries: int("endpoint.recv_entries")?,
+            senders: int("endpoint.senders")?,
+            inflight_records: int("endpoint.inflight_records")?,
+            regions: int("endpoint.regions")?,
+        };
+        for (key, value, max) in [
+            ("connections", endpoint.connections, 1 << 24),
+            ("paths", endpoint.paths, 256),
+            ("work_entries", endpoint.work_entries, 1 << 30),
+            ("recv_entries", endpoint.recv_entries, 1 << 30),
+            ("senders", endpoint.senders, endpoint.connections.max(1)),
+            ("inflight_records", endpoint.inflight_records, 1 << 30),
+            ("regions", endpoint.regions, 1 << 24),
+        ] {
+            if value == 0 || value > max {
+                return Err(format!("endpoint.{key} must be 1..={max}, got {value}"));
+            }
+        }
         let image = (load, max_size);
         if load % 4096 != 0 {
             return Err("image.load_address must be 4 KiB aligned".into());
@@ -425,6 +469,7 @@ impl BoardConfig {
             ip,
             udp_port,
             peer,
+            endpoint,
             device_blocks,
             normal_blocks,
         })
@@ -634,6 +679,38 @@ impl BoardConfig {
             self.udp_port.to_string(),
             "MetaRoCE UDP port (`net.udp_port`).",
         );
+        let e = self.endpoint;
+        for (name, ty, value, key) in [
+            ("ENDPOINT_CONNECTIONS", "u32", e.connections, "connections"),
+            ("ENDPOINT_PATHS", "usize", e.paths, "paths"),
+            (
+                "ENDPOINT_WORK_ENTRIES",
+                "u32",
+                e.work_entries,
+                "work_entries",
+            ),
+            (
+                "ENDPOINT_RECV_ENTRIES",
+                "u32",
+                e.recv_entries,
+                "recv_entries",
+            ),
+            ("ENDPOINT_SENDERS", "u32", e.senders, "senders"),
+            (
+                "ENDPOINT_INFLIGHT_RECORDS",
+                "u32",
+                e.inflight_records,
+                "inflight_records",
+            ),
+            ("ENDPOINT_REGIONS", "u32", e.regions, "regions"),
+        ] {
+            c(
+                name,
+                ty,
+                value.to_string(),
+                &format!("Endpoint capacity (`endpoint.{key}`)."),
+            );
+        }
         let peer = match self.peer {
             Some((ip, mac)) => format!("Some(({ip:?}, {mac:?}))"),
             None => "None".into(),

@@ -32,7 +32,8 @@ fn run_suite(pcap: &Path) {
         mtu: 1024,
         rate_mbps: 1000,
         accept: true,
-        seed: 7,
+        connections: 64,
+        seed: Some(7),
     })
     .unwrap();
     node.link.pcap = Some(PcapRecorder::create(pcap).unwrap());

@@ -8,6 +8,24 @@ use crate::wire::DEFAULT_UDP_PORT;
 /// exactly what one 256-bit SACK describes (spec 4.4).
 pub const MAX_WINDOW: usize = 256;
 
+/// Which protection domain an accepted connection gets (spec 5.1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum AcceptDomain {
+    /// Every accepted connection shares this domain (one tenant).
+    Shared(u32),
+    /// Each accepted connection gets a domain of its own, never used by
+    /// another connection of the endpoint (isolation between peers); the
+    /// application reads it with `Endpoint::pd` and registers the
+    /// connection's regions in it.
+    PerConnection,
+}
+
+/// First domain handed out by [`AcceptDomain::PerConnection`]: the upper
+/// half of the space, so they never meet domains an application picks
+/// for its own connections below it.
+pub const PER_CONNECTION_DOMAINS: u32 = 0x8000_0000;
+
 /// Which congestion controller a connection runs (spec 4.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -29,7 +47,7 @@ pub struct Config {
     /// Whether CONNECTs are accepted.
     pub accept_incoming: bool,
     /// Protection domain of accepted connections.
-    pub accept_pd: u32,
+    pub accept_domain: AcceptDomain,
     /// Largest payload per packet offered in the handshake.
     pub mtu: u16,
     /// Logical paths per connection offered (at most the endpoint's `P`).
@@ -112,7 +130,7 @@ impl Default for Config {
         Config {
             udp_port: DEFAULT_UDP_PORT,
             accept_incoming: true,
-            accept_pd: 0,
+            accept_domain: AcceptDomain::Shared(0),
             mtu: 4096,
             paths: 16,
             window: MAX_WINDOW as u16,

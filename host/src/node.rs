@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RecvRequest, RxMeta, WorkRequest};
+use metaroce_core::config::AcceptDomain;
 use metaroce_core::wire::encap::ecn;
-use metaroce_core::{CommandError, Config, ConnState, Endpoint, Event, Instant};
+use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::IpAddress;
 
@@ -21,16 +22,12 @@ use crate::memory::Arenas;
 use crate::pcap::PcapRecorder;
 use crate::HostError;
 
-/// Connections per host endpoint.
-pub const MAX_CONNECTIONS: usize = 16;
-const _: () = assert!(
-    MAX_CONNECTIONS <= 64,
-    "Node::accepting keeps one bit per connection"
-);
+/// Connections a serving endpoint holds by default (`--connections`).
+pub const DEFAULT_SERVE_CONNECTIONS: u32 = 4096;
 /// Paths per connection at most.
 pub const MAX_PATHS: usize = 16;
-/// The endpoint type the host runs.
-pub type HostEndpoint = Endpoint<MAX_CONNECTIONS, MAX_PATHS>;
+/// The endpoint type the host runs: heap storage sized at start.
+pub type HostEndpoint = Endpoint<Heap, MAX_PATHS>;
 
 /// Host queue depths: send, receive, completion, admin. The send queue is
 /// deeper than the core's per-connection queue, so a program can keep a
@@ -55,10 +52,14 @@ pub struct NodeConfig {
     pub mtu: u16,
     /// Sending rate cap and starting rate, Mbit/s.
     pub rate_mbps: u32,
-    /// Accept incoming connections.
+    /// Accept incoming connections (each in a protection domain of its own).
     pub accept: bool,
-    /// Seed of the endpoint's tokens, ids and PSNs.
-    pub seed: u64,
+    /// Connections the endpoint holds at once.
+    pub connections: u32,
+    /// Seed of the endpoint's generator (tokens, ids, PSNs, keys): `None`
+    /// takes 32 bytes from the operating system, as every real run must; a
+    /// number makes a test repeatable and its secrets guessable.
+    pub seed: Option<u64>,
 }
 
 impl NodeConfig {
@@ -68,6 +69,7 @@ impl NodeConfig {
         Config {
             udp_port,
             accept_incoming: self.accept,
+            accept_domain: AcceptDomain::PerConnection,
             mtu: self.mtu,
             paths: self.paths,
             link_rate_mbps: self.rate_mbps,
@@ -105,7 +107,6 @@ pub struct SocketLink {
     pub io: IoStats,
     rx: Vec<u8>,
     tx: Vec<u8>,
-    last_source: Option<SocketAddr>,
     /// Set while [`Node::flush`] polls: sends only, nothing is received.
     receive_held: bool,
 }
@@ -135,7 +136,6 @@ impl DatagramLink for SocketLink {
         }
         let ce = r.ecn == ecn::CE;
         self.io.rx_ce += u64::from(ce);
-        self.last_source = Some(r.from);
         let bytes = &self.rx[..r.len];
         if let Some(p) = self.pcap.as_mut() {
             p.record(r.from, self.sockets.local_addr(), r.ecn, bytes, false);
@@ -233,8 +233,26 @@ impl Node {
             sockets.entropy_base(),
             sockets.entropy_span(),
         );
+        if config.connections == 0 || config.connections > 1 << 24 {
+            return Err(HostError::Usage(format!(
+                "--connections must be 1..={}, got {}",
+                1 << 24,
+                config.connections
+            )));
+        }
+        let seed = match config.seed {
+            Some(n) => metaroce_core::rng::seed_from_u64(n),
+            None => {
+                let mut seed = [0u8; 32];
+                getrandom::fill(&mut seed).map_err(|e| {
+                    HostError::Bind(format!("no entropy from the operating system: {e}"))
+                })?;
+                seed
+            }
+        };
+        let layout = Layout::for_connections(config.connections);
         Ok(Node {
-            ep: Box::new(HostEndpoint::new(core, config.seed)),
+            ep: Box::new(HostEndpoint::new(core, layout.heap_storage(), seed)),
             mem: Arenas::new(),
             link: SocketLink {
                 sockets,
@@ -242,7 +260,6 @@ impl Node {
                 io: IoStats::default(),
                 rx: vec![0; RX_BUFFER],
                 tx: vec![0; RX_BUFFER],
-                last_source: None,
                 receive_held: false,
             },
             engine: Engine::for_datagrams(),
@@ -256,11 +273,6 @@ impl Node {
     /// The address this node receives on.
     pub fn local_addr(&self) -> SocketAddr {
         self.link.sockets.local_addr()
-    }
-
-    /// Source address of the last datagram received.
-    pub fn last_source(&self) -> Option<SocketAddr> {
-        self.link.last_source
     }
 
     /// The socket-side counters.
@@ -322,12 +334,10 @@ impl Node {
     /// ACCEPT within microseconds, is taken from the socket.
     fn run_engine(&mut self) -> bool {
         for _ in 0..POLLS_PER_TURN {
-            let accepting = self.accepting();
             let busy = self.poll();
-            // A connection the endpoint accepted in this poll (a slot may be
-            // reused, so compare states, not handles).
-            let accepted = self.accepting() & !accepting != 0;
-            if self.collect() || accepted {
+            // Completions or events (a connection accepted in this poll
+            // arrives as `Event::Incoming`): the program looks first.
+            if self.collect() {
                 return true;
             }
             if !busy {
@@ -359,15 +369,6 @@ impl Node {
         }
         self.run_engine();
         self.link.io.rx_datagrams > received
-    }
-
-    /// Bit `h` set: connection `h` is accepted and waits for the peer's
-    /// first packet.
-    fn accepting(&self) -> u64 {
-        self.ep
-            .handles()
-            .filter(|h| h.0 < 64 && self.ep.state(*h) == Some(ConnState::Accepting))
-            .fold(0, |mask, h| mask | 1 << h.0)
     }
 
     /// Queues completions and events; returns whether there were any.

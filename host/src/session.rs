@@ -9,9 +9,8 @@ use std::time::{Duration, Instant as WallInstant};
 use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Op, Opcode, RecvRequest, Region, Status, WorkRequest,
 };
-use metaroce_core::config::SEND_QUEUE_DEPTH;
 use metaroce_core::wire::{CloseReason, MemoryTarget};
-use metaroce_core::{CommandError, ConnState, Event};
+use metaroce_core::{CommandError, Event};
 use serde::Serialize;
 
 use crate::app::{self, Message, Operation, CONTROL_LEN, SLOTS};
@@ -38,18 +37,25 @@ struct Control {
 }
 
 impl Control {
-    fn new(node: &mut Node) -> Result<Control, HostError> {
+    /// Buffers for connection `h`, registered in its protection domain.
+    fn new(node: &mut Node, h: ConnHandle) -> Result<Control, HostError> {
         let len = (RECV_SLOTS + SEND_SLOTS) * CONTROL_LEN;
+        let pd = node.ep.pd(h).unwrap_or(0);
         let base = node.mem.alloc(len as usize, 0);
-        let key = node
-            .ep
-            .register_region(Region {
-                base,
-                len: u64::from(len),
-                access: Access::LOCAL_WRITE,
-                pd: 0,
-            })
-            .map_err(|e| HostError::Transfer(format!("cannot register buffers: {e:?}")))?;
+        let key = match node.ep.register_region(Region {
+            base,
+            len: u64::from(len),
+            access: Access::LOCAL_WRITE,
+            pd,
+        }) {
+            Ok(key) => key,
+            Err(e) => {
+                node.mem.free(base);
+                return Err(HostError::Transfer(format!(
+                    "cannot register buffers: {e:?}"
+                )));
+            }
+        };
         Ok(Control {
             base,
             key,
@@ -158,8 +164,13 @@ struct ServerConn {
 pub struct Server {
     pub node: Node,
     conns: HashMap<ConnHandle, ServerConn>,
+    /// Connections that closed or failed, with how, waiting for their last
+    /// completions before their report and release.
+    ending: Vec<(ConnHandle, String)>,
     /// Reports of connections that ended, oldest first.
     pub finished: Vec<ServerReport>,
+    /// Connections refused after the handshake (no room for their buffers).
+    pub refused: u64,
 }
 
 impl Server {
@@ -168,7 +179,9 @@ impl Server {
         Server {
             node,
             conns: HashMap::new(),
+            ending: Vec::new(),
             finished: Vec::new(),
+            refused: 0,
         }
     }
 
@@ -183,42 +196,47 @@ impl Server {
     /// One loop turn plus the server's bookkeeping.
     pub fn turn(&mut self, max_wait: Duration) -> Result<(), HostError> {
         self.node.turn(max_wait);
-        // Ends first: a connection slot that closed and was taken by a new
-        // peer within one turn keeps its handle, and the new connection
-        // must be adopted after the old one's report, not lost behind it.
         while let Some(e) = self.node.events.pop_front() {
             match e {
-                Event::Closed(h, reason) => self.finish(h, &format!("{reason:?}")),
-                Event::Failed(h, status) => self.finish(h, &format!("failed: {status:?}")),
+                Event::Incoming { conn, peer } => self.adopt(conn, crate::node::socket_of(peer)),
+                Event::Closed { conn, reason } => self.ending.push((conn, format!("{reason:?}"))),
+                Event::Failed { conn, status } => {
+                    self.ending.push((conn, format!("failed: {status:?}")));
+                }
                 Event::Connected(_) => {}
             }
         }
-        self.adopt_new_connections()?;
         while let Some(c) = self.node.completions.pop_front() {
             self.on_completion(&c);
+        }
+        // Reports and releases once the last completions were taken; a
+        // connection whose completions are still coming waits a turn.
+        let ending = std::mem::take(&mut self.ending);
+        for (h, how) in ending {
+            self.finish(h, &how);
+            match self.node.ep.release(h) {
+                Ok(()) | Err(CommandError::UnknownConnection) => {}
+                Err(_) => self.ending.push((h, how)),
+            }
         }
         Ok(())
     }
 
-    fn adopt_new_connections(&mut self) -> Result<(), HostError> {
-        let fresh: Vec<ConnHandle> = self
-            .node
-            .ep
-            .handles()
-            .filter(|h| !self.conns.contains_key(h))
-            .filter(|h| {
-                matches!(
-                    self.node.ep.state(*h),
-                    Some(ConnState::Accepting | ConnState::Established)
-                )
-            })
-            .collect();
-        for h in fresh {
-            let control = Control::new(&mut self.node)?;
+    /// A new connection: its buffers and receives. When there is no room
+    /// for them the connection is closed at once, counted, and the server
+    /// goes on serving everyone else.
+    fn adopt(&mut self, h: ConnHandle, peer: SocketAddr) {
+        {
+            let control = match Control::new(&mut self.node, h) {
+                Ok(c) => c,
+                Err(_) => {
+                    self.refused += 1;
+                    let now = self.node.now();
+                    let _ = self.node.ep.close(now, h);
+                    return;
+                }
+            };
             let _ = control.post_recvs(&mut self.node, h);
-            // The core does not expose a connection's peer; the last
-            // datagram's source is the one that opened it.
-            let peer = self.node.last_source().unwrap_or(self.node.local_addr());
             self.conns.insert(
                 h,
                 ServerConn {
@@ -235,7 +253,6 @@ impl Server {
                 },
             );
         }
-        Ok(())
     }
 
     fn on_completion(&mut self, c: &Completion) {
@@ -311,11 +328,12 @@ impl Server {
                 }
             }
         }
+        let pd = node.ep.pd(h).unwrap_or(0);
         let Ok(key) = node.ep.register_region(Region {
             base,
             len,
             access: Access::ALL,
-            pd: 0,
+            pd,
         }) else {
             node.mem.free(base);
             return;
@@ -329,7 +347,7 @@ impl Server {
             base: ro_base,
             len: u64::from(ro_len),
             access: Access::REMOTE_READ,
-            pd: 0,
+            pd,
         }) {
             Ok(k) => {
                 conn.read_only = Some((k, ro_base));
@@ -487,16 +505,19 @@ fn wait_for<T>(
 
 fn conn_failure(e: Event) -> Option<HostError> {
     match e {
-        Event::Closed(_, CloseReason::Rejected) => Some(HostError::Unreachable(
+        Event::Closed {
+            reason: CloseReason::Rejected,
+            ..
+        } => Some(HostError::Unreachable(
             "the peer refused the connection".into(),
         )),
-        Event::Closed(_, reason) => Some(HostError::Transfer(format!(
+        Event::Closed { reason, .. } => Some(HostError::Transfer(format!(
             "the connection closed ({reason:?})"
         ))),
-        Event::Failed(_, status) => Some(HostError::Transfer(format!(
+        Event::Failed { status, .. } => Some(HostError::Transfer(format!(
             "the connection failed ({status:?})"
         ))),
-        Event::Connected(_) => None,
+        Event::Connected(_) | Event::Incoming { .. } => None,
     }
 }
 
@@ -516,7 +537,7 @@ pub fn run_client(
     let h = node
         .connect(opts.peer)
         .map_err(|e| HostError::Transfer(format!("connect: {e:?}")))?;
-    let mut control = Control::new(node)?;
+    let mut control = Control::new(node, h)?;
     control
         .post_recvs(node, h)
         .map_err(|e| HostError::Transfer(format!("post receives: {e:?}")))?;
@@ -621,7 +642,8 @@ pub fn run_client(
         })
         .map_err(|e| HostError::Transfer(format!("register: {e:?}")))?;
     // Two send-queue entries stay free for control messages.
-    let max_outstanding = (SEND_QUEUE_DEPTH as u64 - 2).min(u64::from(SLOTS) / 2);
+    let queue = u64::from(node.ep.config().send_queue_limit);
+    let max_outstanding = (queue - 2).min(u64::from(SLOTS) / 2);
     let started = WallInstant::now();
     let mut posted = 0u64;
     let mut completed = 0u64;
@@ -791,7 +813,7 @@ pub fn run_client(
         Duration::from_secs(2),
         |n| {
             while let Some(e) = n.events.pop_front() {
-                if matches!(e, Event::Closed(..) | Event::Failed(..)) {
+                if matches!(e, Event::Closed { .. } | Event::Failed { .. }) {
                     return Some(Ok(()));
                 }
             }

@@ -22,7 +22,8 @@ fn config(bind: &str, accept: bool, seed: u64) -> NodeConfig {
         mtu: 1024,
         rate_mbps: 1000,
         accept,
-        seed,
+        connections: 64,
+        seed: Some(seed),
     }
 }
 

@@ -5,7 +5,7 @@
 //! It exists so the platform, the firmware and the fabric harness can be
 //! exercised end to end without the MetaRoCE engine; it is not MetaRoCE.
 //!
-//! Connections are fixed at construction: `ConnHandle(i)` is `peers[i]`,
+//! Connections are fixed at construction: handle index `i` is `peers[i]`,
 //! and a received packet belongs to the peer with its source IP address.
 //! One receive queue serves every connection.
 //!
@@ -188,11 +188,14 @@ impl<const P: usize> DatagramTransport<P> {
 
     fn conn_of(&self, source: &PeerAddr) -> Option<ConnHandle> {
         let i = self.peers.iter().position(|p| p.ip == source.ip)?;
-        Some(ConnHandle(u16::try_from(i).ok()?))
+        Some(ConnHandle {
+            index: u32::try_from(i).ok()?,
+            generation: 0,
+        })
     }
 
     fn peer(&self, conn: ConnHandle) -> Option<PeerAddr> {
-        self.peers.get(usize::from(conn.0)).copied()
+        self.peers.get(conn.index as usize).copied()
     }
 
     /// Consumes the next receive for `conn`'s SEND or WRITE_IMM.

@@ -173,6 +173,8 @@ pub struct Engine<const NEIGHBORS: usize = 16> {
     /// Requests refused for now, held aside (see [`drain_work`]).
     parked_sends: Deque<SendQueueEntry, PARKED>,
     parked_recvs: Deque<RecvQueueEntry, PARKED>,
+    /// The transport's deadline as of the end of the last poll.
+    deadline: Option<Instant>,
 }
 
 impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
@@ -189,6 +191,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             reply_buf: [0; FRAME_SLOT_LEN],
             parked_sends: Deque::new(),
             parked_recvs: Deque::new(),
+            deadline: None,
         }
     }
 
@@ -309,10 +312,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         busy |= self.receive(now, transport, device, dma);
         busy |= self.timers_and_completions(now, transport, port);
         busy |= self.transmit(now, transport, device, dma);
-        PollOutcome {
-            busy,
-            next_timeout: transport.poll_timeout(),
-        }
+        self.outcome(busy, transport)
     }
 
     /// One bounded round of the loop over a [`DatagramLink`]: the steps of
@@ -343,10 +343,15 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         busy |= self.receive_datagrams(now, transport, link, dma);
         busy |= self.timers_and_completions(now, transport, port);
         busy |= self.transmit_datagrams(now, transport, link, dma);
-        PollOutcome {
-            busy,
-            next_timeout: transport.poll_timeout(),
-        }
+        self.outcome(busy, transport)
+    }
+
+    /// The transport's next deadline, asked once per poll: it is both what
+    /// the caller waits for and what the next poll's timer step checks.
+    fn outcome<T: Transport>(&mut self, busy: bool, transport: &T) -> PollOutcome {
+        let next_timeout = transport.poll_timeout();
+        self.deadline = next_timeout;
+        PollOutcome { busy, next_timeout }
     }
 
     /// Steps 3 and 4, shared by both kinds of link.
@@ -363,7 +368,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
     ) -> bool {
         let mut busy = false;
-        if transport.poll_timeout().is_some_and(|t| t <= now) {
+        if self.deadline.is_some_and(|t| t <= now) {
             transport.handle_timeout(now);
             self.stats.timeouts += 1;
             busy = true;
@@ -890,6 +895,13 @@ mod tests {
 
     type Item = (ConnHandle, u32);
 
+    fn conn(index: u32) -> ConnHandle {
+        ConnHandle {
+            index,
+            generation: 1,
+        }
+    }
+
     fn error(conn: ConnHandle, id: u32) -> Completion {
         Completion {
             conn,
@@ -907,7 +919,7 @@ mod tests {
         let done: SpscRing<Completion, 16> = SpscRing::new();
         let (mut host, mut work) = ring.split().unwrap();
         let (mut cq, mut cq_host) = done.split().unwrap();
-        let (a, b) = (ConnHandle(0), ConnHandle(1));
+        let (a, b) = (conn(0), conn(1));
         for item in [(a, 1), (a, 2), (b, 3), (a, 4), (b, 5), (b, 6)] {
             host.push(item).unwrap();
         }
@@ -948,7 +960,7 @@ mod tests {
         let (mut host, mut work) = ring.split().unwrap();
         let (mut cq, _) = done.split().unwrap();
         for id in 0..6 {
-            host.push((ConnHandle(0), id)).unwrap();
+            host.push((conn(0), id)).unwrap();
         }
         let mut parked: Deque<Item, 4> = Deque::new();
         let d = drain_work(

@@ -40,6 +40,7 @@ pub mod metaroce;
 pub mod net;
 pub mod random;
 pub mod ring;
+pub mod storage;
 pub mod transport;
 #[cfg(feature = "virtio")]
 pub mod virtio;
@@ -54,3 +55,7 @@ pub use link::{DatagramLink, DatagramTarget};
 pub use random::RandomSource;
 pub use ring::{DescriptorRing, RingConsumer, RingProducer, SpscRing};
 pub use transport::Transport;
+
+/// The core, for [`static_endpoint_storage!`]'s expansion.
+#[doc(hidden)]
+pub use metaroce_core as __core;

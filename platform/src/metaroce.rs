@@ -9,7 +9,7 @@ use metaroce_core::api::{
     Completion, ConnHandle, Memory, RecvRequest, Region, RxMeta, Status, Transmit, WorkRequest,
 };
 use metaroce_core::wire::{packet::Repr, EncapRepr, CRC_LEN};
-use metaroce_core::{CommandError, Endpoint, Instant};
+use metaroce_core::{Backing, CommandError, Endpoint, Instant};
 
 use crate::transport::{PostError, Transport};
 
@@ -20,7 +20,10 @@ impl PostError for CommandError {
 
     fn status(&self) -> Status {
         match self {
-            CommandError::UnknownConnection | CommandError::NotOpen => Status::Flushed,
+            CommandError::UnknownConnection
+            | CommandError::NotOpen
+            | CommandError::NotClosed
+            | CommandError::NotDrained => Status::Flushed,
             CommandError::NoFreeConnection
             | CommandError::QueueFull
             | CommandError::LocalProtection(_)
@@ -30,7 +33,7 @@ impl PostError for CommandError {
     }
 }
 
-impl<const C: usize, const P: usize> Transport for Endpoint<C, P> {
+impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
     type Error = CommandError;
 
     fn register_region(&mut self, region: Region) -> Result<u32, CommandError> {

@@ -315,7 +315,10 @@ fn two_engines_move_rdma_work_between_host_queues() {
     let (dev_a, dev_b) = link.ends().unwrap();
     let receiver_ready = AtomicBool::new(false);
     let sender_done = AtomicBool::new(false);
-    let conn = ConnHandle(0);
+    let conn = ConnHandle {
+        index: 0,
+        generation: 0,
+    };
     let region = |access| Region {
         base: MEM_BASE,
         len: 64 * 1024,

@@ -14,7 +14,7 @@ use metaroce_core::api::{
     Status, WorkRequest,
 };
 use metaroce_core::wire::MemoryTarget;
-use metaroce_core::{Config, Endpoint, Event, Instant};
+use metaroce_core::{Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::device::{MemFrameDevice, MemLink};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
@@ -85,7 +85,7 @@ enum Wire<'a> {
 struct Side<'a> {
     n: u8,
     engine: Engine,
-    endpoint: Endpoint<4, 8>,
+    endpoint: Endpoint<Heap, 8>,
     wire: Wire<'a>,
     memory: Vec<u8>,
 }
@@ -97,7 +97,11 @@ impl<'a> Side<'a> {
         Side {
             n,
             engine,
-            endpoint: Endpoint::new(config(), seed),
+            endpoint: Endpoint::new(
+                config(),
+                Layout::for_connections(4).heap_storage(),
+                metaroce_core::rng::seed_from_u64(seed),
+            ),
             wire,
             memory: vec![0; MEM],
         }

@@ -166,7 +166,10 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             .iter()
             .position(Option::is_none)
             .ok_or(Error::NoFreeQp)?;
-        let handle = ConnHandle(u16::try_from(slot).map_err(|_| Error::NoFreeQp)?);
+        let handle = ConnHandle {
+            index: u32::try_from(slot).map_err(|_| Error::NoFreeQp)?,
+            generation: 0,
+        };
         self.qps[slot] = Some(Qp::new(handle, setup, &self.config));
         Ok(handle)
     }
@@ -175,7 +178,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     pub fn destroy_qp(&mut self, qp: ConnHandle) -> Result<(), Error> {
         let slot = self
             .qps
-            .get_mut(usize::from(qp.0))
+            .get_mut(qp.index as usize)
             .ok_or(Error::UnknownQp)?;
         if slot.take().is_some() {
             Ok(())
@@ -191,7 +194,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     }
 
     fn qp(&self, qp: ConnHandle) -> Option<&Qp> {
-        self.qps.get(usize::from(qp.0)).and_then(Option::as_ref)
+        self.qps.get(qp.index as usize).and_then(Option::as_ref)
     }
 
     // ---- Commands ------------------------------------------------------------
@@ -203,7 +206,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
         let regions = &self.regions;
         let q = self
             .qps
-            .get_mut(usize::from(qp.0))
+            .get_mut(qp.index as usize)
             .and_then(Option::as_mut)
             .ok_or(Error::UnknownQp)?;
         q.post_send(wr, regions).map_err(Error::from)
@@ -214,7 +217,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
         let regions = &self.regions;
         let q = self
             .qps
-            .get_mut(usize::from(qp.0))
+            .get_mut(qp.index as usize)
             .and_then(Option::as_mut)
             .ok_or(Error::UnknownQp)?;
         q.post_recv(rr, regions).map_err(Error::from)

@@ -108,12 +108,10 @@ fn run_here(
         seed,
         ..SimConfig::default()
     };
+    let per_host = crate::workload::connections_per_host(flows, topology.hosts.len());
     match (protocol, many_connections) {
-        (Protocol::MetaRoce, false) => go(topology, config, flows, workload, |_, _, s| {
-            MetaRoce::<4, 16>::new(metaroce_core::Config::default(), s)
-        }),
-        (Protocol::MetaRoce, true) => go(topology, config, flows, workload, |_, _, s| {
-            MetaRoce::<128, 16>::new(metaroce_core::Config::default(), s)
+        (Protocol::MetaRoce, _) => go(topology, config, flows, workload, |h, _, s| {
+            MetaRoce::<16>::new(metaroce_core::Config::default(), per_host[h], s)
         }),
         (Protocol::Roce, false) => go(topology, config, flows, workload, |_, a, s| {
             Roce::<4>::new(roce_baseline::Config::default(), a, s)
@@ -524,8 +522,10 @@ pub fn path_failure(
             };
             let (r, lost_on_link) = match protocol {
                 Protocol::MetaRoce => {
-                    failure_run(&topology, config, &flows, &workload, link, |_, _, s| {
-                        MetaRoce::<4, 16>::new(metaroce_core::Config::default(), s)
+                    let per_host =
+                        crate::workload::connections_per_host(&flows, topology.hosts.len());
+                    failure_run(&topology, config, &flows, &workload, link, |h, _, s| {
+                        MetaRoce::<16>::new(metaroce_core::Config::default(), per_host[h], s)
                     })
                 }
                 Protocol::Roce => {

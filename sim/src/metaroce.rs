@@ -23,7 +23,7 @@
 //! [`HostPort::post_send`]: metaroce_platform::HostPort::post_send
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkRequest};
-use metaroce_core::{CommandError, Config, Endpoint, Event, Instant};
+use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::engine::Budget;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
@@ -33,9 +33,6 @@ use crate::memory::Arena;
 use crate::transport::TxMeta;
 use crate::transport::{SimTransport, TransportCounters, TransportError};
 
-/// Connections per simulated host: enough for a 64-host all-to-all
-/// (63 outgoing and 63 incoming).
-pub const CONNECTIONS: usize = 128;
 /// Paths per connection (the engine's default offer is 16).
 pub const PATHS: usize = 16;
 
@@ -66,13 +63,12 @@ pub struct EventCounts {
     pub failed: u64,
 }
 
-/// A MetaRoCE endpoint on a simulated host, with up to `C` connections of
-/// up to `P` paths (the engine's capacities; an endpoint takes about
-/// 8 KB per connection, so small runs use a small `C`), its engine loop and
-/// its host queues.
+/// A MetaRoCE endpoint on a simulated host, sized to the flows it takes
+/// part in (connections of up to `P` paths), its engine loop and its host
+/// queues.
 #[derive(Debug)]
-pub struct MetaRoce<const C: usize = CONNECTIONS, const P: usize = PATHS> {
-    endpoint: Box<Endpoint<C, P>>,
+pub struct MetaRoce<const P: usize = PATHS> {
+    endpoint: Box<Endpoint<Heap, P>>,
     engine: Box<Engine>,
     queues: Box<Queues>,
     /// Longest transport packet the link takes.
@@ -84,6 +80,18 @@ pub struct MetaRoce<const C: usize = CONNECTIONS, const P: usize = PATHS> {
     next_timeout: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
+}
+
+/// The storage of a simulated host's endpoint with `connections`: every
+/// connection may hold a full 256-PSN window in flight at once, so the
+/// pools never shape the protocol's behaviour in an experiment.
+pub fn layout(connections: u32) -> Layout {
+    let connections = connections.max(1);
+    Layout {
+        senders: connections,
+        inflight_records: connections.saturating_mul(256).max(4096),
+        ..Layout::for_connections(connections)
+    }
 }
 
 /// The adapter's datagram link for one poll of the loop: the packet the
@@ -141,9 +149,10 @@ impl DatagramLink for SimLink<'_> {
     }
 }
 
-impl<const C: usize, const P: usize> MetaRoce<C, P> {
-    /// An endpoint with `config`, its randomness drawn from `seed`.
-    pub fn new(config: Config, seed: u64) -> Self {
+impl<const P: usize> MetaRoce<P> {
+    /// An endpoint with `config` and room for `connections`, its
+    /// randomness drawn from `seed`.
+    pub fn new(config: Config, connections: u32, seed: u64) -> Self {
         // The datagram loop uses no addresses of its own: the simulator's
         // fabric owns IP and never asks the engine for ARP or ICMP.
         let mut engine = Box::new(Engine::new(NetConfig {
@@ -161,7 +170,11 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
         MetaRoce {
             max_packet_len: usize::from(config.mtu) + HEADER_ROOM,
             next_timeout: None,
-            endpoint: Box::new(Endpoint::new(config, seed)),
+            endpoint: Box::new(Endpoint::new(
+                config,
+                layout(connections).heap_storage(),
+                metaroce_core::rng::seed_from_u64(seed),
+            )),
             engine,
             queues: Box::new(Queues::new()),
             events: EventCounts::default(),
@@ -169,7 +182,7 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
     }
 
     /// The engine, for inspection.
-    pub fn endpoint(&self) -> &Endpoint<C, P> {
+    pub fn endpoint(&self) -> &Endpoint<Heap, P> {
         &self.endpoint
     }
 
@@ -191,9 +204,10 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
     fn drain_events(&mut self) {
         while let Some(e) = self.endpoint.poll_event() {
             match e {
+                Event::Incoming { .. } => {}
                 Event::Connected(_) => self.events.connected += 1,
-                Event::Closed(..) => self.events.closed += 1,
-                _ => self.events.failed += 1,
+                Event::Closed { .. } => self.events.closed += 1,
+                Event::Failed { .. } => self.events.failed += 1,
             }
         }
     }
@@ -208,10 +222,11 @@ fn command_error(e: CommandError) -> TransportError {
         CommandError::LocalProtection(_) => TransportError::Refused("local protection"),
         CommandError::Region(_) => TransportError::Refused("region"),
         CommandError::BadLength => TransportError::Refused("bad length"),
+        CommandError::NotClosed | CommandError::NotDrained => TransportError::Refused("busy"),
     }
 }
 
-impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
+impl<const P: usize> SimTransport for MetaRoce<P> {
     fn name(&self) -> &'static str {
         "MetaRoCE"
     }

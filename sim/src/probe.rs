@@ -56,7 +56,10 @@ impl SimTransport for Probe {
         _b: &mut Self,
         _b_addr: PeerAddr,
     ) -> Result<ConnHandle, TransportError> {
-        Ok(ConnHandle(0))
+        Ok(ConnHandle {
+            index: 0,
+            generation: 0,
+        })
     }
 
     fn post_send(&mut self, _conn: ConnHandle, _wr: WorkRequest) -> Result<(), TransportError> {

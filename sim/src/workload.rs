@@ -29,6 +29,21 @@ pub struct Flow {
     pub start: Instant,
 }
 
+/// Connections each of `hosts` takes part in (as initiator or acceptor):
+/// what its endpoint is sized for.
+pub fn connections_per_host(flows: &[Flow], hosts: usize) -> Vec<u32> {
+    let mut n = vec![0u32; hosts];
+    for f in flows {
+        if let Some(c) = n.get_mut(f.src) {
+            *c += 1;
+        }
+        if let Some(c) = n.get_mut(f.dst) {
+            *c += 1;
+        }
+    }
+    n
+}
+
 /// How flows are carried and how long a run may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkloadConfig {

@@ -9,7 +9,7 @@ use metaroce_sim::metaroce::MetaRoce;
 use metaroce_sim::workload::{self, Flow, Report, WorkloadConfig};
 use metaroce_sim::{LeafSpine, LossModel, SimConfig, Simulator, Topology};
 
-type Small = MetaRoce<8, 16>;
+type Small = MetaRoce<16>;
 
 fn run(topology: &Topology, flows: &[Flow], seed: u64) -> (Report, f64) {
     let config = SimConfig {
@@ -17,7 +17,7 @@ fn run(topology: &Topology, flows: &[Flow], seed: u64) -> (Report, f64) {
         ..SimConfig::default()
     };
     let mut sim: Simulator<Small> = Simulator::new(topology, config, |_, _, s| {
-        MetaRoce::new(Config::default(), s)
+        MetaRoce::new(Config::default(), 8, s)
     });
     let wall = std::time::Instant::now();
     let report = workload::run(&mut sim, flows, &WorkloadConfig::default());
@@ -168,7 +168,7 @@ fn loss_trace_names_each_lost_packet() {
     };
     let topo = Topology::back_to_back(link);
     let mut sim: Simulator<Small> = Simulator::new(&topo, SimConfig::default(), |_, _, s| {
-        MetaRoce::new(Config::default(), s)
+        MetaRoce::new(Config::default(), 8, s)
     });
     sim.record_losses();
     let flows = [Flow {
@@ -203,7 +203,7 @@ fn loss_trace_names_each_lost_packet() {
 fn every_work_request_packet_and_completion_goes_through_the_engine_loop() {
     let (topo, flows) = one_megabyte(0.01);
     let mut sim: Simulator<Small> = Simulator::new(&topo, SimConfig::default(), |_, _, s| {
-        MetaRoce::new(Config::default(), s)
+        MetaRoce::new(Config::default(), 8, s)
     });
     let r = workload::run(&mut sim, &flows, &WorkloadConfig::default());
     assert!(r.all_ok(), "{}", describe(&r));
@@ -231,7 +231,7 @@ fn a_refused_work_request_completes_with_an_error_from_the_ring() {
 
     let (topo, _) = one_megabyte(0.0);
     let mut sim: Simulator<Small> = Simulator::new(&topo, SimConfig::default(), |_, _, s| {
-        MetaRoce::new(Config::default(), s)
+        MetaRoce::new(Config::default(), 8, s)
     });
     let conn = sim.connect(0, 1).unwrap();
     // No region has key 99: the endpoint refuses this for good.

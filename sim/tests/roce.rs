@@ -39,7 +39,7 @@ fn roce(loss: f64, seed: u64) -> Report {
 
 fn metaroce(loss: f64, seed: u64) -> Report {
     run(loss, seed, |_, _, s| {
-        MetaRoce::<4, 16>::new(metaroce_core::Config::default(), s)
+        MetaRoce::<16>::new(metaroce_core::Config::default(), 4, s)
     })
 }
 

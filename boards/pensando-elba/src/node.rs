@@ -7,7 +7,7 @@
 use core::time::Duration;
 
 use metaroce_core::api::PeerAddr;
-use metaroce_core::{Config, Endpoint, Event};
+use metaroce_core::{Borrowed, Config, Endpoint, Event};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::{Doorbell, Engine, HostQueues};
@@ -22,7 +22,14 @@ use crate::println;
 /// The host-interface queues: send, receive, completion, admin slots.
 pub type Queues = HostQueues<64, 64, 128, 4>;
 /// The endpoint: 4 connections of 8 paths.
-type ElbaEndpoint = Endpoint<4, 8>;
+type ElbaEndpoint = Endpoint<Borrowed<'static>, { board::ENDPOINT_PATHS }>;
+
+// The endpoint's tables and pools: statics sized by `board.toml`'s
+// `[endpoint]` section.
+metaroce_platform::static_endpoint_storage!(endpoint_storage, board::ENDPOINT_PATHS,
+    connections: board::ENDPOINT_CONNECTIONS, work_entries: board::ENDPOINT_WORK_ENTRIES,
+    recv_entries: board::ENDPOINT_RECV_ENTRIES, senders: board::ENDPOINT_SENDERS,
+    inflight_records: board::ENDPOINT_INFLIGHT_RECORDS, regions: board::ENDPOINT_REGIONS);
 /// Longest sleep, so a missed wake-up costs little.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 /// How often the counters are logged.
@@ -98,8 +105,11 @@ pub fn main(boot: BootInfo) -> ! {
         mtu: 1024,
         ..Config::default()
     };
-    let seed = hw::now().as_nanos() ^ (boot.mpidr << 32);
-    let mut endpoint = ElbaEndpoint::new(config, seed);
+    let seed = metaroce_core::rng::seed_from_u64(hw::now().as_nanos() ^ (boot.mpidr << 32));
+    let Some(storage) = endpoint_storage() else {
+        panic!("endpoint storage taken twice")
+    };
+    let mut endpoint = ElbaEndpoint::new(config, storage, seed);
     if let Some((ip, mac)) = board::PEER {
         let ip = Ipv4Address::from(ip);
         engine.add_static_neighbor(ip, EthernetAddress(mac));
@@ -108,7 +118,7 @@ pub fn main(boot: BootInfo) -> ! {
             port: board::UDP_PORT,
         };
         match endpoint.connect(hw::now(), peer, 0) {
-            Ok(h) => defmt::info!("connecting to the static peer: connection {=u16}", h.0),
+            Ok(h) => defmt::info!("connecting to the static peer: connection {=u32}", h.index),
             Err(e) => defmt::warn!("connect failed: {}", defmt::Debug2Format(&e)),
         }
     }
@@ -127,9 +137,18 @@ pub fn main(boot: BootInfo) -> ! {
         let polled = engine.poll(now, &mut endpoint, &mut device, &mut port, &mut window);
         while let Some(event) = endpoint.poll_event() {
             match event {
-                Event::Connected(h) => defmt::info!("connection {=u16} up", h.0),
-                Event::Closed(h, _) => defmt::info!("connection {=u16} closed", h.0),
-                Event::Failed(h, _) => defmt::warn!("connection {=u16} failed", h.0),
+                Event::Incoming { conn, peer } => {
+                    defmt::info!("connection {=u32} from {}", conn.index, peer)
+                }
+                Event::Connected(h) => defmt::info!("connection {=u32} up", h.index),
+                Event::Closed { conn, .. } => {
+                    defmt::info!("connection {=u32} closed", conn.index);
+                    let _ = endpoint.release(conn);
+                }
+                Event::Failed { conn, status } => {
+                    defmt::warn!("connection {=u32} failed: {}", conn.index, status);
+                    let _ = endpoint.release(conn);
+                }
             }
         }
         if let (Some(fault), false) = (device.fault(), fault_reported) {

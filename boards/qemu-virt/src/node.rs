@@ -6,8 +6,8 @@ use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 
-use metaroce_core::api::{ConnHandle, PeerAddr};
-use metaroce_core::{Config, ConnState, Endpoint, Event, Instant};
+use metaroce_core::api::ConnHandle;
+use metaroce_core::{Borrowed, CommandError, Config, Endpoint, Event, Instant};
 use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
@@ -27,16 +27,20 @@ use crate::workload::{
 /// Entries per virtio queue.
 const NET_QUEUE: usize = 64;
 type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
-/// The MetaRoCE endpoint of a node: 4 connections of 8 paths.
-type MetaRoceEndpoint = Endpoint<4, 8>;
-/// The endpoint of the serve role: more connection slots, since its
-/// clients come and go (and a failed connection keeps its slot until the
-/// peer closes it).
-type ServeEndpoint = Endpoint<SERVE_CONNECTIONS, 8>;
-// Both live in `main`'s frame on the 1 MiB boot stack.
-const _: () = assert!(
-    core::mem::size_of::<ServeEndpoint>() + core::mem::size_of::<MetaRoceEndpoint>() < 768 * 1024
-);
+/// Paths per connection.
+const PATHS: usize = 8;
+/// A node's MetaRoCE endpoint: connections of 8 paths over static storage.
+type NodeEndpoint = Endpoint<Borrowed<'static>, PATHS>;
+
+// The workload role's storage: a few connections (one per peer and role).
+metaroce_platform::static_endpoint_storage!(workload_storage, PATHS,
+    connections: 16, work_entries: 256, recv_entries: 256,
+    senders: 16, inflight_records: 4096, regions: 64);
+// The serve role's storage: its clients come and go.
+metaroce_platform::static_endpoint_storage!(serve_storage, PATHS,
+    connections: SERVE_CONNECTIONS as u32, work_entries: 4 * SERVE_CONNECTIONS as u32,
+    recv_entries: 64 * SERVE_CONNECTIONS as u32, senders: SERVE_CONNECTIONS as u32,
+    inflight_records: 4096, regions: 4 * SERVE_CONNECTIONS as u32);
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
@@ -106,7 +110,9 @@ pub fn main() -> ! {
         engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
     }
     let window = HostWindow::new(HOST_BASE, host_memory);
-    let seed = cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos();
+    let seed = metaroce_core::rng::seed_from_u64(
+        cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos(),
+    );
     match cfg.transport {
         TransportKind::MetaRoce if cfg.role == Role::Serve => {
             let config = Config {
@@ -116,7 +122,10 @@ pub fn main() -> ! {
                 mtu: 1024,
                 ..Config::for_emulation()
             };
-            let mut endpoint = ServeEndpoint::new(config, seed);
+            let Some(storage) = serve_storage() else {
+                fail("endpoint storage taken twice")
+            };
+            let mut endpoint = NodeEndpoint::new(config, storage, seed);
             serve(&cfg, &mut endpoint, engine, net, irq, window)
         }
         TransportKind::MetaRoce => {
@@ -127,7 +136,10 @@ pub fn main() -> ! {
                 mtu: 1024,
                 ..Config::for_emulation()
             };
-            let mut endpoint = MetaRoceEndpoint::new(config, seed);
+            let Some(storage) = workload_storage() else {
+                fail("endpoint storage taken twice")
+            };
+            let mut endpoint = NodeEndpoint::new(config, storage, seed);
             run(&cfg, &mut endpoint, engine, net, irq, window)
         }
         TransportKind::Datagram => {
@@ -148,7 +160,7 @@ trait NodeTransport: Transport {
     fn counters(&self, now: Instant) -> Counters;
 }
 
-impl<const C: usize> NodeTransport for Endpoint<C, 8> {
+impl NodeTransport for NodeEndpoint {
     fn open(&mut self, now: Instant, cfg: &NodeConfig, peer_index: usize) -> Option<ConnHandle> {
         self.connect(now, workload::peer_addr(cfg, peer_index)?, 0)
             .ok()
@@ -157,17 +169,20 @@ impl<const C: usize> NodeTransport for Endpoint<C, 8> {
     fn poll_accepted(&mut self, _cfg: &NodeConfig, _accepted: &mut u8) -> Option<ConnHandle> {
         while let Some(event) = self.poll_event() {
             match event {
-                Event::Connected(h) => return Some(h),
-                Event::Closed(h, _) => defmt::info!("connection {=u16} closed", h.0),
-                Event::Failed(h, _) => defmt::warn!("connection {=u16} failed", h.0),
+                Event::Incoming { conn, .. } => return Some(conn),
+                Event::Connected(h) => defmt::info!("connection {=u32} up", h.index),
+                Event::Closed { conn, .. } => defmt::info!("connection {=u32} closed", conn.index),
+                Event::Failed { conn, status } => {
+                    defmt::warn!("connection {=u32} failed: {}", conn.index, status)
+                }
             }
         }
         None
     }
 
-    fn counters(&self, now: Instant) -> Counters {
+    fn counters(&self, _now: Instant) -> Counters {
         let mut c = Counters {
-            rate_hint_mbps: self.rate_hint(now),
+            rate_hint_mbps: self.last_rate_hint(),
             ..Counters::default()
         };
         for h in self.handles() {
@@ -182,16 +197,22 @@ impl<const C: usize> NodeTransport for Endpoint<C, 8> {
 
 impl NodeTransport for DatagramTransport<MAX_PEERS> {
     fn open(&mut self, _now: Instant, _cfg: &NodeConfig, peer_index: usize) -> Option<ConnHandle> {
-        Some(ConnHandle(u16::try_from(peer_index).ok()?))
+        Some(ConnHandle {
+            index: u32::try_from(peer_index).ok()?,
+            generation: 0,
+        })
     }
 
-    /// Connections are static: peer `i` is `ConnHandle(i)`; the senders are
-    /// the first `expect` peers.
+    /// Connections are static: peer `i` is handle index `i`; the senders
+    /// are the first `expect` peers.
     fn poll_accepted(&mut self, cfg: &NodeConfig, accepted: &mut u8) -> Option<ConnHandle> {
         if *accepted >= cfg.expect {
             return None;
         }
-        let h = ConnHandle(u16::from(*accepted));
+        let h = ConnHandle {
+            index: u32::from(*accepted),
+            generation: 0,
+        };
         *accepted += 1;
         Some(h)
     }
@@ -310,27 +331,26 @@ fn idle(
     }
 }
 
-/// The serve role's view of the node: connection states and events.
-struct ServeServices<'a, const C: usize> {
-    endpoint: &'a mut Endpoint<C, 8>,
+/// The serve role's view of the node: connection events and releases.
+struct ServeServices<'a> {
+    endpoint: &'a mut NodeEndpoint,
 }
 
-impl<const C: usize> ServeNode for ServeServices<'_, C> {
-    fn connection(&self, h: ConnHandle) -> Option<(ConnState, PeerAddr)> {
-        let c = self.endpoint.connection(h)?;
-        Some((c.state(), c.peer()))
-    }
-
+impl ServeNode for ServeServices<'_> {
     fn poll_event(&mut self) -> Option<Event> {
         self.endpoint.poll_event()
+    }
+
+    fn release(&mut self, h: ConnHandle) -> Result<(), CommandError> {
+        self.endpoint.release(h)
     }
 }
 
 /// The serve role's loop: the engine loop and the serve task, until the
 /// harness stops QEMU.
-fn serve<const C: usize>(
+fn serve(
     cfg: &NodeConfig,
-    endpoint: &mut Endpoint<C, 8>,
+    endpoint: &mut NodeEndpoint,
     mut engine: Engine,
     mut net: NetDevice,
     mut irq: hw::Interrupts,

@@ -30,7 +30,7 @@ use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
     WorkRequest,
 };
-use metaroce_core::{ConnState, Event, Instant};
+use metaroce_core::{CommandError, Event, Instant};
 use metaroce_platform::dma::HostWindow;
 
 use crate::config::NodeConfig;
@@ -39,9 +39,8 @@ use crate::workload::{Port, HOST_BASE, HOST_MEMORY_LEN};
 
 /// Connection slots of the serve endpoint.
 pub const SERVE_CONNECTIONS: usize = 8;
-/// Control receives kept posted per connection (the core's receive queue
-/// depth).
-const RECV_SLOTS: u32 = metaroce_core::config::RECV_QUEUE_DEPTH as u32;
+/// Control receives kept posted per connection.
+const RECV_SLOTS: u32 = 32;
 /// Control send buffers per connection (rotating).
 const SEND_SLOTS: u32 = 4;
 /// Bytes of control buffers per connection slot.
@@ -72,24 +71,27 @@ const TAG_CONTROL: u64 = 1;
 const TAG_READ_ONLY: u64 = 0x100;
 const TAG_DATA: u64 = 1 << 56;
 
-/// Work-request ids carry the connection's generation, so completions of
-/// an earlier connection on a reused slot are told apart.
+/// Work-request ids of control sends (receives are their slot number).
 const WR_SEND: u64 = 1 << 31;
 
 /// What the serve role needs of the node around it.
 pub trait ServeNode {
-    /// The state and peer of connection slot `h`, if in use.
-    fn connection(&self, h: ConnHandle) -> Option<(ConnState, PeerAddr)>;
     /// The next connection event.
     fn poll_event(&mut self) -> Option<Event>;
+    /// Gives an ended connection's slot back (once its completions were
+    /// all taken: `NotDrained` until then).
+    fn release(&mut self, h: ConnHandle) -> Result<(), CommandError>;
 }
 
 /// One connection slot's state.
 #[derive(Debug, Clone, Copy, Default)]
 struct Conn {
     active: bool,
+    /// The connection's handle generation: completions of an earlier
+    /// connection on the same slot are told apart by it.
     generation: u32,
-    peer: Option<PeerAddr>,
+    /// Ended, waiting to be released.
+    ending: bool,
     /// Receive slots still to be posted (bit per slot).
     to_post: u32,
     next_send: u32,
@@ -170,18 +172,28 @@ impl<'a> Serve<'a> {
         }
         while let Some(e) = node.poll_event() {
             match e {
-                Event::Closed(h, _) => self.finish(h, "closed"),
-                Event::Failed(h, _) => self.finish(h, "failed"),
+                Event::Incoming { conn, peer } => self.adopt(conn, peer),
+                Event::Closed { conn, .. } => self.finish(conn, "closed"),
+                Event::Failed { conn, .. } => self.finish(conn, "failed"),
                 Event::Connected(_) => {}
             }
         }
-        self.track(node);
         let _ = self.port.take_completion_doorbell();
         while let Some(c) = self.port.poll_completion() {
             self.on_completion(mem, &c);
         }
         for h in 0..SERVE_CONNECTIONS {
             self.flush(mem, h);
+            if self.conns[h].ending {
+                let handle = ConnHandle {
+                    index: h as u32,
+                    generation: self.conns[h].generation,
+                };
+                // Released once its last completions were taken.
+                if !matches!(node.release(handle), Err(CommandError::NotDrained)) {
+                    self.conns[h].ending = false;
+                }
+            }
         }
         if now >= self.next_status {
             self.next_status = now + Duration::from_secs(5);
@@ -259,42 +271,38 @@ impl<'a> Serve<'a> {
         }
     }
 
-    /// Adopts new connections (before their first data arrives, so their
-    /// receives are posted) and notices reused slots.
-    fn track(&mut self, node: &impl ServeNode) {
-        for h in 0..SERVE_CONNECTIONS {
-            let now_state = node.connection(ConnHandle(h as u16));
-            let alive = now_state
-                .filter(|(s, _)| matches!(s, ConnState::Accepting | ConnState::Established));
-            let conn = self.conns[h];
-            if conn.active && alive.map(|(_, p)| p) != conn.peer {
-                self.finish(ConnHandle(h as u16), "gone");
-            }
-            if let (false, Some((_, peer))) = (self.conns[h].active, alive) {
-                let generation = self.conns[h].generation.wrapping_add(1);
-                self.conns[h] = Conn {
-                    active: true,
-                    generation,
-                    peer: Some(peer),
-                    to_post: if RECV_SLOTS >= 32 {
-                        u32::MAX
-                    } else {
-                        (1 << RECV_SLOTS) - 1
-                    },
-                    ..Conn::default()
-                };
-                self.connections += 1;
-                defmt::info!("serve: connection {=u16} adopted", h as u16);
-            }
-        }
+    /// A new connection (its `Incoming` event comes before its first data,
+    /// so its receives are posted in time).
+    fn adopt(&mut self, h: ConnHandle, peer: PeerAddr) {
+        let i = h.index as usize;
+        let Some(conn) = self.conns.get_mut(i) else {
+            return;
+        };
+        *conn = Conn {
+            active: true,
+            generation: h.generation,
+            to_post: if RECV_SLOTS >= 32 {
+                u32::MAX
+            } else {
+                (1 << RECV_SLOTS) - 1
+            },
+            ..Conn::default()
+        };
+        self.connections += 1;
+        defmt::info!("serve: connection {=u32} from {} adopted", h.index, peer);
     }
 
     fn finish(&mut self, h: ConnHandle, how: &str) {
-        let i = usize::from(h.0);
-        let Some(conn) = self.conns.get_mut(i).filter(|c| c.active) else {
+        let i = h.index as usize;
+        let Some(conn) = self
+            .conns
+            .get_mut(i)
+            .filter(|c| c.active && c.generation == h.generation)
+        else {
             return;
         };
         conn.active = false;
+        conn.ending = true;
         conn.awaiting = None;
         let (verified, corrupt, bytes, size) = (conn.verified, conn.corrupt, conn.bytes, conn.size);
         println!(
@@ -303,16 +311,12 @@ impl<'a> Serve<'a> {
         );
     }
 
-    fn generation_of(wr_id: u64) -> u32 {
-        (wr_id >> 32) as u32
-    }
-
     fn on_completion(&mut self, mem: &mut HostWindow<'_>, c: &Completion) {
-        let h = usize::from(c.conn.0);
+        let h = c.conn.index as usize;
         let Some(conn) = self.conns.get(h) else {
             return;
         };
-        if !conn.active || Self::generation_of(c.wr_id) != conn.generation {
+        if !conn.active || c.conn.generation != conn.generation {
             return;
         }
         let slot = (c.wr_id & 0xffff) as u32;
@@ -485,13 +489,15 @@ impl<'a> Serve<'a> {
         if !conn.active {
             return;
         }
-        let handle = ConnHandle(h as u16);
-        let generation = u64::from(conn.generation) << 32;
+        let handle = ConnHandle {
+            index: h as u32,
+            generation: conn.generation,
+        };
         let mut to_post = conn.to_post;
         while to_post != 0 && self.port.recv_free() > 0 {
             let slot = to_post.trailing_zeros();
             let rr = RecvRequest {
-                id: generation | u64::from(slot),
+                id: u64::from(slot),
                 local: LocalBuf {
                     key,
                     addr: control_addr(h, slot),
@@ -519,7 +525,7 @@ impl<'a> Serve<'a> {
                 Err(_) => break,
             }
             let wr = WorkRequest {
-                id: generation | WR_SEND | u64::from(n & 0xffff),
+                id: WR_SEND | u64::from(n & 0xffff),
                 op: Op::Send,
                 local: LocalBuf {
                     key,

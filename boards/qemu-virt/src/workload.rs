@@ -494,8 +494,8 @@ impl<'a> Workload<'a> {
             let slot = &mut self.slots[usize::from(self.accepted)];
             slot.conn = Some(conn);
             defmt::info!(
-                "accepted connection {=u16} as slot {=u8}",
-                conn.0,
+                "accepted connection {=u32} as slot {=u8}",
+                conn.index,
                 self.accepted
             );
             self.accepted += 1;

@@ -2,6 +2,7 @@
 
 use super::{ConnSlot, Endpoint, StatelessReply};
 use crate::api::{Memory, PeerAddr, RxMeta};
+use crate::config::{AcceptDomain, PER_CONNECTION_DOMAINS};
 use crate::conn::{ConnState, Connection, PendingEvents};
 use crate::storage::Backing;
 use crate::time::Instant;
@@ -104,10 +105,20 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.reply_stateless(peer, c.src_conn, c.src_token, CloseReason::Rejected);
             return;
         };
+        let pd = match config.accept_domain {
+            AcceptDomain::Shared(pd) => pd,
+            AcceptDomain::PerConnection => {
+                let pd = self.next_domain;
+                // Wraps within the upper half: 2^31 connections before a
+                // domain number comes back.
+                self.next_domain = PER_CONNECTION_DOMAINS | self.next_domain.wrapping_add(1);
+                pd
+            }
+        };
         let mut conn = Connection::new(
             id,
             peer,
-            config.accept_pd,
+            pd,
             &config,
             &mut self.res.rng,
             now,

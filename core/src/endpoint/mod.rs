@@ -174,6 +174,8 @@ pub struct Endpoint<B: Backing, const P: usize> {
     stateless: Deque<StatelessReply, STATELESS_QUEUE>,
     hash_key: (u64, u64),
     live: u32,
+    /// Next domain of [`crate::config::AcceptDomain::PerConnection`].
+    next_domain: u32,
     drops: DropStats,
     /// The latest time seen (for outputs that take none).
     now: Instant,
@@ -248,6 +250,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             stateless: Deque::new(),
             hash_key,
             live: 0,
+            next_domain: crate::config::PER_CONNECTION_DOMAINS,
             drops: DropStats::default(),
             now: Instant::ZERO,
             hint_cache: (Instant::FAR_FUTURE, 0),
@@ -432,6 +435,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             .enumerate()
             .filter(|(_, s)| s.live && !s.released)
             .map(|(i, s)| s.handle(i as u32))
+    }
+
+    /// A connection's protection domain: its regions must be registered
+    /// in it.
+    pub fn pd(&self, h: ConnHandle) -> Option<u32> {
+        self.connection(h).map(Connection::pd)
+    }
+
+    /// A connection's peer (IP address and MetaRoCE UDP port).
+    pub fn peer(&self, h: ConnHandle) -> Option<PeerAddr> {
+        self.connection(h).map(Connection::peer)
     }
 
     /// A connection's state.

@@ -118,6 +118,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.config.link_rate_mbps / self.active.len().max(1)
     }
 
+    /// The fair-share hint as last computed (at the latest `poll_transmit`
+    /// that had a packet to send), for telemetry that may not change state.
+    pub fn last_rate_hint(&self) -> u32 {
+        self.hint_cache.1
+    }
+
     /// Writes the headers of the next packet to send into `buf` and says
     /// where it goes and where its payload comes from. `buf` must hold at
     /// least [`crate::wire::HEADER_LEN`] + 56 bytes (the largest header).

@@ -191,7 +191,7 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let r = (seed >> 33) as u32;
-            if r % 3 != 0 || live.is_empty() {
+            if !r.is_multiple_of(3) || live.is_empty() {
                 let order = (r % 5) as u8;
                 if let Some(e) = buddy.allocate(order) {
                     assert_eq!(e.units(), 16 << order);

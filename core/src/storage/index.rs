@@ -153,9 +153,8 @@ mod tests {
             let k = (seed >> 33) as usize % keys.len();
             let key = keys[k];
             let value = k as u32;
-            if map.contains_key(&key) {
+            if map.remove(&key).is_some() {
                 assert!(index.remove(h(key), value, |v| h(keys[v as usize])));
-                map.remove(&key);
             } else if index.insert(h(key), value) {
                 map.insert(key, value);
             } else {

@@ -96,18 +96,21 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// A layout for `connections`, with pools sized for a 100 Gbit/s link
-    /// of about 10 us round trips: 4,096 in-flight records (4.9x the BDP of
-    /// 4 KiB packets) and up to 1,024 concurrent senders, 8 work entries
-    /// and 8 receives per connection on average (at least 256 of each).
+    /// A layout for `connections`, with pools sized for a 400 Gbit/s link
+    /// of about 10 us round trips (bandwidth-delay product: 500 KB, 122
+    /// packets of 4 KiB): 16,384 in-flight records (enough for 64 senders
+    /// with full 256-PSN windows at once), up to 1,024 concurrent senders,
+    /// one work entry and one receive per connection on average (at least
+    /// 4,096 of each: the sum of what connections may post exceeds the
+    /// pools, as on a NIC), two regions per connection.
     pub const fn for_connections(connections: u32) -> Layout {
         let c = if connections == 0 { 1 } else { connections };
         Layout {
             connections: c,
-            work_entries: max(256, c.saturating_mul(8)),
-            recv_entries: max(256, c.saturating_mul(8)),
+            work_entries: max(4096, c),
+            recv_entries: max(4096, c),
             senders: min(c, 1024),
-            inflight_records: 4096,
+            inflight_records: 16_384,
             regions: max(64, c.saturating_mul(2)),
         }
     }

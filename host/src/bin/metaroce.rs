@@ -74,6 +74,9 @@ struct ServeArgs {
     /// Exit after this many seconds.
     #[arg(long)]
     duration: Option<f64>,
+    /// Connections served at once (each costs about 0.5 KiB while idle).
+    #[arg(long, default_value_t = metaroce_host::node::DEFAULT_SERVE_CONNECTIONS)]
+    connections: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -140,11 +143,8 @@ fn seconds(what: &str, s: f64) -> Result<Duration, HostError> {
         .map_err(|_| HostError::Usage(format!("{what} must be a non-negative number of seconds")))
 }
 
-fn node_config(bind: SocketAddr, c: &Common, accept: bool) -> NodeConfig {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ u64::from(std::process::id()).rotate_left(32);
+/// The node's settings; its secrets come from the operating system.
+fn node_config(bind: SocketAddr, c: &Common, accept: bool, connections: u32) -> NodeConfig {
     NodeConfig {
         bind,
         paths: c.paths,
@@ -152,7 +152,8 @@ fn node_config(bind: SocketAddr, c: &Common, accept: bool) -> NodeConfig {
         mtu: c.mtu,
         rate_mbps: c.rate_mbps,
         accept,
-        seed,
+        connections,
+        seed: None,
     }
 }
 
@@ -166,7 +167,7 @@ fn say(line: &str) {
 
 fn serve(a: &ServeArgs) -> Result<(), HostError> {
     let bind = parse_addr("--bind", &a.bind)?;
-    let mut node = Node::bind(&node_config(bind, &a.common, true))?;
+    let mut node = Node::bind(&node_config(bind, &a.common, true, a.connections))?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
@@ -252,7 +253,7 @@ fn client(
         ),
         (c, d) => (c, d.map(|s| seconds("--duration", s)).transpose()?),
     };
-    let mut node = Node::bind(&node_config(bind, &a.common, false))?;
+    let mut node = Node::bind(&node_config(bind, &a.common, false, 4))?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }

@@ -1,0 +1,142 @@
+//! Endpoint storage in `static`s, for firmware: the core never allocates,
+//! so a board declares its tables and pools as statics sized by its
+//! configuration and hands them to the endpoint once.
+//!
+//! The statics are uninitialised memory (in `.bss`, so they cost nothing
+//! in the image); [`static_endpoint_storage!`] fills each element with its
+//! vacant value before making a slice of it, and a flag makes sure the
+//! slices are made once.
+
+/// Writes `value` into every element of `slot` and returns it as a slice.
+///
+/// # Safety
+/// `slot` must not be reachable through any other reference for `'a`
+/// (the macro guarantees it with a take-once flag).
+pub unsafe fn init_slice<'a, T: Copy, const N: usize>(
+    slot: *mut core::mem::MaybeUninit<[T; N]>,
+    value: T,
+) -> &'a mut [T] {
+    let first = slot.cast::<T>();
+    for i in 0..N {
+        // SAFETY: `i < N` stays inside the array behind `slot`, which the
+        // caller guarantees no one else reaches; `write` needs no
+        // initialised value to overwrite.
+        unsafe { first.add(i).write(value) };
+    }
+    // SAFETY: every element was just initialised, the memory is valid for
+    // `'a` (a static) and unaliased (the caller's guarantee).
+    unsafe { core::slice::from_raw_parts_mut(first, N) }
+}
+
+/// Defines `fn $name() -> Option<Storage<Borrowed<'static>, $paths>>` over
+/// statics of the given sizes; it returns `Some` the first time only.
+///
+/// ```ignore
+/// metaroce_platform::static_endpoint_storage!(take_storage, 8,
+///     connections: 1024, work_entries: 4096, recv_entries: 4096,
+///     senders: 256, inflight_records: 8192, regions: 2048);
+/// ```
+#[macro_export]
+macro_rules! static_endpoint_storage {
+    ($name:ident, $paths:expr,
+     connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
+     senders: $s:expr, inflight_records: $i:expr, regions: $g:expr) => {
+        fn $name() -> ::core::option::Option<
+            $crate::__core::Storage<$crate::__core::Borrowed<'static>, { $paths }>,
+        > {
+            use ::core::mem::MaybeUninit;
+            use ::core::ptr::addr_of_mut;
+            use ::core::sync::atomic::{AtomicBool, Ordering};
+            use $crate::__core::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
+            use $crate::__core::memory::RegionSlot;
+            use $crate::__core::storage::buddy::BuddyNode;
+            use $crate::__core::storage::pool::PoolEntry;
+            use $crate::__core::{ConnSlot, Layout};
+            const LAYOUT: Layout = Layout {
+                connections: $c,
+                work_entries: $w,
+                recv_entries: $r,
+                senders: $s,
+                inflight_records: $i,
+                regions: $g,
+            };
+            const C: usize = LAYOUT.connections as usize;
+            const X: usize = LAYOUT.index_slots();
+            const W: usize = LAYOUT.work_entries as usize;
+            const R: usize = LAYOUT.recv_entries as usize;
+            const S: usize = LAYOUT.senders as usize;
+            const I: usize = LAYOUT.inflight_records_used();
+            const N: usize = LAYOUT.inflight_nodes();
+            const G: usize = LAYOUT.regions as usize;
+            static TAKEN: AtomicBool = AtomicBool::new(false);
+            static mut CONNECTIONS: MaybeUninit<[ConnSlot<{ $paths }>; C]> = MaybeUninit::uninit();
+            static mut INDEX: MaybeUninit<[u32; X]> = MaybeUninit::uninit();
+            static mut WORK: MaybeUninit<[PoolEntry<WorkEntry>; W]> = MaybeUninit::uninit();
+            static mut RECV: MaybeUninit<[PoolEntry<RecvEntry>; R]> = MaybeUninit::uninit();
+            static mut SENDERS: MaybeUninit<[PoolEntry<SenderState<{ $paths }>>; S]> =
+                MaybeUninit::uninit();
+            static mut RECORDS: MaybeUninit<[InflightRecord; I]> = MaybeUninit::uninit();
+            static mut NODES: MaybeUninit<[BuddyNode; N]> = MaybeUninit::uninit();
+            static mut REGIONS: MaybeUninit<[RegionSlot; G]> = MaybeUninit::uninit();
+            if TAKEN.swap(true, Ordering::AcqRel) {
+                return None;
+            }
+            // SAFETY: `TAKEN` makes this the only time references to these
+            // statics are made, so each slice is the only way to them for
+            // the rest of the run.
+            unsafe {
+                Some($crate::__core::Storage {
+                    connections: $crate::storage::init_slice(
+                        addr_of_mut!(CONNECTIONS),
+                        ConnSlot::VACANT,
+                    ),
+                    connection_index: $crate::storage::init_slice(addr_of_mut!(INDEX), 0),
+                    work_entries: $crate::storage::init_slice(
+                        addr_of_mut!(WORK),
+                        PoolEntry::vacant(WorkEntry::VACANT),
+                    ),
+                    recv_entries: $crate::storage::init_slice(
+                        addr_of_mut!(RECV),
+                        PoolEntry::vacant(RecvEntry::VACANT),
+                    ),
+                    senders: $crate::storage::init_slice(
+                        addr_of_mut!(SENDERS),
+                        PoolEntry::vacant(SenderState::VACANT),
+                    ),
+                    inflight_records: $crate::storage::init_slice(
+                        addr_of_mut!(RECORDS),
+                        InflightRecord::EMPTY,
+                    ),
+                    inflight_nodes: $crate::storage::init_slice(
+                        addr_of_mut!(NODES),
+                        BuddyNode::INIT,
+                    ),
+                    regions: $crate::storage::init_slice(addr_of_mut!(REGIONS), RegionSlot::VACANT),
+                })
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    crate::static_endpoint_storage!(take, 4,
+        connections: 100, work_entries: 64, recv_entries: 64,
+        senders: 8, inflight_records: 1000, regions: 16);
+
+    #[test]
+    fn storage_is_handed_out_once_and_sized_by_the_layout() {
+        let s = take().expect("first time");
+        assert_eq!(s.connections.len(), 100);
+        assert_eq!(s.connection_index.len(), 256);
+        assert_eq!(s.inflight_records.len(), 1008, "a multiple of 16");
+        assert_eq!(s.inflight_nodes.len(), 63);
+        assert!(take().is_none(), "never twice");
+        let ep = metaroce_core::Endpoint::new(
+            metaroce_core::Config::default(),
+            s,
+            metaroce_core::rng::seed_from_u64(1),
+        );
+        assert_eq!(ep.capacity(), 100);
+    }
+}
