@@ -214,9 +214,14 @@ pub const ARENA_LEN: usize = 4 << 20;
 
 impl<const P: usize> Cluster<P> {
     pub fn new(n: usize, config: Config, imp: Impairments, seed: u64) -> Self {
+        Self::with_capacity(n, 8, config, imp, seed)
+    }
+
+    /// `n` nodes whose endpoints hold `capacity` connections each.
+    pub fn with_capacity(n: usize, capacity: u32, config: Config, imp: Impairments, seed: u64) -> Self {
         let nodes = (0..n)
             .map(|i| Node {
-                ep: endpoint(config, 8, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
+                ep: endpoint(config, capacity, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
                 mem: Arena::new(ARENA_BASE, ARENA_LEN),
                 ip: Ipv4Address::new(10, 0, 0, i as u8 + 1),
                 completions: Vec::new(),
@@ -364,11 +369,11 @@ impl<const P: usize> Cluster<P> {
                     self.rng.below(self.imp.reorder_extra.as_nanos() as u64 + 1),
                 );
             }
-            let queued = self.queue.values().filter(|f| f.to == to).count();
+            let over_threshold = self.imp.mark_queue_threshold != usize::MAX
+                && self.queue.values().filter(|f| f.to == to).count()
+                    > self.imp.mark_queue_threshold;
             let mut ce = false;
-            if t.ecn != 0
-                && (self.rng.unit() < self.imp.ce || queued > self.imp.mark_queue_threshold)
-            {
+            if t.ecn != 0 && (self.rng.unit() < self.imp.ce || over_threshold) {
                 ce = true;
                 self.stats.marked += 1;
             }
