@@ -31,7 +31,7 @@ use smoltcp::wire::{EthernetAddress, Ipv4Address};
 
 use crate::memory::Arena;
 use crate::transport::TxMeta;
-use crate::transport::{SimTransport, TransportCounters, TransportError};
+use crate::transport::{SendProgress, SimTransport, TransportCounters, TransportError};
 
 /// Connections per simulated host: enough for a 64-host all-to-all
 /// (63 outgoing and 63 incoming).
@@ -84,6 +84,9 @@ pub struct MetaRoce<const C: usize = CONNECTIONS, const P: usize = PATHS> {
     next_timeout: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
+    /// Most packets one connection had in flight after any transmission
+    /// (summed over its paths' telemetry).
+    max_in_flight: u64,
 }
 
 /// The adapter's datagram link for one poll of the loop: the packet the
@@ -165,6 +168,7 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
             engine,
             queues: Box::new(Queues::new()),
             events: EventCounts::default(),
+            max_in_flight: 0,
         }
     }
 
@@ -186,6 +190,23 @@ impl<const C: usize, const P: usize> MetaRoce<C, P> {
             .poll_datagrams(now, &mut *self.endpoint, link, &mut port, mem);
         self.next_timeout = outcome.next_timeout;
         self.drain_events();
+    }
+
+    /// Updates `max_in_flight` from the paths' telemetry of the
+    /// connections to `peer` (the one that just sent; comparing addresses
+    /// first keeps this cheap on endpoints with many connections).
+    fn note_in_flight(&mut self, peer: PeerAddr) {
+        let endpoint = &self.endpoint;
+        for h in endpoint.handles() {
+            if endpoint.connection(h).is_none_or(|c| c.peer() != peer) {
+                continue;
+            }
+            let in_flight: u64 = (0..=u8::MAX)
+                .map_while(|path| endpoint.path_stats(h, path))
+                .map(|s| u64::from(s.in_flight))
+                .sum();
+            self.max_in_flight = self.max_in_flight.max(in_flight);
+        }
     }
 
     fn drain_events(&mut self) {
@@ -274,6 +295,8 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
         };
         self.poll(now, &mut link, mem);
         let to = link.sent?;
+        // Only a transmission raises the packets in flight.
+        self.note_in_flight(to.peer);
         Some(TxMeta {
             peer: to.peer,
             src_port: to.src_port,
@@ -309,5 +332,18 @@ impl<const C: usize, const P: usize> SimTransport for MetaRoce<C, P> {
         }
         c.discarded += self.endpoint.drops().total();
         c
+    }
+
+    fn send_progress(&self) -> Option<SendProgress> {
+        let packets_acked = self
+            .endpoint
+            .handles()
+            .filter_map(|h| self.endpoint.stats(h))
+            .map(|s| s.packets_acked)
+            .sum();
+        Some(SendProgress {
+            packets_acked,
+            max_in_flight: self.max_in_flight,
+        })
     }
 }
