@@ -40,6 +40,10 @@ pub struct StreamFlow {
     /// Bytes to move; [`StreamFlow::UNTIL_STOPPED`] runs until the run stops.
     pub bytes: u64,
     pub start: Instant,
+    /// Bytes per WRITE (a multiple of the packet payload): with
+    /// [`StreamConfig::messages_in_flight`], the window the application
+    /// offers on this flow's path.
+    pub message_bytes: u32,
 }
 
 impl StreamFlow {
@@ -50,10 +54,7 @@ impl StreamFlow {
 /// How streams are carried and measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamConfig {
-    /// Bytes per WRITE (a multiple of `packet_payload`).
-    pub message_bytes: u32,
-    /// WRITEs posted and not yet completed, per flow: with
-    /// `message_bytes`, the window the application offers.
+    /// WRITEs posted and not yet completed, per flow.
     pub messages_in_flight: usize,
     /// Payload bytes per data packet (the MTU both protocols use).
     pub packet_payload: u32,
@@ -232,13 +233,13 @@ pub fn run<T: SimTransport>(
     config: &StreamConfig,
 ) -> StreamReport {
     let hosts = sim.host_count();
-    let msg = u64::from(config.message_bytes.max(1));
     let slots = config.messages_in_flight.max(1) as u64 + 1;
-    let ring = slots * msg;
     let mut sizes = vec![0u64; hosts];
     let mut senders = vec![false; hosts];
     let mut states: Vec<State> = Vec::with_capacity(flows.len());
     for f in flows {
+        let msg = u64::from(f.message_bytes.max(1));
+        let ring = slots * msg;
         let mut status = FlowStatus::Unfinished;
         if f.src >= hosts || f.dst >= hosts || f.src == f.dst || senders[f.src] {
             status = FlowStatus::Refused("bad host pair, or a second flow from one host");
@@ -460,7 +461,7 @@ fn on_completion<T: SimTransport>(
     }
     let j = c.completion.wr_id & 0xffff_ffff;
     let slot = j % s.slots;
-    let msg = u64::from(config.message_bytes.max(1));
+    let msg = u64::from(s.result.flow.message_bytes.max(1));
     let len = message_len(s, j, msg) as usize;
     let f = s.result.flow;
     let (src_addr, dst_addr) = (s.src_ring + slot * msg, s.dst_ring + slot * msg);
@@ -504,7 +505,7 @@ fn post_more<T: SimTransport>(
         return;
     };
     let f = s.result.flow;
-    let msg = u64::from(config.message_bytes.max(1));
+    let msg = u64::from(f.message_bytes.max(1));
     while s.posted < s.messages
         && s.posted - s.completed < config.messages_in_flight as u64
         && s.slot_busy[(s.posted % s.slots) as usize].is_none()
@@ -556,6 +557,7 @@ mod tests {
                 dst: 1,
                 bytes: 1 << 20,
                 start: Instant::ZERO,
+                message_bytes: 4096,
             },
             status: FlowStatus::Unfinished,
             finished: None,

@@ -343,11 +343,11 @@ fn run_one(cfg: &LongHaul, rtt: Duration, loss: f64, protocol: Protocol) -> Long
         dst: fabric.host(1, 0),
         bytes,
         start,
+        message_bytes,
     };
     let ideal = Duration::from_secs_f64(bytes as f64 * 8.0 / rate_bps.max(1) as f64);
     let limit = ideal.mul_f64(cfg.limit_factor) + path.rtt * cfg.limit_rtts;
     let stream = StreamConfig {
-        message_bytes,
         messages_in_flight: tuning.messages_in_flight,
         packet_payload: PACKET_PAYLOAD,
         stop_at: start + limit,

@@ -8,7 +8,8 @@
 //! Hosts are configured for their own paths: the long-haul sender with
 //! [`Tuning::metaroce`] / [`Tuning::roce`] at the long round trip, the
 //! site-B hosts (the data-centre senders and the receiver) at the
-//! data-centre round trip. An endpoint's timers are endpoint-wide, so a
+//! data-centre round trip; each sender posts the window of its own path
+//! ([`Tuning::window_bytes`]: 1.5 BDPs, at least 1 MiB). An endpoint's timers are endpoint-wide, so a
 //! host that talked to both kinds of peer could not be configured for
 //! both: here none has to.
 
@@ -132,17 +133,18 @@ pub fn shared_bottleneck(
         .map(|i| fabric.host(1, i))
         .collect();
     let start = Instant::from_micros(1);
-    let flow = |src| StreamFlow {
+    // Each sender offers the window of its own path.
+    let flow = |src, path: &PathPlan| StreamFlow {
         src,
         dst,
         bytes: StreamFlow::UNTIL_STOPPED,
         start,
+        message_bytes: cfg.tuning.message_bytes(path),
     };
-    let mut flows = vec![flow(fabric.host(0, 0))];
-    flows.extend(intra_srcs.iter().map(|&s| flow(s)));
+    let mut flows = vec![flow(fabric.host(0, 0), &long)];
+    flows.extend(intra_srcs.iter().map(|&s| flow(s, &intra)));
     let duration = long.rtt * cfg.duration_rtts;
     let stream = StreamConfig {
-        message_bytes: cfg.tuning.message_bytes(&long),
         messages_in_flight: cfg.tuning.messages_in_flight,
         packet_payload: PACKET_PAYLOAD,
         stop_at: start + duration,
