@@ -25,8 +25,11 @@
 //!   and the RoCEv2 baseline ([`roce`]), and a
 //!   scripted [`probe`] for fabric tests.
 //! * [`memory`]: a host's byte arena; [`workload`]: flows of RDMA WRITEs
-//!   with completion times and integrity checks.
+//!   with completion times and integrity checks; [`stream`]: long flows
+//!   in bounded memory, with goodput sampled over time.
+//! * [`two_site`]: two leaf-spine sites joined by long-haul links.
 //! * [`experiments`]: the issue-5 experiments as functions returning rows;
+//!   [`long_haul`]: issue 17's, with its own tables and options;
 //!   [`plot`]: SVG charts. The `metaroce-sim` binary (`cargo xtask sim`)
 //!   prints, writes CSV and plots.
 
@@ -34,6 +37,7 @@ pub mod ecmp;
 pub mod event;
 pub mod experiments;
 pub mod link;
+pub mod long_haul;
 pub mod memory;
 pub mod metaroce;
 pub mod network;
@@ -43,8 +47,10 @@ pub mod probe;
 pub mod queue;
 pub mod rng;
 pub mod roce;
+pub mod stream;
 pub mod topology;
 pub mod transport;
+pub mod two_site;
 pub mod workload;
 
 pub use link::{LinkConfig, LossModel};
@@ -52,5 +58,5 @@ pub use network::{SimConfig, Simulator, Step};
 pub use packet::{HostId, Packet};
 pub use queue::{EcnPolicy, QueueConfig};
 pub use topology::{LeafSpine, PfcConfig, Topology};
-pub use transport::{SimTransport, TransportCounters, TransportError, TxMeta};
+pub use transport::{SendProgress, SimTransport, TransportCounters, TransportError, TxMeta};
 pub use workload::{Flow, FlowResult, FlowStatus, Report, WorkloadConfig};

@@ -30,6 +30,9 @@ Experiments (each runs MetaRoCE and RoCEv2 on the same fabric and flows):
   all-to-all    every host sends to every other, same table
   spray         one loss-free transfer over 16 spines whose delays differ
                 by up to 2 us; spurious retransmissions
+  long-haul     one connection between two sites at round trips of 0.01 to
+                20 ms, 0 and 0.1 % loss; goodput against the line rate;
+                its own options: long-haul --help
 
 Options:
   --bytes N        bytes per flow (defaults: 16 MiB; incast 1 MiB;
@@ -693,6 +696,16 @@ fn spray(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn long_haul(args: &[String]) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
+    let events = metaroce_sim::long_haul::cli::main(args, progress_bar)?;
+    if events > 0 {
+        speed(events, wall, cpu);
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = args.split_first() else {
@@ -710,6 +723,7 @@ fn main() -> ExitCode {
         "permutation" => parse(rest).and_then(|o| traffic(&o, &o.permutation, "permutation")),
         "all-to-all" => parse(rest).and_then(|o| traffic(&o, &o.all_to_all, "all-to-all")),
         "spray" => parse(rest).and_then(|o| spray(&o)),
+        "long-haul" => long_haul(rest),
         other => Err(format!("unknown experiment `{other}`\n\n{USAGE}")),
     };
     match result {

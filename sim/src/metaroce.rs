@@ -31,7 +31,7 @@ use smoltcp::wire::{EthernetAddress, Ipv4Address};
 
 use crate::memory::Arena;
 use crate::transport::TxMeta;
-use crate::transport::{SimTransport, TransportCounters, TransportError};
+use crate::transport::{SendProgress, SimTransport, TransportCounters, TransportError};
 
 /// Paths per connection (the engine's default offer is 16).
 pub const PATHS: usize = 16;
@@ -80,6 +80,9 @@ pub struct MetaRoce<const P: usize = PATHS> {
     next_timeout: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
+    /// Most packets one connection had in flight after any transmission
+    /// (summed over its paths' telemetry).
+    max_in_flight: u64,
 }
 
 /// The storage of a simulated host's endpoint with `connections`: every
@@ -178,6 +181,7 @@ impl<const P: usize> MetaRoce<P> {
             engine,
             queues: Box::new(Queues::new()),
             events: EventCounts::default(),
+            max_in_flight: 0,
         }
     }
 
@@ -199,6 +203,23 @@ impl<const P: usize> MetaRoce<P> {
             .poll_datagrams(now, &mut *self.endpoint, link, &mut port, mem);
         self.next_timeout = outcome.next_timeout;
         self.drain_events();
+    }
+
+    /// Updates `max_in_flight` from the paths' telemetry of the
+    /// connections to `peer` (the one that just sent; comparing addresses
+    /// first keeps this cheap on endpoints with many connections).
+    fn note_in_flight(&mut self, peer: PeerAddr) {
+        let endpoint = &self.endpoint;
+        for h in endpoint.handles() {
+            if endpoint.connection(h).is_none_or(|c| c.peer() != peer) {
+                continue;
+            }
+            let in_flight: u64 = (0..=u8::MAX)
+                .map_while(|path| endpoint.path_stats(h, path))
+                .map(|s| u64::from(s.in_flight))
+                .sum();
+            self.max_in_flight = self.max_in_flight.max(in_flight);
+        }
     }
 
     fn drain_events(&mut self) {
@@ -289,6 +310,8 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
         };
         self.poll(now, &mut link, mem);
         let to = link.sent?;
+        // Only a transmission raises the packets in flight.
+        self.note_in_flight(to.peer);
         Some(TxMeta {
             peer: to.peer,
             src_port: to.src_port,
@@ -324,5 +347,18 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
         }
         c.discarded += self.endpoint.drops().total();
         c
+    }
+
+    fn send_progress(&self) -> Option<SendProgress> {
+        let packets_acked = self
+            .endpoint
+            .handles()
+            .filter_map(|h| self.endpoint.stats(h))
+            .map(|s| s.packets_acked)
+            .sum();
+        Some(SendProgress {
+            packets_acked,
+            max_in_flight: self.max_in_flight,
+        })
     }
 }

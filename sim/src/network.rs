@@ -251,7 +251,8 @@ impl<T: SimTransport> Simulator<T> {
         for (id, l) in topology.links.iter().enumerate() {
             let pa = nodes[l.a].ports.len();
             let pb = nodes[l.b].ports.len();
-            let port = |peer, peer_port, dir: u64, c: &LinkConfig| Port {
+            // `dir` 0: `a`'s port towards `b`; 1: `b`'s towards `a`.
+            let port = |peer, peer_port, dir: u64, c: &LinkConfig, queue| Port {
                 peer,
                 peer_port,
                 rate_bps: c.rate_bps,
@@ -264,7 +265,7 @@ impl<T: SimTransport> Simulator<T> {
                     },
                     SimRng::stream(config.seed, 2 * id as u64 + dir),
                 ),
-                queue: OutputQueue::new(topology.queue),
+                queue: OutputQueue::new(queue),
                 free_ps: 0,
                 busy: false,
                 down: false,
@@ -274,8 +275,8 @@ impl<T: SimTransport> Simulator<T> {
                 queued_from: VecDeque::new(),
                 stats: PortStats::default(),
             };
-            let forward = port(l.b, pb, 0, &l.config);
-            let backward = port(l.a, pa, 1, &l.config);
+            let forward = port(l.b, pb, 0, &l.config, topology.queue_of(l.a));
+            let backward = port(l.a, pa, 1, &l.config, topology.queue_of(l.b));
             nodes[l.a].ports.push(forward);
             nodes[l.b].ports.push(backward);
             links.push(((l.a, pa), (l.b, pb)));

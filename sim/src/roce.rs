@@ -8,13 +8,17 @@
 use metaroce_core::api::{Completion, ConnHandle, Memory, PeerAddr, Region, RxMeta, WorkRequest};
 use metaroce_core::wire::encap::IpPair;
 use metaroce_core::Instant;
+use roce_baseline::psn;
+use roce_baseline::wire::aeth::{self, Syndrome};
+use roce_baseline::wire::bth::{self, Opcode};
 use roce_baseline::wire::icrc;
+use roce_baseline::wire::BTH_LEN;
 use roce_baseline::{finish, ip_udp_header, transport_len, Config, QpSetup, RoceEndpoint};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
 use crate::memory::Arena;
 use crate::rng::SimRng;
-use crate::transport::{SimTransport, TransportCounters, TransportError, TxMeta};
+use crate::transport::{SendProgress, SimTransport, TransportCounters, TransportError, TxMeta};
 
 /// Queue pairs per simulated host (as for MetaRoCE: a 64-host all-to-all).
 pub const QUEUE_PAIRS: usize = 128;
@@ -33,6 +37,46 @@ pub struct Roce<const Q: usize = QUEUE_PAIRS> {
     pub bad_icrc: u64,
     /// Packets that could not be built (an address that is not IPv4).
     pub unsendable: u64,
+    /// Each queue pair's progress, read off its packets.
+    progress: Vec<WireProgress>,
+}
+
+/// A queue pair's sending progress as its packets show it: the highest
+/// request PSN it sent and the PSN its peer acknowledged through (an ACK's
+/// PSN; a NAK's PSN less one). Read off the wire so that the baseline
+/// stays untouched; WRITE and SEND traffic only (READ responses are not
+/// followed).
+#[derive(Debug, Clone, Copy)]
+struct WireProgress {
+    local_qpn: u32,
+    remote_qpn: u32,
+    highest_sent: u32,
+    acked_through: u32,
+    packets_acked: u64,
+    max_in_flight: u64,
+}
+
+impl WireProgress {
+    fn new(local_qpn: u32, remote_qpn: u32, send_psn: u32) -> Self {
+        let before = psn::sub(send_psn, 1);
+        WireProgress {
+            local_qpn,
+            remote_qpn,
+            highest_sent: before,
+            acked_through: before,
+            packets_acked: 0,
+            max_in_flight: 0,
+        }
+    }
+
+    fn in_flight(&self) -> u64 {
+        psn::diff(self.highest_sent, self.acked_through).max(0) as u64
+    }
+}
+
+/// Whether `op` is a request that carries a PSN of its own (WRITE, SEND).
+fn is_request(op: Opcode) -> bool {
+    u8::from(op) <= u8::from(Opcode::WriteOnlyImm)
 }
 
 impl<const Q: usize> Roce<Q> {
@@ -53,6 +97,7 @@ impl<const Q: usize> Roce<Q> {
             payload: Vec::new(),
             bad_icrc: 0,
             unsendable: 0,
+            progress: Vec::new(),
         }
     }
 
@@ -65,6 +110,52 @@ impl<const Q: usize> Roce<Q> {
         let q = self.next_qpn;
         self.next_qpn += 1;
         q
+    }
+
+    /// Notes a request this endpoint sends (`header` starts with its BTH).
+    fn note_sent(&mut self, header: &[u8]) {
+        let Ok(b) = bth::Packet::new_checked(header) else {
+            return;
+        };
+        if !is_request(b.opcode()) {
+            return;
+        }
+        let (qpn, sent) = (b.dest_qp(), b.psn());
+        if let Some(p) = self.progress.iter_mut().find(|p| p.remote_qpn == qpn) {
+            if psn::lt(p.highest_sent, sent) {
+                p.highest_sent = sent;
+            }
+            p.max_in_flight = p.max_in_flight.max(p.in_flight());
+        }
+    }
+
+    /// Notes an ACK or NAK this endpoint received.
+    fn note_received(&mut self, packet: &[u8]) {
+        let Ok(b) = bth::Packet::new_checked(packet) else {
+            return;
+        };
+        if b.opcode() != Opcode::Acknowledge {
+            return;
+        }
+        let Some(syndrome) = packet
+            .get(BTH_LEN..)
+            .and_then(|rest| aeth::Packet::new_checked(rest).ok())
+            .and_then(|a| Syndrome::from_byte(a.syndrome_byte()).ok())
+        else {
+            return;
+        };
+        let through = match syndrome {
+            Syndrome::Ack { .. } => b.psn(),
+            // A NAK names the PSN expected next: everything before arrived.
+            _ => psn::sub(b.psn(), 1),
+        };
+        let qpn = b.dest_qp();
+        if let Some(p) = self.progress.iter_mut().find(|p| p.local_qpn == qpn) {
+            if psn::lt(p.acked_through, through) && psn::le(through, p.highest_sent) {
+                p.packets_acked += psn::diff(through, p.acked_through) as u64;
+                p.acked_through = through;
+            }
+        }
     }
 
     fn ip_pair(&self, peer: IpAddress) -> Option<IpPair> {
@@ -121,6 +212,8 @@ impl<const Q: usize> SimTransport for Roce<Q> {
             .map_err(roce_error)?;
         a.qps.push(ha);
         b.qps.push(hb);
+        a.progress.push(WireProgress::new(qpn_a, qpn_b, psn_a));
+        b.progress.push(WireProgress::new(qpn_b, qpn_a, psn_b));
         Ok(ha)
     }
 
@@ -148,6 +241,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
             self.bad_icrc += 1;
             return;
         }
+        self.note_received(packet);
         self.endpoint.handle_packet(now, meta, packet, mem);
     }
 
@@ -162,6 +256,9 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         out: &mut Vec<u8>,
     ) -> Option<TxMeta> {
         let t = self.endpoint.poll_transmit(now, &mut self.header)?;
+        let header = core::mem::take(&mut self.header);
+        self.note_sent(&header[..t.header_len]);
+        self.header = header;
         let header = &self.header[..t.header_len];
         let plen = t.payload.map_or(0, |p| p.len as usize);
         self.payload.clear();
@@ -217,5 +314,17 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         let e = self.endpoint.endpoint_counters();
         c.discarded += e.malformed + e.unknown_qp + e.wrong_peer + e.bad_pkey + self.bad_icrc;
         c
+    }
+
+    fn send_progress(&self) -> Option<SendProgress> {
+        Some(SendProgress {
+            packets_acked: self.progress.iter().map(|p| p.packets_acked).sum(),
+            max_in_flight: self
+                .progress
+                .iter()
+                .map(|p| p.max_in_flight)
+                .max()
+                .unwrap_or(0),
+        })
     }
 }

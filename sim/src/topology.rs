@@ -36,8 +36,12 @@ pub struct Topology {
     /// Node of each host, by host index.
     pub hosts: Vec<NodeId>,
     pub links: Vec<Link>,
-    /// Output queue of every switch port.
+    /// Output queue of every switch port, unless `queue_overrides` names
+    /// the switch.
     pub queue: QueueConfig,
+    /// Switches whose output queues differ from `queue` (deep-buffer border
+    /// routers, say); see [`Topology::set_switch_queue`].
+    pub queue_overrides: Vec<(NodeId, QueueConfig)>,
     /// Priority flow control on every switch, or none (a lossy fabric).
     pub pfc: Option<PfcConfig>,
 }
@@ -91,8 +95,23 @@ impl Topology {
             hosts: Vec::new(),
             links: Vec::new(),
             queue,
+            queue_overrides: Vec::new(),
             pfc: None,
         }
+    }
+
+    /// Gives every output port of switch `node` the queue `queue`.
+    pub fn set_switch_queue(&mut self, node: NodeId, queue: QueueConfig) {
+        self.queue_overrides.retain(|(n, _)| *n != node);
+        self.queue_overrides.push((node, queue));
+    }
+
+    /// The output queue of `node`'s ports.
+    pub fn queue_of(&self, node: NodeId) -> QueueConfig {
+        self.queue_overrides
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map_or(self.queue, |(_, q)| *q)
     }
 
     /// Adds a host; returns its host index.
@@ -129,22 +148,39 @@ impl Topology {
     pub fn leaf_spine(spec: &LeafSpine) -> Topology {
         let mut t = Topology::empty(spec.queue);
         t.pfc = spec.pfc;
-        let spines: Vec<NodeId> = (0..spec.spines).map(|_| t.add_switch()).collect();
-        let leaves: Vec<NodeId> = (0..spec.leaves).map(|_| t.add_switch()).collect();
+        t.add_leaf_spine(spec);
+        t
+    }
+
+    /// Adds a leaf-spine fabric (`spec`'s shape and links; its queue and
+    /// PFC settings are the topology's) to this topology, so that several
+    /// sites can share one. Spines first, then leaves, then the fabric
+    /// links leaf-major, then the hosts leaf by leaf: on an empty topology
+    /// node and link ids are those [`LeafSpine`] computes.
+    pub fn add_leaf_spine(&mut self, spec: &LeafSpine) -> Site {
+        let first_host = self.hosts.len();
+        let first_fabric_link = self.links.len();
+        let spines: Vec<NodeId> = (0..spec.spines).map(|_| self.add_switch()).collect();
+        let leaves: Vec<NodeId> = (0..spec.leaves).map(|_| self.add_switch()).collect();
         // Fabric links first, leaf-major: link id = leaf * spines + spine.
         for &leaf in &leaves {
             for &spine in &spines {
-                t.connect(leaf, spine, spec.fabric_link);
+                self.connect(leaf, spine, spec.fabric_link);
             }
         }
         for &leaf in &leaves {
             for _ in 0..spec.hosts_per_leaf {
-                let h = t.add_host();
-                let node = t.hosts[h];
-                t.connect(node, leaf, spec.host_link);
+                let h = self.add_host();
+                let node = self.hosts[h];
+                self.connect(node, leaf, spec.host_link);
             }
         }
-        t
+        Site {
+            spines,
+            leaves,
+            hosts: first_host..self.hosts.len(),
+            first_fabric_link,
+        }
     }
 
     /// Sets the loss model of every link.
@@ -159,6 +195,18 @@ impl Topology {
     pub fn host_count(&self) -> usize {
         self.hosts.len()
     }
+}
+
+/// Where [`Topology::add_leaf_spine`] put a fabric's parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    pub spines: Vec<NodeId>,
+    pub leaves: Vec<NodeId>,
+    /// Its hosts, leaf by leaf.
+    pub hosts: std::ops::Range<HostId>,
+    /// Link id of (leaf 0, spine 0); (leaf, spine) is `leaf * spines + spine`
+    /// further.
+    pub first_fabric_link: LinkId,
 }
 
 /// Shape of a leaf-spine fabric. Hosts are numbered leaf by leaf: hosts

@@ -84,6 +84,19 @@ impl core::ops::AddAssign for TransportCounters {
     }
 }
 
+/// How far an endpoint's sending side has got, for experiments that
+/// measure goodput between two instants (long transfers whose messages
+/// complete too rarely to time them) and what a window let out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendProgress {
+    /// Data packets the peers acknowledged, each counted once, summed over
+    /// the endpoint's connections.
+    pub packets_acked: u64,
+    /// Most data packets one connection had sent and not yet seen
+    /// acknowledged (or, where the protocol knows, declared lost) at once.
+    pub max_in_flight: u64,
+}
+
 /// A transport endpoint on a simulated host.
 pub trait SimTransport {
     /// Short protocol name for tables.
@@ -135,4 +148,9 @@ pub trait SimTransport {
 
     /// Counters summed over connections.
     fn counters(&self) -> TransportCounters;
+
+    /// Sending progress; `None` where the adapter does not track it.
+    fn send_progress(&self) -> Option<SendProgress> {
+        None
+    }
 }

@@ -183,3 +183,70 @@ fn spray_small_is_loss_free_and_intact() {
         rows[1]
     );
 }
+
+fn tiny_long_haul() -> metaroce_sim::long_haul::LongHaul {
+    metaroce_sim::long_haul::LongHaul {
+        rtts: vec![Duration::from_micros(10), Duration::from_millis(2)],
+        losses: vec![0.0, 0.005],
+        transfer_bdps: 2.0,
+        min_bytes: 4 << 20,
+        ..metaroce_sim::long_haul::LongHaul::default()
+    }
+}
+
+#[test]
+fn long_haul_small_is_intact_bounded_and_reproducible() {
+    let cfg = tiny_long_haul();
+    let rows = metaroce_sim::long_haul::long_haul(&cfg, |_, _| {});
+    assert_eq!(rows.len(), 2 * 2 * 2);
+    for r in &rows {
+        println!("{r:?}");
+        assert_eq!(r.messages_corrupt, 0, "{r:?}");
+        assert!(
+            matches!(r.status, FlowStatus::Done | FlowStatus::Unfinished),
+            "{r:?}"
+        );
+        // Loss-free short paths finish; nothing exceeds the line rate.
+        if r.loss == 0.0 && r.path_rtt < Duration::from_millis(1) {
+            assert!(r.intact, "{r:?}");
+        }
+        assert!(r.goodput_gbps > 0.0, "{r:?}");
+        assert!(r.pct_of_line_rate() <= 100.0, "{r:?}");
+        // A window never lets out more than the application posted.
+        let posted = r.window_bytes.div_ceil(4096) + u64::from(r.message_bytes / 4096);
+        let in_flight = r.max_in_flight.expect("both adapters track it");
+        assert!(in_flight > 0 && in_flight <= posted, "{r:?}");
+        if r.loss > 0.0 && r.path_rtt > Duration::from_millis(1) {
+            assert!(r.lost_long_haul > 0, "{r:?}");
+        }
+        assert_eq!(r.queue_drops, 0, "{r:?}");
+    }
+    assert_eq!(rows, metaroce_sim::long_haul::long_haul(&cfg, |_, _| {}));
+}
+
+#[test]
+fn long_haul_shared_bottleneck_small_is_reproducible() {
+    let cfg = metaroce_sim::long_haul::shared::SharedBottleneck {
+        rtt: Duration::from_micros(500),
+        intra_flows: 2,
+        duration_rtts: 8,
+        ..metaroce_sim::long_haul::shared::SharedBottleneck::default()
+    };
+    let rows = metaroce_sim::long_haul::shared::shared_bottleneck(&cfg, |_, _| {});
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        println!(
+            "{:?} Jain {} total {}",
+            r.protocol, r.fairness, r.total_gbps
+        );
+        assert_eq!(r.flows.len(), 3);
+        assert!(r.flows.iter().all(|f| f.messages_corrupt == 0), "{r:?}");
+        assert!(r.fairness > 0.0 && r.fairness <= 1.0 + 1e-9, "{r:?}");
+        // The flows share one 25 Gbit/s link.
+        assert!(r.total_gbps > 0.0 && r.total_gbps <= 25.0 * 1.01, "{r:?}");
+    }
+    assert_eq!(
+        rows,
+        metaroce_sim::long_haul::shared::shared_bottleneck(&cfg, |_, _| {})
+    );
+}
