@@ -409,7 +409,7 @@ pub fn run_protocol(
     };
     match protocol {
         Protocol::MetaRoce => go(topology, config, flows, stream, |h, _, s| {
-            MetaRoce::<4, 16>::new(tuning.metaroce(&plan(h)), s)
+            MetaRoce::<16>::new(tuning.metaroce(&plan(h)), 4, s)
         }),
         Protocol::Roce => go(topology, config, flows, stream, |h, a, s| {
             Roce::<4>::new(tuning.roce(&plan(h)), a, s)
