@@ -40,6 +40,8 @@ pub mod metaroce;
 pub mod net;
 pub mod random;
 pub mod ring;
+pub mod shard;
+pub mod spinlock;
 pub mod transport;
 #[cfg(feature = "virtio")]
 pub mod virtio;
