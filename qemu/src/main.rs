@@ -26,6 +26,7 @@ use metaroce_qemu::{run, serve, RunOptions, ServeOptions, Topology};
 enum TopologyArg {
     Pair,
     Incast,
+    Ring,
 }
 
 #[derive(Debug, Parser)]
@@ -42,9 +43,15 @@ struct Args {
     qemu: String,
     #[arg(long, default_value_t = 2)]
     nodes: usize,
-    /// pair: node 0 sends to node 1; incast: all send to the last node.
-    #[arg(long, value_enum, default_value_t = TopologyArg::Pair)]
-    topology: TopologyArg,
+    /// Cores per node (QEMU -smp, 1 to 8): one engine, endpoint and
+    /// workload share per core, core 0 steering frames to their owner.
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+    /// pair: node 0 sends to node 1; incast: all send to the last node;
+    /// ring: each node sends to the next (default with --cores above 1,
+    /// so every core of every node has a connection of its own).
+    #[arg(long, value_enum)]
+    topology: Option<TopologyArg>,
     /// mixed, write, send or read.
     #[arg(long, default_value = "mixed")]
     workload: String,
@@ -185,9 +192,13 @@ fn main() -> ExitCode {
         elf: a.elf,
         qemu: a.qemu,
         nodes: a.nodes,
+        cores: a.cores,
         topology: match a.topology {
-            TopologyArg::Pair => Topology::Pair,
-            TopologyArg::Incast => Topology::Incast,
+            Some(TopologyArg::Pair) => Topology::Pair,
+            Some(TopologyArg::Incast) => Topology::Incast,
+            Some(TopologyArg::Ring) => Topology::Ring,
+            None if a.cores > 1 => Topology::Ring,
+            None => Topology::Pair,
         },
         workload: a.workload,
         transport: a.transport,
@@ -221,6 +232,7 @@ fn main() -> ExitCode {
     match run(&opts) {
         Ok(report) => {
             print!("{}", report.summary());
+            print!("{}", report.core_summary());
             for n in &report.nodes {
                 if let Some(p) = &n.panic {
                     println!("node {} panicked: {p}", n.node);
