@@ -50,15 +50,17 @@ use crate::smp::{self, MAX_CORES};
 use crate::workload::{self, Counters, NodeServices, Report, Workload, HOST_BASE};
 
 /// Frames per direction of each core's link to the dispatcher.
-const LINK_SLOTS: usize = 64;
+const LINK_SLOTS: usize = 128;
 type CoreDevice = MemFrameDevice<'static, LINK_SLOTS>;
 /// A core's endpoint: its own outgoing connection plus as many incoming
 /// ones as the workload can take, 8 paths each.
 type CoreEndpoint = Endpoint<{ MAX_PEERS + 1 }, 8>;
 /// Connection ids the dispatcher can learn.
 type Owners = LearnedOwners<256>;
-/// Frames the dispatcher moves per direction and round.
-const DISPATCH_BUDGET: u32 = 64;
+/// Frames the dispatcher moves per direction and round: no more than one
+/// engine poll takes from its ring (`Budget::rx_frames`), so core 0, which
+/// both fills its own ring and drains it, does not overrun it.
+const DISPATCH_BUDGET: u32 = 32;
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
