@@ -1,20 +1,23 @@
-//! The node: bring-up, the shared-memory rings from `board.toml`, the
-//! MetaRoCE endpoint, and the main loop, which is the platform's engine
-//! loop (`Engine::poll`, the same code as under QEMU) over the frame rings,
-//! the host-interface queues and the DMA window, sleeping (`wfi`) on the
-//! timer or the doorbell interrupt when nothing moves.
+//! The node: bring-up, the secondary cores, and on every core the
+//! shared-memory rings from `board.toml`, a MetaRoCE endpoint and the main
+//! loop, which is the platform's engine loop (`Engine::poll`, the same
+//! code as under QEMU) over that core's frame rings, host-interface queues
+//! and share of the DMA window, sleeping (`wfi`) on the core's timer (and,
+//! on core 0, the doorbell interrupt) when nothing moves. The NIC side
+//! steers each frame to the rings of the core owning its connection, so
+//! no core touches another's state.
 
 use core::time::Duration;
 
 use metaroce_core::api::PeerAddr;
-use metaroce_core::{Config, Endpoint, Event};
+use metaroce_core::{Config, Endpoint, Event, Instant};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::{Doorbell, Engine, HostQueues};
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
 
-use board_pensando_elba::board;
 use board_pensando_elba::shm::{ShmDoorbell, ShmFrameDevice};
+use board_pensando_elba::{board, cores};
 
 use crate::hw::{self, BarrierNotify, BootInfo};
 use crate::println;
@@ -29,8 +32,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 const STATS_PERIOD: Duration = Duration::from_secs(10);
 
 const _: () = assert!(
-    board::HOST_QUEUES_OFFSET + core::mem::size_of::<Queues>() <= board::RINGS_SIZE,
-    "board.toml: the host queues do not fit rings.size after rings.host_queues_offset"
+    core::mem::size_of::<Queues>() <= board::HOST_QUEUES_STRIDE,
+    "board.toml: one core's host queues do not fit rings.host_queues_stride"
 );
 
 fn fail(msg: &str) -> ! {
@@ -67,8 +70,37 @@ pub fn main(boot: BootInfo) -> ! {
         board::DOORBELL_INTID,
         irq.message_spis()
     );
-    let Some(shared) = hw::shared_memory() else {
+    for core in 1..board::CORE_COUNT {
+        if let Err(e) = irq.prepare_core(core) {
+            defmt::warn!("core {=usize}: GIC not ready ({}); not started", core, e);
+            continue;
+        }
+        let started = hw::start_secondary(core, move || {
+            let mut irq = hw::CoreInterrupts::new();
+            run_core(core, &mut |deadline| irq.wait(deadline))
+        });
+        match started {
+            Ok(()) => defmt::info!(
+                "core {=usize} started (MPIDR {=u64:#x})",
+                core,
+                cores::mpidr_of(core)
+            ),
+            Err(code) => defmt::warn!("core {=usize}: PSCI CPU_ON failed ({=i64})", core, code),
+        }
+    }
+    run_core(0, &mut |deadline| {
+        irq.wait(deadline);
+    })
+}
+
+/// Core `core`'s engine loop over its own share of the board; `wait`
+/// sleeps until an interrupt or the deadline.
+fn run_core(core: usize, wait: &mut dyn FnMut(Instant)) -> ! {
+    let Some(shared) = hw::shared_memory(core) else {
         fail("shared-memory rings could not be formatted (see board.toml)")
+    };
+    let Some(layout) = cores::layout(core) else {
+        fail("no layout for this core")
     };
     let hw::SharedMemory {
         mut rx_ring,
@@ -87,7 +119,7 @@ pub fn main(boot: BootInfo) -> ! {
     let Some((_host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };
-    let mut window = HostWindow::new(board::HOST_MEMORY_HOST_ADDRESS, host_memory);
+    let mut window = HostWindow::new(layout.host_memory_host, host_memory);
     let mut engine: Engine = Engine::new(NetConfig {
         mac: EthernetAddress(board::MAC),
         ip: Ipv4Address::from(board::IP),
@@ -98,9 +130,10 @@ pub fn main(boot: BootInfo) -> ! {
         mtu: 1024,
         ..Config::default()
     };
-    let seed = hw::now().as_nanos() ^ (boot.mpidr << 32);
+    let seed = hw::now().as_nanos() ^ (hw::mpidr() << 32);
     let mut endpoint = ElbaEndpoint::new(config, seed);
-    if let Some((ip, mac)) = board::PEER {
+    // The static peer is core 0's; the NIC steers its replies there.
+    if let (0, Some((ip, mac))) = (core, board::PEER) {
         let ip = Ipv4Address::from(ip);
         engine.add_static_neighbor(ip, EthernetAddress(mac));
         let peer = PeerAddr {
@@ -113,12 +146,13 @@ pub fn main(boot: BootInfo) -> ! {
         }
     }
     defmt::info!(
-        "engine loop over rings at {=usize:#x} (rx {=u32}, tx {=u32} slots), DMA window {=usize:#x} (+{=usize:#x})",
-        board::RINGS_BASE,
+        "core {=usize}: engine loop over rings at {=usize:#x} (rx {=u32}, tx {=u32} slots), DMA window {=usize:#x} (+{=usize:#x})",
+        core,
+        board::RINGS_BASE + layout.rx_ring,
         board::RX_SLOTS,
         board::TX_SLOTS,
-        board::HOST_MEMORY_LOCAL_BASE,
-        board::HOST_MEMORY_SIZE
+        layout.host_memory_local,
+        layout.host_memory_len
     );
     let mut next_stats = hw::now() + STATS_PERIOD;
     let mut fault_reported = false;
@@ -148,7 +182,7 @@ pub fn main(boot: BootInfo) -> ! {
                 deadline = deadline.min(t);
             }
             if deadline > hw::now() {
-                irq.wait(deadline);
+                wait(deadline);
             }
         }
     }
