@@ -678,6 +678,25 @@ pub fn serve(
 /// Most cores per node: QEMU `virt`'s GICv2 serves 8.
 pub const MAX_CORES: usize = 8;
 
+/// Emulated host memory of a node (the firmware's `HOST_MEMORY_LEN`),
+/// split evenly between its cores.
+pub const NODE_HOST_MEMORY: u64 = 64 << 20;
+
+/// Messages per sender by default: 32, or as many as fit a core's share
+/// of host memory. A core lays out 3 areas of `size x count` (sources,
+/// READ sinks and sources) plus 2 per receive slot, and takes as many
+/// slots as its node's senders could open to it (every core of every
+/// sender, at most 8: with `nodes` nodes at most `nodes - 1` senders per
+/// receiver, times `cores`), plus 64 KiB of control buffers.
+pub fn default_count(size: u32, cores: usize, nodes: usize) -> u32 {
+    let cores = cores.max(1) as u64;
+    let slots = ((nodes.max(2) as u64 - 1) * cores).min(8);
+    let share = NODE_HOST_MEMORY / cores;
+    let areas = 3 + 2 * slots;
+    let per_area = share.saturating_sub(64 << 10) / areas;
+    (per_area / u64::from(size.max(1))).clamp(1, 32) as u32
+}
+
 /// The `core=` field of a per-core line.
 fn core_of(fields: &BTreeMap<String, String>) -> Option<usize> {
     fields.get("core")?.parse().ok()
@@ -825,6 +844,19 @@ mod tests {
                 .any(|p| p.contains("0x201 owned by cores 0 and 1")),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn default_count_fits_a_cores_share() {
+        assert_eq!(default_count(65536, 1, 2), 32);
+        assert_eq!(default_count(65536, 2, 2), 32);
+        // 4 cores: 16 MiB each, 4 receive slots, 11 areas of 64 KiB x N.
+        let n = default_count(65536, 4, 2);
+        assert!(
+            n < 32 && 11 * 65536 * u64::from(n) + (64 << 10) <= 16 << 20,
+            "{n}"
+        );
+        assert_eq!(default_count(1 << 30, 8, 8), 1);
     }
 
     #[test]

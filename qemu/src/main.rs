@@ -61,9 +61,10 @@ struct Args {
     /// Bytes per message.
     #[arg(long, default_value_t = 65536)]
     size: u32,
-    /// Messages per sender.
-    #[arg(long, default_value_t = 32)]
-    count: u32,
+    /// Messages per sender (default 32, fewer where a core's share of the
+    /// node's host memory could not hold them: see --cores).
+    #[arg(long)]
+    count: Option<u32>,
     /// Messages in flight per sender.
     #[arg(long, default_value_t = 8)]
     depth: u32,
@@ -203,7 +204,16 @@ fn main() -> ExitCode {
         workload: a.workload,
         transport: a.transport,
         size: a.size,
-        count: a.count,
+        count: a.count.unwrap_or_else(|| {
+            let fit = metaroce_qemu::default_count(a.size, a.cores, a.nodes);
+            if fit < 32 {
+                eprintln!(
+                    "metaroce-qemu: --count {fit}: what a core's share of host memory holds at --size {} on {} cores",
+                    a.size, a.cores
+                );
+            }
+            fit
+        }),
         depth: a.depth,
         seed: a.seed,
         impairments: Impairments {

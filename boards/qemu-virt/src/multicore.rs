@@ -38,7 +38,7 @@ use metaroce_core::{Config, Endpoint, Event, Instant};
 use metaroce_platform::device::{MemFrameDevice, MemLink};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
-use metaroce_platform::shard::{Dispatcher, LearnedOwners};
+use metaroce_platform::shard::{Dispatcher, LearnedOwners, Round};
 use metaroce_platform::{Engine, HostQueues};
 use smoltcp::wire::EthernetAddress;
 
@@ -147,8 +147,10 @@ fn core_config(cfg: &NodeConfig, core: usize) -> NodeConfig {
 /// What a core does besides its own shard.
 trait CoreRole {
     /// Work outside the shard (core 0: moving frames between the device
-    /// and the rings); whether anything moved.
-    fn service(&mut self, now: Instant) -> bool;
+    /// and the rings; received frames only when `receive`, so that core 0
+    /// feeds its own ring no faster than its engine drains it); whether
+    /// anything moved.
+    fn service(&mut self, receive: bool) -> bool;
     /// The shard queued frames to send.
     fn transmitted(&mut self);
     /// Whether work waits that `service` would take (checked before sleeping).
@@ -174,11 +176,14 @@ struct Dispatching {
 }
 
 impl CoreRole for Dispatching {
-    fn service(&mut self, _now: Instant) -> bool {
+    fn service(&mut self, receive: bool) -> bool {
         let start = hw::counter();
-        let rx = self
-            .dispatcher
-            .receive(&mut self.net, &mut self.rings, DISPATCH_BUDGET);
+        let rx = if receive {
+            self.dispatcher
+                .receive(&mut self.net, &mut self.rings, DISPATCH_BUDGET)
+        } else {
+            Round::default()
+        };
         let tx = self
             .dispatcher
             .transmit(&mut self.net, &mut self.rings, DISPATCH_BUDGET);
@@ -291,7 +296,7 @@ struct Secondary {
 }
 
 impl CoreRole for Secondary {
-    fn service(&mut self, _now: Instant) -> bool {
+    fn service(&mut self, _receive: bool) -> bool {
         false
     }
 
@@ -363,7 +368,7 @@ fn shard_loop(
     let mut reported = false;
     loop {
         let now = hw::now();
-        let mut busy = role.service(now);
+        let mut busy = role.service(true);
         let sent_before = engine.stats().tx_frames;
         let polled = engine.poll(now, &mut endpoint, &mut device, &mut port, &mut window);
         if !reported {
@@ -385,7 +390,7 @@ fn shard_loop(
         if engine.stats().tx_frames != sent_before {
             role.transmitted();
         }
-        busy |= role.service(now) | polled.busy | port.has_work();
+        busy |= role.service(false) | polled.busy | port.has_work();
         if busy {
             continue;
         }
