@@ -319,7 +319,7 @@ pub enum GicSetupError {
 pub struct Interrupts {
     /// Owned so that nothing else can take the distributor; waiting uses
     /// the CPU interface's system registers only.
-    _gic: GicV3<'static>,
+    gic: GicV3<'static>,
     cpu: usize,
     doorbell: Option<IntId>,
     message_spis: bool,
@@ -381,7 +381,7 @@ impl Interrupts {
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
         Ok(Interrupts {
-            _gic: gic,
+            gic,
             cpu,
             doorbell,
             message_spis: typer & GICD_TYPER_MBIS != 0,
@@ -396,13 +396,13 @@ impl Interrupts {
         let mpidr = cores::mpidr_of(core);
         let cpu = (0..board::GIC_CPU_COUNT)
             .find(|&i| {
-                self._gic
+                self.gic
                     .gicr_typer(i)
                     .is_ok_and(|t| t.core_mpidr() == mpidr)
             })
             .ok_or(GicSetupError::NoRedistributorFor(mpidr))?;
-        let _ = self._gic.redistributor_mark_core_awake(cpu);
-        let gic = &mut self._gic;
+        let _ = self.gic.redistributor_mark_core_awake(cpu);
+        let gic = &mut self.gic;
         let _ = gic.set_group(TIMER_INTID, Some(cpu), Group::Group1NS);
         let _ = gic.set_interrupt_priority(TIMER_INTID, Some(cpu), PRIORITY);
         let _ = gic.set_trigger(TIMER_INTID, Some(cpu), Trigger::Level);
