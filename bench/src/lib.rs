@@ -17,7 +17,12 @@
 //! computes it over the whole packet and the receiver verifies it, as on a
 //! host without CRC offload. [`measure`] times that CRC alone so it can be
 //! taken out of the total.
+//!
+//! [`dispatch`] times the multi-core frame dispatcher of
+//! `metaroce_platform::shard`: what the core that owns a NIC without
+//! steering pays per frame to bring it to the core owning its connection.
 
+pub mod dispatch;
 pub mod measure;
 mod pair;
 

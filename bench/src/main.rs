@@ -274,6 +274,7 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
         "count",
         "CRC-32 uses run-time SIMD detection (feature simd-crc)",
     ));
+    rows.extend(metaroce_bench::dispatch::rows(n));
     rows.extend(measure::memory_rows());
     if args.scale {
         rows.extend(scale_rows(args, cycle, crc_cycle)?);

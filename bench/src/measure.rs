@@ -109,7 +109,7 @@ impl Stopwatch {
 
 /// Runs `f(iterations)` long enough (about `MIN_RUN`) for the on-CPU clock
 /// to be exact to about 1 %, after a short calibration run.
-fn timed(mut f: impl FnMut(u64)) -> Sample {
+pub fn timed(mut f: impl FnMut(u64)) -> Sample {
     const MIN_RUN: Duration = Duration::from_millis(150);
     const CALIBRATION: u64 = 1_000;
     let t = WallClock::now();

@@ -184,11 +184,22 @@ pub struct BoardConfig {
     pub rings: (u64, u64),
     pub rx_slots: u64,
     pub tx_slots: u64,
+    /// Core 0's rings; core `i`'s are `i * core_ring_stride` further.
     pub rx_ring_offset: u64,
     pub tx_ring_offset: u64,
+    pub core_ring_stride: u64,
+    /// Core 0's host queues; core `i`'s are `i * host_queues_stride` further.
     pub host_queues_offset: u64,
+    pub host_queues_stride: u64,
+    /// Core 0's doorbell words; core `i`'s are `i * doorbell_stride` further.
     pub rx_doorbell_offset: u64,
     pub tx_doorbell_offset: u64,
+    pub doorbell_stride: u64,
+    /// Cores running an engine, how many share a cluster (MPIDR Aff1 is
+    /// the cluster, Aff0 the core in it), and each secondary's stack.
+    pub core_count: u64,
+    pub cores_per_cluster: u64,
+    pub secondary_stack_pages: u64,
     pub host_memory: (u64, u64),
     pub host_address: u64,
     pub mac: [u8; 6],
@@ -263,6 +274,11 @@ pub const KNOWN_KEYS: &[&str] = &[
     "rings.host_queues_offset",
     "rings.rx_doorbell_offset",
     "rings.tx_doorbell_offset",
+    "rings.doorbell_stride",
+    "rings.host_queues_stride",
+    "cores.count",
+    "cores.per_cluster",
+    "cores.stack_pages",
     "host_memory.local_base",
     "host_memory.size",
     "host_memory.host_address",
@@ -351,37 +367,82 @@ impl BoardConfig {
                 return Err(format!("rings.{name} must be a power of two up to 32768"));
             }
         }
-        // Layout of the ring region: doorbell words in the first page, then
-        // the rx ring, then the tx ring (each 4 KiB aligned), then the host
-        // queues at their configured offset.
+        let core_count = int("cores.count")?;
+        let cores_per_cluster = int("cores.per_cluster")?;
+        let secondary_stack_pages = int("cores.stack_pages")?;
+        if !(1..=16).contains(&core_count) {
+            return Err("cores.count must be 1..=16 (Elba and Salina have 16 cores)".into());
+        }
+        if !(1..=16).contains(&cores_per_cluster) {
+            return Err("cores.per_cluster must be 1..=16".into());
+        }
+        if secondary_stack_pages == 0 {
+            return Err("cores.stack_pages must be > 0".into());
+        }
+        // Layout of the ring region: every core's doorbell words in the
+        // first page (`doorbell_stride` apart), then each core's rx ring
+        // and tx ring (each 4 KiB aligned), core after core, then each
+        // core's host queues (`host_queues_stride` apart) from their
+        // configured offset.
         let ring_bytes = |slots: u64| RING_HEADER_BYTES + slots * FRAME_SLOT_BYTES;
         let align = |x: u64| x.div_ceil(4096) * 4096;
         let rx_ring_offset = 4096;
         let tx_ring_offset = align(rx_ring_offset + ring_bytes(rx_slots));
-        let frame_rings_end = align(tx_ring_offset + ring_bytes(tx_slots));
+        let core_ring_stride = align(tx_ring_offset + ring_bytes(tx_slots)) - rx_ring_offset;
+        let frame_rings_end = rx_ring_offset + core_count * core_ring_stride;
         let host_queues_offset = int("rings.host_queues_offset")?;
+        let host_queues_stride = int("rings.host_queues_stride")?;
         let rx_doorbell_offset = int("rings.rx_doorbell_offset")?;
         let tx_doorbell_offset = int("rings.tx_doorbell_offset")?;
+        let doorbell_stride = int("rings.doorbell_stride")?;
+        if doorbell_stride % 64 != 0 {
+            return Err(
+                "rings.doorbell_stride must be a multiple of 64 (a cache line per word)".into(),
+            );
+        }
         for (name, off) in [
             ("rx_doorbell_offset", rx_doorbell_offset),
             ("tx_doorbell_offset", tx_doorbell_offset),
         ] {
-            if off % 64 != 0 || off + 4 > 4096 {
+            let last = off + (core_count - 1) * doorbell_stride;
+            if off % 64 != 0 || last + 4 > 4096 {
                 return Err(format!(
-                    "rings.{name} must be 64-byte aligned and in the first 4 KiB of the ring region"
+                    "rings.{name} must be 64-byte aligned and, for every core ({core_count}, doorbell_stride apart), in the first 4 KiB of the ring region"
                 ));
             }
         }
-        if rx_doorbell_offset == tx_doorbell_offset {
-            return Err("rings.rx_doorbell_offset and tx_doorbell_offset must differ".into());
+        // Every doorbell word of every core on a cache line of its own.
+        let mut lines: Vec<u64> = (0..core_count)
+            .flat_map(|i| {
+                [rx_doorbell_offset, tx_doorbell_offset].map(|o| (o + i * doorbell_stride) / 64)
+            })
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        if lines.len() as u64 != 2 * core_count {
+            return Err(
+                "rings.rx_doorbell_offset and tx_doorbell_offset must differ and no doorbell word may share a cache line with another core's (check doorbell_stride)"
+                    .into(),
+            );
         }
         if host_queues_offset % 4096 != 0
             || host_queues_offset < frame_rings_end
             || host_queues_offset >= rings.1
         {
             return Err(format!(
-                "rings.host_queues_offset must be 4 KiB aligned, at least {frame_rings_end:#x} (after the frame rings) and inside rings.size"
+                "rings.host_queues_offset must be 4 KiB aligned, at least {frame_rings_end:#x} (after the frame rings of {core_count} cores) and inside rings.size"
             ));
+        }
+        if host_queues_stride == 0
+            || host_queues_stride % 4096 != 0
+            || host_queues_offset + core_count * host_queues_stride > rings.1
+        {
+            return Err(format!(
+                "rings.host_queues_stride must be a non-zero multiple of 4 KiB, and {core_count} cores' host queues must fit rings.size after host_queues_offset"
+            ));
+        }
+        if host_memory.1 / core_count < 4096 {
+            return Err("host_memory.size must give every core at least 4 KiB".into());
         }
         let uart = int("console.uart_base")?;
         let gicd = int("gic.distributor")?;
@@ -396,6 +457,11 @@ impl BoardConfig {
             return Err(
                 "gic.cpu_count redistributor frames (128 KiB each) must fit gic.redistributor_size"
                     .into(),
+            );
+        }
+        if core_count > cpu_count {
+            return Err(
+                "cores.count must not exceed gic.cpu_count (one redistributor per core)".into(),
             );
         }
         let reg_shift = int("console.reg_shift")?;
@@ -439,6 +505,12 @@ impl BoardConfig {
         if stack_pages == 0 || stack_pages * 4096 >= max_size {
             return Err("image.stack_pages must be > 0 and fit image.max_size".into());
         }
+        if (stack_pages + (core_count - 1) * secondary_stack_pages) * 4096 >= max_size {
+            return Err(
+                "image.stack_pages plus cores.stack_pages for each secondary core must fit image.max_size"
+                    .into(),
+            );
+        }
         Ok(BoardConfig {
             load,
             entry,
@@ -460,9 +532,15 @@ impl BoardConfig {
             tx_slots,
             rx_ring_offset,
             tx_ring_offset,
+            core_ring_stride,
             host_queues_offset,
+            host_queues_stride,
             rx_doorbell_offset,
             tx_doorbell_offset,
+            doorbell_stride,
+            core_count,
+            cores_per_cluster,
+            secondary_stack_pages,
             host_memory,
             host_address: int("host_memory.host_address")?,
             mac,
@@ -632,6 +710,42 @@ impl BoardConfig {
             "Offset of the tx doorbell word.",
         );
         c(
+            "CORE_RING_STRIDE",
+            "usize",
+            format!("{:#x}", self.core_ring_stride),
+            "From one core's rx ring to the next core's (`rings.*_slots`).",
+        );
+        c(
+            "HOST_QUEUES_STRIDE",
+            "usize",
+            format!("{:#x}", self.host_queues_stride),
+            "From one core's host queues to the next core's (`rings.host_queues_stride`).",
+        );
+        c(
+            "DOORBELL_STRIDE",
+            "usize",
+            format!("{:#x}", self.doorbell_stride),
+            "From one core's doorbell words to the next core's (`rings.doorbell_stride`).",
+        );
+        c(
+            "CORE_COUNT",
+            "usize",
+            self.core_count.to_string(),
+            "Cores running an engine (`cores.count`).",
+        );
+        c(
+            "CORES_PER_CLUSTER",
+            "usize",
+            self.cores_per_cluster.to_string(),
+            "Cores per cluster: MPIDR Aff1 = core / this, Aff0 = core % this (`cores.per_cluster`).",
+        );
+        c(
+            "SECONDARY_STACK_PAGES",
+            "usize",
+            self.secondary_stack_pages.to_string(),
+            "Stack of each secondary core in 4 KiB pages (`cores.stack_pages`).",
+        );
+        c(
             "FRAME_SLOT_BYTES",
             "usize",
             FRAME_SLOT_BYTES.to_string(),
@@ -785,11 +899,21 @@ mod tests {
         assert_eq!(cfg.normal_blocks, [3]);
         assert_eq!(cfg.rx_ring_offset, 0x1000);
         assert!(cfg.peer.is_none());
+        // 16 cores, each an rx and a tx ring of 64 slots (96 KiB + header,
+        // 100 KiB aligned) after the doorbell page, then 16 x 256 KiB of
+        // host queues from 4 MiB.
+        assert_eq!(cfg.core_count, 16);
+        assert_eq!(cfg.core_ring_stride, 2 * 0x19000);
+        assert!(cfg.rx_ring_offset + 16 * cfg.core_ring_stride <= cfg.host_queues_offset);
+        assert!(cfg.host_queues_offset + 16 * cfg.host_queues_stride <= cfg.rings.1);
         let rust = cfg.rust();
         assert!(rust.contains("pub const LOAD_ADDRESS: u64 = 0xc0080000;"));
         assert!(rust.contains("pub const UART_BASE: usize = 0x4800;"));
         assert!(rust.contains("pub const NORMAL_BLOCKS: &[usize] = &[3];"));
         assert!(rust.contains("pub const MAC: [u8; 6] = [2, 77, 82, 0, 0, 1];"));
+        assert!(rust.contains("pub const CORE_COUNT: usize = 16;"));
+        assert!(rust.contains("pub const CORES_PER_CLUSTER: usize = 4;"));
+        assert!(rust.contains("pub const CORE_RING_STRIDE: usize = 0x32000;"));
         assert!(cfg
             .memory_ld()
             .contains("image : ORIGIN = 0xc0080000, LENGTH = 0x1000000"));
@@ -842,6 +966,45 @@ mod tests {
             ("peer_ip = \"\"", "peer_ip = \"10.0.0.2\"", "peer_mac"),
             ("stack_pages = 256", "stack_pages = 4096", "stack_pages"),
             ("[net]", "[net]\nmtu = 9000", "unknown key `net.mtu`"),
+            ("count = 16", "count = 17", "cores.count must be 1..=16"),
+            ("count = 16", "count = 0", "cores.count must be 1..=16"),
+            ("per_cluster = 4", "per_cluster = 0", "cores.per_cluster"),
+            ("stack_pages = 128", "stack_pages = 0", "cores.stack_pages"),
+            (
+                "stack_pages = 128",
+                "stack_pages = 4096",
+                "for each secondary core must fit image.max_size",
+            ),
+            (
+                "doorbell_stride = 0x80",
+                "doorbell_stride = 0x40",
+                "cache line",
+            ),
+            (
+                "doorbell_stride = 0x80",
+                "doorbell_stride = 0x200",
+                "first 4 KiB",
+            ),
+            (
+                "doorbell_stride = 0x80",
+                "doorbell_stride = 0x44",
+                "multiple of 64",
+            ),
+            (
+                "host_queues_stride = 0x0004_0000",
+                "host_queues_stride = 0x0008_0000",
+                "must fit rings.size",
+            ),
+            (
+                "rx_slots = 64",
+                "rx_slots = 256",
+                "after the frame rings of 16 cores",
+            ),
+            (
+                "cpu_count = 16",
+                "cpu_count = 8",
+                "cores.count must not exceed gic.cpu_count",
+            ),
             ("baud = 115_200", "baud = \"fast\"", "integer"),
         ] {
             let e = check(&edited(old, new)).unwrap_err();

@@ -43,7 +43,7 @@ pub mod wire;
 
 pub use config::Config;
 pub use conn::{ConnState, Event};
-pub use endpoint::{finish_packet, CommandError, ConnSlot, Endpoint, Footprint, PoolUsage};
+pub use endpoint::{finish_packet, CommandError, ConnSlot, Endpoint, Footprint, PoolUsage, Shard};
 #[cfg(feature = "alloc")]
 pub use storage::Heap;
 pub use storage::{Backing, Borrowed, Layout, Storage};

@@ -147,10 +147,14 @@ fn random_lifetimes(seed: u64) {
                 t.outstanding.remove(&comp.wr_id),
                 "completion {comp:?} twice or never posted"
             );
-            assert!(completed.insert((comp.conn, comp.wr_id), comp.status).is_none());
+            assert!(completed
+                .insert((comp.conn, comp.wr_id), comp.status)
+                .is_none());
             if comp.status != Status::Success {
                 assert!(
-                    t.poisoned || t.ending || matches!(comp.status, Status::Flushed | Status::RetryExceeded),
+                    t.poisoned
+                        || t.ending
+                        || matches!(comp.status, Status::Flushed | Status::RetryExceeded),
                     "{comp:?} on a healthy connection"
                 );
             }
@@ -169,7 +173,10 @@ fn random_lifetimes(seed: u64) {
         for e in std::mem::take(&mut c.nodes[1].events) {
             match e {
                 Event::Incoming { conn, .. } => {
-                    assert!(issued[1].insert(conn), "acceptor handle {conn} issued twice");
+                    assert!(
+                        issued[1].insert(conn),
+                        "acceptor handle {conn} issued twice"
+                    );
                     accepted.insert(conn);
                 }
                 Event::Connected(_) => {}
@@ -204,11 +211,16 @@ fn random_lifetimes(seed: u64) {
             break;
         }
     }
-    assert!(opened > 150, "seed {seed}: only {opened} connections opened");
+    assert!(
+        opened > 150,
+        "seed {seed}: only {opened} connections opened"
+    );
     assert!(conns.is_empty(), "seed {seed}: never ended: {conns:?}");
     // Acceptor connections whose peer vanished end by the idle timeout.
     let until = c.now + config.idle_timeout * 2;
-    c.run_until(until, |c| c.nodes[1].events.is_empty() && c.nodes[1].ep.live_connections() == 0);
+    c.run_until(until, |c| {
+        c.nodes[1].events.is_empty() && c.nodes[1].ep.live_connections() == 0
+    });
     for e in std::mem::take(&mut c.nodes[1].events) {
         if let Event::Closed { conn, .. } | Event::Failed { conn, .. } = e {
             ending_b.push(conn);
@@ -332,11 +344,13 @@ fn a_million_connect_close_cycles_on_a_small_table() {
         d.a.close(d.now, h).unwrap();
         let (ea, eb) = d.settle();
         assert!(
-            ea.iter().any(|e| matches!(e, Event::Closed { conn, .. } if *conn == h)),
+            ea.iter()
+                .any(|e| matches!(e, Event::Closed { conn, .. } if *conn == h)),
             "cycle {cycle}: {ea:?}"
         );
         assert!(
-            eb.iter().any(|e| matches!(e, Event::Closed { conn, .. } if *conn == hb)),
+            eb.iter()
+                .any(|e| matches!(e, Event::Closed { conn, .. } if *conn == hb)),
             "cycle {cycle}: {eb:?}"
         );
         d.a.release(h).unwrap();
@@ -390,7 +404,12 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
         repr.emit(&mut buf[..len], &[]);
         let meta = RxMeta {
             source: PeerAddr {
-                ip: IpAddress::Ipv4(Ipv4Address::new(172, 16, (i % 1000 / 250) as u8, (i % 250) as u8)),
+                ip: IpAddress::Ipv4(Ipv4Address::new(
+                    172,
+                    16,
+                    (i % 1000 / 250) as u8,
+                    (i % 250) as u8,
+                )),
                 port: 50_000,
             },
             ce: false,
@@ -432,9 +451,8 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
 
     // A thousand connections that each send a bad-key WRITE fail; once
     // released, they leave room for the next legitimate one.
-    let src = d
-        .a
-        .register_region(metaroce_core::api::Region {
+    let src =
+        d.a.register_region(metaroce_core::api::Region {
             base: SRC,
             len: 4096,
             access: Access::ALL,
@@ -474,12 +492,19 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
         d.a.post_send(h, wr).unwrap();
         let (ea, eb) = d.settle();
         assert!(
-            ea.iter().any(|e| matches!(e, Event::Failed { status: Status::RemoteInvalidKey, .. })),
+            ea.iter().any(|e| matches!(
+                e,
+                Event::Failed {
+                    status: Status::RemoteInvalidKey,
+                    ..
+                }
+            )),
             "{ea:?}"
         );
         for e in eb {
             if let Event::Failed { conn, .. } = e {
-                d.b.release(conn).expect("the acceptor releases the failed connection");
+                d.b.release(conn)
+                    .expect("the acceptor releases the failed connection");
             }
         }
         d.a.release(h).unwrap();

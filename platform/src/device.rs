@@ -44,6 +44,24 @@ impl core::fmt::Debug for Frame {
 }
 
 impl Frame {
+    /// An empty frame (all zero bytes).
+    pub const EMPTY: Frame = Frame {
+        len: 0,
+        bytes: [0; FRAME_SLOT_LEN],
+    };
+
+    /// Replaces the contents with `data`; `false` (unchanged) if it does
+    /// not fit a slot.
+    pub fn fill(&mut self, data: &[u8]) -> bool {
+        let (Ok(len), Some(bytes)) = (u16::try_from(data.len()), self.bytes.get_mut(..data.len()))
+        else {
+            return false;
+        };
+        bytes.copy_from_slice(data);
+        self.len = len;
+        true
+    }
+
     /// A frame holding `data`, or `None` if it does not fit a slot.
     pub fn from_bytes(data: &[u8]) -> Option<Frame> {
         let mut frame = Frame {
@@ -62,6 +80,8 @@ impl Frame {
 
 /// The two rings of an in-memory point-to-point link of `N` slots per
 /// direction: what a NIC's RX and TX descriptor rings are to its driver.
+/// Slots are filled in place (the rings are made with blank frames), so a
+/// frame is written once, where the other end reads it.
 #[derive(Debug, Default)]
 pub struct MemLink<const N: usize> {
     a_to_b: SpscRing<Frame, N>,
@@ -71,8 +91,8 @@ pub struct MemLink<const N: usize> {
 impl<const N: usize> MemLink<N> {
     pub const fn new() -> Self {
         MemLink {
-            a_to_b: SpscRing::new(),
-            b_to_a: SpscRing::new(),
+            a_to_b: SpscRing::with_blank_slots(Frame::EMPTY),
+            b_to_a: SpscRing::with_blank_slots(Frame::EMPTY),
         }
     }
 
@@ -105,7 +125,20 @@ impl<const N: usize> MemFrameDevice<'_, N> {
     /// Sends a whole frame (test convenience); `false` if the ring is full
     /// or the frame too long.
     pub fn send_frame(&mut self, data: &[u8]) -> bool {
-        Frame::from_bytes(data).is_some_and(|f| self.tx.push(f).is_ok())
+        self.tx
+            .push_with(|slot| slot.fill(data).then_some(()))
+            .is_some()
+    }
+
+    /// Calls `f` with the next frame the other end sent, in place, and
+    /// frees its slot afterwards (as [`FrameDevice::receive`]).
+    pub fn receive_frame<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.rx.pop_with(|frame| f(frame.as_bytes()))
+    }
+
+    /// Slots free for [`Self::send_frame`] right now.
+    pub fn tx_free(&self) -> usize {
+        self.tx.free()
     }
 
     /// Frames waiting to be received.
@@ -128,16 +161,15 @@ impl<const N: usize> FrameDevice for MemFrameDevice<'_, N> {
     }
 
     fn transmit<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
-        if len > MAX_FRAME_LEN || self.tx.is_full() {
+        if len > MAX_FRAME_LEN {
             return None;
         }
-        let mut frame = Frame {
-            len: u16::try_from(len).ok()?,
-            bytes: [0; FRAME_SLOT_LEN],
-        };
-        let result = f(&mut frame.bytes[..len]);
-        self.tx.push(frame).ok()?;
-        Some(result)
+        // In place: the frame is written into the ring slot the other end
+        // reads (the slot holds an older frame; `f` writes all `len` bytes).
+        self.tx.push_with(|slot| {
+            slot.len = u16::try_from(len).ok()?;
+            Some(f(&mut slot.bytes[..len]))
+        })
     }
 }
 

@@ -10,7 +10,10 @@
 //! with a doorbell); and the one engine loop ([`engine`]) that drives a
 //! [`transport::Transport`] through them, answering ARP and ICMP echo on
 //! the way ([`net`]). The same loop runs on the DPU, under QEMU and on a
-//! host; only the trait implementations differ: in-memory ones here
+//! host, on one core or on each of several ([`shard`]: per-core rings and
+//! the dispatcher that steers frames to the core owning their connection
+//! where the NIC cannot; [`spinlock`]: the lock of the boards' multi-core
+//! critical sections); only the trait implementations differ: in-memory ones here
 //! (for host tests), virtio-net over `virtio-drivers` behind the `virtio`
 //! feature ([`virtio`]), UDP sockets in `metaroce-host`, the simulated
 //! fabric in `metaroce-sim`.
@@ -40,6 +43,8 @@ pub mod metaroce;
 pub mod net;
 pub mod random;
 pub mod ring;
+pub mod shard;
+pub mod spinlock;
 pub mod storage;
 pub mod transport;
 #[cfg(feature = "virtio")]

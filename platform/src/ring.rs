@@ -78,6 +78,12 @@ pub struct SpscRing<T: Copy, const N: usize> {
     tail: AtomicU32,
     /// Set once the halves have been handed out.
     split: AtomicBool,
+    /// Whether slots may still be uninitialised (`new`); `false` when every
+    /// slot was written at construction (`with_blank_slots`), which is what
+    /// lets a producer fill a slot in place. Stored inverted so that a
+    /// blank-slot ring of zeroes is all zero bytes (a `static` of it stays
+    /// in `.bss`).
+    slots_maybe_uninit: bool,
     slots: [UnsafeCell<MaybeUninit<T>>; N],
 }
 
@@ -117,7 +123,30 @@ impl<T: Copy, const N: usize> SpscRing<T, N> {
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
             split: AtomicBool::new(false),
+            slots_maybe_uninit: true,
             slots: [const { UnsafeCell::new(MaybeUninit::uninit()) }; N],
+        }
+    }
+
+    /// An empty ring whose every slot starts as a copy of `blank`, so the
+    /// producer can fill slots in place ([`Producer::push_with`]) instead
+    /// of building an item elsewhere and copying it in: what a frame ring
+    /// wants, where an item is a 1.5 KiB buffer.
+    pub const fn with_blank_slots(blank: T) -> Self {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::CHECK;
+        let mut slots = [const { UnsafeCell::new(MaybeUninit::uninit()) }; N];
+        let mut i = 0;
+        while i < N {
+            slots[i] = UnsafeCell::new(MaybeUninit::new(blank));
+            i += 1;
+        }
+        SpscRing {
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+            split: AtomicBool::new(false),
+            slots_maybe_uninit: false,
+            slots,
         }
     }
 
@@ -216,6 +245,38 @@ impl<T: Copy, const N: usize> RingProducer<T> for Producer<'_, T, N> {
 
     fn free(&self) -> usize {
         N - self.ring.len()
+    }
+}
+
+impl<T: Copy, const N: usize> Producer<'_, T, N> {
+    /// Fills the next free slot in place and publishes it: `fill` gets the
+    /// slot (holding an older item, or the blank it was made with) and
+    /// returns `Some` to publish it or `None` to leave the ring unchanged.
+    /// `None` also if the ring is full or was not made with
+    /// [`SpscRing::with_blank_slots`] (its slots may be uninitialised).
+    pub fn push_with<R>(&mut self, fill: impl FnOnce(&mut T) -> Option<R>) -> Option<R> {
+        if self.ring.slots_maybe_uninit {
+            return None;
+        }
+        // Only this producer writes `head`.
+        let head = self.ring.head.load(Ordering::Relaxed);
+        // Acquire: the consumer is done with every slot before `tail`.
+        let tail = self.ring.tail.load(Ordering::Acquire);
+        if head.wrapping_sub(tail) as usize >= N {
+            return None;
+        }
+        // SAFETY: the slot of `head` is outside `[tail, head)`, so the
+        // consumer does not touch it until we publish `head + 1`, and we
+        // are the only producer; it is initialised because the ring was
+        // made with `with_blank_slots` and slots are only ever overwritten
+        // with whole items.
+        let slot = unsafe { (*self.ring.slot(head)).assume_init_mut() };
+        let result = fill(slot)?;
+        // Release: the slot's contents are visible before the new head.
+        self.ring
+            .head
+            .store(head.wrapping_add(1), Ordering::Release);
+        Some(result)
     }
 }
 
@@ -360,6 +421,32 @@ mod tests {
         let sum = c.pop_with(|slot| slot.iter().map(|&b| u32::from(b)).sum::<u32>());
         assert_eq!(sum, Some(7 * 64));
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn blank_slots_are_filled_in_place() {
+        let ring: SpscRing<[u8; 8], 2> = SpscRing::with_blank_slots([0; 8]);
+        let (mut p, mut c) = ring.split().unwrap();
+        assert_eq!(p.push_with(|slot| Some(slot[0])), Some(0), "blank slot");
+        assert_eq!(p.push_with(|_| None::<()>), None, "declined: not published");
+        assert_eq!(c.len(), 1);
+        p.push_with(|slot| {
+            slot[1] = 7;
+            Some(())
+        })
+        .unwrap();
+        assert_eq!(p.push_with(|_| Some(())), None, "full");
+        assert_eq!(c.pop(), Some([0; 8]));
+        assert_eq!(c.pop().map(|s| s[1]), Some(7));
+        // The first slot comes round again holding the old item.
+        assert_eq!(p.push_with(|slot| Some(*slot)), Some([0; 8]));
+        let plain: SpscRing<u8, 2> = SpscRing::new();
+        let (mut p, _) = plain.split().unwrap();
+        assert_eq!(
+            p.push_with(|_| Some(())),
+            None,
+            "slots may be uninitialised"
+        );
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub enum Topology {
     Pair,
     /// Every node but the last sends to the last one (fair-share test).
     Incast,
+    /// Every node sends to the next one, the last to the first: with two
+    /// nodes, each sends to the other. The multi-core default: every core
+    /// of every node then has a connection of its own to serve.
+    Ring,
 }
 
 /// Everything a run needs.
@@ -49,6 +53,8 @@ pub struct RunOptions {
     pub elf: PathBuf,
     pub qemu: String,
     pub nodes: usize,
+    /// Cores per node (QEMU `-smp`); more than 1 runs one engine per core.
+    pub cores: usize,
     pub topology: Topology,
     /// `mixed`, `write`, `send` or `read`.
     pub workload: String,
@@ -81,6 +87,12 @@ pub struct NodeReport {
     /// Fabric counters of the port toward this node.
     pub port: PortStats,
     pub log_lines: usize,
+    /// Fields of each `METAROCE-CORE` line (multi-core nodes), by core.
+    pub cores: BTreeMap<usize, BTreeMap<String, String>>,
+    /// Fields of each `METAROCE-OWNERS` line, by core.
+    pub owners: BTreeMap<usize, BTreeMap<String, String>>,
+    /// Fields of the `METAROCE-DISPATCH` line.
+    pub dispatch: Option<BTreeMap<String, String>>,
 }
 
 impl NodeReport {
@@ -98,6 +110,57 @@ impl NodeReport {
             && self.exit_code == Some(0)
             && self.field("integrity") == "OK"
     }
+
+    /// What is wrong with a node of `cores` cores beyond its result line:
+    /// a core missing or failed, a core that handled no MetaRoCE traffic
+    /// (no packet in or out), packets that reached a core without their
+    /// connection, a connection id owned by two cores, no dispatcher line.
+    /// Empty for a good node (and for any single-core node).
+    pub fn core_problems(&self, cores: usize) -> Vec<String> {
+        let mut problems = Vec::new();
+        if cores <= 1 {
+            return problems;
+        }
+        let num = |m: &BTreeMap<String, String>, k: &str| -> u64 {
+            m.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        for core in 0..cores {
+            let Some(c) = self.cores.get(&core) else {
+                problems.push(format!("core {core}: no METAROCE-CORE line"));
+                continue;
+            };
+            if c.get("integrity").map(String::as_str) != Some("OK") {
+                problems.push(format!("core {core}: integrity not OK"));
+            }
+            if num(c, "rx_packets") == 0 || num(c, "tx_packets") == 0 {
+                problems.push(format!("core {core}: handled no MetaRoCE traffic"));
+            }
+            if num(c, "misrouted") != 0 {
+                problems.push(format!(
+                    "core {core}: {} packets for connections it does not have",
+                    num(c, "misrouted")
+                ));
+            }
+        }
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (&core, o) in &self.owners {
+            let ids = o.get("ids").map_or("-", String::as_str);
+            for id in ids.split(',').filter(|i| *i != "-") {
+                if let Some(other) = seen.insert(id.to_owned(), core) {
+                    problems.push(format!("connection {id} owned by cores {other} and {core}"));
+                }
+            }
+        }
+        match &self.dispatch {
+            None => problems.push("no METAROCE-DISPATCH line".into()),
+            Some(d) if num(d, "conflicts") != 0 => problems.push(format!(
+                "{} connection ids announced by two cores",
+                num(d, "conflicts")
+            )),
+            Some(_) => {}
+        }
+        problems
+    }
 }
 
 /// A whole run's outcome.
@@ -105,12 +168,88 @@ impl NodeReport {
 pub struct RunReport {
     pub nodes: Vec<NodeReport>,
     pub wall: Duration,
+    /// Cores per node.
+    pub cores: usize,
 }
 
 impl RunReport {
-    /// Whether every node finished with integrity OK.
+    /// Whether every node finished with integrity OK (and, on several
+    /// cores, every core of every node did its part; see
+    /// [`NodeReport::core_problems`]).
     pub fn ok(&self) -> bool {
-        self.nodes.iter().all(NodeReport::ok)
+        self.nodes
+            .iter()
+            .all(|n| n.ok() && n.core_problems(self.cores).is_empty())
+    }
+
+    /// The per-core table of a multi-core run (empty for one core).
+    pub fn core_summary(&self) -> String {
+        let mut s = String::new();
+        if self.cores <= 1 {
+            return s;
+        }
+        s.push_str(&format!(
+            "{:<4} {:<4} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:<9} ids\n",
+            "node",
+            "core",
+            "conns",
+            "bytes",
+            "steered",
+            "rx_frames",
+            "tx_frames",
+            "rx_pkts",
+            "tx_pkts",
+            "misrt",
+            "integrity"
+        ));
+        for n in &self.nodes {
+            for core in 0..self.cores {
+                let c = n.cores.get(&core);
+                let o = n.owners.get(&core);
+                let get = |m: Option<&BTreeMap<String, String>>, k: &str| {
+                    m.and_then(|m| m.get(k))
+                        .map_or("-".to_owned(), String::clone)
+                };
+                s.push_str(&format!(
+                    "{:<4} {:<4} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:<9} {}\n",
+                    n.node,
+                    core,
+                    get(c, "conns"),
+                    get(c, "bytes"),
+                    get(o, "delivered"),
+                    get(c, "rx_frames"),
+                    get(c, "tx_frames"),
+                    get(c, "rx_packets"),
+                    get(c, "tx_packets"),
+                    get(c, "misrouted"),
+                    get(c, "integrity"),
+                    get(o, "ids"),
+                ));
+            }
+        }
+        for n in &self.nodes {
+            if let Some(d) = &n.dispatch {
+                let get = |k: &str| d.get(k).map_or("-", String::as_str);
+                s.push_str(&format!(
+                    "node {} dispatcher (core 0): {} frames in ({} by connection, {} CONNECT by hash, {} replies to all, {} control, {} unroutable, {} ring full), {} out; {} ns per frame moved (emulated CPU)\n",
+                    n.node,
+                    get("rx_frames"),
+                    get("by_conn"),
+                    get("connects"),
+                    get("replies"),
+                    get("control"),
+                    get("unroutable"),
+                    get("ring_full"),
+                    get("tx_frames"),
+                    get("ns_per_frame"),
+                ));
+            }
+            for p in n.core_problems(self.cores) {
+                s.push_str(&format!("node {}: {p}\n", n.node));
+            }
+        }
+        s.push_str("conns = connections of the core's endpoint; steered = frames the dispatcher put in its ring; rx/tx_frames = frames its engine took from and gave to its rings; rx/tx_pkts = MetaRoCE packets among them; misrt = packets for a connection the core does not have; ids = connection ids the core announced\n");
+        s
     }
 
     /// The summary table.
@@ -210,13 +349,11 @@ fn ip_string(ip: &[u8; 4]) -> String {
 /// the node itself, as the firmware expects).
 pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
     let n = opts.nodes;
-    let receiver = match opts.topology {
-        Topology::Pair => 1,
-        Topology::Incast => n - 1,
-    };
-    let senders: Vec<usize> = match opts.topology {
-        Topology::Pair => vec![0],
-        Topology::Incast => (0..n - 1).collect(),
+    // (sender, receiver) pairs.
+    let flows: Vec<(usize, usize)> = match opts.topology {
+        Topology::Pair => vec![(0, 1)],
+        Topology::Incast => (0..n - 1).map(|i| (i, n - 1)).collect(),
+        Topology::Ring => (0..n).map(|i| (i, (i + 1) % n)).collect(),
     };
     (0..n)
         .map(|i| {
@@ -235,18 +372,23 @@ pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
             for &j in &peers {
                 config.push_str(&format!(" peer={}/{}", ip_string(&node_ip(j)), mac_string(&node_mac(j))));
             }
-            if senders.contains(&i) {
+            if let Some(&(_, receiver)) = flows.iter().find(|f| f.0 == i) {
                 let index = peers.iter().position(|&j| j == receiver).unwrap_or(0);
                 config.push_str(&format!(" target={index}"));
             }
-            if i == receiver {
-                config.push_str(&format!(" expect={}", senders.len()));
+            let senders = flows.iter().filter(|f| f.1 == i).count();
+            if senders > 0 {
+                config.push_str(&format!(" expect={senders}"));
+            }
+            if opts.cores > 1 {
+                config.push_str(&format!(" cores={}", opts.cores));
             }
             NodeSpec {
                 index: i,
                 mac: node_mac(i),
                 ip: node_ip(i),
                 config,
+                cores: opts.cores,
             }
         })
         .collect()
@@ -277,6 +419,17 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             "--nodes must be 2..=8, not {}",
             opts.nodes
         )));
+    }
+    if opts.cores == 0 || opts.cores > MAX_CORES {
+        return Err(RunError::Options(format!(
+            "--cores must be 1..={MAX_CORES} (QEMU virt's GICv2), not {}",
+            opts.cores
+        )));
+    }
+    if opts.cores > 1 && opts.transport != "metaroce" {
+        return Err(RunError::Options(
+            "--cores above 1 needs --transport metaroce".into(),
+        ));
     }
     let elf = read_elf_and_make_dirs(&opts.elf, &opts.out_dir, opts.pcap.as_deref())?;
     let specs = node_specs(opts);
@@ -371,6 +524,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     Ok(RunReport {
         nodes: reports,
         wall,
+        cores: opts.cores,
     })
 }
 
@@ -461,6 +615,7 @@ pub fn serve(
         mac: node_mac(0),
         ip: node_ip(0),
         config: serve_config(opts.seed, addr.port()),
+        cores: 1,
     };
     let mut node = Node::start(
         &opts.qemu,
@@ -520,9 +675,48 @@ pub fn serve(
     Ok(report)
 }
 
+/// Most cores per node: QEMU `virt`'s GICv2 serves 8.
+pub const MAX_CORES: usize = 8;
+
+/// Emulated host memory of a node (the firmware's `HOST_MEMORY_LEN`),
+/// split evenly between its cores.
+pub const NODE_HOST_MEMORY: u64 = 64 << 20;
+
+/// Messages per sender by default: 32, or as many as fit a core's share
+/// of host memory. A core lays out 3 areas of `size x count` (sources,
+/// READ sinks and sources) plus 2 per receive slot, and takes as many
+/// slots as its node's senders could open to it (every core of every
+/// sender, at most 8: with `nodes` nodes at most `nodes - 1` senders per
+/// receiver, times `cores`), plus 64 KiB of control buffers.
+pub fn default_count(size: u32, cores: usize, nodes: usize) -> u32 {
+    let cores = cores.max(1) as u64;
+    let slots = ((nodes.max(2) as u64 - 1) * cores).min(8);
+    let share = NODE_HOST_MEMORY / cores;
+    let areas = 3 + 2 * slots;
+    let per_area = share.saturating_sub(64 << 10) / areas;
+    (per_area / u64::from(size.max(1))).clamp(1, 32) as u32
+}
+
+/// The `core=` field of a per-core line.
+fn core_of(fields: &BTreeMap<String, String>) -> Option<usize> {
+    fields.get("core")?.parse().ok()
+}
+
 /// Takes in one console line.
 fn absorb(line: &str, report: &mut NodeReport, progress: &mut String) {
-    if let Some(rest) = line.strip_prefix("METAROCE-RESULT ") {
+    if let Some(rest) = line.strip_prefix("METAROCE-CORE ") {
+        let f = parse_fields(rest);
+        if let Some(core) = core_of(&f) {
+            report.cores.insert(core, f);
+        }
+    } else if let Some(rest) = line.strip_prefix("METAROCE-OWNERS ") {
+        let f = parse_fields(rest);
+        if let Some(core) = core_of(&f) {
+            report.owners.insert(core, f);
+        }
+    } else if let Some(rest) = line.strip_prefix("METAROCE-DISPATCH ") {
+        report.dispatch = Some(parse_fields(rest));
+    } else if let Some(rest) = line.strip_prefix("METAROCE-RESULT ") {
         report.result = Some(parse_fields(rest));
         *progress = format!("n{} done", report.node);
     } else if let Some(rest) = line.strip_prefix("METAROCE-PROGRESS ") {
@@ -558,6 +752,7 @@ mod tests {
             elf: PathBuf::new(),
             qemu: String::new(),
             nodes,
+            cores: 1,
             topology,
             workload: "mixed".into(),
             transport: "metaroce".into(),
@@ -583,6 +778,85 @@ mod tests {
         assert!(specs[2]
             .config
             .contains("peer=198.18.0.1/02:00:00:00:00:01 peer=198.18.0.2/02:00:00:00:00:02"));
+    }
+
+    #[test]
+    fn ring_configs_make_every_node_send_to_the_next_on_every_core() {
+        let mut o = opts(2, Topology::Ring);
+        o.cores = 4;
+        let specs = node_specs(&o);
+        for s in &specs {
+            assert!(s.config.contains(" target=0"), "{}", s.config);
+            assert!(s.config.contains(" expect=1"), "{}", s.config);
+            assert!(s.config.contains(" cores=4"), "{}", s.config);
+            assert_eq!(s.cores, 4);
+        }
+        let single = node_specs(&opts(2, Topology::Pair));
+        assert!(!single[0].config.contains("cores="));
+    }
+
+    fn core_line(core: usize, rx: u32, misrouted: u32) -> String {
+        format!("METAROCE-CORE node=0 core={core} conns=2 rx_packets={rx} tx_packets=5 misrouted={misrouted} integrity=OK")
+    }
+
+    #[test]
+    fn multi_core_nodes_must_use_every_core_and_own_each_id_once() {
+        let mut r = NodeReport::default();
+        let mut p = String::new();
+        assert_eq!(r.core_problems(1), Vec::<String>::new());
+        for line in [
+            core_line(0, 10, 0),
+            core_line(1, 10, 0),
+            "METAROCE-OWNERS node=0 core=0 delivered=9 ids=0x100,0x201".into(),
+            "METAROCE-OWNERS node=0 core=1 delivered=9 ids=0x302".into(),
+            "METAROCE-DISPATCH node=0 cores=2 rx_frames=20 conflicts=0".into(),
+        ] {
+            absorb(&line, &mut r, &mut p);
+        }
+        assert_eq!(r.core_problems(2), Vec::<String>::new());
+        let problems = r.core_problems(3);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("core 2: no METAROCE-CORE")),
+            "{problems:?}"
+        );
+        absorb(&core_line(1, 0, 3), &mut r, &mut p);
+        absorb(
+            "METAROCE-OWNERS node=0 core=1 delivered=0 ids=0x201",
+            &mut r,
+            &mut p,
+        );
+        let problems = r.core_problems(2);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("handled no MetaRoCE traffic")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("3 packets")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("0x201 owned by cores 0 and 1")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn default_count_fits_a_cores_share() {
+        assert_eq!(default_count(65536, 1, 2), 32);
+        assert_eq!(default_count(65536, 2, 2), 32);
+        // 4 cores: 16 MiB each, 4 receive slots, 11 areas of 64 KiB x N.
+        let n = default_count(65536, 4, 2);
+        assert!(
+            n < 32 && 11 * 65536 * u64::from(n) + (64 << 10) <= 16 << 20,
+            "{n}"
+        );
+        assert_eq!(default_count(1 << 30, 8, 8), 1);
     }
 
     #[test]

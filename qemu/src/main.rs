@@ -26,6 +26,7 @@ use metaroce_qemu::{run, serve, RunOptions, ServeOptions, Topology};
 enum TopologyArg {
     Pair,
     Incast,
+    Ring,
 }
 
 #[derive(Debug, Parser)]
@@ -42,9 +43,15 @@ struct Args {
     qemu: String,
     #[arg(long, default_value_t = 2)]
     nodes: usize,
-    /// pair: node 0 sends to node 1; incast: all send to the last node.
-    #[arg(long, value_enum, default_value_t = TopologyArg::Pair)]
-    topology: TopologyArg,
+    /// Cores per node (QEMU -smp, 1 to 8): one engine, endpoint and
+    /// workload share per core, core 0 steering frames to their owner.
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+    /// pair: node 0 sends to node 1; incast: all send to the last node;
+    /// ring: each node sends to the next (default with --cores above 1,
+    /// so every core of every node has a connection of its own).
+    #[arg(long, value_enum)]
+    topology: Option<TopologyArg>,
     /// mixed, write, send or read.
     #[arg(long, default_value = "mixed")]
     workload: String,
@@ -54,9 +61,10 @@ struct Args {
     /// Bytes per message.
     #[arg(long, default_value_t = 65536)]
     size: u32,
-    /// Messages per sender.
-    #[arg(long, default_value_t = 32)]
-    count: u32,
+    /// Messages per sender (default 32, fewer where a core's share of the
+    /// node's host memory could not hold them: see --cores).
+    #[arg(long)]
+    count: Option<u32>,
     /// Messages in flight per sender.
     #[arg(long, default_value_t = 8)]
     depth: u32,
@@ -185,14 +193,27 @@ fn main() -> ExitCode {
         elf: a.elf,
         qemu: a.qemu,
         nodes: a.nodes,
+        cores: a.cores,
         topology: match a.topology {
-            TopologyArg::Pair => Topology::Pair,
-            TopologyArg::Incast => Topology::Incast,
+            Some(TopologyArg::Pair) => Topology::Pair,
+            Some(TopologyArg::Incast) => Topology::Incast,
+            Some(TopologyArg::Ring) => Topology::Ring,
+            None if a.cores > 1 => Topology::Ring,
+            None => Topology::Pair,
         },
         workload: a.workload,
         transport: a.transport,
         size: a.size,
-        count: a.count,
+        count: a.count.unwrap_or_else(|| {
+            let fit = metaroce_qemu::default_count(a.size, a.cores, a.nodes);
+            if fit < 32 {
+                eprintln!(
+                    "metaroce-qemu: --count {fit}: what a core's share of host memory holds at --size {} on {} cores",
+                    a.size, a.cores
+                );
+            }
+            fit
+        }),
         depth: a.depth,
         seed: a.seed,
         impairments: Impairments {
@@ -221,6 +242,7 @@ fn main() -> ExitCode {
     match run(&opts) {
         Ok(report) => {
             print!("{}", report.summary());
+            print!("{}", report.core_summary());
             for n in &report.nodes {
                 if let Some(p) = &n.panic {
                     println!("node {} panicked: {p}", n.node);

@@ -18,6 +18,8 @@ pub struct NodeSpec {
     pub ip: [u8; 4],
     /// The firmware configuration line (fw_cfg `opt/metaroce/config`).
     pub config: String,
+    /// Cores of the emulated CPU (`-smp`).
+    pub cores: usize,
 }
 
 /// `aa:bb:cc:dd:ee:ff`.
@@ -30,7 +32,7 @@ pub fn mac_string(mac: &[u8; 6]) -> String {
 
 /// The QEMU arguments for a node.
 pub fn qemu_args(elf: &Path, spec: &NodeSpec, port: &PortAddrs, console: &Path) -> Vec<String> {
-    vec![
+    let mut args: Vec<String> = vec![
         "-M".into(),
         "virt".into(),
         "-cpu".into(),
@@ -58,7 +60,11 @@ pub fn qemu_args(elf: &Path, spec: &NodeSpec, port: &PortAddrs, console: &Path) 
         format!("virtio-net-device,netdev=net0,mac={}", mac_string(&spec.mac)),
         "-fw_cfg".into(),
         format!("name=opt/metaroce/config,string={}", spec.config),
-    ]
+    ];
+    if spec.cores > 1 {
+        args.extend(["-smp".into(), spec.cores.to_string()]);
+    }
+    args
 }
 
 /// A running node.

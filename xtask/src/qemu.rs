@@ -135,6 +135,9 @@ struct Scenario {
     args: &'static [&'static str],
     /// A summary line must show CE marks.
     needs_ce: bool,
+    /// Cores per node: above 1 the summary must show each node's
+    /// dispatcher (the harness itself checks every core's part).
+    cores: usize,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -142,31 +145,101 @@ const SCENARIOS: &[Scenario] = &[
         name: "2 nodes, 0% loss, reorder + dup",
         args: &["--loss", "0", "--reorder", "5", "--duplicate", "2"],
         needs_ce: false,
+        cores: 1,
     },
     Scenario {
         name: "2 nodes, 5% loss, reorder + dup",
         args: &["--loss", "5", "--reorder", "5", "--duplicate", "2"],
         needs_ce: false,
+        cores: 1,
     },
     Scenario {
         name: "2 nodes, 20% loss, reorder + dup",
         args: &["--loss", "20", "--reorder", "5", "--duplicate", "2"],
         needs_ce: false,
+        cores: 1,
     },
     Scenario {
         name: "2 nodes, ECN marking (50 Mbit/s, mark above 4 KiB)",
         args: &["--loss", "0", "--rate-mbps", "50", "--ecn-kib", "4"],
         needs_ce: true,
+        cores: 1,
     },
     Scenario {
         name: "3 nodes incast (fair-share hints)",
         args: &["--nodes", "3", "--topology", "incast", "--loss", "1"],
         needs_ce: false,
+        cores: 1,
+    },
+];
+
+/// The multi-core runs: 2 nodes of 4 cores, each node sending to the
+/// other from every core (so every core of both nodes owns a connection
+/// of its own, whatever the CONNECT hash does with the incoming ones).
+const MULTICORE_SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "2 nodes x 4 cores, 2% loss, reorder + dup",
+        args: &[
+            "--cores",
+            "4",
+            "--loss",
+            "2",
+            "--reorder",
+            "5",
+            "--duplicate",
+            "2",
+        ],
+        needs_ce: false,
+        cores: 4,
+    },
+    Scenario {
+        name: "2 nodes x 4 cores, 10% loss, reorder + dup",
+        args: &[
+            "--cores",
+            "4",
+            "--loss",
+            "10",
+            "--reorder",
+            "5",
+            "--duplicate",
+            "2",
+        ],
+        needs_ce: false,
+        cores: 4,
     },
 ];
 
 /// Test step `qemu-runs`: every scenario, each one test in the tally.
 pub fn runs_step(ctx: &mut Context) -> Result<(), Error> {
+    run_scenarios(
+        ctx,
+        SCENARIOS,
+        &["--size", "16384", "--count", "32"],
+        "test",
+    )
+}
+
+/// Test step `qemu-multicore`: every core of 2 nodes x 4 cores handles
+/// its own connections (one endpoint per core behind core 0's frame
+/// dispatcher), under loss and reordering; integrity, per-core traffic and
+/// single ownership of every connection id checked by the harness.
+pub fn multicore_step(ctx: &mut Context) -> Result<(), Error> {
+    run_scenarios(
+        ctx,
+        MULTICORE_SCENARIOS,
+        &["--size", "16384", "--count", "16"],
+        "multicore",
+    )
+}
+
+/// Runs `scenarios` with `sizes`, each one test in the tally; output in
+/// `target/qemu-run/<dir_prefix>N`.
+fn run_scenarios(
+    ctx: &mut Context,
+    scenarios: &[Scenario],
+    sizes: &[&str],
+    dir_prefix: &str,
+) -> Result<(), Error> {
     ensure_qemu()?;
     let elf = target_dir()
         .join(FIRMWARE_TARGET)
@@ -176,34 +249,32 @@ pub fn runs_step(ctx: &mut Context) -> Result<(), Error> {
         build_firmware()?;
     }
     let mut failed = Vec::new();
-    for (i, s) in SCENARIOS.iter().enumerate() {
+    for (i, s) in scenarios.iter().enumerate() {
         let started = Instant::now();
-        let mut args: Vec<String> = [
-            "--size",
-            "16384",
-            "--count",
-            "32",
-            "--duration",
-            "120",
-            "--quiet",
-            "--seed",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
+        let mut args: Vec<String> = sizes
+            .iter()
+            .chain(&["--duration", "120", "--quiet", "--seed"])
+            .map(|a| a.to_string())
+            .collect();
         args.push((i + 1).to_string());
         args.push("--out-dir".into());
-        args.push(out_dir().join(format!("test{i}")).display().to_string());
+        args.push(
+            out_dir()
+                .join(format!("{dir_prefix}{i}"))
+                .display()
+                .to_string(),
+        );
         args.extend(s.args.iter().map(|a| a.to_string()));
         let mut cmd = harness(&elf, &args)?;
         let mut summary = String::new();
+        // run_streaming echoes every line itself.
         let ok = util::run_streaming(&mut cmd, |line| {
-            println!("    {line}");
             summary.push_str(line);
             summary.push('\n');
         })?;
         let ce_ok = !s.needs_ce || ce_marks(&summary) > 0;
-        let passed = ok && ce_ok;
+        let cores_ok = s.cores <= 1 || dispatchers(&summary) == 2;
+        let passed = ok && ce_ok && cores_ok;
         println!(
             "qemu: {} ... {} ({})",
             s.name,
@@ -228,6 +299,14 @@ pub fn runs_step(ctx: &mut Context) -> Result<(), Error> {
     }
 }
 
+/// Nodes whose dispatcher line the summary shows (multi-core runs).
+fn dispatchers(summary: &str) -> usize {
+    summary
+        .lines()
+        .filter(|l| l.contains(" dispatcher (core 0): "))
+        .count()
+}
+
 /// The fabric's CE-mark count from a summary.
 fn ce_marks(summary: &str) -> u64 {
     summary
@@ -249,5 +328,12 @@ mod tests {
         let s = "node ...\nfabric: 640 frames delivered, 58 CE-marked, 3 reordered, 0 dropped; wall time 1.0 s\n";
         assert_eq!(ce_marks(s), 58);
         assert_eq!(ce_marks("nothing"), 0);
+    }
+
+    #[test]
+    fn dispatcher_lines_are_counted() {
+        let s = "node 0 dispatcher (core 0): 10 frames in\nnode 1 dispatcher (core 0): 9 frames in\nfabric: ...\n";
+        assert_eq!(dispatchers(s), 2);
+        assert_eq!(dispatchers("fabric: 1 frames"), 0);
     }
 }

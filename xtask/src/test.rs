@@ -106,6 +106,11 @@ pub const STEPS: &[Step] = &[
         what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
         run: crate::qemu::runs_step,
     },
+    Step {
+        name: "qemu-multicore",
+        what: "QEMU runs of 2 nodes x 4 cores (one engine per core, core 0 steering frames), 2/10% loss + reorder + dup; integrity, every core's traffic, one owner per connection",
+        run: crate::qemu::multicore_step,
+    },
 ];
 
 /// Test counts summed over every step that runs tests.

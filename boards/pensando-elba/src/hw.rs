@@ -11,6 +11,17 @@
 //! EL1: the timer (the EL1 virtual timer, usable from both) and the GIC
 //! CPU interface (`ICC_*_EL1`, enabled for EL2 through `ICC_SRE_EL2`) work
 //! at either level. PSCI calls use `smc`, as Elba's device tree says.
+//!
+//! Several cores (`cores.count` in `board.toml`): core 0 boots, sets up the
+//! GIC distributor and every redistributor (each core's timer PPI), then
+//! starts the others with PSCI `CPU_ON` through `aarch64_rt::start_core`
+//! (MMU with the same identity map, FP, vectors, then a Rust closure on
+//! the core's own stack). Each core then turns on its own GIC CPU
+//! interface (system registers) and waits on its own timer. The critical
+//! section masks the core's exceptions and takes a lock shared by every
+//! core (`metaroce_platform::spinlock::CoreLock`): atomics work because the
+//! MMU is on (normal, inner-shareable, write-back memory) before any Rust
+//! code runs on a core.
 
 use core::arch::asm;
 use core::cell::RefCell;
@@ -19,6 +30,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
+use aarch64_rt::Stack;
 use aarch64_rt::{
     entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
 };
@@ -26,11 +38,13 @@ use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
 use board_pensando_elba::board;
+use board_pensando_elba::cores;
 use board_pensando_elba::shm::{FrameDescriptor, Notify, ShmRing};
 use board_pensando_elba::uart16550::{Mmio, Uart16550};
 use critical_section::{Mutex, RawRestoreState};
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
+use metaroce_platform::spinlock::{CoreLock, Locked};
 
 use crate::node::Queues;
 
@@ -125,26 +139,80 @@ pub fn mpidr() -> u64 {
 
 // ----- critical section ------------------------------------------------
 
-struct DaifCriticalSection;
-critical_section::set_impl!(DaifCriticalSection);
+/// This core's number (`board_pensando_elba::cores`), or 0 for an MPIDR
+/// outside `cores.count` (which never runs firmware code).
+pub fn core_index() -> usize {
+    cores::core_of_mpidr(mpidr()).unwrap_or(0)
+}
 
-// SAFETY: one core runs this firmware (secondaries stay parked in PSCI):
-// masking every exception (DAIF) excludes every other context, and
-// `release` restores exactly the state `acquire` saved.
-unsafe impl critical_section::Impl for DaifCriticalSection {
+/// One lock for every core; the owner id is the core's MPIDR affinity,
+/// which is unique per core and needs no table.
+static CRITICAL: CoreLock = CoreLock::new();
+/// Set in a restore state when the acquire was nested on this core.
+const NESTED: u64 = 1 << 63;
+
+struct SmpCriticalSection;
+critical_section::set_impl!(SmpCriticalSection);
+
+// SAFETY: masking every exception (DAIF) first excludes every other
+// context on this core, and `CRITICAL` excludes every other core (a core
+// holding it never waits for another); a nested acquire on the holding
+// core neither spins nor unlocks. `release` unlocks only what its
+// `acquire` locked, then restores the DAIF bits it saved.
+unsafe impl critical_section::Impl for SmpCriticalSection {
     unsafe fn acquire() -> RawRestoreState {
         let daif: u64;
         // SAFETY: reading DAIF and masking exceptions has no memory effects.
         unsafe {
             asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
         };
-        daif
+        match CRITICAL.lock(mpidr() as usize) {
+            Locked::Outermost => daif,
+            Locked::Nested => daif | NESTED,
+        }
     }
 
-    unsafe fn release(daif: RawRestoreState) {
+    unsafe fn release(state: RawRestoreState) {
+        CRITICAL.unlock(if state & NESTED != 0 {
+            Locked::Nested
+        } else {
+            Locked::Outermost
+        });
+        let daif = state & !NESTED;
         // SAFETY: restores the mask saved by `acquire`.
         unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
     }
+}
+
+// ----- secondary cores -------------------------------------------------
+
+/// Stacks of cores 1.. (`cores.stack_pages` each).
+static mut SECONDARY_STACKS: [Stack<{ board::SECONDARY_STACK_PAGES }>; board::CORE_COUNT - 1] =
+    [const { Stack::new() }; board::CORE_COUNT - 1];
+static STARTED: [AtomicBool; board::CORE_COUNT] =
+    [const { AtomicBool::new(false) }; board::CORE_COUNT];
+
+/// Starts core `core` (1..`cores.count`) with PSCI `CPU_ON` through `smc`,
+/// running `entry` (which must never return) on its own stack. `Err` with
+/// the PSCI error code, or -100 for a core that does not exist or started.
+pub fn start_secondary<F: FnOnce() + Send + 'static>(core: usize, entry: F) -> Result<(), i64> {
+    if core == 0 || core >= board::CORE_COUNT || STARTED[core].swap(true, Ordering::AcqRel) {
+        return Err(-100);
+    }
+    // SAFETY: `STARTED` hands each stack out once, to its core alone; the
+    // stacks are in the image, mapped as normal memory by the identity map
+    // every core uses, with the same attributes, for the whole program.
+    let stack = unsafe { &raw mut SECONDARY_STACKS[core - 1] };
+    // SAFETY: as above; `start_core` writes the closure at the stack's end
+    // before `CPU_ON`, and the new core is its only user afterwards.
+    unsafe {
+        aarch64_rt::start_core::<smccc::Smc, F, { board::SECONDARY_STACK_PAGES }>(
+            cores::mpidr_of(core),
+            stack,
+            entry,
+        )
+    }
+    .map_err(i64::from)
 }
 
 // ----- console ---------------------------------------------------------
@@ -251,7 +319,7 @@ pub enum GicSetupError {
 pub struct Interrupts {
     /// Owned so that nothing else can take the distributor; waiting uses
     /// the CPU interface's system registers only.
-    _gic: GicV3<'static>,
+    gic: GicV3<'static>,
     cpu: usize,
     doorbell: Option<IntId>,
     message_spis: bool,
@@ -313,11 +381,33 @@ impl Interrupts {
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
         Ok(Interrupts {
-            _gic: gic,
+            gic,
             cpu,
             doorbell,
             message_spis: typer & GICD_TYPER_MBIS != 0,
         })
+    }
+
+    /// Readies core `core`'s redistributor before that core starts: wakes
+    /// it and enables its timer PPI (group 1 non-secure), as `new` did for
+    /// the boot core. The core then only turns on its CPU interface
+    /// ([`CoreInterrupts::new`]).
+    pub fn prepare_core(&mut self, core: usize) -> Result<(), GicSetupError> {
+        let mpidr = cores::mpidr_of(core);
+        let cpu = (0..board::GIC_CPU_COUNT)
+            .find(|&i| {
+                self.gic
+                    .gicr_typer(i)
+                    .is_ok_and(|t| t.core_mpidr() == mpidr)
+            })
+            .ok_or(GicSetupError::NoRedistributorFor(mpidr))?;
+        let _ = self.gic.redistributor_mark_core_awake(cpu);
+        let gic = &mut self.gic;
+        let _ = gic.set_group(TIMER_INTID, Some(cpu), Group::Group1NS);
+        let _ = gic.set_interrupt_priority(TIMER_INTID, Some(cpu), PRIORITY);
+        let _ = gic.set_trigger(TIMER_INTID, Some(cpu), Trigger::Level);
+        let _ = gic.enable_interrupt(TIMER_INTID, Some(cpu), true);
+        Ok(())
     }
 
     /// Whether the distributor takes message-based SPIs (GICD_TYPER.MBIS),
@@ -347,6 +437,44 @@ impl Interrupts {
             GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
         }
         doorbell
+    }
+}
+
+/// A secondary core's interrupts: its GIC CPU interface (system
+/// registers, banked per core) on, group 1 enabled; its redistributor was
+/// readied by core 0 ([`Interrupts::prepare_core`]). IRQs stay masked at
+/// the core: `wait` wakes on them with `wfi`.
+#[derive(Debug)]
+pub struct CoreInterrupts {
+    _private: (),
+}
+
+impl CoreInterrupts {
+    pub fn new() -> Self {
+        if current_el() == 2 {
+            GicCpuInterface::enable_system_register_el2(true);
+        } else {
+            GicCpuInterface::enable_system_register_el1();
+        }
+        GicCpuInterface::set_priority_mask(0xff);
+        GicCpuInterface::enable_group1(true);
+        // SAFETY: masks IRQs at the CPU; no memory effects.
+        unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
+        CoreInterrupts { _private: () }
+    }
+
+    /// Sleeps until an interrupt or `deadline` (this core's own timer).
+    pub fn wait(&mut self, deadline: Instant) {
+        arm_timer(deadline);
+        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
+        // (a pending one still ends the wait).
+        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
+        disarm_timer();
+        while let Some(intid) =
+            GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
+        {
+            GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
+        }
     }
 }
 
@@ -394,48 +522,53 @@ pub struct SharedMemory {
     pub host_memory: &'static mut [u8],
 }
 
-static SHARED_TAKEN: AtomicBool = AtomicBool::new(false);
+static SHARED_TAKEN: [AtomicBool; board::CORE_COUNT] =
+    [const { AtomicBool::new(false) }; board::CORE_COUNT];
 
-/// Formats the frame rings, zeroes the doorbells and initialises the host
-/// queues in the ring region, and lends the DMA window; once (`None`
-/// after, or if a ring does not fit, which build.rs already rules out).
-pub fn shared_memory() -> Option<SharedMemory> {
-    if SHARED_TAKEN.swap(true, Ordering::AcqRel) {
+/// Formats core `core`'s frame rings, zeroes its doorbells and initialises
+/// its host queues in the ring region, and lends its share of the DMA
+/// window; once per core (`None` after, for a core past `cores.count`, or
+/// if a ring does not fit, which build.rs already rules out).
+pub fn shared_memory(core: usize) -> Option<SharedMemory> {
+    let layout = cores::layout(core)?;
+    if SHARED_TAKEN[core].swap(true, Ordering::AcqRel) {
         return None;
     }
     let base = board::RINGS_BASE as *mut u8;
     // SAFETY: build.rs checked that the ring region and the DMA window lie
     // in DRAM (mapped as normal memory), outside the image and apart from
-    // each other, with the doorbells, rings and host queues at disjoint,
-    // aligned offsets inside the region (the queues' size is checked by a
-    // const assertion in `node`). `SHARED_TAKEN` makes these the only
-    // references this program creates; the other side (NIC or host) is
+    // each other, with every core's doorbells, rings and host queues at
+    // disjoint, aligned offsets inside the region (`cores::layout`, tested
+    // on the host; the queues' size is checked against their stride by a
+    // const assertion in `node`), and each core's DMA share apart from the
+    // others'. `SHARED_TAKEN` makes these the only references this program
+    // creates to this core's share; the other side (NIC or host) is
     // assumed to follow the protocols of `shm` and `metaroce_platform::host`.
     unsafe {
-        let rx_bell = AtomicU32::from_ptr(base.add(board::RX_DOORBELL_OFFSET).cast());
-        let tx_bell = AtomicU32::from_ptr(base.add(board::TX_DOORBELL_OFFSET).cast());
+        let rx_bell = AtomicU32::from_ptr(base.add(layout.rx_doorbell).cast());
+        let tx_bell = AtomicU32::from_ptr(base.add(layout.tx_doorbell).cast());
         rx_bell.store(0, Ordering::Relaxed);
         tx_bell.store(0, Ordering::Relaxed);
         let rx_ring = ShmRing::format_raw(
-            NonNull::new_unchecked(base.add(board::RX_RING_OFFSET)),
-            board::TX_RING_OFFSET - board::RX_RING_OFFSET,
+            NonNull::new_unchecked(base.add(layout.rx_ring)),
+            layout.rx_ring_len,
             board::RX_SLOTS,
         )
         .ok()?;
         let tx_ring = ShmRing::format_raw(
-            NonNull::new_unchecked(base.add(board::TX_RING_OFFSET)),
-            board::HOST_QUEUES_OFFSET - board::TX_RING_OFFSET,
+            NonNull::new_unchecked(base.add(layout.tx_ring)),
+            layout.tx_ring_len,
             board::TX_SLOTS,
         )
         .ok()?;
-        let queues_ptr = base.add(board::HOST_QUEUES_OFFSET).cast::<Queues>();
+        let queues_ptr = base.add(layout.host_queues).cast::<Queues>();
         if !queues_ptr.is_aligned() {
             return None;
         }
         queues_ptr.write(Queues::new());
         let host_memory = core::slice::from_raw_parts_mut(
-            board::HOST_MEMORY_LOCAL_BASE as *mut u8,
-            board::HOST_MEMORY_SIZE,
+            layout.host_memory_local as *mut u8,
+            layout.host_memory_len,
         );
         Some(SharedMemory {
             rx_ring,

@@ -3,7 +3,8 @@
 //! What of the Elba firmware runs, and is tested, on the host too: the
 //! board constants generated from `board.toml` ([`board`]), the 16550
 //! console driver ([`uart16550`]) and the shared-memory descriptor rings,
-//! doorbells and frame device the engine loop runs over ([`shm`]).
+//! doorbells and frame device the engine loop runs over ([`shm`]), and
+//! where each core's share of them lies ([`cores`]).
 //!
 //! It is **not** the firmware: boot, MMU, GICv3, timer, logging and the
 //! main loop are in the binary (`src/main.rs`, bare-metal only). `no_std`,
@@ -24,5 +25,6 @@ pub mod board {
     include!(concat!(env!("OUT_DIR"), "/board.rs"));
 }
 
+pub mod cores;
 pub mod shm;
 pub mod uart16550;

@@ -4,7 +4,9 @@
 //! `defmt-print -e board-pensando-elba.elf < /dev/ttyUSB0`; text printed
 //! before the first frame (the boot banner) is skipped by the decoder's
 //! resynchronisation at the next frame delimiter. Timestamps are
-//! microseconds of the generic timer.
+//! microseconds of the generic timer, then the core that logged. A frame
+//! is written whole inside the critical section, which with several cores
+//! is a lock they share, so frames of different cores never interleave.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +15,11 @@ use critical_section::RestoreState;
 
 use crate::hw;
 
-defmt::timestamp!("{=u64:us}", hw::now().as_nanos() / 1_000);
+defmt::timestamp!(
+    "{=u64:us} c{=u8}",
+    hw::now().as_nanos() / 1_000,
+    hw::core_index() as u8
+);
 
 #[defmt::global_logger]
 struct Logger;
@@ -28,7 +34,8 @@ struct State {
 struct Shared(UnsafeCell<State>);
 
 // SAFETY: accessed only while `TAKEN` is held inside a critical section
-// (one core, exceptions masked), so never from two contexts at once.
+// (exceptions masked on this core, the lock shared by all cores held), so
+// never from two contexts or cores at once.
 unsafe impl Sync for Shared {}
 
 static TAKEN: AtomicBool = AtomicBool::new(false);

@@ -12,7 +12,8 @@
 //!
 //! It is **not** verified on hardware: no Elba was available. What is read
 //! from public sources, what is assumed and what is unverified is listed in
-//! `README.md`. One core, polling plus `wfi`, no heap.
+//! `README.md`. One engine loop per core (`cores.count` in `board.toml`),
+//! polling plus `wfi`, no heap.
 
 #![cfg_attr(target_os = "none", no_std, no_main)]
 #![deny(clippy::undocumented_unsafe_blocks)]

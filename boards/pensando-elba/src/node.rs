@@ -1,20 +1,27 @@
-//! The node: bring-up, the shared-memory rings from `board.toml`, the
-//! MetaRoCE endpoint, and the main loop, which is the platform's engine
-//! loop (`Engine::poll`, the same code as under QEMU) over the frame rings,
-//! the host-interface queues and the DMA window, sleeping (`wfi`) on the
-//! timer or the doorbell interrupt when nothing moves.
+//! The node: bring-up, the secondary cores, and on every core the
+//! shared-memory rings from `board.toml`, a MetaRoCE endpoint and the main
+//! loop, which is the platform's engine loop (`Engine::poll`, the same
+//! code as under QEMU) over that core's frame rings, host-interface queues
+//! and share of the DMA window, sleeping (`wfi`) on the core's timer (and,
+//! on core 0, the doorbell interrupt) when nothing moves. The NIC side
+//! steers each frame to the rings of the core owning its connection, so
+//! no core touches another's state.
 
+use core::cell::RefCell;
 use core::time::Duration;
 
+use critical_section::Mutex;
+
 use metaroce_core::api::PeerAddr;
-use metaroce_core::{Borrowed, Config, Endpoint, Event};
+use metaroce_core::storage::Storage;
+use metaroce_core::{Borrowed, Config, Endpoint, Event, Instant, Shard};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::{Doorbell, Engine, HostQueues};
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
 
-use board_pensando_elba::board;
 use board_pensando_elba::shm::{ShmDoorbell, ShmFrameDevice};
+use board_pensando_elba::{board, cores};
 
 use crate::hw::{self, BarrierNotify, BootInfo};
 use crate::println;
@@ -30,14 +37,36 @@ metaroce_platform::static_endpoint_storage!(endpoint_storage, board::ENDPOINT_PA
     connections: board::ENDPOINT_CONNECTIONS, work_entries: board::ENDPOINT_WORK_ENTRIES,
     recv_entries: board::ENDPOINT_RECV_ENTRIES, senders: board::ENDPOINT_SENDERS,
     inflight_records: board::ENDPOINT_INFLIGHT_RECORDS, regions: board::ENDPOINT_REGIONS);
+
+type CoreStorage = Storage<Borrowed<'static>, { board::ENDPOINT_PATHS }>;
+
+/// The cores' shares of the endpoint storage: one core splits it, each
+/// takes its own (spec 4.14.1: core `c` owns table slots
+/// `[c * s, (c + 1) * s)`).
+static SHARES: Mutex<RefCell<heapless::Vec<Option<CoreStorage>, 16>>> =
+    Mutex::new(RefCell::new(heapless::Vec::new()));
+
+/// Core `core`'s share of the endpoint storage, once.
+fn take_share(core: usize) -> Option<CoreStorage> {
+    critical_section::with(|cs| {
+        let mut shares = SHARES.borrow_ref_mut(cs);
+        if shares.is_empty() {
+            let storage = endpoint_storage()?;
+            for share in storage.into_shares::<16>(board::CORE_COUNT) {
+                let _ = shares.push(Some(share));
+            }
+        }
+        shares.get_mut(core)?.take()
+    })
+}
 /// Longest sleep, so a missed wake-up costs little.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 /// How often the counters are logged.
 const STATS_PERIOD: Duration = Duration::from_secs(10);
 
 const _: () = assert!(
-    board::HOST_QUEUES_OFFSET + core::mem::size_of::<Queues>() <= board::RINGS_SIZE,
-    "board.toml: the host queues do not fit rings.size after rings.host_queues_offset"
+    core::mem::size_of::<Queues>() <= board::HOST_QUEUES_STRIDE,
+    "board.toml: one core's host queues do not fit rings.host_queues_stride"
 );
 
 fn fail(msg: &str) -> ! {
@@ -74,8 +103,37 @@ pub fn main(boot: BootInfo) -> ! {
         board::DOORBELL_INTID,
         irq.message_spis()
     );
-    let Some(shared) = hw::shared_memory() else {
+    for core in 1..board::CORE_COUNT {
+        if let Err(e) = irq.prepare_core(core) {
+            defmt::warn!("core {=usize}: GIC not ready ({}); not started", core, e);
+            continue;
+        }
+        let started = hw::start_secondary(core, move || {
+            let mut irq = hw::CoreInterrupts::new();
+            run_core(core, &mut |deadline| irq.wait(deadline))
+        });
+        match started {
+            Ok(()) => defmt::info!(
+                "core {=usize} started (MPIDR {=u64:#x})",
+                core,
+                cores::mpidr_of(core)
+            ),
+            Err(code) => defmt::warn!("core {=usize}: PSCI CPU_ON failed ({=i64})", core, code),
+        }
+    }
+    run_core(0, &mut |deadline| {
+        irq.wait(deadline);
+    })
+}
+
+/// Core `core`'s engine loop over its own share of the board; `wait`
+/// sleeps until an interrupt or the deadline.
+fn run_core(core: usize, wait: &mut dyn FnMut(Instant)) -> ! {
+    let Some(shared) = hw::shared_memory(core) else {
         fail("shared-memory rings could not be formatted (see board.toml)")
+    };
+    let Some(layout) = cores::layout(core) else {
+        fail("no layout for this core")
     };
     let hw::SharedMemory {
         mut rx_ring,
@@ -94,7 +152,7 @@ pub fn main(boot: BootInfo) -> ! {
     let Some((_host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };
-    let mut window = HostWindow::new(board::HOST_MEMORY_HOST_ADDRESS, host_memory);
+    let mut window = HostWindow::new(layout.host_memory_host, host_memory);
     let mut engine: Engine = Engine::new(NetConfig {
         mac: EthernetAddress(board::MAC),
         ip: Ipv4Address::from(board::IP),
@@ -105,12 +163,18 @@ pub fn main(boot: BootInfo) -> ! {
         mtu: 1024,
         ..Config::default()
     };
-    let seed = metaroce_core::rng::seed_from_u64(hw::now().as_nanos() ^ (boot.mpidr << 32));
-    let Some(storage) = endpoint_storage() else {
-        panic!("endpoint storage taken twice")
+    let seed = metaroce_core::rng::seed_from_u64(hw::now().as_nanos() ^ (hw::mpidr() << 32));
+    let Some(share) = take_share(core) else {
+        fail("no endpoint storage for this core")
     };
-    let mut endpoint = ElbaEndpoint::new(config, storage, seed);
-    if let Some((ip, mac)) = board::PEER {
+    let shard = Shard::nth(
+        core as u32,
+        board::CORE_COUNT as u32,
+        board::ENDPOINT_CONNECTIONS,
+    );
+    let mut endpoint = ElbaEndpoint::new_shard(config, share, seed, shard);
+    // The static peer is core 0's; the NIC steers its replies there.
+    if let (0, Some((ip, mac))) = (core, board::PEER) {
         let ip = Ipv4Address::from(ip);
         engine.add_static_neighbor(ip, EthernetAddress(mac));
         let peer = PeerAddr {
@@ -123,12 +187,13 @@ pub fn main(boot: BootInfo) -> ! {
         }
     }
     defmt::info!(
-        "engine loop over rings at {=usize:#x} (rx {=u32}, tx {=u32} slots), DMA window {=usize:#x} (+{=usize:#x})",
-        board::RINGS_BASE,
+        "core {=usize}: engine loop over rings at {=usize:#x} (rx {=u32}, tx {=u32} slots), DMA window {=usize:#x} (+{=usize:#x})",
+        core,
+        board::RINGS_BASE + layout.rx_ring,
         board::RX_SLOTS,
         board::TX_SLOTS,
-        board::HOST_MEMORY_LOCAL_BASE,
-        board::HOST_MEMORY_SIZE
+        layout.host_memory_local,
+        layout.host_memory_len
     );
     let mut next_stats = hw::now() + STATS_PERIOD;
     let mut fault_reported = false;
@@ -167,7 +232,7 @@ pub fn main(boot: BootInfo) -> ! {
                 deadline = deadline.min(t);
             }
             if deadline > hw::now() {
-                irq.wait(deadline);
+                wait(deadline);
             }
         }
     }

@@ -18,6 +18,7 @@
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
 //! | `role` | `workload` (the node-to-node run above) or `serve` (the serve profile of `metaroce serve`, until stopped) | `workload` |
 //! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
+//! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role and MetaRoCE only | 1 |
 
 use core::net::Ipv4Addr;
 use core::str::FromStr;
@@ -84,6 +85,11 @@ pub struct NodeConfig {
     pub role: Role,
     /// A host reached through the harness (a static neighbour, no ARP).
     pub gateway: Option<Peer>,
+    /// Cores running an engine.
+    pub cores: u8,
+    /// The core this copy of the configuration is for (set per core by
+    /// `multicore`, not a key).
+    pub core: u8,
 }
 
 /// Why the configuration was rejected: the offending key.
@@ -142,6 +148,8 @@ impl NodeConfig {
             linger_ms: 3000,
             role: Role::Workload,
             gateway: None,
+            cores: 1,
+            core: 0,
         };
         let (mut have_ip, mut have_mac) = (false, false);
         for word in text.split_ascii_whitespace() {
@@ -197,6 +205,7 @@ impl NodeConfig {
                 "paths" => cfg.paths = parse(key, value).map_err(|_| bad)?,
                 "progress_ms" => cfg.progress_ms = parse(key, value).map_err(|_| bad)?,
                 "linger_ms" => cfg.linger_ms = parse(key, value).map_err(|_| bad)?,
+                "cores" => cfg.cores = parse(key, value).map_err(|_| bad)?,
                 _ => return Err(bad),
             }
         }
@@ -217,6 +226,13 @@ impl NodeConfig {
         }
         if cfg.role == Role::Serve && cfg.transport != TransportKind::MetaRoce {
             return Err(ConfigError { key: "role" });
+        }
+        if cfg.cores == 0
+            || usize::from(cfg.cores) > crate::smp::MAX_CORES
+            || (cfg.cores > 1
+                && (cfg.role != Role::Workload || cfg.transport != TransportKind::MetaRoce))
+        {
+            return Err(ConfigError { key: "cores" });
         }
         Ok(cfg)
     }

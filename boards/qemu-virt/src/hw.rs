@@ -1,6 +1,7 @@
 //! QEMU `virt` hardware: memory map, boot glue, console, semihosting,
-//! generic timer, GICv2, fw_cfg, virtio-mmio probing and the
-//! critical-section implementation. Every `unsafe` of the firmware is here.
+//! generic timer, GICv2, fw_cfg and virtio-mmio probing. Every `unsafe` of
+//! the firmware is here, except what concerns several cores (secondary
+//! start, per-core GIC state, the critical section), which is in `smp`.
 
 use core::arch::asm;
 use core::cell::RefCell;
@@ -16,7 +17,7 @@ use aarch64_rt::{
 use arm_gic::gicv2::GicV2;
 use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
-use critical_section::{Mutex, RawRestoreState};
+use critical_section::Mutex;
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
@@ -80,28 +81,8 @@ fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
     crate::node::main()
 }
 
-// ----- critical section ------------------------------------------------
-
-struct DaifCriticalSection;
-critical_section::set_impl!(DaifCriticalSection);
-
-// SAFETY: single core: masking every exception (DAIF) excludes every other
-// context, and `release` restores exactly the state `acquire` saved.
-unsafe impl critical_section::Impl for DaifCriticalSection {
-    unsafe fn acquire() -> RawRestoreState {
-        let daif: u64;
-        // SAFETY: reading DAIF and masking exceptions has no memory effects.
-        unsafe {
-            asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
-        };
-        daif
-    }
-
-    unsafe fn release(daif: RawRestoreState) {
-        // SAFETY: restores the mask saved by `acquire`.
-        unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
-    }
-}
+// The critical-section implementation (DAIF mask plus a spinlock shared
+// by every core) is in `smp`.
 
 // ----- console ---------------------------------------------------------
 
@@ -115,21 +96,23 @@ fn init_console() {
     critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Uart::new(regs)));
 }
 
-/// Writes formatted text to the console.
-pub fn console_write(args: core::fmt::Arguments<'_>) {
+/// Writes formatted text and a newline to the console as one line: the
+/// critical section (a lock shared by every core) keeps other cores' lines
+/// out of the middle of it.
+pub fn console_write_line(args: core::fmt::Arguments<'_>) {
     critical_section::with(|cs| {
         if let Some(uart) = CONSOLE.borrow_ref_mut(cs).as_mut() {
             let _ = uart.write_fmt(args);
+            let _ = uart.write_str("\n");
         }
     });
 }
 
-/// `println!` to the PL011 console.
+/// `println!` to the PL011 console; lines from several cores never mix.
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write(format_args!($($arg)*));
-        $crate::hw::console_write(format_args!("\n"));
+        $crate::hw::console_write_line(format_args!($($arg)*));
     }};
 }
 
@@ -185,7 +168,8 @@ pub fn exit(code: u32) -> ! {
 
 static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
 
-fn timer_hz() -> u64 {
+/// Ticks per second of the generic timer's counter.
+pub fn timer_hz() -> u64 {
     let hz = TIMER_HZ.load(Ordering::Relaxed);
     if hz != 0 {
         return hz;
@@ -197,7 +181,8 @@ fn timer_hz() -> u64 {
     hz
 }
 
-fn counter() -> u64 {
+/// The virtual counter's ticks (see [`timer_hz`] for their rate).
+pub fn counter() -> u64 {
     let ticks: u64;
     // SAFETY: the ISB orders the read after earlier instructions; reading
     // the virtual counter has no side effects.
@@ -210,7 +195,8 @@ pub fn now() -> Instant {
     ticks_to_instant(counter(), timer_hz())
 }
 
-fn arm_timer(deadline: Instant) {
+/// Arms this core's EL1 virtual timer (banked per core) for `deadline`.
+pub fn arm_timer(deadline: Instant) {
     let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
     let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
     // SAFETY: programs the EL1 virtual timer (compare value, enabled and
@@ -221,7 +207,8 @@ fn arm_timer(deadline: Instant) {
     }
 }
 
-fn disarm_timer() {
+/// Disarms this core's EL1 virtual timer.
+pub fn disarm_timer() {
     // SAFETY: disables the EL1 virtual timer; no memory effects.
     unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) 0u64, options(nomem, nostack)) };
 }
@@ -259,7 +246,18 @@ impl Interrupts {
         self.gic.set_interrupt_priority(intid, 0x80);
         self.gic.set_trigger(intid, Trigger::Level);
         let _ = self.gic.enable_interrupt(intid, true);
+        // With several cores an SPI must name its target; core 0 drives
+        // the device.
+        crate::smp::route_to_core0(intid.into());
         self.net_intid = Some(intid);
+    }
+
+    /// Enables this (boot) core's wake-up SGI, which other cores send
+    /// when they queue frames for it (`smp::wake`).
+    pub fn enable_wake_sgi(&mut self) {
+        let intid = IntId::sgi(crate::smp::wake_sgi());
+        self.gic.set_interrupt_priority(intid, 0x80);
+        let _ = self.gic.enable_interrupt(intid, true);
     }
 
     /// Sleeps until an interrupt or `deadline`; `on_net` runs (to

@@ -1,7 +1,10 @@
 //! The defmt global logger: frames are rzCOBS-encoded by `defmt::Encoder`,
 //! buffered per frame and written through semihosting to QEMU's standard
 //! output (the harness decodes it with the ELF). Timestamps are
-//! microseconds since boot from the generic timer.
+//! microseconds since boot from the generic timer, followed by the core
+//! that logged (`c0`, `c1`, ...). A frame is written whole inside the
+//! critical section, which on several cores is a lock they share, so
+//! frames from different cores never interleave.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,13 +13,18 @@ use critical_section::RestoreState;
 
 use crate::hw;
 
-defmt::timestamp!("{=u64:us}", hw::now().as_nanos() / 1_000);
+defmt::timestamp!(
+    "{=u64:us} c{=u8}",
+    hw::now().as_nanos() / 1_000,
+    crate::smp::core_id() as u8
+);
 
 #[defmt::global_logger]
 struct Logger;
 
 /// Logger state, touched only between `acquire` and `release`, inside a
-/// critical section, by the one context holding `TAKEN`.
+/// critical section (exceptions masked on this core, the cores' shared
+/// lock held), by the one context holding `TAKEN`.
 struct State {
     restore: RestoreState,
     encoder: defmt::Encoder,
@@ -27,7 +35,8 @@ struct State {
 struct Shared(UnsafeCell<State>);
 
 // SAFETY: accessed only while `TAKEN` is held inside a critical section
-// (single core, exceptions masked), so never from two contexts at once.
+// (exceptions masked on this core and the lock shared by all cores held),
+// so never from two contexts or two cores at once.
 unsafe impl Sync for Shared {}
 
 static TAKEN: AtomicBool = AtomicBool::new(false);

@@ -17,7 +17,12 @@
 //! Logs are `defmt` frames written through semihosting to QEMU's standard
 //! output (the harness decodes them with the ELF); the PL011 console, which
 //! the harness sends to a file, carries only text.
-//! It is **not** a general OS: one core, polling plus `wfi`, no heap.
+//! With `cores=N` (and QEMU's `-smp N`) core 0 starts the other cores with
+//! PSCI `CPU_ON` and every core runs its own engine loop, endpoint and
+//! share of the workload; core 0 also owns the virtio-net device and
+//! steers each received frame to the core that owns its connection
+//! (`multicore`, `smp`, `metaroce_platform::shard`).
+//! It is **not** a general OS: polling plus `wfi`, no heap.
 
 #![cfg_attr(target_os = "none", no_std, no_main)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -30,9 +35,13 @@ mod hw;
 #[cfg(target_os = "none")]
 mod logger;
 #[cfg(target_os = "none")]
+mod multicore;
+#[cfg(target_os = "none")]
 mod node;
 #[cfg(target_os = "none")]
 mod serve;
+#[cfg(target_os = "none")]
+mod smp;
 #[cfg(target_os = "none")]
 mod workload;
 

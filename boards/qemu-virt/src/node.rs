@@ -26,7 +26,7 @@ use crate::workload::{
 
 /// Entries per virtio queue.
 const NET_QUEUE: usize = 64;
-type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
+pub(crate) type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
 /// Paths per connection.
 const PATHS: usize = 8;
 /// A node's MetaRoCE endpoint: connections of 8 paths over static storage.
@@ -63,7 +63,7 @@ fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u
     })
 }
 
-fn fail(msg: &str) -> ! {
+pub(crate) fn fail(msg: &str) -> ! {
     println!("METAROCE-ERROR {}", msg);
     defmt::error!("{=str}", msg);
     hw::exit(1)
@@ -101,6 +101,9 @@ pub fn main() -> ! {
     net.enable_interrupts();
     if net.mac_address() != cfg.mac {
         defmt::warn!("device MAC differs from the configured one");
+    }
+    if cfg.cores > 1 {
+        crate::multicore::run(&cfg, net, irq, host_memory)
     }
     let mut engine = Engine::new(NetConfig {
         mac: EthernetAddress(cfg.mac),
@@ -273,7 +276,7 @@ fn run<T: NodeTransport>(
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };
-    let Some(mut workload) = Workload::new(cfg, host, hw::now()) else {
+    let Some(mut workload) = Workload::new(cfg, host, hw::now(), HOST_MEMORY_LEN) else {
         fail("size x count does not fit the emulated host memory")
     };
     let mut accepted = 0u8;
@@ -289,10 +292,11 @@ fn run<T: NodeTransport>(
         };
         let outcome = workload.step(now, &mut window, &mut services);
         accepted = services.accepted;
-        if let Some(outcome) = outcome {
+        if let Some(report) = outcome {
             let stats = engine.stats();
             defmt::info!("engine: {}", stats);
-            hw::exit(match outcome {
+            report.print_result();
+            hw::exit(match report.outcome() {
                 Outcome::Ok => 0,
                 Outcome::Failed => 1,
             });

@@ -37,7 +37,7 @@ use crate::println;
 /// Where the emulated host memory sits in the host address space.
 pub const HOST_BASE: u64 = 0x10_0000_0000;
 /// Bytes of emulated host memory.
-pub const HOST_MEMORY_LEN: usize = 32 << 20;
+pub const HOST_MEMORY_LEN: usize = 64 << 20;
 
 pub type Port<'a> = HostPort<'a, 64, 64, 128, 4>;
 
@@ -83,7 +83,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(cfg: &NodeConfig) -> Option<Layout> {
+    fn new(cfg: &NodeConfig, memory_len: usize) -> Option<Layout> {
         let size = u64::from(cfg.size);
         let count = u64::from(cfg.count);
         let area = size.checked_mul(count)?;
@@ -94,7 +94,7 @@ impl Layout {
         let write_sink = read_source + area;
         let recv_bufs = write_sink + area.checked_mul(slots)?;
         let end = recv_bufs + area.checked_mul(slots)?;
-        (end - HOST_BASE <= HOST_MEMORY_LEN as u64).then_some(Layout {
+        (end - HOST_BASE <= memory_len as u64).then_some(Layout {
             size,
             count,
             src,
@@ -184,6 +184,14 @@ pub trait NodeServices {
     /// The last echo reply: (sequence, round trip in ns).
     fn last_echo(&self) -> Option<(u16, u64)>;
     fn counters(&self, now: Instant) -> Counters;
+    /// This task accepted an incoming connection (a node whose cores
+    /// share the incoming connections counts them node-wide).
+    fn on_incoming_accepted(&mut self) {}
+    /// Whether every sender this node expects has connected, given that
+    /// this task accepted `accepted_here` of the `expect` it can take.
+    fn incoming_complete(&self, accepted_here: u8, expect: u8) -> bool {
+        accepted_here >= expect
+    }
 }
 
 /// Transport and loop counters for the result line.
@@ -195,6 +203,13 @@ pub struct Counters {
     pub rate_hint_mbps: u32,
     pub tx_frames: u64,
     pub rx_frames: u64,
+    /// MetaRoCE packets the engine took in and sent (per-core lines).
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    /// Connections of the endpoint, and packets it dropped for a
+    /// connection it does not have (a frame steered to the wrong core).
+    pub conns: u32,
+    pub misrouted: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,13 +281,17 @@ pub struct Workload<'a> {
     next_progress: Instant,
     next_hint_sample: Instant,
     min_rate_hint: Option<u32>,
+    memory_len: usize,
+    /// Every expected sender has connected (to this core or another).
+    incoming_complete: bool,
 }
 
 impl<'a> Workload<'a> {
     /// `None` if the configured sizes do not fit host memory.
-    pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant) -> Option<Self> {
+    /// `memory_len`: bytes of host memory from `HOST_BASE` this task owns.
+    pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant, memory_len: usize) -> Option<Self> {
         Some(Workload {
-            layout: Layout::new(cfg)?,
+            layout: Layout::new(cfg, memory_len)?,
             cfg: cfg.clone(),
             port,
             phase: Phase::Register,
@@ -292,6 +311,8 @@ impl<'a> Workload<'a> {
             next_progress: now,
             next_hint_sample: now,
             min_rate_hint: None,
+            memory_len,
+            incoming_complete: cfg.expect == 0,
         })
     }
 
@@ -309,14 +330,15 @@ impl<'a> Workload<'a> {
             .filter(|&i| self.is_receiver() || self.cfg.target == Some(i as u8))
     }
 
-    /// One step. Returns `Some(outcome)` when the run is over.
+    /// One step. Returns the report when the run is over.
     pub fn step(
         &mut self,
         now: Instant,
         mem: &mut HostWindow<'_>,
         node: &mut impl NodeServices,
-    ) -> Option<Outcome> {
+    ) -> Option<Report> {
         self.drain_completions(now, mem);
+        self.incoming_complete = node.incoming_complete(self.accepted, self.cfg.expect);
         match self.phase {
             Phase::Register => self.register(now, mem),
             Phase::Ping => {
@@ -421,7 +443,7 @@ impl<'a> Workload<'a> {
         }
         let region = Region {
             base: HOST_BASE,
-            len: HOST_MEMORY_LEN as u64,
+            len: self.memory_len as u64,
             access: Access::ALL,
             pd: 0,
         };
@@ -493,6 +515,7 @@ impl<'a> Workload<'a> {
             }
             let slot = &mut self.slots[usize::from(self.accepted)];
             slot.conn = Some(conn);
+            node.on_incoming_accepted();
             defmt::info!(
                 "accepted connection {=u32} as slot {=u8}",
                 conn.index,
@@ -680,13 +703,17 @@ impl<'a> Workload<'a> {
         }
     }
 
+    /// Every expected sender connected, and every one on this task is done.
+    fn receiver_complete(&self) -> bool {
+        self.incoming_complete
+            && self.slots[..usize::from(self.accepted)]
+                .iter()
+                .all(|s| s.done)
+    }
+
     fn finished(&self) -> bool {
         let sender_done = !self.is_sender() || self.sender.done;
-        let receiver_done = !self.is_receiver()
-            || (self.accepted == self.cfg.expect
-                && self.slots[..usize::from(self.cfg.expect)]
-                    .iter()
-                    .all(|s| s.done));
+        let receiver_done = !self.is_receiver() || self.receiver_complete();
         sender_done && receiver_done && self.phase == Phase::Run
     }
 
@@ -823,23 +850,14 @@ impl<'a> Workload<'a> {
         defmt::info!("slot {=usize} verified: {=u32} bad", s, slot.bad);
     }
 
-    fn report(&self, now: Instant, node: &impl NodeServices) -> Outcome {
-        let c = node.counters(now);
-        let start = self.first_data.unwrap_or(self.started);
-        let end = self.last_data.unwrap_or(now);
-        let elapsed_us = end.saturating_duration_since(start).as_micros().max(1) as u64;
-        let bytes = self.bytes();
-        let goodput_mbps = bytes * 8 / elapsed_us;
-        let goodput_frac = (bytes * 8 % elapsed_us) * 100 / elapsed_us;
+    fn report(&self, now: Instant, node: &impl NodeServices) -> Report {
+        let counters = node.counters(now);
         let errors = self.sender.failed
             + self.sender.reads_bad
             + self.slots.iter().map(|s| s.bad).sum::<u32>();
         let complete = (!self.is_sender()
             || (self.sender.done && self.sender.completed == self.cfg.count))
-            && (!self.is_receiver()
-                || self.slots[..usize::from(self.cfg.expect)]
-                    .iter()
-                    .all(|s| s.done));
+            && (!self.is_receiver() || self.receiver_complete());
         let ok = errors == 0 && complete && self.phase != Phase::Register;
         let role = match (self.is_sender(), self.is_receiver()) {
             (true, true) => "both",
@@ -847,34 +865,147 @@ impl<'a> Workload<'a> {
             (false, true) => "receiver",
             (false, false) => "idle",
         };
-        println!(
-            "METAROCE-RESULT node={} role={} transport={} bytes={} elapsed_us={} goodput_mbps={}.{:02} completions={} errors={} retransmits={} timeouts={} ce={} rate_hint_mbps={} tx_frames={} rx_frames={} ping_rtt_us={} integrity={}",
-            self.cfg.node,
+        Report {
+            node: self.cfg.node,
             role,
-            match self.cfg.transport {
+            transport: match self.cfg.transport {
                 crate::config::TransportKind::MetaRoce => "metaroce",
                 crate::config::TransportKind::Datagram => "datagram",
             },
-            bytes,
-            elapsed_us,
-            goodput_mbps,
-            goodput_frac,
-            self.completions,
+            bytes: self.bytes(),
+            start: self.first_data.unwrap_or(self.started),
+            end: self.last_data.unwrap_or(now),
+            completions: self.completions,
             errors,
-            c.retransmits,
-            c.timeouts,
-            c.ce,
-            self.min_rate_hint.unwrap_or(c.rate_hint_mbps),
-            c.tx_frames,
-            c.rx_frames,
-            self.ping_rtt_ns / 1000,
-            if ok { "OK" } else { "FAIL" }
-        );
-        if ok {
+            rate_hint_mbps: self.min_rate_hint.unwrap_or(counters.rate_hint_mbps),
+            counters,
+            ping_rtt_us: self.ping_rtt_ns / 1000,
+            ok,
+        }
+    }
+}
+
+/// What a workload task did, for its result line.
+#[derive(Debug, Clone, Copy)]
+pub struct Report {
+    pub node: u8,
+    pub role: &'static str,
+    pub transport: &'static str,
+    /// Verified payload bytes, between the first and last data event.
+    pub bytes: u64,
+    pub start: Instant,
+    pub end: Instant,
+    pub completions: u64,
+    pub errors: u32,
+    pub rate_hint_mbps: u32,
+    pub counters: Counters,
+    pub ping_rtt_us: u64,
+    /// Every byte verified, every completion successful, nothing missing.
+    pub ok: bool,
+}
+
+impl Report {
+    pub fn outcome(&self) -> Outcome {
+        if self.ok {
             Outcome::Ok
         } else {
             Outcome::Failed
         }
+    }
+
+    fn elapsed_us(&self) -> u64 {
+        self.end
+            .saturating_duration_since(self.start)
+            .as_micros()
+            .max(1) as u64
+    }
+
+    /// Goodput in Mbit/s as whole and hundredths.
+    fn goodput(&self) -> (u64, u64) {
+        let us = self.elapsed_us();
+        (self.bytes * 8 / us, (self.bytes * 8 % us) * 100 / us)
+    }
+
+    /// Adds another core's report to this node's.
+    pub fn merge(&mut self, other: &Report) {
+        self.bytes += other.bytes;
+        self.start = self.start.min(other.start);
+        self.end = self.end.max(other.end);
+        self.completions += other.completions;
+        self.errors += other.errors;
+        self.rate_hint_mbps = match (self.rate_hint_mbps, other.rate_hint_mbps) {
+            (0, h) | (h, 0) => h,
+            (a, b) => a.min(b),
+        };
+        let (c, o) = (&mut self.counters, &other.counters);
+        c.retransmits += o.retransmits;
+        c.timeouts += o.timeouts;
+        c.ce += o.ce;
+        c.rx_packets += o.rx_packets;
+        c.tx_packets += o.tx_packets;
+        c.conns += o.conns;
+        c.misrouted += o.misrouted;
+        self.ping_rtt_us = self.ping_rtt_us.max(other.ping_rtt_us);
+        self.ok &= other.ok;
+        self.role = match (self.role, other.role) {
+            (a, b) if a == b => a,
+            ("idle", b) => b,
+            (a, "idle") => a,
+            _ => "both",
+        };
+    }
+
+    /// The node's `METAROCE-RESULT` line, which the harness reads.
+    pub fn print_result(&self) {
+        let (mbps, frac) = self.goodput();
+        let c = &self.counters;
+        println!(
+            "METAROCE-RESULT node={} role={} transport={} bytes={} elapsed_us={} goodput_mbps={}.{:02} completions={} errors={} retransmits={} timeouts={} ce={} rate_hint_mbps={} tx_frames={} rx_frames={} ping_rtt_us={} integrity={}",
+            self.node,
+            self.role,
+            self.transport,
+            self.bytes,
+            self.elapsed_us(),
+            mbps,
+            frac,
+            self.completions,
+            self.errors,
+            c.retransmits,
+            c.timeouts,
+            c.ce,
+            self.rate_hint_mbps,
+            c.tx_frames,
+            c.rx_frames,
+            self.ping_rtt_us,
+            if self.ok { "OK" } else { "FAIL" }
+        );
+    }
+
+    /// One core's `METAROCE-CORE` line: its share of the node's work and
+    /// the frames and packets its engine moved.
+    pub fn print_core(&self, core: usize) {
+        let (mbps, frac) = self.goodput();
+        let c = &self.counters;
+        println!(
+            "METAROCE-CORE node={} core={} role={} bytes={} goodput_mbps={}.{:02} completions={} errors={} conns={} rx_frames={} tx_frames={} rx_packets={} tx_packets={} retransmits={} timeouts={} misrouted={} integrity={}",
+            self.node,
+            core,
+            self.role,
+            self.bytes,
+            mbps,
+            frac,
+            self.completions,
+            self.errors,
+            c.conns,
+            c.rx_frames,
+            c.tx_frames,
+            c.rx_packets,
+            c.tx_packets,
+            c.retransmits,
+            c.timeouts,
+            c.misrouted,
+            if self.ok { "OK" } else { "FAIL" }
+        );
     }
 }
 

@@ -34,7 +34,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             return;
         }
         let dst = repr.header.dst_conn;
-        let i = self.ids.index_of(dst);
+        let i = self.ids.index_of(dst).unwrap_or(usize::MAX);
         let known = self
             .slots
             .get(i)

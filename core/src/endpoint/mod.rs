@@ -77,6 +77,46 @@ use crate::time::Instant;
 use crate::wire::{self, CloseReason};
 use table::IdLayout;
 
+/// Where an endpoint's slots lie in a connection table split between
+/// several endpoints (spec 4.14.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Shard {
+    /// Index of the endpoint's first slot in the whole table.
+    pub first_slot: u32,
+    /// Slots of the whole table.
+    pub table_slots: u32,
+}
+
+impl Shard {
+    /// The `n`-th of `count` equal shards of a table of `table_slots`.
+    pub const fn nth(n: u32, count: u32, table_slots: u32) -> Shard {
+        Shard {
+            first_slot: table_slots / count * n,
+            table_slots,
+        }
+    }
+
+    /// Bits of a connection id that hold the table index.
+    pub const fn index_bits(table_slots: u32) -> u32 {
+        index_bits(table_slots as usize)
+    }
+
+    /// Which of `count` equal shards of a table of `table_slots` owns
+    /// connection id `id`: what a dispatcher steering packets to cores
+    /// computes from a packet's Destination Connection ID.
+    pub const fn owner(id: u32, count: u32, table_slots: u32) -> u32 {
+        let mask = ((1u64 << index_bits(table_slots as usize)) - 1) as u32;
+        let per = table_slots / count;
+        let owner = (id & mask) / if per == 0 { 1 } else { per };
+        if owner >= count {
+            count - 1
+        } else {
+            owner
+        }
+    }
+}
+
 /// Why a command was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -174,6 +214,8 @@ pub struct Endpoint<B: Backing, const P: usize> {
     stateless: Deque<StatelessReply, STATELESS_QUEUE>,
     hash_key: (u64, u64),
     live: u32,
+    /// Active senders on the node's other shards (for the fair share).
+    other_senders: u32,
     /// Next domain of [`crate::config::AcceptDomain::PerConnection`].
     next_domain: u32,
     drops: DropStats,
@@ -203,6 +245,24 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// source outside simulations: tokens, ids, initial PSNs and keys are
     /// drawn from the generator it keys (see [`crate::rng`]).
     pub fn new(config: Config, storage: Storage<B, P>, seed: Seed) -> Self {
+        let slots = storage.connections.len().min(1 << 24) as u32;
+        Self::new_shard(
+            config,
+            storage,
+            seed,
+            Shard {
+                first_slot: 0,
+                table_slots: slots,
+            },
+        )
+    }
+
+    /// One shard of a connection table split between several endpoints
+    /// (one per core): its slots are `shard.first_slot ..` of a table of
+    /// `shard.table_slots`, so the connection ids and handles it hands out
+    /// carry their index in the whole table and name this shard
+    /// ([`Shard::owner`]). Every shard needs its own seed.
+    pub fn new_shard(config: Config, storage: Storage<B, P>, seed: Seed, shard: Shard) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::_PATHS;
         let mut rng = Rng::new(seed);
@@ -226,7 +286,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         Endpoint {
             config,
             ids: IdLayout {
-                index_bits: index_bits(capacity),
+                index_bits: index_bits(
+                    shard.table_slots.max(shard.first_slot + capacity as u32) as usize
+                ),
+                first: shard.first_slot,
+                slots: capacity as u32,
             },
             slots: connections,
             index: HashIndex::new(connection_index),
@@ -250,6 +314,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             stateless: Deque::new(),
             hash_key,
             live: 0,
+            other_senders: 0,
             next_domain: crate::config::PER_CONNECTION_DOMAINS,
             drops: DropStats::default(),
             now: Instant::ZERO,
@@ -318,7 +383,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         s.released = false;
         let id = self.ids.make(i, random, s.conn.local_id);
         self.live += 1;
-        Some((i, s.handle(i), id))
+        Some((i, s.handle(self.ids.global(i)), id))
     }
 
     /// Frees slot `i` (released and quiet).
@@ -360,10 +425,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     }
 
     fn slot_of(&self, h: ConnHandle) -> Result<usize, CommandError> {
-        match self.slots.get(h.index as usize) {
-            Some(s) if s.live && !s.released && s.generation == h.generation => {
-                Ok(h.index as usize)
-            }
+        let i = h.index.wrapping_sub(self.ids.first) as usize;
+        match self.slots.get(i) {
+            Some(s) if s.live && !s.released && s.generation == h.generation => Ok(i),
             _ => Err(CommandError::UnknownConnection),
         }
     }
@@ -434,7 +498,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.live && !s.released)
-            .map(|(i, s)| s.handle(i as u32))
+            .map(|(i, s)| s.handle(self.ids.global(i as u32)))
     }
 
     /// A connection's protection domain: its regions must be registered

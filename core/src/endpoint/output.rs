@@ -107,6 +107,13 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !self.config.rate_hints {
             return 0;
         }
+        let local = self.active_senders(now);
+        self.config.link_rate_mbps / (local + self.other_senders).max(1)
+    }
+
+    /// Connections of this endpoint that delivered data within the
+    /// active-sender window.
+    pub fn active_senders(&mut self, now: Instant) -> u32 {
         while let Some(i) = self.active.front() {
             let last = self.slots[i as usize].conn.recv.last_data_rx.get();
             if last.is_some_and(|t| now < t + self.config.active_sender_window) {
@@ -115,7 +122,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.active
                 .remove(&mut self.slots, i, ConnSlot::active_link);
         }
-        self.config.link_rate_mbps / self.active.len().max(1)
+        self.active.len()
+    }
+
+    /// Active senders the other shards of the same node see (their
+    /// `active_senders`, summed by the platform): the fair-share hint
+    /// divides the node's link among all of them.
+    pub fn set_other_shards_senders(&mut self, senders: u32) {
+        self.other_senders = senders;
     }
 
     /// The fair-share hint as last computed (at the latest `poll_transmit`
@@ -194,7 +208,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if !s.live {
                 continue;
             }
-            let handle = s.handle(i);
+            let handle = s.handle(self.ids.global(i));
             let c = s.conn.next_completion(handle, &mut self.res);
             self.refresh(i, now, false);
             if c.is_some() {
@@ -219,7 +233,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             let Some(bit) = conn.events.take() else {
                 continue;
             };
-            let handle = s.handle(i);
+            let handle = s.handle(self.ids.global(i));
             let conn = &mut s.conn;
             let event = match bit {
                 PendingEvents::INCOMING => Event::Incoming {

@@ -77,7 +77,8 @@ impl<const P: usize> ConnSlot<P> {
         &s.timer
     }
 
-    /// The handle of the connection in this slot.
+    /// The handle of the connection in this slot, whose index in the whole
+    /// table (all shards) is `index`.
     pub(crate) fn handle(&self, index: u32) -> ConnHandle {
         ConnHandle {
             index,
@@ -86,15 +87,31 @@ impl<const P: usize> ConnSlot<P> {
     }
 }
 
-/// How wire connection ids split into tag and index.
+/// How wire connection ids split into tag and index. With several shards
+/// (one endpoint per core), the index is the slot's place in the whole
+/// table, `first` the shard's first slot: an id names its shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IdLayout {
     pub index_bits: u32,
+    pub first: u32,
+    pub slots: u32,
 }
 
 impl IdLayout {
-    pub fn index_of(self, id: u32) -> usize {
-        (id & self.index_mask()) as usize
+    /// The table index an id names (whatever shard it belongs to).
+    pub fn table_index(self, id: u32) -> u32 {
+        id & self.index_mask()
+    }
+
+    /// The local slot an id names, if it is in this shard.
+    pub fn index_of(self, id: u32) -> Option<usize> {
+        let local = self.table_index(id).checked_sub(self.first)?;
+        (local < self.slots).then_some(local as usize)
+    }
+
+    /// The table index of local slot `i`.
+    pub fn global(self, i: u32) -> u32 {
+        self.first + i
     }
 
     pub fn index_mask(self) -> u32 {
@@ -103,7 +120,8 @@ impl IdLayout {
 
     /// An id for slot `index` from `random`, nonzero and different from
     /// `previous`.
-    pub fn make(self, index: u32, random: u32, previous: u32) -> u32 {
+    pub fn make(self, local: u32, random: u32, previous: u32) -> u32 {
+        let index = self.global(local);
         let tag_mask = (u64::from(u32::MAX) >> self.index_bits) as u32;
         let make = |tag: u32| ((u64::from(tag) << self.index_bits) as u32) | index;
         let mut tag = (random & tag_mask).max(1);
@@ -120,16 +138,34 @@ mod tests {
 
     #[test]
     fn ids_carry_the_index_and_differ_per_incarnation() {
-        let l = IdLayout { index_bits: 16 };
+        let l = IdLayout {
+            index_bits: 16,
+            first: 0,
+            slots: 1 << 16,
+        };
         let a = l.make(0x1234, 0xabcd, 0);
-        assert_eq!(l.index_of(a), 0x1234);
+        assert_eq!(l.index_of(a), Some(0x1234));
         assert_eq!(a >> 16, 0xabcd);
         assert_ne!(l.make(0x1234, 0xabcd, a), a, "never the previous id");
         assert_ne!(l.make(7, 0, 0), 7, "tag never zero");
-        let wide = IdLayout { index_bits: 24 };
+        let wide = IdLayout {
+            index_bits: 24,
+            first: 0,
+            slots: 1 << 24,
+        };
         assert_eq!(
             wide.index_of(wide.make(0xff_ffff, 0xffff_ffff, 0)),
-            0xff_ffff
+            Some(0xff_ffff)
         );
+        // The third of four shards of 256 slots: ids carry the table index.
+        let shard = IdLayout {
+            index_bits: 10,
+            first: 512,
+            slots: 256,
+        };
+        let id = shard.make(3, 0x77, 0);
+        assert_eq!(shard.table_index(id), 515);
+        assert_eq!(shard.index_of(id), Some(3));
+        assert_eq!(shard.index_of(id - 3 - 512 + 256), None, "another shard's");
     }
 }

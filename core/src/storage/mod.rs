@@ -193,6 +193,47 @@ pub struct Storage<B: Backing, const P: usize> {
     pub regions: Slice<B, RegionSlot>,
 }
 
+impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
+    /// Cuts the storage into `count` equal, disjoint shares, one per shard
+    /// of a connection table split between endpoints (spec 4.14.1); what
+    /// does not divide evenly is left unused. `N` bounds `count`.
+    pub fn into_shares<const N: usize>(
+        mut self,
+        count: usize,
+    ) -> heapless::Vec<Storage<Borrowed<'a>, P>, N> {
+        fn take<'a, T>(slice: &mut &'a mut [T], n: usize) -> &'a mut [T] {
+            let all = core::mem::take(slice);
+            let (head, tail) = all.split_at_mut(n.min(all.len()));
+            *slice = tail;
+            head
+        }
+        let count = count.clamp(1, N);
+        let conns = self.connections.len() / count;
+        let index = self.connection_index.len() / count;
+        let work = self.work_entries.len() / count;
+        let recvs = self.recv_entries.len() / count;
+        let senders = self.senders.len() / count;
+        let nodes = self.inflight_nodes.len() / count;
+        let regions = self.regions.len() / count;
+        let mut out = heapless::Vec::new();
+        for _ in 0..count {
+            let share = Storage {
+                connections: take(&mut self.connections, conns),
+                connection_index: take(&mut self.connection_index, index),
+                work_entries: take(&mut self.work_entries, work),
+                recv_entries: take(&mut self.recv_entries, recvs),
+                senders: take(&mut self.senders, senders),
+                inflight_records: take(&mut self.inflight_records, nodes << MIN_SHIFT),
+                inflight_nodes: take(&mut self.inflight_nodes, nodes),
+                regions: take(&mut self.regions, regions),
+            };
+            // `count <= N`: the pushes fit.
+            let _ = out.push(share);
+        }
+        out
+    }
+}
+
 impl<B: Backing, const P: usize> core::fmt::Debug for Storage<B, P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Storage")

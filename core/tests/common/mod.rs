@@ -218,10 +218,20 @@ impl<const P: usize> Cluster<P> {
     }
 
     /// `n` nodes whose endpoints hold `capacity` connections each.
-    pub fn with_capacity(n: usize, capacity: u32, config: Config, imp: Impairments, seed: u64) -> Self {
+    pub fn with_capacity(
+        n: usize,
+        capacity: u32,
+        config: Config,
+        imp: Impairments,
+        seed: u64,
+    ) -> Self {
         let nodes = (0..n)
             .map(|i| Node {
-                ep: endpoint(config, capacity, seed.wrapping_mul(31).wrapping_add(i as u64 + 1)),
+                ep: endpoint(
+                    config,
+                    capacity,
+                    seed.wrapping_mul(31).wrapping_add(i as u64 + 1),
+                ),
                 mem: Arena::new(ARENA_BASE, ARENA_LEN),
                 ip: Ipv4Address::new(10, 0, 0, i as u8 + 1),
                 completions: Vec::new(),

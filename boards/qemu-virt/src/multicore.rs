@@ -1,0 +1,544 @@
+//! The multi-core node (`cores=N`, QEMU `-smp N`): one engine loop per
+//! core, each with its own MetaRoCE endpoint, host queues, host memory and
+//! share of the workload, and core 0 steering frames between the one
+//! virtio-net device and the cores.
+//!
+//! ```text
+//!            virtio-net (core 0 owns it)
+//!                 |  ^
+//!      Dispatcher::receive / transmit (core 0)
+//!     /       |        |        \
+//!  link 0   link 1   link 2   link 3     MemLink: an SPSC ring each way
+//!    |        |        |        |
+//!  engine   engine   engine   engine     Engine::poll, unchanged
+//!  core 0   core 1   core 2   core 3
+//! ```
+//!
+//! The node's connection table is split into one shard per core: core
+//! `c` owns table slots `[c * s, (c + 1) * s)` and its endpoint
+//! (`Endpoint::new_shard`) hands out connection ids whose index names its
+//! slot, so the dispatcher finds a packet's core from its destination id
+//! alone (`ShardMap`); an incoming CONNECT goes to the core chosen by the
+//! hash of its source (`metaroce_platform::shard`) and the connection is
+//! created there. Every id a core announces is checked against the map
+//! (`AuditedShards`). Nothing is shared on the data path but the rings;
+//! the workload's bookkeeping across cores (incoming connections accepted
+//! node-wide, each core's report) and each core's count of active senders
+//! (for the node-wide fair share) go through the critical section and
+//! atomics.
+//!
+//! Each core prints a `METAROCE-CORE` line when its task is done; core 0
+//! waits for all, then prints which connection ids each core owns
+//! (`METAROCE-OWNERS`), the dispatcher's counters and cost
+//! (`METAROCE-DISPATCH`) and the node's `METAROCE-RESULT`, and exits.
+
+use core::cell::RefCell;
+use core::sync::atomic::{AtomicU32, Ordering};
+use core::time::Duration;
+
+use critical_section::Mutex;
+use metaroce_core::api::ConnHandle;
+use metaroce_core::storage::Storage;
+use metaroce_core::{Borrowed, Config, Endpoint, Event, Instant, Shard};
+use metaroce_platform::device::{MemFrameDevice, MemLink};
+use metaroce_platform::dma::HostWindow;
+use metaroce_platform::net::NetConfig;
+use metaroce_platform::shard::{AuditedShards, Dispatcher, Round, ShardMap};
+use metaroce_platform::{Engine, HostQueues};
+use smoltcp::wire::EthernetAddress;
+
+use crate::config::{NodeConfig, MAX_PEERS};
+use crate::hw;
+use crate::node::{fail, NetDevice};
+use crate::println;
+use crate::smp::{self, MAX_CORES};
+use crate::workload::{self, Counters, NodeServices, Report, Workload, HOST_BASE};
+
+/// Frames per direction of each core's link to the dispatcher.
+const LINK_SLOTS: usize = 128;
+type CoreDevice = MemFrameDevice<'static, LINK_SLOTS>;
+/// Paths per connection.
+const PATHS: usize = 8;
+/// A core's endpoint: its shard of the node's table, 8 paths a connection.
+type CoreEndpoint = Endpoint<Borrowed<'static>, PATHS>;
+type CoreStorage = Storage<Borrowed<'static>, PATHS>;
+/// Table slots per core: its outgoing connections plus as many incoming
+/// ones as the workload can take.
+const SLOTS_PER_CORE: u32 = 16;
+/// Ownership by table index, every announced id checked.
+type Owners = AuditedShards<256>;
+
+// The node's connection table and pools, split between the cores at boot.
+metaroce_platform::static_endpoint_storage!(node_storage, PATHS,
+    connections: SLOTS_PER_CORE * MAX_CORES as u32, work_entries: 256 * MAX_CORES as u32,
+    recv_entries: 256 * MAX_CORES as u32, senders: SLOTS_PER_CORE * MAX_CORES as u32,
+    inflight_records: 4096 * MAX_CORES as u32, regions: 64 * MAX_CORES as u32);
+/// Frames the dispatcher moves per direction and round: no more than one
+/// engine poll takes from its ring (`Budget::rx_frames`), so core 0, which
+/// both fills its own ring and drains it, does not overrun it.
+const DISPATCH_BUDGET: u32 = 32;
+/// Longest sleep, so the loop notices a missed wake-up quickly.
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+static LINKS: [MemLink<LINK_SLOTS>; MAX_CORES] = [const { MemLink::new() }; MAX_CORES];
+/// Each core's report, once its task is done.
+static REPORTS: Mutex<RefCell<[Option<Report>; MAX_CORES]>> =
+    Mutex::new(RefCell::new([None; MAX_CORES]));
+/// Incoming connections accepted by any core of this node.
+static ACCEPTED: AtomicU32 = AtomicU32::new(0);
+/// Each core's active senders, so every core's fair-share hint divides the
+/// node's link among all of them.
+static SENDERS: [AtomicU32; MAX_CORES] = [const { AtomicU32::new(0) }; MAX_CORES];
+
+/// Starts every core and runs core 0's part; never returns (the node
+/// exits once every core reported).
+pub fn run(
+    cfg: &NodeConfig,
+    net: NetDevice,
+    mut irq: hw::Interrupts,
+    host_memory: &'static mut [u8],
+) -> ! {
+    let cores = usize::from(cfg.cores);
+    // Every core of every sender node opens one connection to this node
+    // (the harness gives every node the same core count).
+    let expected_incoming = u32::from(cfg.expect) * u32::from(cfg.cores);
+    irq.enable_wake_sgi();
+    // Each core gets its own slice of host memory, seen at HOST_BASE by
+    // its own engine, as separate host processes would.
+    let per_core = (host_memory.len() / cores) & !0xfff;
+    let mut rest = host_memory;
+    let Some(storage) = node_storage() else {
+        fail("endpoint storage taken twice")
+    };
+    let table_slots = SLOTS_PER_CORE * cores as u32;
+    let mut shares = storage.into_shares::<MAX_CORES>(cores).into_iter();
+    let mut rings: heapless::Vec<CoreDevice, MAX_CORES> = heapless::Vec::new();
+    let mut own = None;
+    for (core, link) in LINKS.iter().enumerate().take(cores) {
+        let (memory, tail) = core::mem::take(&mut rest).split_at_mut(per_core);
+        rest = tail;
+        let Some((core_end, dispatch_end)) = link.ends() else {
+            fail("core link split twice")
+        };
+        if rings.push(dispatch_end).is_err() {
+            fail("too many cores");
+        }
+        let core_cfg = core_config(cfg, core);
+        let Some(share) = shares.next() else {
+            fail("no storage share for a core")
+        };
+        let shard = Shard::nth(core as u32, cores as u32, table_slots);
+        if core == 0 {
+            own = Some((core_cfg, core_end, memory, share, shard));
+            continue;
+        }
+        let started = smp::start_secondary(core, move || {
+            let mut role = Secondary {
+                irq: smp::CoreInterrupts::new(),
+            };
+            shard_loop(
+                &core_cfg,
+                expected_incoming,
+                core_end,
+                memory,
+                (share, shard),
+                &mut role,
+            )
+        });
+        match started {
+            Ok(()) => defmt::info!("core {=usize} started", core),
+            Err(e) => {
+                defmt::error!("core {=usize} did not start: {}", core, e);
+                fail("a secondary core did not start (is QEMU's -smp at least cores?)")
+            }
+        }
+    }
+    let Some((core_cfg, core_end, memory, share, shard)) = own else {
+        fail("no core 0")
+    };
+    let Some(map) = ShardMap::for_table(Shard::index_bits(table_slots), table_slots, cores) else {
+        fail("the connection table does not split between the cores")
+    };
+    let mut role = Dispatching {
+        cores,
+        dispatcher: Dispatcher::new(Owners::new(map), cores, cfg.port),
+        net,
+        irq,
+        rings,
+        ticks: 0,
+        timed_frames: 0,
+        node: cfg.node,
+    };
+    shard_loop(
+        &core_cfg,
+        expected_incoming,
+        core_end,
+        memory,
+        (share, shard),
+        &mut role,
+    )
+}
+
+/// Core `core`'s copy of the node configuration: as many receive slots
+/// as the node's senders could open to it (the hash may put any of them
+/// on any core).
+fn core_config(cfg: &NodeConfig, core: usize) -> NodeConfig {
+    let mut c = cfg.clone();
+    c.core = core as u8;
+    c.expect = (usize::from(cfg.expect) * usize::from(cfg.cores)).min(MAX_PEERS) as u8;
+    c
+}
+
+/// What a core does besides its own shard.
+trait CoreRole {
+    /// Work outside the shard (core 0: moving frames between the device
+    /// and the rings; received frames only when `receive`, so that core 0
+    /// feeds its own ring no faster than its engine drains it); whether
+    /// anything moved.
+    fn service(&mut self, receive: bool) -> bool;
+    /// The shard queued frames to send.
+    fn transmitted(&mut self);
+    /// Whether work waits that `service` would take (checked before sleeping).
+    fn pending(&self) -> bool;
+    /// Sleeps until `deadline` or an interrupt.
+    fn wait(&mut self, deadline: Instant);
+    /// This core's task is done: `report` (already counted as reported).
+    fn done(&mut self, core: usize);
+}
+
+/// Core 0: the device, the dispatcher and the node's result.
+struct Dispatching {
+    cores: usize,
+    dispatcher: Dispatcher<Owners>,
+    net: NetDevice,
+    irq: hw::Interrupts,
+    rings: heapless::Vec<CoreDevice, MAX_CORES>,
+    /// Counter ticks spent in dispatcher rounds that moved frames, and
+    /// the frames they moved: the dispatch cost.
+    ticks: u64,
+    timed_frames: u64,
+    node: u8,
+}
+
+impl CoreRole for Dispatching {
+    fn service(&mut self, receive: bool) -> bool {
+        let start = hw::counter();
+        let rx = if receive {
+            self.dispatcher
+                .receive(&mut self.net, &mut self.rings, DISPATCH_BUDGET)
+        } else {
+            Round::default()
+        };
+        let tx = self
+            .dispatcher
+            .transmit(&mut self.net, &mut self.rings, DISPATCH_BUDGET);
+        let moved = rx.frames + tx.frames;
+        if moved > 0 {
+            self.ticks += hw::counter().wrapping_sub(start);
+            self.timed_frames += u64::from(moved);
+        }
+        for core in 1..self.cores {
+            if rx.cores_fed & (1 << core) != 0 {
+                smp::wake(core);
+            }
+        }
+        if moved > 0 {
+            return true;
+        }
+        let reported = critical_section::with(|cs| {
+            REPORTS.borrow_ref(cs)[..self.cores]
+                .iter()
+                .all(Option::is_some)
+        });
+        if reported {
+            self.finish();
+        }
+        false
+    }
+
+    fn transmitted(&mut self) {}
+
+    fn pending(&self) -> bool {
+        self.rings.iter().any(|r| r.rx_pending() > 0)
+    }
+
+    fn wait(&mut self, deadline: Instant) {
+        let net = &mut self.net;
+        self.irq.wait(deadline, || net.ack_interrupt());
+    }
+
+    fn done(&mut self, _core: usize) {}
+}
+
+impl Dispatching {
+    /// Every core reported: the node's lines, then exit.
+    fn finish(&mut self) -> ! {
+        let reports = critical_section::with(|cs| *REPORTS.borrow_ref(cs));
+        let mut node: Option<Report> = None;
+        for report in reports[..self.cores].iter().flatten() {
+            match node.as_mut() {
+                Some(n) => n.merge(report),
+                None => node = Some(*report),
+            }
+        }
+        let Some(mut node) = node else {
+            fail("no core reported")
+        };
+        for core in 0..self.cores {
+            let mut ids: heapless::String<400> = heapless::String::new();
+            for (id, owner) in self.dispatcher.owner().learned.iter() {
+                if owner == core {
+                    let sep = if ids.is_empty() { "" } else { "," };
+                    let _ = core::fmt::write(&mut ids, format_args!("{sep}{id:#x}"));
+                }
+            }
+            println!(
+                "METAROCE-OWNERS node={} core={} delivered={} ids={}",
+                self.node,
+                core,
+                self.dispatcher.delivered(core),
+                if ids.is_empty() { "-" } else { ids.as_str() }
+            );
+        }
+        let s = self.dispatcher.stats();
+        let owners = self.dispatcher.owner();
+        let ns_per_frame = (u128::from(self.ticks) * 1_000_000_000
+            / u128::from(hw::timer_hz().max(1))
+            / u128::from(self.timed_frames.max(1))) as u64;
+        println!(
+            "METAROCE-DISPATCH node={} cores={} rx_frames={} tx_frames={} by_conn={} connects={} replies={} control={} unroutable={} ring_full={} announced={} conflicts={} owners_full={} ns_per_frame={}",
+            self.node,
+            self.cores,
+            s.rx_frames,
+            s.tx_frames,
+            s.by_conn,
+            s.connects,
+            s.replies,
+            s.control,
+            s.unroutable,
+            s.ring_full,
+            s.announced,
+            owners.conflicts(),
+            owners.learned.full,
+            ns_per_frame
+        );
+        defmt::info!("dispatcher: {}", s);
+        // The node's frames are the device's, not the sum of the rings'.
+        node.counters.rx_frames = s.rx_frames;
+        node.counters.tx_frames = s.tx_frames;
+        node.print_result();
+        hw::exit(if node.ok && owners.conflicts() == 0 {
+            0
+        } else {
+            1
+        })
+    }
+}
+
+/// Cores 1..N: only their shard, woken by core 0's SGI.
+struct Secondary {
+    irq: smp::CoreInterrupts,
+}
+
+impl CoreRole for Secondary {
+    fn service(&mut self, _receive: bool) -> bool {
+        false
+    }
+
+    fn transmitted(&mut self) {
+        smp::wake(0);
+    }
+
+    fn pending(&self) -> bool {
+        false
+    }
+
+    fn wait(&mut self, deadline: Instant) {
+        self.irq.wait(deadline);
+    }
+
+    fn done(&mut self, _core: usize) {
+        // Core 0 may be asleep waiting for the last report.
+        smp::wake(0);
+    }
+}
+
+/// One core's engine loop over its link, with its endpoint and workload
+/// task; after the task reports, the engine keeps answering (a peer's
+/// last retransmissions) until core 0 ends the node.
+fn shard_loop(
+    cfg: &NodeConfig,
+    expected_incoming: u32,
+    mut device: CoreDevice,
+    memory: &'static mut [u8],
+    (storage, shard): (CoreStorage, Shard),
+    role: &mut impl CoreRole,
+) -> ! {
+    let core = usize::from(cfg.core);
+    let mut engine: Engine = Engine::new(NetConfig {
+        mac: EthernetAddress(cfg.mac),
+        ip: cfg.ip,
+    });
+    // Every core sends to the configured peers without its own ARP round
+    // trip (ARP replies reach every core too, but need not).
+    for peer in &cfg.peers {
+        engine.add_static_neighbor(peer.ip, EthernetAddress(peer.mac));
+    }
+    if let Some(gateway) = cfg.gateway {
+        engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
+    }
+    let config = Config {
+        udp_port: cfg.port,
+        paths: cfg.paths,
+        mtu: 1024,
+        ..Config::for_emulation()
+    };
+    let seed = metaroce_core::rng::seed_from_u64(
+        cfg.seed ^ (u64::from(cfg.node) << 32) ^ ((core as u64) << 40) ^ hw::now().as_nanos(),
+    );
+    let mut endpoint = CoreEndpoint::new_shard(config, storage, seed, shard);
+    let memory_len = memory.len();
+    let mut window = HostWindow::new(HOST_BASE, memory);
+    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let Some((host, mut port)) = queues.split() else {
+        fail("host queues split twice")
+    };
+    let Some(mut workload) = Workload::new(cfg, host, hw::now(), memory_len) else {
+        fail("size x count does not fit a core's share of the emulated host memory")
+    };
+    defmt::info!(
+        "core {=usize} up: {=usize} KiB host memory, expects {=u32} incoming node-wide",
+        core,
+        memory_len / 1024,
+        expected_incoming
+    );
+    let mut reported = false;
+    loop {
+        let now = hw::now();
+        let mut busy = role.service(true);
+        let sent_before = engine.stats().tx_frames;
+        // The node-wide fair share: this core's active senders out, the
+        // other cores' in.
+        let senders = endpoint.active_senders(now);
+        SENDERS[core].store(senders, Ordering::Relaxed);
+        let others: u32 = SENDERS
+            .iter()
+            .enumerate()
+            .filter(|&(c, _)| c != core)
+            .map(|(_, n)| n.load(Ordering::Relaxed))
+            .sum();
+        endpoint.set_other_shards_senders(others);
+        let polled = engine.poll(now, &mut endpoint, &mut device, &mut port, &mut window);
+        if !reported {
+            let mut services = CoreServices {
+                cfg,
+                endpoint: &mut endpoint,
+                engine: &mut engine,
+                device: &mut device,
+                expected_incoming,
+            };
+            if let Some(report) = workload.step(now, &mut window, &mut services) {
+                report.print_core(core);
+                defmt::info!("engine: {}", engine.stats());
+                critical_section::with(|cs| REPORTS.borrow_ref_mut(cs)[core] = Some(report));
+                reported = true;
+                role.done(core);
+            }
+        }
+        if engine.stats().tx_frames != sent_before {
+            role.transmitted();
+        }
+        busy |= role.service(false) | polled.busy | port.has_work();
+        if busy {
+            continue;
+        }
+        let mut deadline = now + MAX_SLEEP;
+        if !reported {
+            deadline = deadline.min(workload.next_wake());
+        }
+        if let Some(t) = polled.next_timeout {
+            deadline = deadline.min(t);
+        }
+        if deadline > hw::now() {
+            // The rings are checked after the core says it sleeps, so a
+            // frame queued meanwhile either is seen or wakes it.
+            let mut ctx = (&mut *role, &device);
+            smp::sleep(
+                &mut ctx,
+                |(role, device)| device.rx_pending() > 0 || role.pending(),
+                |(role, _)| role.wait(deadline),
+            );
+        }
+    }
+}
+
+/// The workload's view of one core.
+struct CoreServices<'a> {
+    cfg: &'a NodeConfig,
+    endpoint: &'a mut CoreEndpoint,
+    engine: &'a mut Engine,
+    device: &'a mut CoreDevice,
+    expected_incoming: u32,
+}
+
+impl NodeServices for CoreServices<'_> {
+    fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle> {
+        self.endpoint
+            .connect(now, workload::peer_addr(self.cfg, peer_index)?, 0)
+            .ok()
+    }
+
+    fn poll_accepted(&mut self) -> Option<ConnHandle> {
+        while let Some(event) = self.endpoint.poll_event() {
+            match event {
+                Event::Incoming { conn, .. } => return Some(conn),
+                Event::Connected(h) => defmt::info!("connection {=u32} up", h.index),
+                Event::Closed { conn, .. } => defmt::info!("connection {=u32} closed", conn.index),
+                Event::Failed { conn, status } => {
+                    defmt::warn!("connection {=u32} failed: {}", conn.index, status)
+                }
+            }
+        }
+        None
+    }
+
+    fn ping(&mut self, now: Instant, peer_index: usize, seq: u16) {
+        if let Some(peer) = self.cfg.peers.get(peer_index) {
+            let _ = self.engine.send_ping(self.device, peer.ip, seq, now);
+        }
+    }
+
+    fn last_echo(&self) -> Option<(u16, u64)> {
+        self.engine.last_echo().map(|e| (e.seq_no, e.rtt_nanos))
+    }
+
+    fn counters(&self, _now: Instant) -> Counters {
+        let stats = self.engine.stats();
+        let mut c = Counters {
+            ce: stats.rx_ce,
+            tx_frames: stats.tx_frames,
+            rx_frames: stats.rx_frames,
+            rx_packets: stats.rx_transport,
+            tx_packets: stats.tx_transport,
+            rate_hint_mbps: self.endpoint.last_rate_hint(),
+            misrouted: self.endpoint.drops().unknown_connection,
+            ..Counters::default()
+        };
+        for h in self.endpoint.handles() {
+            c.conns += 1;
+            if let Some(s) = self.endpoint.stats(h) {
+                c.retransmits += s.retransmissions;
+                c.timeouts += s.timeouts;
+            }
+        }
+        c
+    }
+
+    fn on_incoming_accepted(&mut self) {
+        ACCEPTED.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn incoming_complete(&self, _accepted_here: u8, _slots: u8) -> bool {
+        ACCEPTED.load(Ordering::Relaxed) >= self.expected_incoming
+    }
+}
