@@ -14,6 +14,9 @@ use crate::util::{self, Error};
 
 /// Entry point: `cargo xtask bench [--simd-crc] [BENCH ARGS]`.
 pub fn run(args: &[String]) -> Result<(), Error> {
+    if args.iter().any(|a| a == "--firmware") {
+        return crate::firmware::bench();
+    }
     let csv = util::project_root()
         .join("target")
         .join("metaroce")

@@ -16,6 +16,7 @@
 
 mod bench;
 mod compliance;
+mod firmware;
 mod image;
 mod no_alloc;
 mod project;
@@ -43,6 +44,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "bench [--simd-crc] [ARGS]",
         "engine ns/packet (TX -> RX -> ACK, 4 KiB) beside one 4 KiB memcpy, bytes per connection; CSV in target/metaroce/",
+    ),
+    (
+        "bench --firmware",
+        "qemu-virt firmware per CPU setting: instructions per 4 KiB packet's CRC under QEMU -icount, .text; CSV in target/metaroce/",
     ),
     (
         "sim <EXPERIMENT> [ARGS]",

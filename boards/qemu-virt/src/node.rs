@@ -12,7 +12,7 @@ use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
-use metaroce_platform::{Engine, HostQueues, PollOutcome, Transport};
+use metaroce_platform::{Engine, EnginePort, HostQueues, PollOutcome, Transport};
 use smoltcp::wire::EthernetAddress;
 use virtio_drivers::transport::mmio::MmioTransport;
 
@@ -27,16 +27,13 @@ use crate::workload::{
 /// Entries per virtio queue.
 const NET_QUEUE: usize = 64;
 type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
-/// The MetaRoCE endpoint of a node: 4 connections of 8 paths.
-type MetaRoceEndpoint = Endpoint<4, 8>;
-/// The endpoint of the serve role: more connection slots, since its
-/// clients come and go (and a failed connection keeps its slot until the
-/// peer closes it).
-type ServeEndpoint = Endpoint<SERVE_CONNECTIONS, 8>;
-// Both live in `main`'s frame on the 1 MiB boot stack.
-const _: () = assert!(
-    core::mem::size_of::<ServeEndpoint>() + core::mem::size_of::<MetaRoceEndpoint>() < 768 * 1024
-);
+/// The MetaRoCE endpoint of every role: 8 paths per connection, and the
+/// serve role's connection slots (its clients come and go, and a failed
+/// connection keeps its slot until the peer closes it). One type for both
+/// roles, so the firmware holds one copy of the endpoint's code.
+type NodeEndpoint = Endpoint<SERVE_CONNECTIONS, 8>;
+// It lives in `main`'s frame on the 1 MiB boot stack.
+const _: () = assert!(core::mem::size_of::<NodeEndpoint>() < 768 * 1024);
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
@@ -81,6 +78,9 @@ pub fn main() -> ! {
             hw::exit(1)
         }
     };
+    if cfg.role == Role::Bench {
+        crate::bench::run()
+    }
     defmt::info!("node {=u8} up, transport {}", cfg.node, cfg.transport);
     let mut irq = hw::Interrupts::new();
     let Some((transport, slot)) = hw::find_virtio_net() else {
@@ -116,7 +116,7 @@ pub fn main() -> ! {
                 mtu: 1024,
                 ..Config::for_emulation()
             };
-            let mut endpoint = ServeEndpoint::new(config, seed);
+            let mut endpoint = NodeEndpoint::new(config, seed);
             serve(&cfg, &mut endpoint, engine, net, irq, window)
         }
         TransportKind::MetaRoce => {
@@ -127,7 +127,7 @@ pub fn main() -> ! {
                 mtu: 1024,
                 ..Config::for_emulation()
             };
-            let mut endpoint = MetaRoceEndpoint::new(config, seed);
+            let mut endpoint = NodeEndpoint::new(config, seed);
             run(&cfg, &mut endpoint, engine, net, irq, window)
         }
         TransportKind::Datagram => {
@@ -258,7 +258,14 @@ fn run<T: NodeTransport>(
     let mut accepted = 0u8;
     loop {
         let now = hw::now();
-        let polled = engine.poll(now, transport, &mut net, &mut port, &mut window);
+        let polled = poll_engine(
+            &mut engine,
+            now,
+            transport,
+            &mut net,
+            &mut port,
+            &mut window,
+        );
         let mut services = Services {
             cfg,
             transport: &mut *transport,
@@ -285,6 +292,24 @@ fn run<T: NodeTransport>(
             workload.next_wake(),
         );
     }
+}
+
+/// The host queues of every role.
+type NodeEnginePort<'a> = EnginePort<'a, 64, 64, 128, 4>;
+
+/// One round of the engine loop, kept out of line so the workload and serve
+/// roles share one copy of it per transport: inlined into both, the loop
+/// (the firmware's largest code) was there twice.
+#[inline(never)]
+fn poll_engine<T: Transport>(
+    engine: &mut Engine,
+    now: Instant,
+    transport: &mut T,
+    net: &mut NetDevice,
+    port: &mut NodeEnginePort<'_>,
+    window: &mut HostWindow<'static>,
+) -> PollOutcome {
+    engine.poll(now, transport, net, port, window)
 }
 
 /// Sleeps, unless the loop was busy or the host has work queued, until the
@@ -349,7 +374,14 @@ fn serve<const C: usize>(
             defmt::info!("engine: {}", engine.stats());
             defmt::info!("endpoint drops: {}", endpoint.drops());
         }
-        let polled = engine.poll(now, &mut *endpoint, &mut net, &mut port, &mut window);
+        let polled = poll_engine(
+            &mut engine,
+            now,
+            &mut *endpoint,
+            &mut net,
+            &mut port,
+            &mut window,
+        );
         task.step(
             now,
             &mut window,
