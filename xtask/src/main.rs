@@ -10,8 +10,10 @@
 //! allocator check and the source tidy rules) and prints what it does.
 //!
 //! One module per subcommand (`test`, `qemu`); shared helpers live in
-//! `util` (running commands), `project` (crate lists, targets, paths) and
-//! `system` (installing Debian packages a step needs). To add a subcommand,
+//! `util` (running commands), `project` (crate lists, targets, paths),
+//! `system` (installing Debian packages a step needs), `toolchain`
+//! (installing the targets and components of `rust-toolchain.toml`, before
+//! every command) and `firmware` (building firmware for its board's CPU). To add a subcommand,
 //! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
 
 mod bench;
@@ -25,6 +27,7 @@ mod sim;
 mod system;
 mod test;
 mod tidy;
+mod toolchain;
 mod util;
 
 use std::process::ExitCode;
@@ -78,6 +81,11 @@ fn run(args: &[String]) -> Result<(), Error> {
         Some((cmd, rest)) => (cmd.as_str(), rest),
         None => ("help", &[][..]),
     };
+    if !matches!(cmd, "help" | "-h" | "--help") {
+        // The targets and components of rust-toolchain.toml, installed
+        // when missing, as QEMU is: the README's commands need nothing else.
+        toolchain::ensure()?;
+    }
     match cmd {
         "test" => test::run(rest),
         "compliance" => compliance::run(rest),

@@ -32,6 +32,11 @@ pub struct Step {
 /// Every step, in the order they run.
 pub const STEPS: &[Step] = &[
     Step {
+        name: "toolchain",
+        what: "targets and components of rust-toolchain.toml installed (rustup adds what is missing)",
+        run: crate::toolchain::test_step,
+    },
+    Step {
         name: "fmt",
         what: "formatting: cargo fmt --all -- --check",
         run: fmt,
