@@ -19,6 +19,7 @@
 mod bench;
 mod compliance;
 mod firmware;
+mod host_bench;
 mod image;
 mod no_alloc;
 mod project;
@@ -47,6 +48,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "bench [--simd-crc] [ARGS]",
         "engine ns/packet (TX -> RX -> ACK, 4 KiB) beside one 4 KiB memcpy, bytes per connection; CSV in target/metaroce/",
+    ),
+    (
+        "bench --host",
+        "metaroce bench vs serve on loopback beside iperf3 UDP at 1024 and 8192 B per datagram, same run",
     ),
     (
         "bench --firmware",
