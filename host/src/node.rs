@@ -36,8 +36,8 @@ pub type Queues = HostQueues<256, 256, 512, 4>;
 /// Engine polls per loop turn at most while there is still work, so one
 /// turn stays bounded however fast datagrams arrive.
 const POLLS_PER_TURN: usize = 8;
-/// Largest datagram accepted.
-const RX_BUFFER: usize = 65_536;
+/// Largest datagram sent (a GSO send's limit).
+const MAX_DATAGRAM: usize = 65_507;
 
 /// How to set up a host endpoint.
 #[derive(Debug, Clone)]
@@ -96,6 +96,10 @@ pub struct IoStats {
     pub rx_ecn_capable: u64,
     /// ICMP errors reported by the receive socket (peer port unreachable).
     pub rx_errors: u64,
+    /// System calls that sent datagrams (one GSO `sendmsg` carries many).
+    pub tx_calls: u64,
+    /// System calls that received datagrams (one `recvmmsg` carries many).
+    pub rx_calls: u64,
 }
 
 /// The node's UDP sockets as the engine loop's [`DatagramLink`], with the
@@ -105,30 +109,21 @@ pub struct SocketLink {
     sockets: Sockets,
     pub pcap: Option<PcapRecorder>,
     pub io: IoStats,
-    rx: Vec<u8>,
-    tx: Vec<u8>,
     /// Set while [`Node::flush`] polls: sends only, nothing is received.
     receive_held: bool,
 }
 
 impl DatagramLink for SocketLink {
     fn max_packet_len(&self) -> usize {
-        self.tx.len()
+        MAX_DATAGRAM
     }
 
     fn receive<R>(&mut self, f: impl FnOnce(&RxMeta, &[u8]) -> R) -> Option<R> {
         if self.receive_held {
             return None;
         }
-        let r = loop {
-            match self.sockets.try_recv(&mut self.rx) {
-                Ok(Some(r)) => break r,
-                Ok(None) => return None,
-                // An ICMP error for an earlier send: counted, and the next
-                // datagram (if any) is read.
-                Err(_) => self.io.rx_errors += 1,
-            }
-        };
+        let local = self.sockets.local_addr();
+        let (r, bytes) = self.sockets.next_received()?;
         self.io.rx_datagrams += 1;
         self.io.rx_bytes += r.len as u64;
         if r.ecn != ecn::NOT_ECT {
@@ -136,9 +131,8 @@ impl DatagramLink for SocketLink {
         }
         let ce = r.ecn == ecn::CE;
         self.io.rx_ce += u64::from(ce);
-        let bytes = &self.rx[..r.len];
         if let Some(p) = self.pcap.as_mut() {
-            p.record(r.from, self.sockets.local_addr(), r.ecn, bytes, false);
+            p.record(r.from, local, r.ecn, bytes, false);
         }
         let meta = RxMeta {
             source: peer_of(r.from),
@@ -159,27 +153,34 @@ impl DatagramLink for SocketLink {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Option<R> {
-        let packet = self.tx.get_mut(..len)?;
-        let r = f(packet);
         let dest = socket_of(to.peer);
-        let data = &self.tx[..len];
+        let source = self.sockets.source_of(to.src_port);
+        let packet = self.sockets.stage(to.src_port, dest, to.ecn, len)?;
+        let r = f(packet);
         if let Some(p) = self.pcap.as_mut() {
-            p.record(
-                self.sockets.source_of(to.src_port),
-                dest,
-                to.ecn,
-                data,
-                true,
-            );
+            p.record(source, dest, to.ecn, packet, true);
         }
-        match self.sockets.send(to.src_port, dest, to.ecn, data) {
-            Ok(()) => {
-                self.io.tx_datagrams += 1;
-                self.io.tx_bytes += len as u64;
-            }
-            Err(_) => self.io.tx_errors += 1,
-        }
+        self.io.tx_bytes += len as u64;
         Some(r)
+    }
+}
+
+impl SocketLink {
+    /// Sends what the last poll staged (the sockets batch it) and updates
+    /// the counters.
+    pub fn flush(&mut self) {
+        self.sockets.flush();
+        let batch = self.sockets.stats();
+        self.io.tx_datagrams = batch.sent;
+        self.io.tx_errors = batch.refused;
+        self.io.tx_calls = batch.send_calls;
+        self.io.rx_calls = batch.recv_calls;
+        self.io.rx_errors = batch.recv_errors;
+    }
+
+    /// What the kernel granted for the receive socket's buffers.
+    pub fn buffer_sizes(&self) -> crate::io::BufferSizes {
+        self.sockets.buffer_sizes()
     }
 }
 
@@ -258,8 +259,6 @@ impl Node {
                 sockets,
                 pcap: None,
                 io: IoStats::default(),
-                rx: vec![0; RX_BUFFER],
-                tx: vec![0; RX_BUFFER],
                 receive_held: false,
             },
             engine: Engine::for_datagrams(),
@@ -333,6 +332,14 @@ impl Node {
     /// fresh connection before the peer's first SEND, which follows the
     /// ACCEPT within microseconds, is taken from the socket.
     fn run_engine(&mut self) -> bool {
+        let more = self.run_polls();
+        // What the polls staged leaves in batches, before any waiting.
+        self.link.flush();
+        more
+    }
+
+    /// [`Node::run_engine`]'s polls.
+    fn run_polls(&mut self) -> bool {
         for _ in 0..POLLS_PER_TURN {
             let busy = self.poll();
             // Completions or events (a connection accepted in this poll
@@ -396,6 +403,7 @@ impl Node {
                 break;
             }
         }
+        self.link.flush();
         self.link.receive_held = false;
         self.collect();
     }

@@ -30,6 +30,10 @@ pub enum Protocol {
 impl Protocol {
     /// Both, MetaRoCE first.
     pub const ALL: [Protocol; 2] = [Protocol::MetaRoce, Protocol::Roce];
+    /// MetaRoCE alone.
+    pub const METAROCE: &'static [Protocol] = &[Protocol::MetaRoce];
+    /// RoCEv2 alone.
+    pub const ROCE: &'static [Protocol] = &[Protocol::Roce];
 
     /// The name tables use.
     pub fn name(self) -> &'static str {
@@ -173,6 +177,8 @@ pub struct LossSweep {
     pub seeds: u64,
     /// Virtual time a transfer may take.
     pub time_limit: Duration,
+    /// The protocols run, in this order (default: both).
+    pub protocols: &'static [Protocol],
 }
 
 impl Default for LossSweep {
@@ -185,6 +191,7 @@ impl Default for LossSweep {
             losses: vec![0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1],
             seeds: 10,
             time_limit: Duration::from_secs(10),
+            protocols: &Protocol::ALL,
         }
     }
 }
@@ -210,7 +217,7 @@ pub struct LossSweepRow {
 /// both directions lose packets independently with each probability.
 /// `progress` is called after each transfer with (done, total).
 pub fn loss_sweep(cfg: &LossSweep, mut progress: impl FnMut(usize, usize)) -> Vec<LossSweepRow> {
-    let total = cfg.losses.len() * cfg.seeds as usize * Protocol::ALL.len();
+    let total = cfg.losses.len() * cfg.seeds as usize * cfg.protocols.len();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
         ..WorkloadConfig::default()
@@ -227,7 +234,7 @@ pub fn loss_sweep(cfg: &LossSweep, mut progress: impl FnMut(usize, usize)) -> Ve
             loss: LossModel::Random(loss),
             ..LinkConfig::default()
         });
-        for protocol in Protocol::ALL {
+        for &protocol in cfg.protocols {
             for seed in 1..=cfg.seeds {
                 let r = run(protocol, &topology, &[flow], seed, &workload, false);
                 let f = r.report.flows[0];
@@ -340,6 +347,8 @@ pub struct Incast {
     pub bytes: u64,
     pub seed: u64,
     pub time_limit: Duration,
+    /// The protocols run, in this order (default: both).
+    pub protocols: &'static [Protocol],
 }
 
 impl Default for Incast {
@@ -351,6 +360,7 @@ impl Default for Incast {
             bytes: 1 << 20,
             seed: 1,
             time_limit: Duration::from_secs(10),
+            protocols: &Protocol::ALL,
         }
     }
 }
@@ -400,7 +410,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
     let rate = cfg.fabric.host_link.rate_bps.max(1) as f64;
     let ideal = Duration::from_secs_f64((senders as u64 * cfg.bytes) as f64 * 8.0 / rate);
     let mut rows = Vec::new();
-    for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
+    for (i, &protocol) in cfg.protocols.iter().enumerate() {
         let r = run(protocol, &topology, &flows, cfg.seed, &workload, true);
         let t = finish_times(&r.report);
         let goodputs: Vec<f64> = r
@@ -425,7 +435,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
             fcts: t,
             events: r.events,
         });
-        progress(i + 1, Protocol::ALL.len());
+        progress(i + 1, cfg.protocols.len());
     }
     rows
 }
@@ -451,6 +461,8 @@ pub struct PathFailure {
     pub reroute_delay: Option<Duration>,
     pub seed: u64,
     pub time_limit: Duration,
+    /// The protocols run, in this order (default: both).
+    pub protocols: &'static [Protocol],
 }
 
 impl Default for PathFailure {
@@ -463,6 +475,7 @@ impl Default for PathFailure {
             reroute_delay: Some(Duration::from_micros(100)),
             seed: 1,
             time_limit: Duration::from_secs(10),
+            protocols: &Protocol::ALL,
         }
     }
 }
@@ -508,13 +521,13 @@ pub fn path_failure(
     };
     let link = cfg.fabric.fabric_link(0, 0);
     let mut rows = Vec::new();
-    let total = 2 * Protocol::ALL.len();
+    let total = 2 * cfg.protocols.len();
     for failure in [false, true] {
         let mut topology = Topology::leaf_spine(&cfg.fabric);
         if failure {
             topology.links[link].config.fail_at = Some(Instant::ZERO + cfg.fail_at);
         }
-        for protocol in Protocol::ALL {
+        for &protocol in cfg.protocols {
             let config = SimConfig {
                 seed: cfg.seed,
                 reroute_delay: cfg.reroute_delay,
@@ -606,6 +619,8 @@ pub struct Traffic {
     pub losses: Vec<f64>,
     pub seed: u64,
     pub time_limit: Duration,
+    /// The protocols run, in this order (default: both).
+    pub protocols: &'static [Protocol],
 }
 
 impl Traffic {
@@ -622,6 +637,7 @@ impl Traffic {
             losses: vec![0.0, 0.01, 0.1],
             seed: 1,
             time_limit: Duration::from_secs(10),
+            protocols: &Protocol::ALL,
         }
     }
 
@@ -699,12 +715,12 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
         ..WorkloadConfig::default()
     };
     let many = cfg.pattern == Pattern::AllToAll;
-    let total = cfg.losses.len() * Protocol::ALL.len();
+    let total = cfg.losses.len() * cfg.protocols.len();
     let mut rows = Vec::new();
     for &loss in &cfg.losses {
         let mut topology = Topology::leaf_spine(&cfg.fabric);
         topology.set_loss(LossModel::Random(per_link_loss(loss, 4)));
-        for protocol in Protocol::ALL {
+        for &protocol in cfg.protocols {
             let r = run(protocol, &topology, &flows, cfg.seed, &workload, many);
             let t = finish_times(&r.report);
             rows.push(TrafficRow {
@@ -740,6 +756,8 @@ pub struct Spray {
     pub bytes: u64,
     pub seed: u64,
     pub time_limit: Duration,
+    /// The protocols run, in this order (default: both).
+    pub protocols: &'static [Protocol],
 }
 
 impl Default for Spray {
@@ -752,6 +770,7 @@ impl Default for Spray {
             bytes: 16 << 20,
             seed: 1,
             time_limit: Duration::from_secs(10),
+            protocols: &Protocol::ALL,
         }
     }
 }
@@ -804,7 +823,7 @@ pub fn spray(cfg: &Spray, mut progress: impl FnMut(usize, usize)) -> Vec<SprayRo
         ..WorkloadConfig::default()
     };
     let mut rows = Vec::new();
-    for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
+    for (i, &protocol) in cfg.protocols.iter().enumerate() {
         let r = run(protocol, &topology, &[flow], cfg.seed, &workload, false);
         let f = r.report.flows[0];
         rows.push(SprayRow {
@@ -825,7 +844,7 @@ pub fn spray(cfg: &Spray, mut progress: impl FnMut(usize, usize)) -> Vec<SprayRo
                 .collect(),
             events: r.events,
         });
-        progress(i + 1, Protocol::ALL.len());
+        progress(i + 1, cfg.protocols.len());
     }
     rows
 }

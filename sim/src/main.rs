@@ -5,6 +5,8 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -15,43 +17,193 @@ use metaroce_sim::plot::{self, Chart, Scale, Series};
 use metaroce_sim::workload::FlowStatus;
 use metaroce_sim::LeafSpine;
 
-const USAGE: &str = "\
-Usage: metaroce-sim <experiment> [options]
+/// The simulator's experiments; each runs MetaRoCE and RoCEv2 (or the one
+/// `--protocol` names) on the same fabric and flows. Tables go to stdout,
+/// CSV and SVG files to `--out`.
+#[derive(Parser, Debug)]
+#[command(name = "metaroce-sim", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    experiment: Experiment,
+}
 
-Experiments (each runs MetaRoCE and RoCEv2 on the same fabric and flows):
-  loss-sweep    one transfer between two hosts back to back, random loss per
-                link direction; goodput per loss rate
-  incast        N senders to host 0 of a leaf-spine at once; completion
-                times against the ideal, retransmissions, drops, fairness
-  path-failure  leaf 0's hosts send to leaf 1's; the leaf 0 - spine 0 link
-                fails mid-transfer; every byte must still arrive
-  permutation   every host sends to one other (seeded derangement) at 0, 1
-                and 10 % path loss; FCT p50/p99, link utilisation
-  all-to-all    every host sends to every other, same table
-  spray         one loss-free transfer over 16 spines whose delays differ
-                by up to 2 us; spurious retransmissions
-  long-haul     one connection between two sites at round trips of 0.01 to
-                20 ms, 0 and 0.1 % loss; goodput against the line rate;
-                its own options: long-haul --help
+#[derive(Subcommand, Debug)]
+enum Experiment {
+    /// One transfer between two hosts back to back, random loss per link
+    /// direction; goodput per loss rate.
+    LossSweep(LossSweepArgs),
+    /// N senders to host 0 of a leaf-spine at once; completion times
+    /// against the ideal, retransmissions, drops, fairness.
+    Incast(IncastArgs),
+    /// Leaf 0's hosts send to leaf 1's; the leaf 0 - spine 0 link fails
+    /// mid-transfer; every byte must still arrive.
+    PathFailure(PathFailureArgs),
+    /// Every host sends to one other (seeded derangement) at each loss
+    /// rate per cross-leaf path; FCT p50/p99, link utilisation.
+    Permutation(PermutationArgs),
+    /// Every host sends to every other; same table as permutation.
+    AllToAll(AllToAllArgs),
+    /// One loss-free transfer over 16 spines whose delays differ by up to
+    /// the skew; spurious retransmissions.
+    Spray(SprayArgs),
+    /// One connection between two sites at round trips of 0.01 to 20 ms,
+    /// 0 and 0.1 % loss; goodput against the line rate (its own options:
+    /// `long-haul --help`).
+    #[command(disable_help_flag = true)]
+    LongHaul {
+        /// The experiment's options, passed through.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
 
-Options:
-  --bytes N        bytes per flow (defaults: 16 MiB; incast 1 MiB;
-                   permutation 4 MiB; all-to-all 64 KiB)
-  --losses LIST    loss percentages (loss-sweep: per link, default
-                   0,0.1,0.5,1,2,5,10; permutation, all-to-all: per
-                   cross-leaf path, default 0,1,10)
-  --seeds N        loss-sweep: runs per point, averaged (default 3)
-  --seed N         all but loss-sweep: the seed (default 1)
-  --hosts N        leaf-spine size, 8 hosts per leaf (default 64)
-  --senders N      incast: senders (default hosts - 1)
-  --fail-at-us T   path-failure: when the link fails (default 200)
-  --no-reroute     path-failure: switches never route around the failure
-  --skew-us T      spray: delay skew between the paths (default 2)
-  --pfc            leaf-spine experiments: switches run PFC (lossless
-                   fabric: RoCEv2 as usually deployed)
-  --out DIR        where CSV files go (default target/metaroce)
-";
+/// `--protocol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProtocolChoice {
+    Metaroce,
+    Rocev2,
+    Both,
+}
 
+impl ProtocolChoice {
+    fn protocols(self) -> &'static [Protocol] {
+        match self {
+            ProtocolChoice::Metaroce => Protocol::METAROCE,
+            ProtocolChoice::Rocev2 => Protocol::ROCE,
+            ProtocolChoice::Both => &Protocol::ALL,
+        }
+    }
+}
+
+/// Options every experiment takes.
+#[derive(Args, Debug)]
+struct Common {
+    /// Which transports run.
+    #[arg(long, value_enum, default_value_t = ProtocolChoice::Both)]
+    protocol: ProtocolChoice,
+    /// Where CSV and SVG files go.
+    #[arg(long, default_value = "target/metaroce")]
+    out: PathBuf,
+}
+
+/// The leaf-spine of the fabric experiments.
+#[derive(Args, Debug)]
+struct FabricArgs {
+    /// Hosts, 8 per leaf (at least 16).
+    #[arg(long, default_value_t = LeafSpine::default().hosts(), value_parser = clap::value_parser!(usize))]
+    hosts: usize,
+    /// Switches run PFC (a lossless fabric: RoCEv2 as usually deployed).
+    #[arg(long)]
+    pfc: bool,
+}
+
+#[derive(Args, Debug)]
+struct LossSweepArgs {
+    /// Bytes of the one transfer.
+    #[arg(long, default_value_t = LossSweep::default().bytes)]
+    bytes: u64,
+    /// Loss percentages per link direction.
+    #[arg(long, value_delimiter = ',', default_values_t = LOSS_SWEEP_PERCENT)]
+    losses: Vec<f64>,
+    /// Runs per loss rate (seeds 1..=N); the table shows mean, median and total.
+    #[arg(long, default_value_t = LossSweep::default().seeds)]
+    seeds: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `LossSweep::default().losses` in percent, as `--help` shows them.
+const LOSS_SWEEP_PERCENT: [f64; 7] = [0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0];
+/// `Traffic::new(..).losses` in percent.
+const TRAFFIC_PERCENT: [f64; 3] = [0.0, 1.0, 10.0];
+
+#[derive(Args, Debug)]
+struct IncastArgs {
+    /// Bytes per sender.
+    #[arg(long, default_value_t = Incast::default().bytes)]
+    bytes: u64,
+    /// Senders [default: hosts - 1].
+    #[arg(long)]
+    senders: Option<usize>,
+    /// The seed.
+    #[arg(long, default_value_t = Incast::default().seed)]
+    seed: u64,
+    #[command(flatten)]
+    fabric: FabricArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct PathFailureArgs {
+    /// Bytes per flow.
+    #[arg(long, default_value_t = PathFailure::default().bytes)]
+    bytes: u64,
+    /// When the link fails, in microseconds.
+    #[arg(long, default_value_t = PathFailure::default().fail_at.as_micros() as u64)]
+    fail_at_us: u64,
+    /// Switches never route around the failure (the transport must move
+    /// off the dead path itself).
+    #[arg(long)]
+    no_reroute: bool,
+    /// The seed.
+    #[arg(long, default_value_t = PathFailure::default().seed)]
+    seed: u64,
+    #[command(flatten)]
+    fabric: FabricArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct PermutationArgs {
+    /// Bytes per flow.
+    #[arg(long, default_value_t = Traffic::new(Pattern::Permutation).bytes)]
+    bytes: u64,
+    #[command(flatten)]
+    traffic: TrafficArgs,
+}
+
+#[derive(Args, Debug)]
+struct AllToAllArgs {
+    /// Bytes per flow (per pair of hosts).
+    #[arg(long, default_value_t = Traffic::new(Pattern::AllToAll).bytes)]
+    bytes: u64,
+    #[command(flatten)]
+    traffic: TrafficArgs,
+}
+
+#[derive(Args, Debug)]
+struct TrafficArgs {
+    /// Loss percentages per cross-leaf path (4 links).
+    #[arg(long, value_delimiter = ',', default_values_t = TRAFFIC_PERCENT)]
+    losses: Vec<f64>,
+    /// The seed.
+    #[arg(long, default_value_t = Traffic::new(Pattern::Permutation).seed)]
+    seed: u64,
+    #[command(flatten)]
+    fabric: FabricArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct SprayArgs {
+    /// Bytes of the one transfer.
+    #[arg(long, default_value_t = Spray::default().bytes)]
+    bytes: u64,
+    /// Most delay difference between the paths, in microseconds.
+    #[arg(long, default_value_t = Spray::default().skew.as_micros() as u64)]
+    skew_us: u64,
+    /// The seed.
+    #[arg(long, default_value_t = Spray::default().seed)]
+    seed: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// What the printing functions need: the experiment's settings and where
+/// files go.
 struct Options {
     sweep: LossSweep,
     incast: Incast,
@@ -62,109 +214,118 @@ struct Options {
     out: PathBuf,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        sweep: LossSweep::default(),
-        incast: Incast::default(),
-        failure: PathFailure::default(),
-        permutation: Traffic::new(Pattern::Permutation),
-        all_to_all: Traffic::new(Pattern::AllToAll),
-        spray: Spray::default(),
-        out: PathBuf::from("target/metaroce"),
-    };
-    let mut senders = None;
-    let mut pfc = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--bytes" => {
-                let b: u64 = value()?.parse().map_err(|e| format!("--bytes: {e}"))?;
-                o.sweep.bytes = b;
-                o.incast.bytes = b;
-                o.failure.bytes = b;
-                o.permutation.bytes = b;
-                o.all_to_all.bytes = b;
-                o.spray.bytes = b;
+impl Options {
+    fn new(common: &Common) -> Options {
+        let protocols = common.protocol.protocols();
+        let mut o = Options {
+            sweep: LossSweep::default(),
+            incast: Incast::default(),
+            failure: PathFailure::default(),
+            permutation: Traffic::new(Pattern::Permutation),
+            all_to_all: Traffic::new(Pattern::AllToAll),
+            spray: Spray::default(),
+            out: common.out.clone(),
+        };
+        o.sweep.protocols = protocols;
+        o.incast.protocols = protocols;
+        o.failure.protocols = protocols;
+        o.permutation.protocols = protocols;
+        o.all_to_all.protocols = protocols;
+        o.spray.protocols = protocols;
+        o
+    }
+}
+
+/// Loss rates from percentages.
+fn fractions(flag: &str, percent: &[f64]) -> Result<Vec<f64>, String> {
+    if percent.is_empty() || percent.iter().any(|p| !(0.0..=100.0).contains(p)) {
+        return Err(format!("{flag}: percentages from 0 to 100"));
+    }
+    Ok(percent.iter().map(|p| p / 100.0).collect())
+}
+
+/// The leaf-spine of `--hosts` and `--pfc`.
+fn fabric(args: &FabricArgs) -> Result<LeafSpine, String> {
+    if args.hosts < 16 {
+        return Err("--hosts: at least 16 (two leaves of 8)".into());
+    }
+    let mut fabric = LeafSpine::with_hosts(args.hosts, 8);
+    if args.pfc {
+        let config = metaroce_sim::PfcConfig::default();
+        // Size every output buffer for lossless operation: a leaf has
+        // hosts_per_leaf + spines ingress ports.
+        let ports = (fabric.hosts_per_leaf + fabric.spines).max(fabric.leaves) as u64;
+        let link = fabric.fabric_link;
+        fabric.queue.capacity_bytes = fabric.queue.capacity_bytes.max(config.lossless_buffer(
+            ports,
+            link.rate_bps,
+            link.delay,
+            4_142,
+        ));
+        fabric.pfc = Some(config);
+    }
+    Ok(fabric)
+}
+
+fn traffic_config(cfg: &mut Traffic, bytes: u64, args: &TrafficArgs) -> Result<(), String> {
+    cfg.bytes = bytes;
+    cfg.losses = fractions("--losses", &args.losses)?;
+    cfg.seed = args.seed;
+    cfg.fabric = fabric(&args.fabric)?;
+    Ok(())
+}
+
+/// Runs the experiment the command line names.
+fn run(experiment: &Experiment) -> Result<(), String> {
+    match experiment {
+        Experiment::LossSweep(a) => {
+            let mut o = Options::new(&a.common);
+            if a.bytes == 0 || a.seeds == 0 {
+                return Err("--bytes and --seeds must not be zero".into());
             }
-            "--seeds" => {
-                o.sweep.seeds = value()?.parse().map_err(|e| format!("--seeds: {e}"))?;
-            }
-            "--seed" => {
-                let s: u64 = value()?.parse().map_err(|e| format!("--seed: {e}"))?;
-                o.incast.seed = s;
-                o.failure.seed = s;
-                o.permutation.seed = s;
-                o.all_to_all.seed = s;
-                o.spray.seed = s;
-            }
-            "--hosts" => {
-                let n: usize = value()?.parse().map_err(|e| format!("--hosts: {e}"))?;
-                if n < 16 {
-                    return Err("--hosts: at least 16 (two leaves of 8)".into());
-                }
-                let spec = LeafSpine::with_hosts(n, 8);
-                o.incast.fabric = spec;
-                o.failure.fabric = spec;
-                o.permutation.fabric = spec;
-                o.all_to_all.fabric = spec;
-            }
-            "--senders" => {
-                senders = Some(value()?.parse().map_err(|e| format!("--senders: {e}"))?);
-            }
-            "--fail-at-us" => {
-                let t: u64 = value()?.parse().map_err(|e| format!("--fail-at-us: {e}"))?;
-                o.failure.fail_at = Duration::from_micros(t);
-            }
-            "--no-reroute" => o.failure.reroute_delay = None,
-            "--pfc" => pfc = true,
-            "--skew-us" => {
-                let t: u64 = value()?.parse().map_err(|e| format!("--skew-us: {e}"))?;
-                o.spray.skew = Duration::from_micros(t);
-            }
-            "--losses" => {
-                let losses: Vec<f64> = value()?
-                    .split(',')
-                    .map(|s| s.trim().parse::<f64>().map(|p| p / 100.0))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| format!("--losses: {e}"))?;
-                o.sweep.losses = losses.clone();
-                o.permutation.losses = losses.clone();
-                o.all_to_all.losses = losses;
-            }
-            "--out" => o.out = PathBuf::from(value()?),
-            other => return Err(format!("unknown option `{other}`")),
+            o.sweep.bytes = a.bytes;
+            o.sweep.seeds = a.seeds;
+            o.sweep.losses = fractions("--losses", &a.losses)?;
+            loss_sweep(&o)
         }
-    }
-    o.incast.senders = senders.unwrap_or(o.incast.fabric.hosts() - 1);
-    if pfc {
-        for fabric in [
-            &mut o.incast.fabric,
-            &mut o.failure.fabric,
-            &mut o.permutation.fabric,
-            &mut o.all_to_all.fabric,
-        ] {
-            let config = metaroce_sim::PfcConfig::default();
-            // Size every output buffer for lossless operation: a leaf has
-            // hosts_per_leaf + spines ingress ports.
-            let ports = (fabric.hosts_per_leaf + fabric.spines).max(fabric.leaves) as u64;
-            let link = fabric.fabric_link;
-            fabric.queue.capacity_bytes = fabric.queue.capacity_bytes.max(config.lossless_buffer(
-                ports,
-                link.rate_bps,
-                link.delay,
-                4_142,
-            ));
-            fabric.pfc = Some(config);
+        Experiment::Incast(a) => {
+            let mut o = Options::new(&a.common);
+            o.incast.fabric = fabric(&a.fabric)?;
+            o.incast.bytes = a.bytes;
+            o.incast.seed = a.seed;
+            o.incast.senders = a.senders.unwrap_or(o.incast.fabric.hosts() - 1);
+            incast(&o)
         }
+        Experiment::PathFailure(a) => {
+            let mut o = Options::new(&a.common);
+            o.failure.fabric = fabric(&a.fabric)?;
+            o.failure.bytes = a.bytes;
+            o.failure.seed = a.seed;
+            o.failure.fail_at = Duration::from_micros(a.fail_at_us);
+            if a.no_reroute {
+                o.failure.reroute_delay = None;
+            }
+            path_failure(&o)
+        }
+        Experiment::Permutation(a) => {
+            let mut o = Options::new(&a.traffic.common);
+            traffic_config(&mut o.permutation, a.bytes, &a.traffic)?;
+            traffic(&o, &o.permutation, "permutation")
+        }
+        Experiment::AllToAll(a) => {
+            let mut o = Options::new(&a.traffic.common);
+            traffic_config(&mut o.all_to_all, a.bytes, &a.traffic)?;
+            traffic(&o, &o.all_to_all, "all-to-all")
+        }
+        Experiment::Spray(a) => {
+            let mut o = Options::new(&a.common);
+            o.spray.bytes = a.bytes;
+            o.spray.seed = a.seed;
+            o.spray.skew = Duration::from_micros(a.skew_us);
+            spray(&o)
+        }
+        Experiment::LongHaul { args } => long_haul(args),
     }
-    if o.sweep.bytes == 0 || o.sweep.seeds == 0 || o.sweep.losses.is_empty() {
-        return Err("--bytes, --seeds and --losses must not be empty or zero".into());
-    }
-    if o.sweep.losses.iter().any(|l| !(0.0..=1.0).contains(l)) {
-        return Err("--losses: percentages from 0 to 100".into());
-    }
-    Ok(o)
 }
 
 fn write_csv(o: &Options, name: &str, csv: &str) -> Result<PathBuf, String> {
@@ -278,14 +439,27 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
         "loss-sweep: one {} byte transfer, two hosts back to back (100 Gbit/s, 1 us), {} seed(s) per point",
         o.sweep.bytes, o.sweep.seeds
     );
-    println!(
-        "{:>7} | {:>10} {:>7} {:>6} | {:>10} {:>7} {:>6} | {:>9}",
-        "loss %", "MetaRoCE", "% free", "retx", "RoCEv2", "% free", "retx", "MR/RoCE"
-    );
+    let protocols = o.sweep.protocols;
+    // The ratio columns need both protocols.
+    let both = protocols.len() == 2;
+    let mut header = format!("{:>7} |", "loss %");
+    for p in protocols {
+        header.push_str(&format!(
+            " {:>10} {:>7} {:>6} |",
+            p.name(),
+            "% free",
+            "retx"
+        ));
+    }
+    if both {
+        header.push_str(&format!(" {:>9}", "MR/RoCE"));
+    }
+    println!("{}", header.trim_end_matches(" |"));
     let free = |p| experiments::mean_goodput(&rows, p, o.sweep.losses[0]);
     for &loss in &o.sweep.losses {
-        let mut cells = Vec::new();
-        for p in Protocol::ALL {
+        let mut line = format!("{:>7} |", loss * 100.0);
+        let mut marks = String::new();
+        for &p in protocols {
             let g = experiments::mean_goodput(&rows, p, loss);
             let sel: Vec<&LossSweepRow> = rows
                 .iter()
@@ -298,57 +472,56 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
             } else {
                 0.0
             };
-            let mark = if bad > 0 {
-                format!(" ({bad} failed)")
-            } else {
-                String::new()
-            };
-            cells.push((format!("{g:>6.2} Gb/s"), format!("{pct:>6.1}%"), retx, mark));
+            if bad > 0 {
+                marks.push_str(&format!(" ({} {bad} failed)", p.name()));
+            }
+            line.push_str(&format!(" {g:>6.2} Gb/s {pct:>6.1}% {retx:>6} |"));
         }
-        let ratio = experiments::mean_goodput(&rows, Protocol::MetaRoce, loss)
-            / experiments::mean_goodput(&rows, Protocol::Roce, loss);
-        println!(
-            "{:>7} | {} {} {:>6} | {} {} {:>6} | {:>8.2}x{}{}",
-            loss * 100.0,
-            cells[0].0,
-            cells[0].1,
-            cells[0].2,
-            cells[1].0,
-            cells[1].1,
-            cells[1].2,
-            ratio,
-            cells[0].3,
-            cells[1].3
-        );
+        if both {
+            let ratio = experiments::mean_goodput(&rows, Protocol::MetaRoce, loss)
+                / experiments::mean_goodput(&rows, Protocol::Roce, loss);
+            line.push_str(&format!(" {ratio:>8.2}x"));
+        }
+        println!("{}{marks}", line.trim_end_matches(" |"));
     }
     println!(
         "\nacross seeds (Gbit/s): median, and total bytes over total time (a stalled run weighs by its time)"
     );
-    println!(
-        "{:>7} | {:>8} {:>8} {:>9} | {:>8} {:>8} {:>9}",
-        "loss %", "MR med", "RoCE med", "ratio", "MR tot", "RoCE tot", "ratio"
-    );
+    let mut header = format!("{:>7} |", "loss %");
+    for p in protocols {
+        header.push_str(&format!(
+            " {:>8} {:>8} |",
+            format!("{} med", p.name()),
+            "total"
+        ));
+    }
+    if both {
+        header.push_str(&format!(" {:>9} {:>9}", "med ratio", "tot ratio"));
+    }
+    println!("{}", header.trim_end_matches(" |"));
     for &loss in &o.sweep.losses {
         let med = |p| experiments::median_goodput(&rows, p, loss);
         let tot =
             |p| experiments::aggregate_goodput(&rows, p, loss, o.sweep.bytes, o.sweep.time_limit);
-        let (mm, rm) = (med(Protocol::MetaRoce), med(Protocol::Roce));
-        let (mt, rt) = (tot(Protocol::MetaRoce), tot(Protocol::Roce));
-        println!(
-            "{:>7} | {:>8.2} {:>8.2} {:>8.2}x | {:>8.2} {:>8.2} {:>8.2}x",
-            loss * 100.0,
-            mm,
-            rm,
-            mm / rm,
-            mt,
-            rt,
-            mt / rt
-        );
+        let mut line = format!("{:>7} |", loss * 100.0);
+        for &p in protocols {
+            line.push_str(&format!(" {:>8.2} {:>8.2} |", med(p), tot(p)));
+        }
+        if both {
+            line.push_str(&format!(
+                " {:>8.2}x {:>8.2}x",
+                med(Protocol::MetaRoce) / med(Protocol::Roce),
+                tot(Protocol::MetaRoce) / tot(Protocol::Roce)
+            ));
+        }
+        println!("{}", line.trim_end_matches(" |"));
     }
     println!(
         "goals (issue 5): MetaRoCE at 1 % >= 97 % of loss-free, at 10 % >= 85 %; MetaRoCE/RoCEv2 at 1 % >= 10x"
     );
-    let series: Vec<Series> = Protocol::ALL
+    let series: Vec<Series> = o
+        .sweep
+        .protocols
         .iter()
         .map(|&p| Series {
             name: p.name().into(),
@@ -707,30 +880,77 @@ fn long_haul(args: &[String]) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((cmd, rest)) = args.split_first() else {
-        eprint!("{USAGE}");
-        return ExitCode::FAILURE;
-    };
-    let result = match cmd.as_str() {
-        "-h" | "--help" | "help" => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        "loss-sweep" => parse(rest).and_then(|o| loss_sweep(&o)),
-        "incast" => parse(rest).and_then(|o| incast(&o)),
-        "path-failure" => parse(rest).and_then(|o| path_failure(&o)),
-        "permutation" => parse(rest).and_then(|o| traffic(&o, &o.permutation, "permutation")),
-        "all-to-all" => parse(rest).and_then(|o| traffic(&o, &o.all_to_all, "all-to-all")),
-        "spray" => parse(rest).and_then(|o| spray(&o)),
-        "long-haul" => long_haul(rest),
-        other => Err(format!("unknown experiment `{other}`\n\n{USAGE}")),
-    };
-    match result {
+    let cli = Cli::parse();
+    match run(&cli.experiment) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("metaroce-sim: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_defaults_are_the_experiments_defaults() {
+        let percent = |l: &[f64]| l.iter().map(|x| x * 100.0).collect::<Vec<f64>>();
+        let close = |a: &[f64], b: &[f64]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
+        };
+        assert!(close(
+            &LOSS_SWEEP_PERCENT,
+            &percent(&LossSweep::default().losses)
+        ));
+        assert!(close(
+            &TRAFFIC_PERCENT,
+            &percent(&Traffic::new(Pattern::Permutation).losses)
+        ));
+        assert!(close(
+            &TRAFFIC_PERCENT,
+            &percent(&Traffic::new(Pattern::AllToAll).losses)
+        ));
+    }
+
+    #[test]
+    fn every_experiment_has_help_and_the_defaults_parse() {
+        for name in [
+            "loss-sweep",
+            "incast",
+            "path-failure",
+            "permutation",
+            "all-to-all",
+            "spray",
+        ] {
+            let err = Cli::try_parse_from(["metaroce-sim", name, "--help"]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp, "{name}");
+            assert!(err.to_string().contains("--protocol"), "{name}");
+            Cli::try_parse_from(["metaroce-sim", name]).expect(name);
+        }
+        let help = Cli::try_parse_from(["metaroce-sim", "loss-sweep", "--help"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            help.contains("[default: 10]"),
+            "seeds default shown: {help}"
+        );
+    }
+
+    #[test]
+    fn protocol_selects_the_transports() {
+        let cli = Cli::try_parse_from(["metaroce-sim", "incast", "--protocol", "rocev2"]).unwrap();
+        let Experiment::Incast(a) = cli.experiment else {
+            panic!("incast")
+        };
+        assert_eq!(Options::new(&a.common).incast.protocols, Protocol::ROCE);
+        assert!(Cli::try_parse_from(["metaroce-sim", "incast", "--protocol", "tcp"]).is_err());
     }
 }

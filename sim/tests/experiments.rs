@@ -12,6 +12,7 @@ fn tiny() -> LossSweep {
         losses: vec![0.0, 0.05],
         seeds: 2,
         time_limit: Duration::from_secs(5),
+        protocols: &Protocol::ALL,
     }
 }
 
@@ -46,6 +47,7 @@ fn incast_small_completes_intact() {
         bytes: 128 << 10,
         seed: 1,
         time_limit: Duration::from_secs(5),
+        protocols: &Protocol::ALL,
     };
     let rows = experiments::incast(&cfg, |_, _| {});
     for r in &rows {
@@ -99,6 +101,7 @@ fn pfc_incast_small_is_lossless_and_reproducible() {
         bytes: 256 << 10,
         seed: 3,
         time_limit: Duration::from_secs(5),
+        protocols: &Protocol::ALL,
     };
     let rows = experiments::incast(&cfg, |_, _| {});
     for r in &rows {

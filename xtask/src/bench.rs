@@ -6,6 +6,8 @@
 //! and the ratio of the two, and bytes per connection. It prints a table
 //! and writes `target/metaroce/bench.csv` (`metric,value,unit`).
 //!
+//! `--firmware` measures the firmware's CRC per packet instead
+//! (`firmware.rs`), `--host` the host tool against iperf3 (`host_bench.rs`).
 //! `--simd-crc` builds the bench with crc32fast's run-time SIMD detection;
 //! every other argument goes to the binary (`cargo xtask bench -- --help`).
 //! Not part of `cargo xtask test`: timings are not pass/fail.
@@ -14,6 +16,12 @@ use crate::util::{self, Error};
 
 /// Entry point: `cargo xtask bench [--simd-crc] [BENCH ARGS]`.
 pub fn run(args: &[String]) -> Result<(), Error> {
+    if args.iter().any(|a| a == "--firmware") {
+        return crate::firmware::bench();
+    }
+    if args.iter().any(|a| a == "--host") {
+        return crate::host_bench::run();
+    }
     let csv = util::project_root()
         .join("target")
         .join("metaroce")

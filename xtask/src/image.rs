@@ -26,6 +26,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::firmware::{self, Cpu, CORTEX_A72};
 use crate::no_alloc;
 use crate::project::FIRMWARE_TARGET;
 use crate::system;
@@ -48,6 +49,11 @@ pub struct Board {
     /// Its board file (relative to the project root), if it has one.
     pub board_toml: Option<&'static str>,
     pub description: &'static str,
+    /// The cores its firmware is compiled for (`-C target-cpu`, features).
+    pub cpu: Cpu,
+    /// Most bytes of code (`.init` + `.text`) the firmware may have; the
+    /// `images` step checks it.
+    pub text_budget: u64,
 }
 
 /// Every board with an image.
@@ -57,13 +63,20 @@ pub const BOARDS: &[Board] = &[
         package: "board-pensando-elba",
         board_toml: Some("boards/pensando-elba/board.toml"),
         description: "MetaRoCE firmware for the AMD Pensando Elba ARM complex",
+        cpu: CORTEX_A72,
+        text_budget: firmware::TEXT_BUDGET,
     },
     Board {
         name: "qemu-virt",
         package: "board-qemu-virt",
         board_toml: None,
         description: "MetaRoCE firmware for QEMU virt (Cortex-A72)",
+        // The Elba's stand-in: built for the same cores.
+        cpu: CORTEX_A72,
+        text_budget: firmware::TEXT_BUDGET,
     },
+    // A Salina board (16 x Neoverse N1) is one more entry here with
+    // `cpu: Cpu { target_cpu: "neoverse-n1", .. }`; see `firmware::Cpu`.
 ];
 
 /// What `image` produced.
@@ -94,6 +107,7 @@ pub fn run(args: &[String]) -> Result<(), Error> {
     let board = find_board(name).ok_or_else(usage)?;
     let image = build(board)?;
     println!("\nsize report ({}):\n{}", image.elf.display(), image.sizes);
+    firmware::print_breakdown(&image.elf, 12)?;
     println!("$ dumpimage -l {}", image.fit.display());
     print!("{}", dumpimage(&image.fit)?);
     println!(
@@ -106,19 +120,13 @@ pub fn run(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-fn find_board(name: &str) -> Option<&'static Board> {
+pub fn find_board(name: &str) -> Option<&'static Board> {
     BOARDS.iter().find(|b| b.name == name)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| util::project_root().join("target"))
 }
 
 /// Where the images go: `target/metaroce/images/`.
 pub fn images_dir() -> PathBuf {
-    target_dir().join("metaroce").join("images")
+    util::target_dir().join("metaroce").join("images")
 }
 
 /// The tools `image` runs: `mkimage` (and `dtc`, which it calls for `-f`)
@@ -152,20 +160,7 @@ pub fn board_addresses(board: &Board) -> Result<Option<(u64, u64)>, Error> {
 /// Builds the firmware and its images; see the module documentation.
 pub fn build(board: &Board) -> Result<Image, Error> {
     ensure_tools()?;
-    let mut cmd = util::cargo([
-        "build",
-        "--release",
-        "-p",
-        board.package,
-        "--target",
-        FIRMWARE_TARGET,
-    ]);
-    cmd.env("DEFMT_LOG", "info");
-    util::run(&mut cmd)?;
-    let built = target_dir()
-        .join(FIRMWARE_TARGET)
-        .join("release")
-        .join(board.package);
+    let built = firmware::build(board, &board.cpu.rustflags())?;
     let elf_bytes =
         fs::read(&built).map_err(|e| Error::new(format!("reading {}: {e}", built.display())))?;
     let elf = Elf::parse(&elf_bytes)?;
@@ -548,6 +543,17 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
             ),
             image.sizes.text > 0 && image.sizes.binary >= image.sizes.text,
         );
+        let within_budget = image.sizes.text <= board.text_budget;
+        check(
+            format!(
+                "{}: code ({} B .init + .text) within its budget of {} B",
+                board.name, image.sizes.text, board.text_budget
+            ),
+            within_budget,
+        );
+        if !within_budget {
+            firmware::print_breakdown(&image.elf, 20)?;
+        }
     }
     ctx.ran_tests = true;
     if failed.is_empty() {
@@ -575,17 +581,21 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
         "-D",
         "warnings",
     ]))?;
-    util::run(&mut util::cargo([
-        "clippy",
-        "--release",
-        "-p",
-        package,
-        "--target",
-        FIRMWARE_TARGET,
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    let elba = find_board("pensando-elba").ok_or_else(|| Error::new("no pensando-elba board"))?;
+    util::run(&mut firmware::cargo_for(
+        elba,
+        &[
+            "clippy",
+            "--release",
+            "-p",
+            package,
+            "--target",
+            FIRMWARE_TARGET,
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ))?;
     let mut tally = crate::test::Tally::default();
     let ok = util::run_streaming(
         &mut util::cargo(["test", "-p", package, "--lib", "--no-fail-fast"]),

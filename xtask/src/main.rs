@@ -10,12 +10,16 @@
 //! allocator check and the source tidy rules) and prints what it does.
 //!
 //! One module per subcommand (`test`, `qemu`); shared helpers live in
-//! `util` (running commands), `project` (crate lists, targets, paths) and
-//! `system` (installing Debian packages a step needs). To add a subcommand,
+//! `util` (running commands), `project` (crate lists, targets, paths),
+//! `system` (installing Debian packages a step needs), `toolchain`
+//! (installing the targets and components of `rust-toolchain.toml`, before
+//! every command) and `firmware` (building firmware for its board's CPU). To add a subcommand,
 //! add a module and a line to [`COMMANDS`] and to the `match` in `main`.
 
 mod bench;
 mod compliance;
+mod firmware;
+mod host_bench;
 mod image;
 mod no_alloc;
 mod project;
@@ -24,6 +28,7 @@ mod sim;
 mod system;
 mod test;
 mod tidy;
+mod toolchain;
 mod util;
 
 use std::process::ExitCode;
@@ -43,6 +48,14 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "bench [--simd-crc] [ARGS]",
         "engine ns/packet (TX -> RX -> ACK, 4 KiB) beside one 4 KiB memcpy, bytes per connection; CSV in target/metaroce/",
+    ),
+    (
+        "bench --host",
+        "metaroce bench vs serve on loopback beside iperf3 UDP at 1024 and 8192 B per datagram, same run",
+    ),
+    (
+        "bench --firmware",
+        "qemu-virt firmware per CPU setting: instructions per 4 KiB packet's CRC under QEMU -icount, .text; CSV in target/metaroce/",
     ),
     (
         "sim <EXPERIMENT> [ARGS]",
@@ -73,6 +86,11 @@ fn run(args: &[String]) -> Result<(), Error> {
         Some((cmd, rest)) => (cmd.as_str(), rest),
         None => ("help", &[][..]),
     };
+    if !matches!(cmd, "help" | "-h" | "--help") {
+        // The targets and components of rust-toolchain.toml, installed
+        // when missing, as QEMU is: the README's commands need nothing else.
+        toolchain::ensure()?;
+    }
     match cmd {
         "test" => test::run(rest),
         "compliance" => compliance::run(rest),

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
+use crate::firmware;
+use crate::image;
 use crate::project::FIRMWARE_TARGET;
 use crate::system;
 use crate::test::Context;
@@ -52,32 +54,19 @@ pub fn run(args: &[String]) -> Result<(), Error> {
     }
 }
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| util::project_root().join("target"))
-}
-
 fn out_dir() -> PathBuf {
-    target_dir().join("qemu-run")
+    util::target_dir().join("qemu-run")
 }
 
-/// Builds the firmware; returns the ELF.
+/// The QEMU board (its package is [`BOARD`]).
+fn board() -> Result<&'static image::Board, Error> {
+    image::find_board("qemu-virt").ok_or_else(|| Error::new("no qemu-virt board"))
+}
+
+/// Builds the firmware for its CPU; returns the ELF.
 pub fn build_firmware() -> Result<PathBuf, Error> {
-    let mut cmd = util::cargo([
-        "build",
-        "--release",
-        "-p",
-        BOARD,
-        "--target",
-        FIRMWARE_TARGET,
-    ]);
-    cmd.env("DEFMT_LOG", "info");
-    util::run(&mut cmd)?;
-    Ok(target_dir()
-        .join(FIRMWARE_TARGET)
-        .join("release")
-        .join(BOARD))
+    let board = board()?;
+    firmware::build(board, &board.cpu.rustflags())
 }
 
 /// Installs QEMU if missing (as root), else says how.
@@ -92,39 +81,45 @@ fn harness(elf: &std::path::Path, args: &[String]) -> Result<Command, Error> {
     Ok(cmd)
 }
 
-/// `llvm-size` of the firmware, if the toolchain has it.
-fn text_size(elf: &std::path::Path) -> Option<String> {
-    let sysroot = util::output(Command::new("rustc").args(["--print", "sysroot"])).ok()?;
-    let host = util::output(Command::new("rustc").args(["--print", "host-tuple"])).ok()?;
-    let tool = PathBuf::from(sysroot.trim())
-        .join("lib/rustlib")
-        .join(host.trim())
-        .join("bin/llvm-size");
-    let out = util::output(Command::new(tool).arg(elf)).ok()?;
-    let text = out.lines().nth(1)?.split_whitespace().next()?.to_owned();
-    Some(text)
-}
-
-/// Test step `qemu-firmware`: lints and builds the firmware, reports its size.
+/// Test step `qemu-firmware`: lints and builds the firmware, reports its
+/// size and where it goes, and checks it holds crc32fast's `crc32x` path.
 pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
-    util::run(&mut util::cargo([
-        "clippy",
-        "--release",
-        "-p",
-        BOARD,
-        "-p",
-        "metaroce-platform",
-        "--features",
-        "metaroce-platform/virtio",
-        "--target",
-        FIRMWARE_TARGET,
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    util::run(&mut firmware::cargo_for(
+        board()?,
+        &[
+            "clippy",
+            "--release",
+            "-p",
+            BOARD,
+            "-p",
+            "metaroce-platform",
+            "--features",
+            "metaroce-platform/virtio",
+            "--target",
+            FIRMWARE_TARGET,
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ))?;
     let elf = build_firmware()?;
-    if let Some(text) = text_size(&elf) {
-        println!("firmware .text: {text} bytes ({})", elf.display());
+    let sizes = image::Elf::parse(&std::fs::read(&elf)?)?.size_report();
+    println!(
+        "firmware code (.init + .text): {} B of its {} B budget; .rodata {} B ({})",
+        sizes.text,
+        board()?.text_budget,
+        sizes.rodata,
+        elf.display()
+    );
+    firmware::print_breakdown(&elf, 12)?;
+    // The CRC path the board's CPU setting is for: crc32fast's `crc32x`
+    // chains are in the firmware only when `crc` was on at compile time.
+    let crc32x = firmware::count_mnemonic(&elf, "crc32x")?;
+    println!("firmware: {crc32x} crc32x instructions (crc32fast's aarch64 path)");
+    if crc32x == 0 {
+        return Err(Error::new(
+            "the firmware has no crc32x instruction: crc32fast fell back to its tables (is target-cpu set?)",
+        ));
     }
     Ok(())
 }
@@ -241,7 +236,7 @@ fn run_scenarios(
     dir_prefix: &str,
 ) -> Result<(), Error> {
     ensure_qemu()?;
-    let elf = target_dir()
+    let elf = util::target_dir()
         .join(FIRMWARE_TARGET)
         .join("release")
         .join(BOARD);

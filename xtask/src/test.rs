@@ -32,6 +32,11 @@ pub struct Step {
 /// Every step, in the order they run.
 pub const STEPS: &[Step] = &[
     Step {
+        name: "toolchain",
+        what: "targets and components of rust-toolchain.toml installed (rustup adds what is missing)",
+        run: crate::toolchain::test_step,
+    },
+    Step {
         name: "fmt",
         what: "formatting: cargo fmt --all -- --check",
         run: fmt,
@@ -78,7 +83,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "qemu-firmware",
-        what: "lints and builds the qemu-virt firmware (release), prints its .text size",
+        what: "lints and builds the qemu-virt firmware for its CPU (release): size and where it goes, crc32x present",
         run: crate::qemu::firmware_step,
     },
     Step {
@@ -88,7 +93,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "images",
-        what: "FIT images (pensando-elba, qemu-virt): dumpimage load/entry == board addresses, no allocator symbol",
+        what: "FIT images (pensando-elba, qemu-virt): dumpimage load/entry == board addresses, no allocator symbol, code within 128 KiB",
         run: crate::image::test_step,
     },
     Step {

@@ -41,6 +41,13 @@ pub fn project_root() -> PathBuf {
         .unwrap_or(manifest_dir)
 }
 
+/// Cargo's target folder: `$CARGO_TARGET_DIR`, else `target/` in the root.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+}
+
 /// A `cargo` command in the project root. Uses the `cargo` that started the
 /// xtask (`$CARGO`), so the toolchain of `rust-toolchain.toml` is used.
 pub fn cargo<I, S>(args: I) -> Command
@@ -60,7 +67,17 @@ pub fn display(cmd: &Command) -> String {
         .file_name()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut s = program;
+    // Flags the xtask added for the firmware target, shown as the
+    // `RUSTFLAGS` a reader would type to build the same thing.
+    let flags = cmd
+        .get_envs()
+        .find(|(key, _)| *key == "CARGO_ENCODED_RUSTFLAGS")
+        .and_then(|(_, value)| value)
+        .map(|v| v.to_string_lossy().replace('\x1f', " "));
+    let mut s = match flags {
+        Some(flags) if !flags.is_empty() => format!("RUSTFLAGS='{flags}' {program}"),
+        _ => program,
+    };
     for arg in cmd.get_args() {
         s.push(' ');
         s.push_str(&arg.to_string_lossy());

@@ -16,7 +16,7 @@
 //! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
-//! | `role` | `workload` (the node-to-node run above) or `serve` (the serve profile of `metaroce serve`, until stopped) | `workload` |
+//! | `role` | `workload` (the node-to-node run above), `serve` (the serve profile of `metaroce serve`, until stopped) or `bench` (the per-packet CRC counted by the PMU, then exit; needs no `ip`/`mac`) | `workload` |
 //! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
 //! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role and MetaRoCE only | 1 |
 
@@ -54,6 +54,8 @@ pub enum Role {
     /// The serve profile (`metaroce_app`): accept connections, hand out
     /// regions, verify, report; runs until the harness stops it.
     Serve,
+    /// Measure the per-packet CRC with the PMU, print it, exit (`bench`).
+    Bench,
 }
 
 /// Another node's addresses.
@@ -176,6 +178,7 @@ impl NodeConfig {
                     cfg.role = match value {
                         "workload" => Role::Workload,
                         "serve" => Role::Serve,
+                        "bench" => Role::Bench,
                         _ => return Err(bad),
                     }
                 }
@@ -208,6 +211,9 @@ impl NodeConfig {
                 "cores" => cfg.cores = parse(key, value).map_err(|_| bad)?,
                 _ => return Err(bad),
             }
+        }
+        if cfg.role == Role::Bench {
+            return Ok(cfg);
         }
         if !have_ip {
             return Err(ConfigError { key: "ip" });

@@ -338,3 +338,63 @@ pub fn find_virtio_net() -> Option<(MmioTransport<'static>, usize)> {
     }
     None
 }
+
+// ----- performance monitors ---------------------------------------------
+
+/// PMU event number of `INST_RETIRED` (Arm ARM, D11.11 "PMU events").
+const PMU_EVENT_INST_RETIRED: u64 = 0x08;
+
+/// Cycle and instruction counts from the Performance Monitors Unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PmuCounts {
+    /// `PMCCNTR_EL0`: CPU cycles. Under QEMU this follows the virtual clock
+    /// (with `-icount shift=0`, one per instruction), not a model of the core.
+    pub cycles: u64,
+    /// `PMEVCNTR0_EL0` counting `INST_RETIRED`. QEMU counts it only with
+    /// `-icount`; otherwise it reads 0.
+    pub instructions: u64,
+}
+
+/// Starts the cycle counter and event counter 0 (instructions retired),
+/// both from zero, counting at EL1.
+pub fn pmu_start() {
+    // SAFETY: writes only PMU control registers, which EL1 may program on a
+    // board without a hypervisor; no memory effects. PMCR_EL0: E (bit 0)
+    // enables the counters, P (bit 1) and C (bit 2) reset them, LC (bit 6)
+    // makes the cycle counter 64 bits wide. PMCNTENSET_EL0 bit 31 enables
+    // the cycle counter, bit 0 event counter 0.
+    unsafe {
+        asm!(
+            "msr pmevtyper0_el0, {event}",
+            "msr pmccfiltr_el0, xzr",
+            "msr pmcntenset_el0, {enable}",
+            "msr pmcr_el0, {control}",
+            "isb",
+            event = in(reg) PMU_EVENT_INST_RETIRED,
+            enable = in(reg) (1u64 << 31) | 1,
+            control = in(reg) 0b100_0111u64,
+            options(nomem, nostack)
+        )
+    };
+}
+
+/// The counts since [`pmu_start`].
+pub fn pmu_read() -> PmuCounts {
+    let (cycles, instructions): (u64, u64);
+    // SAFETY: reads PMU counters; the ISB orders the reads after the
+    // measured code. No memory effects.
+    unsafe {
+        asm!(
+            "isb",
+            "mrs {cycles}, pmccntr_el0",
+            "mrs {instructions}, pmevcntr0_el0",
+            cycles = out(reg) cycles,
+            instructions = out(reg) instructions,
+            options(nomem, nostack)
+        )
+    };
+    PmuCounts {
+        cycles,
+        instructions,
+    }
+}

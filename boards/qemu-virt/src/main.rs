@@ -29,6 +29,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(target_os = "none")]
+mod bench;
+#[cfg(target_os = "none")]
 mod config;
 #[cfg(target_os = "none")]
 mod hw;

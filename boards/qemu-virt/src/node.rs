@@ -12,7 +12,7 @@ use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
-use metaroce_platform::{Engine, HostQueues, PollOutcome, Transport};
+use metaroce_platform::{Engine, EnginePort, HostQueues, PollOutcome, Transport};
 use smoltcp::wire::EthernetAddress;
 use virtio_drivers::transport::mmio::MmioTransport;
 
@@ -85,6 +85,9 @@ pub fn main() -> ! {
             hw::exit(1)
         }
     };
+    if cfg.role == Role::Bench {
+        crate::bench::run()
+    }
     defmt::info!("node {=u8} up, transport {}", cfg.node, cfg.transport);
     let mut irq = hw::Interrupts::new();
     let Some((transport, slot)) = hw::find_virtio_net() else {
@@ -282,7 +285,14 @@ fn run<T: NodeTransport>(
     let mut accepted = 0u8;
     loop {
         let now = hw::now();
-        let polled = engine.poll(now, transport, &mut net, &mut port, &mut window);
+        let polled = poll_engine(
+            &mut engine,
+            now,
+            transport,
+            &mut net,
+            &mut port,
+            &mut window,
+        );
         let mut services = Services {
             cfg,
             transport: &mut *transport,
@@ -310,6 +320,24 @@ fn run<T: NodeTransport>(
             workload.next_wake(),
         );
     }
+}
+
+/// The host queues of every role.
+type NodeEnginePort<'a> = EnginePort<'a, 64, 64, 128, 4>;
+
+/// One round of the engine loop, kept out of line so the workload and serve
+/// roles share one copy of it per transport: inlined into both, the loop
+/// (the firmware's largest code) was there twice.
+#[inline(never)]
+fn poll_engine<T: Transport>(
+    engine: &mut Engine,
+    now: Instant,
+    transport: &mut T,
+    net: &mut NetDevice,
+    port: &mut NodeEnginePort<'_>,
+    window: &mut HostWindow<'static>,
+) -> PollOutcome {
+    engine.poll(now, transport, net, port, window)
 }
 
 /// Sleeps, unless the loop was busy or the host has work queued, until the
@@ -373,7 +401,14 @@ fn serve(
             defmt::info!("engine: {}", engine.stats());
             defmt::info!("endpoint drops: {}", endpoint.drops());
         }
-        let polled = engine.poll(now, &mut *endpoint, &mut net, &mut port, &mut window);
+        let polled = poll_engine(
+            &mut engine,
+            now,
+            &mut *endpoint,
+            &mut net,
+            &mut port,
+            &mut window,
+        );
         task.step(
             now,
             &mut window,

@@ -175,7 +175,9 @@ fn get_u32s(mem: &HostWindow<'_>, addr: u64) -> Option<[u32; 4]> {
 }
 
 /// What the workload asks of the node around it (connections, pings,
-/// counters): the parts of a host driver that are not rings yet.
+/// counters): the parts of a host driver that are not rings yet. Taken as
+/// `dyn`: a few calls per step, and one copy of the workload in the
+/// firmware instead of one per transport.
 pub trait NodeServices {
     fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle>;
     fn poll_accepted(&mut self) -> Option<ConnHandle>;
@@ -335,7 +337,7 @@ impl<'a> Workload<'a> {
         &mut self,
         now: Instant,
         mem: &mut HostWindow<'_>,
-        node: &mut impl NodeServices,
+        node: &mut dyn NodeServices,
     ) -> Option<Report> {
         self.drain_completions(now, mem);
         self.incoming_complete = node.incoming_complete(self.accepted, self.cfg.expect);
@@ -452,7 +454,7 @@ impl<'a> Workload<'a> {
         }
     }
 
-    fn ping(&mut self, now: Instant, node: &mut impl NodeServices) {
+    fn ping(&mut self, now: Instant, node: &mut dyn NodeServices) {
         if let Some((seq, rtt)) = node.last_echo() {
             let peer = usize::from(seq / 1000);
             if peer < MAX_PEERS && !self.pinged[peer] {
@@ -485,7 +487,7 @@ impl<'a> Workload<'a> {
     /// A sender opens its connection and posts the receive for the hello
     /// before it pings, so the hello (sent by the receiver once the ping
     /// answered, a round trip later) always finds it.
-    fn open_sender(&mut self, now: Instant, node: &mut impl NodeServices) {
+    fn open_sender(&mut self, now: Instant, node: &mut dyn NodeServices) {
         let Some(key) = self.key else { return };
         if let Some(target) = self.cfg.target {
             if self.sender.conn.is_none() {
@@ -506,7 +508,7 @@ impl<'a> Workload<'a> {
         }
     }
 
-    fn connect(&mut self, now: Instant, mem: &mut HostWindow<'_>, node: &mut impl NodeServices) {
+    fn connect(&mut self, now: Instant, mem: &mut HostWindow<'_>, node: &mut dyn NodeServices) {
         let Some(key) = self.key else { return };
         self.open_sender(now, node);
         while let Some(conn) = node.poll_accepted() {
@@ -850,7 +852,7 @@ impl<'a> Workload<'a> {
         defmt::info!("slot {=usize} verified: {=u32} bad", s, slot.bad);
     }
 
-    fn report(&self, now: Instant, node: &impl NodeServices) -> Report {
+    fn report(&self, now: Instant, node: &dyn NodeServices) -> Report {
         let counters = node.counters(now);
         let errors = self.sender.failed
             + self.sender.reads_bad

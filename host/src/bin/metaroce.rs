@@ -49,9 +49,9 @@ struct Common {
     /// Largest payload per packet (1024 fits 1500-byte links).
     #[arg(long, default_value_t = 1024)]
     mtu: u16,
-    /// Rate cap, Mbit/s.
-    #[arg(long, default_value_t = 1000)]
-    rate_mbps: u32,
+    /// Rate cap, Mbit/s (default: none: the congestion controller sets the rate).
+    #[arg(long)]
+    rate_mbps: Option<u32>,
     /// First UDP source port of the path sockets (default: first free run above the bind port).
     #[arg(long)]
     entropy_base: Option<u16>,
@@ -143,6 +143,11 @@ fn seconds(what: &str, s: f64) -> Result<Duration, HostError> {
         .map_err(|_| HostError::Usage(format!("{what} must be a non-negative number of seconds")))
 }
 
+/// The link rate the core is given without `--rate-mbps`: 100 Gbit/s,
+/// more than a host's sockets move, so the congestion controller (ECN,
+/// loss and the receiver's fair-share hint) alone sets the rate.
+const UNCAPPED_MBPS: u32 = 100_000;
+
 /// The node's settings; its secrets come from the operating system.
 fn node_config(bind: SocketAddr, c: &Common, accept: bool, connections: u32) -> NodeConfig {
     NodeConfig {
@@ -150,7 +155,7 @@ fn node_config(bind: SocketAddr, c: &Common, accept: bool, connections: u32) -> 
         paths: c.paths,
         entropy_base: c.entropy_base,
         mtu: c.mtu,
-        rate_mbps: c.rate_mbps,
+        rate_mbps: c.rate_mbps.unwrap_or(UNCAPPED_MBPS),
         accept,
         connections,
         seed: None,
@@ -268,6 +273,7 @@ fn client(
         seed: a.seed,
     };
     let live = !a.quiet && !a.common.json;
+    let cpu_before = cpu_time();
     let result = run_client(&mut node, &opts, |p: &Progress| {
         if live {
             eprint!(
@@ -283,7 +289,9 @@ fn client(
         p.finish()?;
     }
     let summary = result?;
-    print_summary(&summary, a.common.json);
+    let cpu_busy = (cpu_time() - cpu_before).as_secs_f64() / summary.seconds.max(1e-9);
+    let limit = run_limit(&summary, &node, a.common.rate_mbps, cpu_busy);
+    print_summary(&summary, &limit, a.common.json);
     if !summary.integrity_ok {
         return Err(HostError::Integrity(format!(
             "{} of {} messages verified, {} corrupt",
@@ -293,9 +301,80 @@ fn client(
     Ok(())
 }
 
-fn print_summary(s: &Summary, json: bool) {
+/// CPU time (user and system) this process has used.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(Duration::ZERO, |u| {
+        let t = |tv: nix::sys::time::TimeVal| {
+            Duration::new(tv.tv_sec().max(0) as u64, tv.tv_usec().max(0) as u32 * 1000)
+        };
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+/// What bounded a client run, and the socket side's batching, for the
+/// summary.
+#[derive(Debug, Clone, serde::Serialize)]
+struct RunLimit {
+    /// One line: the rate cap, this process's CPU, loss, or the peer and
+    /// the congestion controller.
+    limited_by: String,
+    /// This process's CPU time over the run's wall time (1.0 = one core).
+    cpu_busy: f64,
+    datagrams_per_send_call: f64,
+    datagrams_per_receive_call: f64,
+    /// Sends the kernel refused (full buffer, unreachable, too long).
+    send_refused: u64,
+    receive_buffer_bytes: usize,
+    send_buffer_bytes: usize,
+}
+
+/// Why the run went no faster, from what the client can see: a rate cap
+/// it reached, its own CPU, loss, or else the peer and the congestion
+/// controller.
+fn run_limit(s: &Summary, node: &Node, cap: Option<u32>, cpu_busy: f64) -> RunLimit {
+    let io = node.io();
+    let buffers = node.link.buffer_sizes();
+    let per_call = |n: u64, calls: u64| n as f64 / calls.max(1) as f64;
+    let lost_share = s.packets_lost as f64 / s.packets_sent.max(1) as f64;
+    let limited_by = match cap {
+        Some(cap) if s.goodput_mbps >= 0.9 * f64::from(cap) => {
+            format!("the rate cap (--rate-mbps {cap})")
+        }
+        _ if cpu_busy >= 0.9 => format!(
+            "this process's CPU ({:.0} % of one core busy)",
+            cpu_busy * 100.0
+        ),
+        _ if lost_share >= 0.001 => format!(
+            "loss: {} of {} packets lost ({} refused by the local kernel)",
+            s.packets_lost, s.packets_sent, io.tx_errors
+        ),
+        _ => format!(
+            "the peer or the congestion controller (this process {:.0} % busy, {} packets lost)",
+            cpu_busy * 100.0,
+            s.packets_lost
+        ),
+    };
+    RunLimit {
+        limited_by,
+        cpu_busy,
+        datagrams_per_send_call: per_call(io.tx_datagrams, io.tx_calls),
+        datagrams_per_receive_call: per_call(io.rx_datagrams, io.rx_calls),
+        send_refused: io.tx_errors,
+        receive_buffer_bytes: buffers.receive,
+        send_buffer_bytes: buffers.send,
+    }
+}
+
+fn print_summary(s: &Summary, limit: &RunLimit, json: bool) {
     if json {
-        println!("{}", serde_json::to_string(s).unwrap_or_default());
+        let mut value = serde_json::to_value(s).unwrap_or_default();
+        if let (Some(map), Ok(serde_json::Value::Object(extra))) =
+            (value.as_object_mut(), serde_json::to_value(limit))
+        {
+            map.extend(extra);
+        }
+        println!("{value}");
         return;
     }
     println!(
@@ -320,6 +399,15 @@ fn print_summary(s: &Summary, json: bool) {
             p.path, p.src_port, p.sent, p.retransmitted, p.lost, p.ce_echoed, p.rerolls, p.srtt_us
         );
     }
+    println!(
+        "limited by {}; {:.1} datagrams per send call, {:.1} per receive call, {} refused; socket buffers {} KiB receive, {} KiB send",
+        limit.limited_by,
+        limit.datagrams_per_send_call,
+        limit.datagrams_per_receive_call,
+        limit.send_refused,
+        limit.receive_buffer_bytes / 1024,
+        limit.send_buffer_bytes / 1024
+    );
     println!(
         "integrity {}: {} verified, {} corrupt",
         if s.integrity_ok { "OK" } else { "FAILED" },
