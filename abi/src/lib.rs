@@ -356,7 +356,9 @@ pub struct DeviceIndices {
 /// (before that command's completion). `transport_*` sum the set's
 /// connections; `device_*` are the whole device's.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct SetCounters {
     pub posted_sends: u64,
     pub posted_recvs: u64,
@@ -394,7 +396,9 @@ pub struct SetCounters {
 
 /// A send-queue work entry (64 bytes).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct SendWqe {
     /// The host's identifier, returned in the completion.
     pub wr_id: u64,
@@ -421,7 +425,9 @@ pub struct SendWqe {
 
 /// A receive-queue work entry (32 bytes).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct RecvWqe {
     pub wr_id: u64,
     pub conn_index: u32,
@@ -436,7 +442,9 @@ pub struct RecvWqe {
 /// host loads that word with Acquire and owns the entry when `owner`
 /// equals its current phase.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Cqe {
     pub wr_id: u64,
     pub conn_index: u32,
@@ -460,7 +468,9 @@ pub struct Cqe {
 /// An admin command (64 bytes). Which fields count depends on `opcode`
 /// (spec 6.6); the others must be zero.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct AdminCmd {
     /// The host's identifier, returned in the answer.
     pub tag: u64,
@@ -488,7 +498,9 @@ pub struct AdminCmd {
 /// An admin completion or event (64 bytes); published like [`Cqe`]: the
 /// last word (kind, status, opcode, owner) is stored last with Release.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct AdminCqe {
     /// The command's tag (`EVENT_COMMAND_DONE`), else 0.
     pub tag: u64,
@@ -527,7 +539,9 @@ pub const fn phase_of(index: u32, depth: u32) -> u8 {
 
 /// An IPv4 address as the ABI carries it (IPv4-mapped IPv6).
 pub const fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
 }
 
 /// The IPv4 address inside an IPv4-mapped IPv6 address.
