@@ -16,7 +16,7 @@
 //! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
-//! | `role` | `workload` (the node-to-node run above) or `serve` (the serve profile of `metaroce serve`, until stopped) | `workload` |
+//! | `role` | `workload` (the node-to-node run above), `serve` (the serve profile of `metaroce serve`, until stopped) or `host` (driven by host processes through the shared-memory host interface in the ivshmem BAR, until stopped) | `workload` |
 //! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
 
 use core::net::Ipv4Addr;
@@ -53,6 +53,9 @@ pub enum Role {
     /// The serve profile (`metaroce_app`): accept connections, hand out
     /// regions, verify, report; runs until the harness stops it.
     Serve,
+    /// Driven by host processes through the host interface (ivshmem BAR2);
+    /// runs until the harness stops it.
+    Host,
 }
 
 /// Another node's addresses.
@@ -168,6 +171,7 @@ impl NodeConfig {
                     cfg.role = match value {
                         "workload" => Role::Workload,
                         "serve" => Role::Serve,
+                        "host" => Role::Host,
                         _ => return Err(bad),
                     }
                 }
@@ -215,7 +219,7 @@ impl NodeConfig {
         if cfg.size == 0 || cfg.count == 0 || cfg.depth == 0 {
             return Err(ConfigError { key: "size" });
         }
-        if cfg.role == Role::Serve && cfg.transport != TransportKind::MetaRoce {
+        if cfg.role != Role::Workload && cfg.transport != TransportKind::MetaRoce {
             return Err(ConfigError { key: "role" });
         }
         Ok(cfg)

@@ -1,6 +1,7 @@
 //! QEMU `virt` hardware: memory map, boot glue, console, semihosting,
 //! generic timer, GICv2, fw_cfg, virtio-mmio probing and the
-//! critical-section implementation. Every `unsafe` of the firmware is here.
+//! critical-section implementation. Every `unsafe` of the firmware is here
+//! and in `pci.rs` (ECAM, BAR assignment, the remapped first GiB).
 
 use core::arch::asm;
 use core::cell::RefCell;
@@ -57,12 +58,15 @@ const MAIR: Mair = Mair::EMPTY
     );
 
 // Identity map: the first GiB (all of virt's MMIO) as device memory, the
-// second (RAM from 0x4000_0000) as normal memory.
+// second (RAM from 0x4000_0000) as normal memory, GiB 256 (the PCIe ECAM at
+// 0x40_1000_0000) as device memory. `pci.rs` later remaps the first GiB to
+// make a host-interface BAR normal memory.
 initial_pagetable!(
     {
         let mut idmap = [0; 512];
         idmap[0] = DEVICE_ATTRIBUTES.bits();
         idmap[1] = MEMORY_ATTRIBUTES.bits() | 0x4000_0000;
+        idmap[256] = DEVICE_ATTRIBUTES.bits() | 0x40_0000_0000;
         InitialPagetable(idmap)
     },
     MAIR.0

@@ -108,6 +108,26 @@ pub fn main() -> ! {
     let window = HostWindow::new(HOST_BASE, host_memory);
     let seed = cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos();
     match cfg.transport {
+        TransportKind::MetaRoce if cfg.role == Role::Host => {
+            let shm = match crate::pci::ivshmem_memory() {
+                Ok(shm) => shm,
+                Err(e) => {
+                    println!("METAROCE-ERROR host interface memory: {:?}", e);
+                    hw::exit(1)
+                }
+            };
+            let config = Config {
+                udp_port: cfg.port,
+                paths: cfg.paths,
+                accept_incoming: true,
+                mtu: 1024,
+                ..Config::for_emulation()
+            };
+            let mut endpoint = ServeEndpoint::new(config, seed);
+            crate::hostif::run(&cfg, &mut endpoint, engine, net, &mut irq, shm, |n| {
+                n.ack_interrupt()
+            })
+        }
         TransportKind::MetaRoce if cfg.role == Role::Serve => {
             let config = Config {
                 udp_port: cfg.port,
