@@ -24,6 +24,8 @@
 pub mod defmt_log;
 pub mod fabric;
 pub mod gateway;
+pub mod hostapp;
+pub mod hosts;
 pub mod node;
 
 use std::collections::BTreeMap;
@@ -43,9 +45,20 @@ pub enum Topology {
     Incast,
 }
 
+/// Who drives the emulated DPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// One host process per DPU (`metaroce-host-app`) through the host
+    /// library over the DPU's shared memory (ivshmem).
+    Host,
+    /// The workload task compiled into the firmware.
+    Firmware,
+}
+
 /// Everything a run needs.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
+    pub driver: Driver,
     pub elf: PathBuf,
     pub qemu: String,
     pub nodes: usize,
@@ -78,6 +91,9 @@ pub struct NodeReport {
     pub errors: Vec<String>,
     pub warnings: usize,
     pub timed_out: bool,
+    /// The host process driving this node (host-driven runs): pid and
+    /// command line.
+    pub host: Option<(u32, String)>,
     /// Fabric counters of the port toward this node.
     pub port: PortStats,
     pub log_lines: usize,
@@ -116,10 +132,31 @@ impl RunReport {
     /// The summary table.
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        let hosted = self.nodes.iter().any(|n| n.host.is_some());
         s.push_str(&format!(
-            "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}\n",
-            "node", "role", "bytes", "Mbit/s", "compl", "retx", "rto", "ce_rx", "drop_rand", "drop_brst", "drop_q", "dup", "hint", "integrity"
+            "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
+            "node",
+            "role",
+            "bytes",
+            "Mbit/s",
+            "compl",
+            "retx",
+            "rto",
+            "ce_rx",
+            "drop_rand",
+            "drop_brst",
+            "drop_q",
+            "dup",
+            "hint",
+            "integrity"
         ));
+        if hosted {
+            s.push_str(&format!(
+                " {:>8} {:>8} {:>8} {:>8}",
+                "host", "ops/s", "p50_us", "p99_us"
+            ));
+        }
+        s.push('\n');
         for n in &self.nodes {
             let integrity = if n.timed_out {
                 "HANG".to_owned()
@@ -144,7 +181,17 @@ impl RunReport {
                 n.port.duplicated,
                 n.field("rate_hint_mbps"),
                 integrity
-            ));
+            ).trim_end_matches('\n'));
+            if let Some((pid, _)) = &n.host {
+                s.push_str(&format!(
+                    " {:>8} {:>8} {:>8} {:>8}",
+                    pid,
+                    n.field("ops_per_s"),
+                    n.field("lat_p50_us"),
+                    n.field("lat_p99_us")
+                ));
+            }
+            s.push('\n');
         }
         let marked: u64 = self.nodes.iter().map(|n| n.port.ce_marked).sum();
         let reordered: u64 = self.nodes.iter().map(|n| n.port.reordered).sum();
@@ -157,6 +204,14 @@ impl RunReport {
             self.wall.as_secs_f64()
         ));
         s.push_str("drops and dup count frames toward the node; ce_rx = CE-marked frames the node received; hint = receiver's fair-share rate hint (Mbit/s)\n");
+        if hosted {
+            s.push_str("host = pid of the host process driving the node through the host library (shared memory, ivshmem); ops/s and p50/p99 post-to-completion latency measured by that process (senders)\n");
+            for n in &self.nodes {
+                if let Some((pid, command)) = &n.host {
+                    s.push_str(&format!("  node {} <- pid {pid}: {command}\n", n.node));
+                }
+            }
+        }
         s
     }
 }
@@ -242,14 +297,67 @@ pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
             if i == receiver {
                 config.push_str(&format!(" expect={}", senders.len()));
             }
+            let shm = (opts.driver == Driver::Host).then(|| {
+                config.push_str(" role=host");
+                let window = hostapp::window_needed(opts.size, opts.count, senders.len() as u32);
+                (opts.out_dir.join(format!("node{i}.shm")), hosts::shm_size(window))
+            });
             NodeSpec {
                 index: i,
                 mac: node_mac(i),
                 ip: node_ip(i),
                 config,
+                shm,
             }
         })
         .collect()
+}
+
+/// The arguments of the host process driving node `i` (host-driven runs).
+pub fn host_app_args(opts: &RunOptions, spec: &NodeSpec) -> Vec<String> {
+    let n = opts.nodes;
+    let i = spec.index;
+    let (receiver, senders) = match opts.topology {
+        Topology::Pair => (1, 1),
+        Topology::Incast => (n - 1, n - 1),
+    };
+    let mut args = vec![
+        "--shm".to_owned(),
+        spec.shm
+            .as_ref()
+            .map_or_else(String::new, |(p, _)| p.display().to_string()),
+        "--node".to_owned(),
+        i.to_string(),
+        "--workload".to_owned(),
+        opts.workload.clone(),
+        "--size".to_owned(),
+        opts.size.to_string(),
+        "--count".to_owned(),
+        opts.count.to_string(),
+        "--depth".to_owned(),
+        opts.depth.to_string(),
+        "--seed".to_owned(),
+        opts.seed.to_string(),
+        "--timeout".to_owned(),
+        opts.timeout.as_secs().to_string(),
+    ];
+    let is_sender = match opts.topology {
+        Topology::Pair => i == 0,
+        Topology::Incast => i < n - 1,
+    };
+    if is_sender {
+        args.push("--target".to_owned());
+        args.push(format!(
+            "{receiver}/{}:{}",
+            ip_string(&node_ip(receiver)),
+            metaroce_core::wire::DEFAULT_UDP_PORT
+        ));
+    }
+    if i == receiver {
+        args.push("--expect".to_owned());
+        args.push(senders.to_string());
+    }
+    args
 }
 
 /// Reads the firmware ELF and creates the output folder and the pcap's
@@ -284,8 +392,17 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let fabric = Fabric::start(&macs, opts.impairments.clone(), opts.pcap.as_deref())?;
     let ports = fabric.ports().to_vec();
     let started = Instant::now();
+    let host_app = match opts.driver {
+        Driver::Host => Some(hosts::host_app_path()?),
+        Driver::Firmware => None,
+    };
     let mut nodes = Vec::new();
+    let mut host_args = Vec::new();
     for (spec, port) in specs.into_iter().zip(&ports) {
+        if let Some((path, size)) = &spec.shm {
+            hosts::create_shm(path, *size)?;
+            host_args.push(host_app_args(opts, &spec));
+        }
         nodes.push(Node::start(
             &opts.qemu,
             &opts.elf,
@@ -293,6 +410,14 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             port,
             &opts.out_dir,
         )?);
+    }
+    // One host process per DPU: it waits for the firmware to format the
+    // shared memory, then drives it.
+    let mut hosts: Vec<hosts::HostProcess> = Vec::new();
+    if let Some(app) = &host_app {
+        for args in &host_args {
+            hosts.push(hosts::HostProcess::start(app, args)?);
+        }
     }
     let mut reports: Vec<NodeReport> = (0..nodes.len())
         .map(|i| NodeReport {
@@ -310,15 +435,34 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             for line in node.new_console_lines() {
                 absorb(&line, report, &mut progress[report.node]);
             }
+            // Host-driven firmware serves until stopped: its host decides.
+            all_done &= exited || !hosts.is_empty();
+        }
+        for (host, report) in hosts.iter_mut().zip(reports.iter_mut()) {
+            let exited = host.poll_exit();
+            for line in host.new_lines() {
+                absorb(&line, report, &mut progress[report.node]);
+            }
             all_done &= exited;
         }
         if all_done {
+            for node in &mut nodes {
+                if !node.poll_exit() {
+                    node.kill();
+                }
+            }
             break;
         }
         if started.elapsed() > opts.timeout {
             for (node, report) in nodes.iter_mut().zip(reports.iter_mut()) {
                 if !node.poll_exit() {
                     node.kill();
+                    report.timed_out = hosts.is_empty();
+                }
+            }
+            for (host, report) in hosts.iter_mut().zip(reports.iter_mut()) {
+                if !host.poll_exit() {
+                    host.kill();
                     report.timed_out = true;
                 }
             }
@@ -347,11 +491,21 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     }
     let wall = started.elapsed();
     let port_stats = fabric.stop()?;
+    for (host, report) in hosts.iter_mut().zip(reports.iter_mut()) {
+        host.finish();
+        for line in host.new_lines() {
+            absorb(&line, report, &mut String::new());
+        }
+        report.host = Some((host.pid, host.command.clone()));
+    }
     for ((node, report), port) in nodes.iter_mut().zip(reports.iter_mut()).zip(port_stats) {
         for line in node.new_console_lines() {
             absorb(&line, report, &mut String::new());
         }
-        report.exit_code = node.exit_code;
+        report.exit_code = match hosts.get(report.node) {
+            Some(host) => host.exit_code,
+            None => node.exit_code,
+        };
         report.port = port;
         let (defmt, stderr) = node.finish();
         let log_path = opts.out_dir.join(format!("node{}.log", report.node));
@@ -461,6 +615,7 @@ pub fn serve(
         mac: node_mac(0),
         ip: node_ip(0),
         config: serve_config(opts.seed, addr.port()),
+        shm: None,
     };
     let mut node = Node::start(
         &opts.qemu,
@@ -555,6 +710,7 @@ mod tests {
 
     fn opts(nodes: usize, topology: Topology) -> RunOptions {
         RunOptions {
+            driver: Driver::Firmware,
             elf: PathBuf::new(),
             qemu: String::new(),
             nodes,

@@ -20,7 +20,15 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use metaroce_qemu::fabric::Impairments;
-use metaroce_qemu::{run, serve, RunOptions, ServeOptions, Topology};
+use metaroce_qemu::{run, serve, Driver, RunOptions, ServeOptions, Topology};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DriverArg {
+    /// One host process per DPU, through the host library over ivshmem.
+    Host,
+    /// The workload task compiled into the firmware.
+    Firmware,
+}
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum TopologyArg {
@@ -42,6 +50,10 @@ struct Args {
     qemu: String,
     #[arg(long, default_value_t = 2)]
     nodes: usize,
+    /// Who runs the workload: host processes through the host interface
+    /// (shared memory, ivshmem), or a task inside the firmware.
+    #[arg(long, value_enum, default_value_t = DriverArg::Host)]
+    driver: DriverArg,
     /// pair: node 0 sends to node 1; incast: all send to the last node.
     #[arg(long, value_enum, default_value_t = TopologyArg::Pair)]
     topology: TopologyArg,
@@ -182,6 +194,10 @@ fn main() -> ExitCode {
         return serve_main(a);
     }
     let opts = RunOptions {
+        driver: match a.driver {
+            DriverArg::Host => Driver::Host,
+            DriverArg::Firmware => Driver::Firmware,
+        },
         elf: a.elf,
         qemu: a.qemu,
         nodes: a.nodes,
