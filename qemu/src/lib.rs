@@ -528,6 +528,74 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     })
 }
 
+/// Boots the nodes in the host role (each with its shared-memory file) and
+/// runs `program` with `SHM_i IP_i:PORT` for every node `i` as its
+/// arguments, its output passed through; stops the nodes when it exits.
+/// Returns its exit status (`None`: killed after the timeout).
+pub fn run_program(opts: &RunOptions, program: &Path) -> Result<Option<i32>, RunError> {
+    let opts = RunOptions {
+        driver: Driver::Host,
+        ..opts.clone()
+    };
+    read_elf_and_make_dirs(&opts.elf, &opts.out_dir, opts.pcap.as_deref())?;
+    let specs = node_specs(&opts);
+    let macs: Vec<[u8; 6]> = specs.iter().map(|s| s.mac).collect();
+    let fabric = Fabric::start(&macs, opts.impairments.clone(), opts.pcap.as_deref())?;
+    let ports = fabric.ports().to_vec();
+    let mut args = Vec::new();
+    let mut nodes = Vec::new();
+    for (spec, port) in specs.into_iter().zip(&ports) {
+        if let Some((path, size)) = &spec.shm {
+            hosts::create_shm(path, *size)?;
+            args.push(path.display().to_string());
+            args.push(format!(
+                "{}:{}",
+                ip_string(&spec.ip),
+                metaroce_core::wire::DEFAULT_UDP_PORT
+            ));
+        }
+        nodes.push(Node::start(
+            &opts.qemu,
+            &opts.elf,
+            spec,
+            port,
+            &opts.out_dir,
+        )?);
+    }
+    let started = Instant::now();
+    let mut child = hosts::HostProcess::start(program, &args)?;
+    println!("running pid {}: {}", child.pid, child.command);
+    loop {
+        for line in child.new_lines() {
+            println!("{line}");
+        }
+        for node in &mut nodes {
+            for line in node.new_console_lines() {
+                if line.starts_with("METAROCE-PANIC") || line.starts_with("METAROCE-ERROR") {
+                    println!("node {}: {line}", node.spec.index);
+                }
+            }
+        }
+        if child.poll_exit() || started.elapsed() > opts.timeout {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if child.exit_code.is_none() {
+        child.kill();
+    }
+    child.finish();
+    for line in child.new_lines() {
+        println!("{line}");
+    }
+    for node in &mut nodes {
+        node.kill();
+        let _ = node.finish();
+    }
+    fabric.stop()?;
+    Ok(child.exit_code)
+}
+
 /// Everything a serve run needs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use metaroce_qemu::fabric::Impairments;
-use metaroce_qemu::{run, serve, Driver, RunOptions, ServeOptions, Topology};
+use metaroce_qemu::{run, run_program, serve, Driver, RunOptions, ServeOptions, Topology};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum DriverArg {
@@ -127,6 +127,11 @@ struct Args {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// Boot the nodes in the host role and run this program with
+    /// `SHM_i IP_i:PORT` for every node (its exit status is the run's),
+    /// instead of the workload.
+    #[arg(long)]
+    exec: Option<PathBuf>,
 }
 
 fn serve_main(a: Args) -> ExitCode {
@@ -190,6 +195,7 @@ fn serve_main(a: Args) -> ExitCode {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    let exec = a.exec.clone();
     if a.serve {
         return serve_main(a);
     }
@@ -234,6 +240,19 @@ fn main() -> ExitCode {
         out_dir: a.out_dir,
         progress: !a.quiet,
     };
+    if let Some(program) = &exec {
+        return match run_program(&opts, program) {
+            Ok(Some(0)) => ExitCode::SUCCESS,
+            Ok(code) => {
+                println!("FAILED: {} exited with {code:?}", program.display());
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("metaroce-qemu: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run(&opts) {
         Ok(report) => {
             print!("{}", report.summary());

@@ -6,7 +6,9 @@
 //! (`apt-get install qemu-system-arm` as root, else the command to run),
 //! and runs the `metaroce-qemu` harness: two nodes exchanging a mixed RDMA
 //! workload through an emulated fabric with 1 % loss, reordering and ECN
-//! marking by default. Every argument goes to the harness
+//! marking by default, the workload run by one host process per node
+//! (`metaroce-host-app`) through the host library over the node's
+//! shared-memory host interface (ivshmem). Every argument goes to the harness
 //! (`cargo xtask qemu -- --help` lists them: nodes, loss, delay, rate,
 //! workload, duration, pcap, ...).
 
@@ -85,9 +87,16 @@ pub fn ensure_qemu() -> Result<(), Error> {
     system::ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])
 }
 
-/// The harness command (built by cargo in the dev profile, which is quick).
+/// The harness command (built by cargo in the dev profile, which is
+/// quick), after building its host program (`metaroce-host-app`, which the
+/// harness starts once per emulated DPU).
 fn harness(elf: &std::path::Path, args: &[String]) -> Result<Command, Error> {
-    let mut cmd = util::cargo(["run", "--quiet", "-p", HARNESS, "--", "--elf"]);
+    util::run(&mut util::cargo([
+        "build", "--quiet", "-p", HARNESS, "--bins",
+    ]))?;
+    let mut cmd = util::cargo([
+        "run", "--quiet", "-p", HARNESS, "--bin", HARNESS, "--", "--elf",
+    ]);
     cmd.arg(elf).args(args);
     Ok(cmd)
 }
