@@ -176,8 +176,7 @@
 // A connection's handshake completed.
 #define MR_EVENT_CONNECTED 3
 
-// A connection closed (`detail`: 0 by this side, 1 by the peer, 2 refused,
-// 3 idle timeout).
+// A connection closed (`detail`: the wire's CLOSE reason code, spec 3).
 #define MR_EVENT_CLOSED 4
 
 // A connection failed (`status` says why); its work was flushed.

@@ -178,8 +178,7 @@ pub const EVENT_COMMAND_DONE: u8 = 1;
 pub const EVENT_INCOMING: u8 = 2;
 /// A connection's handshake completed.
 pub const EVENT_CONNECTED: u8 = 3;
-/// A connection closed (`detail`: 0 by this side, 1 by the peer, 2 refused,
-/// 3 idle timeout).
+/// A connection closed (`detail`: the wire's CLOSE reason code, spec 3).
 pub const EVENT_CLOSED: u8 = 4;
 /// A connection failed (`status` says why); its work was flushed.
 pub const EVENT_FAILED: u8 = 5;

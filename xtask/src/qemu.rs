@@ -237,6 +237,86 @@ pub fn runs_step(ctx: &mut Context) -> Result<(), Error> {
     }
 }
 
+/// Test step `host-abi`: the C example `verbs/examples/abi_check.c`,
+/// compiled with the system C compiler against the committed headers and
+/// the library's static archive, run against two QEMU nodes in the host
+/// role through the harness (`--exec`), 1 % loss; its `N passed, M
+/// failed` line goes into the tally.
+pub fn host_abi_step(ctx: &mut Context) -> Result<(), Error> {
+    ensure_qemu()?;
+    let elf = target_dir()
+        .join(FIRMWARE_TARGET)
+        .join("release")
+        .join(BOARD);
+    if !elf.exists() {
+        build_firmware()?;
+    }
+    util::run(&mut util::cargo([
+        "build",
+        "--quiet",
+        "-p",
+        "metaroce-verbs",
+    ]))?;
+    let root = util::project_root();
+    let out = target_dir().join("host-abi");
+    std::fs::create_dir_all(&out).map_err(|e| Error::new(format!("{}: {e}", out.display())))?;
+    let program = out.join("abi_check");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    util::run(
+        Command::new(&cc)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I"])
+            .arg(root.join("abi/include"))
+            .arg("-I")
+            .arg(root.join("verbs/include"))
+            .arg(root.join("verbs/examples/abi_check.c"))
+            .arg(target_dir().join("debug/libmetaroce_verbs.a"))
+            .args(["-lpthread", "-ldl", "-lm", "-o"])
+            .arg(&program),
+    )?;
+    let args: Vec<String> = [
+        "--quiet",
+        "--loss",
+        "1",
+        "--duration",
+        "90",
+        "--seed",
+        "7",
+        "--exec",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([
+        program.display().to_string(),
+        "--out-dir".into(),
+        out.join("run").display().to_string(),
+    ])
+    .collect();
+    let mut counts = None;
+    let ok = util::run_streaming(&mut harness(&elf, &args)?, |line| {
+        if let Some((p, f)) = passed_failed(line) {
+            counts = Some((p, f));
+        }
+    })?;
+    ctx.ran_tests = true;
+    let (passed, failed) = counts.unwrap_or((0, 1));
+    ctx.tally.passed += passed;
+    ctx.tally.failed += failed;
+    if ok && failed == 0 && passed > 0 {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "host-abi: {passed} passed, {failed} failed (C example against QEMU)"
+        )))
+    }
+}
+
+/// `N passed, M failed` from a line.
+fn passed_failed(line: &str) -> Option<(u64, u64)> {
+    let (p, rest) = line.trim().split_once(" passed, ")?;
+    let f = rest.strip_suffix(" failed")?;
+    Some((p.parse().ok()?, f.parse().ok()?))
+}
+
 /// The fabric's CE-mark count from a summary.
 fn ce_marks(summary: &str) -> u64 {
     summary
@@ -252,6 +332,12 @@ fn ce_marks(summary: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passed_failed_lines_are_read() {
+        assert_eq!(passed_failed("30 passed, 0 failed"), Some((30, 0)));
+        assert_eq!(passed_failed("ok   post WRITE"), None);
+    }
 
     #[test]
     fn ce_marks_are_read_from_the_summary() {
