@@ -6,9 +6,13 @@ use std::path::Path;
 
 use metaroce_abi::LAYOUTS;
 
-/// `(c_name, size, [(offset, size, field)])` for each `#### \`name\` (N bytes)`
-/// heading and the table under it.
-fn spec_tables(text: &str) -> Vec<(String, usize, Vec<(usize, usize, String)>)> {
+/// One field row of a spec table: offset, size, name.
+type Row = (usize, usize, String);
+/// One spec table: the C name, the size, the rows.
+type Table = (String, usize, Vec<Row>);
+
+/// The table under each `#### \`name\` (N bytes)` heading.
+fn spec_tables(text: &str) -> Vec<Table> {
     let mut out = Vec::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
@@ -51,7 +55,7 @@ fn spec_tables_match_the_compiled_layout() {
             .find(|(name, _, _)| name == layout.c_name)
             .unwrap_or_else(|| panic!("{} has no table in {}", layout.c_name, path.display()));
         assert_eq!(*size, layout.size, "{}: size", layout.c_name);
-        let code: Vec<(usize, usize, String)> = layout
+        let code: Vec<Row> = layout
             .fields
             .iter()
             .map(|f| (f.offset, f.size, f.name.to_owned()))

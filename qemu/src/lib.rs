@@ -166,7 +166,7 @@ impl RunReport {
                 n.field("integrity").to_owned()
             };
             s.push_str(&format!(
-                "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}\n",
+                "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
                 n.node,
                 n.field("role"),
                 n.field("bytes"),
@@ -181,7 +181,7 @@ impl RunReport {
                 n.port.duplicated,
                 n.field("rate_hint_mbps"),
                 integrity
-            ).trim_end_matches('\n'));
+            ));
             if let Some((pid, _)) = &n.host {
                 s.push_str(&format!(
                     " {:>8} {:>8} {:>8} {:>8}",

@@ -121,7 +121,7 @@ fn serve(files: [SharedFile; 2], stop: &AtomicBool) {
     });
     let mut now = Instant::ZERO;
     while !stop.load(Ordering::Relaxed) {
-        now = now + Duration::from_micros(20);
+        now += Duration::from_micros(20);
         let [ep0, ep1] = &mut endpoints;
         let [en0, en1] = &mut engines;
         let [if0, if1] = &mut ifs;
