@@ -228,33 +228,56 @@ fn send(
     deadline: Instant,
     report: &mut Report,
 ) -> Result<(), String> {
-    let conn = dev
-        .connect_start(SocketAddr::new(ip.into(), port))
-        .map_err(|e| format!("connect: {e}"))?;
-    dev.post_recv(
-        conn,
-        &RecvWr {
-            wr_id: HELLO_WR,
-            local: Sge(mr, l.ctrl, CTRL),
-        },
-    )
-    .map_err(|e| format!("post hello receive: {e}"))?;
-    // The hello: the receiver's key and this sender's slot.
-    let (slot, rkey) = loop {
-        let c = wait(dev, deadline)?;
-        report.completions += 1;
-        if c.wr_id == HELLO_WR && c.status.is_success() {
+    // The receiver's process may not listen yet: its DPU then refuses the
+    // connection (the hello's receive is flushed), and the sender tries
+    // again, as a client retries a refused TCP connection.
+    let (conn, slot, rkey) = loop {
+        let conn = dev
+            .connect_start(SocketAddr::new(ip.into(), port))
+            .map_err(|e| format!("connect: {e}"))?;
+        dev.post_recv(
+            conn,
+            &RecvWr {
+                wr_id: HELLO_WR,
+                local: Sge(mr, l.ctrl, CTRL),
+            },
+        )
+        .map_err(|e| format!("post hello receive: {e}"))?;
+        let c = loop {
+            let c = wait(dev, deadline)?;
+            report.completions += 1;
+            if c.wr_id == HELLO_WR {
+                break c;
+            }
+        };
+        if c.status.is_success() {
             let mut b = [0u8; 16];
             dev.read(l.ctrl, &mut b).map_err(|e| e.to_string())?;
             let w = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
             if w(0) != HELLO_MAGIC {
                 return Err("bad hello".into());
             }
-            break (w(4), w(8));
+            break (conn, w(4), w(8));
         }
-        if c.wr_id == HELLO_WR {
+        if c.status != Status::Flushed || Instant::now() > deadline {
             return Err(format!("hello receive failed: {:?}", c.status));
         }
+        // Wait for the end of the refused connection, give it back, retry.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            if let Some(
+                metaroce_verbs::Event::Closed { conn: c, .. }
+                | metaroce_verbs::Event::Failed { conn: c, .. },
+            ) = dev.poll_event()
+            {
+                if c == conn {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = dev.release(conn);
+        std::thread::sleep(Duration::from_millis(50));
     };
     let mut posted_at: Vec<Option<Instant>> = vec![None; o.count as usize];
     let (mut next, mut in_flight, mut completed) = (0u32, 0u32, 0u32);
