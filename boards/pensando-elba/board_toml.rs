@@ -202,6 +202,10 @@ pub struct BoardConfig {
     pub secondary_stack_pages: u64,
     pub host_memory: (u64, u64),
     pub host_address: u64,
+    /// The shared-memory host interface (spec chapter 6): base, size.
+    pub host_interface: (u64, u64),
+    pub host_interface_sets: u64,
+    pub host_interface_bar: u64,
     pub mac: [u8; 6],
     pub ip: [u8; 4],
     pub udp_port: u64,
@@ -289,6 +293,10 @@ pub const KNOWN_KEYS: &[&str] = &[
     "endpoint.senders",
     "endpoint.inflight_records",
     "endpoint.regions",
+    "host_interface.base",
+    "host_interface.size",
+    "host_interface.queue_sets",
+    "host_interface.pci_bar",
     "net.mac",
     "net.ip",
     "net.udp_port",
@@ -361,6 +369,19 @@ impl BoardConfig {
         }
         if overlaps(image, rings) || overlaps(image, host_memory) || overlaps(rings, host_memory) {
             return Err("image, rings and host_memory must not overlap".into());
+        }
+        let host_interface = (int("host_interface.base")?, int("host_interface.size")?);
+        if !host_interface.1.is_power_of_two()
+            || !inside(host_interface, dram)
+            || [image, rings, host_memory]
+                .iter()
+                .any(|r| overlaps(*r, host_interface))
+        {
+            return Err("host_interface must be a power of two in size, inside DRAM, and overlap nothing else".into());
+        }
+        let host_interface_sets = int("host_interface.queue_sets")?;
+        if host_interface_sets == 0 || host_interface_sets > 8 {
+            return Err("host_interface.queue_sets must be 1..=8".into());
         }
         for (name, slots) in [("rx_slots", rx_slots), ("tx_slots", tx_slots)] {
             if !slots.is_power_of_two() || slots > 1 << 15 {
@@ -543,6 +564,9 @@ impl BoardConfig {
             secondary_stack_pages,
             host_memory,
             host_address: int("host_memory.host_address")?,
+            host_interface,
+            host_interface_sets,
+            host_interface_bar: int("host_interface.pci_bar")?,
             mac,
             ip,
             udp_port,
@@ -774,6 +798,30 @@ impl BoardConfig {
             "u64",
             format!("{:#x}", self.host_address),
             "The DMA window's first byte as the host addresses it.",
+        );
+        c(
+            "HOST_INTERFACE_BASE",
+            "usize",
+            format!("{:#x}", self.host_interface.0),
+            "Local address of the shared-memory host interface, spec chapter 6 (ASSUMED).",
+        );
+        c(
+            "HOST_INTERFACE_SIZE",
+            "usize",
+            format!("{:#x}", self.host_interface.1),
+            "Bytes of the host interface (a power of two).",
+        );
+        c(
+            "HOST_INTERFACE_QUEUE_SETS",
+            "u32",
+            self.host_interface_sets.to_string(),
+            "Queue sets (tenants) laid out in the host interface.",
+        );
+        c(
+            "HOST_INTERFACE_PCI_BAR",
+            "u32",
+            self.host_interface_bar.to_string(),
+            "The PCIe BAR a host maps the host interface through (documentation).",
         );
         c(
             "MAC",

@@ -6,8 +6,11 @@
 //! buffers ([`dma`]), random numbers ([`random`]), frame devices
 //! ([`device`]) and datagram links ([`link`], where a kernel or simulator
 //! owns Ethernet/IP/UDP); the host interface a host driver uses ([`host`]: send,
-//! receive, completion and admin queues as rings in shared memory, each
-//! with a doorbell); and the one engine loop ([`engine`]) that drives a
+//! receive, completion and admin queues as rings, each with a doorbell);
+//! its shared-memory form for host processes outside the firmware
+//! ([`hostif`] over [`shmem`], the byte layout of `metaroce-abi`), with
+//! every control operation behind one trait ([`control::HostControl`]);
+//! and the one engine loop ([`engine`]) that drives a
 //! [`transport::Transport`] through them, answering ARP and ICMP echo on
 //! the way ([`net`]). The same loop runs on the DPU, under QEMU and on a
 //! host, on one core or on each of several ([`shard`]: per-core rings and
@@ -32,18 +35,21 @@
 extern crate std;
 
 pub mod clock;
+pub mod control;
 pub mod datagram;
 pub mod device;
 pub mod dma;
 pub mod doorbell;
 pub mod engine;
 pub mod host;
+pub mod hostif;
 pub mod link;
 pub mod metaroce;
 pub mod net;
 pub mod random;
 pub mod ring;
 pub mod shard;
+pub mod shmem;
 pub mod spinlock;
 pub mod storage;
 pub mod transport;

@@ -24,6 +24,8 @@
 pub mod defmt_log;
 pub mod fabric;
 pub mod gateway;
+pub mod hostapp;
+pub mod hosts;
 pub mod node;
 
 use std::collections::BTreeMap;
@@ -47,9 +49,20 @@ pub enum Topology {
     Ring,
 }
 
+/// Who drives the emulated DPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// One host process per DPU (`metaroce-host-app`) through the host
+    /// library over the DPU's shared memory (ivshmem).
+    Host,
+    /// The workload task compiled into the firmware.
+    Firmware,
+}
+
 /// Everything a run needs.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
+    pub driver: Driver,
     pub elf: PathBuf,
     pub qemu: String,
     pub nodes: usize,
@@ -84,6 +97,9 @@ pub struct NodeReport {
     pub errors: Vec<String>,
     pub warnings: usize,
     pub timed_out: bool,
+    /// The host process driving this node (host-driven runs): pid and
+    /// command line.
+    pub host: Option<(u32, String)>,
     /// Fabric counters of the port toward this node.
     pub port: PortStats,
     pub log_lines: usize,
@@ -255,10 +271,31 @@ impl RunReport {
     /// The summary table.
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        let hosted = self.nodes.iter().any(|n| n.host.is_some());
         s.push_str(&format!(
-            "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}\n",
-            "node", "role", "bytes", "Mbit/s", "compl", "retx", "rto", "ce_rx", "drop_rand", "drop_brst", "drop_q", "dup", "hint", "integrity"
+            "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
+            "node",
+            "role",
+            "bytes",
+            "Mbit/s",
+            "compl",
+            "retx",
+            "rto",
+            "ce_rx",
+            "drop_rand",
+            "drop_brst",
+            "drop_q",
+            "dup",
+            "hint",
+            "integrity"
         ));
+        if hosted {
+            s.push_str(&format!(
+                " {:>8} {:>8} {:>8} {:>8}",
+                "host", "ops/s", "p50_us", "p99_us"
+            ));
+        }
+        s.push('\n');
         for n in &self.nodes {
             let integrity = if n.timed_out {
                 "HANG".to_owned()
@@ -268,7 +305,7 @@ impl RunReport {
                 n.field("integrity").to_owned()
             };
             s.push_str(&format!(
-                "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}\n",
+                "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
                 n.node,
                 n.field("role"),
                 n.field("bytes"),
@@ -284,6 +321,16 @@ impl RunReport {
                 n.field("rate_hint_mbps"),
                 integrity
             ));
+            if let Some((pid, _)) = &n.host {
+                s.push_str(&format!(
+                    " {:>8} {:>8} {:>8} {:>8}",
+                    pid,
+                    n.field("ops_per_s"),
+                    n.field("lat_p50_us"),
+                    n.field("lat_p99_us")
+                ));
+            }
+            s.push('\n');
         }
         let marked: u64 = self.nodes.iter().map(|n| n.port.ce_marked).sum();
         let reordered: u64 = self.nodes.iter().map(|n| n.port.reordered).sum();
@@ -296,6 +343,14 @@ impl RunReport {
             self.wall.as_secs_f64()
         ));
         s.push_str("drops and dup count frames toward the node; ce_rx = CE-marked frames the node received; hint = receiver's fair-share rate hint (Mbit/s)\n");
+        if hosted {
+            s.push_str("host = pid of the host process driving the node through the host library (shared memory, ivshmem); ops/s and p50/p99 post-to-completion latency measured by that process (senders)\n");
+            for n in &self.nodes {
+                if let Some((pid, command)) = &n.host {
+                    s.push_str(&format!("  node {} <- pid {pid}: {command}\n", n.node));
+                }
+            }
+        }
         s
     }
 }
@@ -347,14 +402,19 @@ fn ip_string(ip: &[u8; 4]) -> String {
 
 /// The node configurations of a run (peers listed in node order, skipping
 /// the node itself, as the firmware expects).
-pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
+/// The (sender, receiver) pairs of a run's topology.
+fn flows(opts: &RunOptions) -> Vec<(usize, usize)> {
     let n = opts.nodes;
-    // (sender, receiver) pairs.
-    let flows: Vec<(usize, usize)> = match opts.topology {
+    match opts.topology {
         Topology::Pair => vec![(0, 1)],
         Topology::Incast => (0..n - 1).map(|i| (i, n - 1)).collect(),
         Topology::Ring => (0..n).map(|i| (i, (i + 1) % n)).collect(),
-    };
+    }
+}
+
+pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
+    let n = opts.nodes;
+    let flows = flows(opts);
     (0..n)
         .map(|i| {
             let mut config = format!(
@@ -383,15 +443,61 @@ pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
             if opts.cores > 1 {
                 config.push_str(&format!(" cores={}", opts.cores));
             }
+            let shm = (opts.driver == Driver::Host).then(|| {
+                config.push_str(" role=host");
+                let window = hostapp::window_needed(opts.size, opts.count, senders as u32);
+                (opts.out_dir.join(format!("node{i}.shm")), hosts::shm_size(window))
+            });
             NodeSpec {
                 index: i,
                 mac: node_mac(i),
                 ip: node_ip(i),
                 config,
                 cores: opts.cores,
+                shm,
             }
         })
         .collect()
+}
+
+/// The arguments of the host process driving node `i` (host-driven runs).
+pub fn host_app_args(opts: &RunOptions, spec: &NodeSpec) -> Vec<String> {
+    let i = spec.index;
+    let flows = flows(opts);
+    let mut args = vec![
+        "--shm".to_owned(),
+        spec.shm
+            .as_ref()
+            .map_or_else(String::new, |(p, _)| p.display().to_string()),
+        "--node".to_owned(),
+        i.to_string(),
+        "--workload".to_owned(),
+        opts.workload.clone(),
+        "--size".to_owned(),
+        opts.size.to_string(),
+        "--count".to_owned(),
+        opts.count.to_string(),
+        "--depth".to_owned(),
+        opts.depth.to_string(),
+        "--seed".to_owned(),
+        opts.seed.to_string(),
+        "--timeout".to_owned(),
+        opts.timeout.as_secs().to_string(),
+    ];
+    if let Some(&(_, receiver)) = flows.iter().find(|f| f.0 == i) {
+        args.push("--target".to_owned());
+        args.push(format!(
+            "{receiver}/{}:{}",
+            ip_string(&node_ip(receiver)),
+            metaroce_core::wire::DEFAULT_UDP_PORT
+        ));
+    }
+    let senders = flows.iter().filter(|f| f.1 == i).count();
+    if senders > 0 {
+        args.push("--expect".to_owned());
+        args.push(senders.to_string());
+    }
+    args
 }
 
 /// Reads the firmware ELF and creates the output folder and the pcap's
@@ -437,8 +543,17 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let fabric = Fabric::start(&macs, opts.impairments.clone(), opts.pcap.as_deref())?;
     let ports = fabric.ports().to_vec();
     let started = Instant::now();
+    let host_app = match opts.driver {
+        Driver::Host => Some(hosts::host_app_path()?),
+        Driver::Firmware => None,
+    };
     let mut nodes = Vec::new();
+    let mut host_args = Vec::new();
     for (spec, port) in specs.into_iter().zip(&ports) {
+        if let Some((path, size)) = &spec.shm {
+            hosts::create_shm(path, *size)?;
+            host_args.push(host_app_args(opts, &spec));
+        }
         nodes.push(Node::start(
             &opts.qemu,
             &opts.elf,
@@ -446,6 +561,14 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             port,
             &opts.out_dir,
         )?);
+    }
+    // One host process per DPU: it waits for the firmware to format the
+    // shared memory, then drives it.
+    let mut hosts: Vec<hosts::HostProcess> = Vec::new();
+    if let Some(app) = &host_app {
+        for args in &host_args {
+            hosts.push(hosts::HostProcess::start(app, args)?);
+        }
     }
     let mut reports: Vec<NodeReport> = (0..nodes.len())
         .map(|i| NodeReport {
@@ -463,15 +586,34 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             for line in node.new_console_lines() {
                 absorb(&line, report, &mut progress[report.node]);
             }
+            // Host-driven firmware serves until stopped: its host decides.
+            all_done &= exited || !hosts.is_empty();
+        }
+        for (host, report) in hosts.iter_mut().zip(reports.iter_mut()) {
+            let exited = host.poll_exit();
+            for line in host.new_lines() {
+                absorb(&line, report, &mut progress[report.node]);
+            }
             all_done &= exited;
         }
         if all_done {
+            for node in &mut nodes {
+                if !node.poll_exit() {
+                    node.kill();
+                }
+            }
             break;
         }
         if started.elapsed() > opts.timeout {
             for (node, report) in nodes.iter_mut().zip(reports.iter_mut()) {
                 if !node.poll_exit() {
                     node.kill();
+                    report.timed_out = hosts.is_empty();
+                }
+            }
+            for (host, report) in hosts.iter_mut().zip(reports.iter_mut()) {
+                if !host.poll_exit() {
+                    host.kill();
                     report.timed_out = true;
                 }
             }
@@ -500,11 +642,21 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     }
     let wall = started.elapsed();
     let port_stats = fabric.stop()?;
+    for (host, report) in hosts.iter_mut().zip(reports.iter_mut()) {
+        host.finish();
+        for line in host.new_lines() {
+            absorb(&line, report, &mut String::new());
+        }
+        report.host = Some((host.pid, host.command.clone()));
+    }
     for ((node, report), port) in nodes.iter_mut().zip(reports.iter_mut()).zip(port_stats) {
         for line in node.new_console_lines() {
             absorb(&line, report, &mut String::new());
         }
-        report.exit_code = node.exit_code;
+        report.exit_code = match hosts.get(report.node) {
+            Some(host) => host.exit_code,
+            None => node.exit_code,
+        };
         report.port = port;
         let (defmt, stderr) = node.finish();
         let log_path = opts.out_dir.join(format!("node{}.log", report.node));
@@ -526,6 +678,74 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         wall,
         cores: opts.cores,
     })
+}
+
+/// Boots the nodes in the host role (each with its shared-memory file) and
+/// runs `program` with `SHM_i IP_i:PORT` for every node `i` as its
+/// arguments, its output passed through; stops the nodes when it exits.
+/// Returns its exit status (`None`: killed after the timeout).
+pub fn run_program(opts: &RunOptions, program: &Path) -> Result<Option<i32>, RunError> {
+    let opts = RunOptions {
+        driver: Driver::Host,
+        ..opts.clone()
+    };
+    read_elf_and_make_dirs(&opts.elf, &opts.out_dir, opts.pcap.as_deref())?;
+    let specs = node_specs(&opts);
+    let macs: Vec<[u8; 6]> = specs.iter().map(|s| s.mac).collect();
+    let fabric = Fabric::start(&macs, opts.impairments.clone(), opts.pcap.as_deref())?;
+    let ports = fabric.ports().to_vec();
+    let mut args = Vec::new();
+    let mut nodes = Vec::new();
+    for (spec, port) in specs.into_iter().zip(&ports) {
+        if let Some((path, size)) = &spec.shm {
+            hosts::create_shm(path, *size)?;
+            args.push(path.display().to_string());
+            args.push(format!(
+                "{}:{}",
+                ip_string(&spec.ip),
+                metaroce_core::wire::DEFAULT_UDP_PORT
+            ));
+        }
+        nodes.push(Node::start(
+            &opts.qemu,
+            &opts.elf,
+            spec,
+            port,
+            &opts.out_dir,
+        )?);
+    }
+    let started = Instant::now();
+    let mut child = hosts::HostProcess::start(program, &args)?;
+    println!("running pid {}: {}", child.pid, child.command);
+    loop {
+        for line in child.new_lines() {
+            println!("{line}");
+        }
+        for node in &mut nodes {
+            for line in node.new_console_lines() {
+                if line.starts_with("METAROCE-PANIC") || line.starts_with("METAROCE-ERROR") {
+                    println!("node {}: {line}", node.spec.index);
+                }
+            }
+        }
+        if child.poll_exit() || started.elapsed() > opts.timeout {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if child.exit_code.is_none() {
+        child.kill();
+    }
+    child.finish();
+    for line in child.new_lines() {
+        println!("{line}");
+    }
+    for node in &mut nodes {
+        node.kill();
+        let _ = node.finish();
+    }
+    fabric.stop()?;
+    Ok(child.exit_code)
 }
 
 /// Everything a serve run needs.
@@ -616,6 +836,7 @@ pub fn serve(
         ip: node_ip(0),
         config: serve_config(opts.seed, addr.port()),
         cores: 1,
+        shm: None,
     };
     let mut node = Node::start(
         &opts.qemu,
@@ -749,6 +970,7 @@ mod tests {
 
     fn opts(nodes: usize, topology: Topology) -> RunOptions {
         RunOptions {
+            driver: Driver::Firmware,
             elf: PathBuf::new(),
             qemu: String::new(),
             nodes,

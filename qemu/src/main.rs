@@ -20,7 +20,15 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use metaroce_qemu::fabric::Impairments;
-use metaroce_qemu::{run, serve, RunOptions, ServeOptions, Topology};
+use metaroce_qemu::{run, run_program, serve, Driver, RunOptions, ServeOptions, Topology};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DriverArg {
+    /// One host process per DPU, through the host library over ivshmem.
+    Host,
+    /// The workload task compiled into the firmware.
+    Firmware,
+}
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum TopologyArg {
@@ -52,6 +60,10 @@ struct Args {
     /// so every core of every node has a connection of its own).
     #[arg(long, value_enum)]
     topology: Option<TopologyArg>,
+    /// Who runs the workload: host processes through the host interface
+    /// (shared memory, ivshmem), or a task inside the firmware.
+    #[arg(long, value_enum, default_value_t = DriverArg::Host)]
+    driver: DriverArg,
     /// mixed, write, send or read.
     #[arg(long, default_value = "mixed")]
     workload: String,
@@ -123,6 +135,11 @@ struct Args {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// Boot the nodes in the host role and run this program with
+    /// `SHM_i IP_i:PORT` for every node (its exit status is the run's),
+    /// instead of the workload.
+    #[arg(long)]
+    exec: Option<PathBuf>,
 }
 
 fn serve_main(a: Args) -> ExitCode {
@@ -186,10 +203,15 @@ fn serve_main(a: Args) -> ExitCode {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    let exec = a.exec.clone();
     if a.serve {
         return serve_main(a);
     }
     let opts = RunOptions {
+        driver: match a.driver {
+            DriverArg::Host => Driver::Host,
+            DriverArg::Firmware => Driver::Firmware,
+        },
         elf: a.elf,
         qemu: a.qemu,
         nodes: a.nodes,
@@ -239,6 +261,19 @@ fn main() -> ExitCode {
         out_dir: a.out_dir,
         progress: !a.quiet,
     };
+    if let Some(program) = &exec {
+        return match run_program(&opts, program) {
+            Ok(Some(0)) => ExitCode::SUCCESS,
+            Ok(code) => {
+                println!("FAILED: {} exited with {code:?}", program.display());
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("metaroce-qemu: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run(&opts) {
         Ok(report) => {
             print!("{}", report.summary());

@@ -20,6 +20,10 @@ pub struct NodeSpec {
     pub config: String,
     /// Cores of the emulated CPU (`-smp`).
     pub cores: usize,
+    /// The host-interface memory: a file QEMU maps as the ivshmem-plain
+    /// device's BAR2 (shared, so host processes map the same bytes), and
+    /// its size.
+    pub shm: Option<(PathBuf, u64)>,
 }
 
 /// `aa:bb:cc:dd:ee:ff`.
@@ -32,6 +36,22 @@ pub fn mac_string(mac: &[u8; 6]) -> String {
 
 /// The QEMU arguments for a node.
 pub fn qemu_args(elf: &Path, spec: &NodeSpec, port: &PortAddrs, console: &Path) -> Vec<String> {
+    let mut args = base_args(elf, spec, port, console);
+    if let Some((path, size)) = &spec.shm {
+        args.extend([
+            "-object".into(),
+            format!(
+                "memory-backend-file,id=hostmem,share=on,mem-path={},size={size}",
+                path.display()
+            ),
+            "-device".into(),
+            "ivshmem-plain,memdev=hostmem".into(),
+        ]);
+    }
+    args
+}
+
+fn base_args(elf: &Path, spec: &NodeSpec, port: &PortAddrs, console: &Path) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "-M".into(),
         "virt".into(),

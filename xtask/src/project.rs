@@ -10,6 +10,7 @@ pub const NO_STD_CRATES: &[&str] = &[
     "roce-baseline",
     "metaroce-platform",
     "metaroce-app",
+    "metaroce-abi",
 ];
 
 /// `no_std` crates built in release for [`FIRMWARE_TARGET`] whose compiled
@@ -20,7 +21,7 @@ pub const ALLOCATION_FREE_CRATES: &[&str] = &["metaroce-core", "metaroce-platfor
 /// `unsafe` and no `alloc`, and whose `src/lib.rs` must declare `#![no_std]`
 /// and `#![forbid(unsafe_code)]` (the tidy step). `unsafe` belongs in
 /// `platform/` and `boards/` only.
-pub const SAFE_NO_ALLOC_CRATE_DIRS: &[&str] = &["core"];
+pub const SAFE_NO_ALLOC_CRATE_DIRS: &[&str] = &["core", "abi"];
 
 /// Folders the tidy step never reads (build output, fuzzing state).
 pub const TIDY_SKIP_DIRS: &[&str] = &["target", "fuzz/target", "fuzz/corpus", "fuzz/artifacts"];

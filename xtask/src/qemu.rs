@@ -6,7 +6,9 @@
 //! (`apt-get install qemu-system-arm` as root, else the command to run),
 //! and runs the `metaroce-qemu` harness: two nodes exchanging a mixed RDMA
 //! workload through an emulated fabric with 1 % loss, reordering and ECN
-//! marking by default. Every argument goes to the harness
+//! marking by default, the workload run by one host process per node
+//! (`metaroce-host-app`) through the host library over the node's
+//! shared-memory host interface (ivshmem). Every argument goes to the harness
 //! (`cargo xtask qemu -- --help` lists them: nodes, loss, delay, rate,
 //! workload, duration, pcap, ...).
 
@@ -74,9 +76,16 @@ pub fn ensure_qemu() -> Result<(), Error> {
     system::ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])
 }
 
-/// The harness command (built by cargo in the dev profile, which is quick).
+/// The harness command (built by cargo in the dev profile, which is
+/// quick), after building its host program (`metaroce-host-app`, which the
+/// harness starts once per emulated DPU).
 fn harness(elf: &std::path::Path, args: &[String]) -> Result<Command, Error> {
-    let mut cmd = util::cargo(["run", "--quiet", "-p", HARNESS, "--", "--elf"]);
+    util::run(&mut util::cargo([
+        "build", "--quiet", "-p", HARNESS, "--bins",
+    ]))?;
+    let mut cmd = util::cargo([
+        "run", "--quiet", "-p", HARNESS, "--bin", HARNESS, "--", "--elf",
+    ]);
     cmd.arg(elf).args(args);
     Ok(cmd)
 }
@@ -302,6 +311,80 @@ fn dispatchers(summary: &str) -> usize {
         .count()
 }
 
+/// Test step `host-abi`: the C example `verbs/examples/abi_check.c`,
+/// compiled with the system C compiler against the committed headers and
+/// the library's static archive, run against two QEMU nodes in the host
+/// role through the harness (`--exec`), 1 % loss; its `N passed, M
+/// failed` line goes into the tally.
+pub fn host_abi_step(ctx: &mut Context) -> Result<(), Error> {
+    ensure_qemu()?;
+    let elf = build_firmware()?;
+    util::run(&mut util::cargo([
+        "build",
+        "--quiet",
+        "-p",
+        "metaroce-verbs",
+    ]))?;
+    let root = util::project_root();
+    let out = util::target_dir().join("host-abi");
+    std::fs::create_dir_all(&out).map_err(|e| Error::new(format!("{}: {e}", out.display())))?;
+    let program = out.join("abi_check");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    util::run(
+        Command::new(&cc)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I"])
+            .arg(root.join("abi/include"))
+            .arg("-I")
+            .arg(root.join("verbs/include"))
+            .arg(root.join("verbs/examples/abi_check.c"))
+            .arg(util::target_dir().join("debug/libmetaroce_verbs.a"))
+            .args(["-lpthread", "-ldl", "-lm", "-o"])
+            .arg(&program),
+    )?;
+    let args: Vec<String> = [
+        "--quiet",
+        "--loss",
+        "1",
+        "--duration",
+        "90",
+        "--seed",
+        "7",
+        "--exec",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([
+        program.display().to_string(),
+        "--out-dir".into(),
+        out.join("run").display().to_string(),
+    ])
+    .collect();
+    let mut counts = None;
+    let ok = util::run_streaming(&mut harness(&elf, &args)?, |line| {
+        if let Some((p, f)) = passed_failed(line) {
+            counts = Some((p, f));
+        }
+    })?;
+    ctx.ran_tests = true;
+    let (passed, failed) = counts.unwrap_or((0, 1));
+    ctx.tally.passed += passed;
+    ctx.tally.failed += failed;
+    if ok && failed == 0 && passed > 0 {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "host-abi: {passed} passed, {failed} failed (C example against QEMU)"
+        )))
+    }
+}
+
+/// `N passed, M failed` from a line.
+fn passed_failed(line: &str) -> Option<(u64, u64)> {
+    let (p, rest) = line.trim().split_once(" passed, ")?;
+    let f = rest.strip_suffix(" failed")?;
+    Some((p.parse().ok()?, f.parse().ok()?))
+}
+
 /// The fabric's CE-mark count from a summary.
 fn ce_marks(summary: &str) -> u64 {
     summary
@@ -317,6 +400,12 @@ fn ce_marks(summary: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passed_failed_lines_are_read() {
+        assert_eq!(passed_failed("30 passed, 0 failed"), Some((30, 0)));
+        assert_eq!(passed_failed("ok   post WRITE"), None);
+    }
 
     #[test]
     fn ce_marks_are_read_from_the_summary() {

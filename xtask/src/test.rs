@@ -107,6 +107,11 @@ pub const STEPS: &[Step] = &[
         run: crate::compliance::compliance_qemu_step,
     },
     Step {
+        name: "host-abi",
+        what: "C example (system cc, committed headers, libmetaroce_verbs.a) drives two QEMU DPUs through the shared-memory host interface: WRITE, READ back, SEND, WRITE_IMM, bad requests",
+        run: crate::qemu::host_abi_step,
+    },
+    Step {
         name: "qemu-runs",
         what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
         run: crate::qemu::runs_step,

@@ -16,7 +16,7 @@
 //! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
-//! | `role` | `workload` (the node-to-node run above), `serve` (the serve profile of `metaroce serve`, until stopped) or `bench` (the per-packet CRC counted by the PMU, then exit; needs no `ip`/`mac`) | `workload` |
+//! | `role` | `workload` (the node-to-node run above), `serve` (the serve profile of `metaroce serve`, until stopped), `host` (driven by host processes through the shared-memory host interface in the ivshmem BAR, until stopped) or `bench` (the per-packet CRC counted by the PMU, then exit; needs no `ip`/`mac`) | `workload` |
 //! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
 //! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role and MetaRoCE only | 1 |
 
@@ -56,6 +56,9 @@ pub enum Role {
     Serve,
     /// Measure the per-packet CRC with the PMU, print it, exit (`bench`).
     Bench,
+    /// Driven by host processes through the host interface (ivshmem BAR2);
+    /// runs until the harness stops it.
+    Host,
 }
 
 /// Another node's addresses.
@@ -179,6 +182,7 @@ impl NodeConfig {
                         "workload" => Role::Workload,
                         "serve" => Role::Serve,
                         "bench" => Role::Bench,
+                        "host" => Role::Host,
                         _ => return Err(bad),
                     }
                 }
@@ -230,7 +234,7 @@ impl NodeConfig {
         if cfg.size == 0 || cfg.count == 0 || cfg.depth == 0 {
             return Err(ConfigError { key: "size" });
         }
-        if cfg.role == Role::Serve && cfg.transport != TransportKind::MetaRoce {
+        if cfg.role != Role::Workload && cfg.transport != TransportKind::MetaRoce {
             return Err(ConfigError { key: "role" });
         }
         if cfg.cores == 0

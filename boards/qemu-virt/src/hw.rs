@@ -1,7 +1,8 @@
 //! QEMU `virt` hardware: memory map, boot glue, console, semihosting,
 //! generic timer, GICv2, fw_cfg and virtio-mmio probing. Every `unsafe` of
 //! the firmware is here, except what concerns several cores (secondary
-//! start, per-core GIC state, the critical section), which is in `smp`.
+//! start, per-core GIC state, the critical section), which is in `smp`, and
+//! the PCIe side (ECAM, BAR assignment, the remapped first GiB), in `pci`.
 
 use core::arch::asm;
 use core::cell::RefCell;
@@ -58,12 +59,15 @@ const MAIR: Mair = Mair::EMPTY
     );
 
 // Identity map: the first GiB (all of virt's MMIO) as device memory, the
-// second (RAM from 0x4000_0000) as normal memory.
+// second (RAM from 0x4000_0000) as normal memory, GiB 256 (the PCIe ECAM at
+// 0x40_1000_0000) as device memory. `pci.rs` later remaps the first GiB to
+// make a host-interface BAR normal memory.
 initial_pagetable!(
     {
         let mut idmap = [0; 512];
         idmap[0] = DEVICE_ATTRIBUTES.bits();
         idmap[1] = MEMORY_ATTRIBUTES.bits() | 0x4000_0000;
+        idmap[256] = DEVICE_ATTRIBUTES.bits() | 0x40_0000_0000;
         InitialPagetable(idmap)
     },
     MAIR.0

@@ -12,7 +12,9 @@
 //! reads (0 ok, 1 integrity or workload failure, 101 panic). With
 //! `role=serve` it runs the serve profile of `metaroce serve` instead
 //! (`serve`): host clients and the compliance suite reach it through the
-//! harness's gateway, and it runs until the harness stops QEMU.
+//! harness's gateway, and it runs until the harness stops QEMU. With
+//! `role=host` it is driven by host processes outside QEMU through the
+//! shared-memory host interface in an ivshmem BAR (`pci`, `hostif`).
 //!
 //! Logs are `defmt` frames written through semihosting to QEMU's standard
 //! output (the harness decodes them with the ELF); the PL011 console, which
@@ -33,6 +35,8 @@ mod bench;
 #[cfg(target_os = "none")]
 mod config;
 #[cfg(target_os = "none")]
+mod hostif;
+#[cfg(target_os = "none")]
 mod hw;
 #[cfg(target_os = "none")]
 mod logger;
@@ -40,6 +44,8 @@ mod logger;
 mod multicore;
 #[cfg(target_os = "none")]
 mod node;
+#[cfg(target_os = "none")]
+mod pci;
 #[cfg(target_os = "none")]
 mod serve;
 #[cfg(target_os = "none")]

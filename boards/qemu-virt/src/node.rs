@@ -120,6 +120,33 @@ pub fn main() -> ! {
         cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos(),
     );
     match cfg.transport {
+        TransportKind::MetaRoce if cfg.role == Role::Host => {
+            let shm = match crate::pci::ivshmem_memory() {
+                Ok(shm) => shm,
+                Err(e) => {
+                    println!("METAROCE-ERROR host interface memory: {:?}", e);
+                    hw::exit(1)
+                }
+            };
+            let config = Config {
+                udp_port: cfg.port,
+                paths: cfg.paths,
+                accept_incoming: true,
+                // Each host accepts a connection into its own domain.
+                accept_domain: metaroce_core::config::AcceptDomain::PerConnection,
+                mtu: 1024,
+                ..Config::for_emulation()
+            };
+            // The host role and the serve role never run together: they
+            // share the serve role's storage.
+            let Some(storage) = serve_storage() else {
+                fail("endpoint storage taken twice")
+            };
+            let mut endpoint = NodeEndpoint::new(config, storage, seed);
+            crate::hostif::run(&cfg, &mut endpoint, engine, net, &mut irq, shm, |n| {
+                n.ack_interrupt()
+            })
+        }
         TransportKind::MetaRoce if cfg.role == Role::Serve => {
             let config = Config {
                 udp_port: cfg.port,

@@ -507,6 +507,19 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.connection(h).map(Connection::pd)
     }
 
+    /// Moves a connection into protection domain `pd` (the application
+    /// chooses the domain of a connection it accepted), before any work is
+    /// posted on it: its regions are then those registered in `pd`.
+    pub fn set_pd(&mut self, h: ConnHandle, pd: u32) -> Result<(), CommandError> {
+        let i = self.slot_of(h)?;
+        let conn = &mut self.slots[i].conn;
+        if !conn.send.queue.is_empty() || !conn.recv.queue.is_empty() {
+            return Err(CommandError::NotOpen);
+        }
+        conn.pd = pd;
+        Ok(())
+    }
+
     /// A connection's peer (IP address and MetaRoCE UDP port).
     pub fn peer(&self, h: ConnHandle) -> Option<PeerAddr> {
         self.connection(h).map(Connection::peer)

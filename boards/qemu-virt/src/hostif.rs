@@ -1,0 +1,101 @@
+//! The host role (`role=host`): the node is driven by host processes
+//! through the shared-memory host interface (spec chapter 6) in the
+//! ivshmem BAR2, instead of a task compiled into the firmware. The loop is
+//! the platform's: [`HostInterface::fetch`] (admin, events, work entries
+//! into the engine's host queues), [`Engine::poll`] with the BAR as the
+//! DMA target, [`HostInterface::deliver`] (completions back), then a sleep
+//! that backs off from 20 us to 200 us while no host rings a doorbell
+//! (doorbells are polled; the timer and the NIC interrupt end a sleep).
+//! It runs until the harness stops QEMU.
+
+use core::time::Duration;
+
+use metaroce_core::{Borrowed, Endpoint};
+use metaroce_platform::hostif::{DeviceInfo, HostInterface};
+use metaroce_platform::shmem::SharedMemory;
+use metaroce_platform::{Engine, HostQueues};
+
+use crate::config::NodeConfig;
+use crate::hw;
+use crate::println;
+use crate::serve::SERVE_CONNECTIONS;
+
+/// Queue sets laid out in the BAR (each a protection domain).
+const QUEUE_SETS: u32 = 4;
+/// Doorbell polling back-off while idle.
+const POLL_MIN: Duration = Duration::from_micros(20);
+const POLL_MAX: Duration = Duration::from_micros(200);
+const STATS_PERIOD: Duration = Duration::from_secs(5);
+
+/// Serves the host interface in `shm` until QEMU is stopped.
+pub fn run<D>(
+    cfg: &NodeConfig,
+    endpoint: &mut Endpoint<Borrowed<'static>, 8>,
+    mut engine: Engine,
+    mut net: D,
+    irq: &mut hw::Interrupts,
+    shm: SharedMemory<'static>,
+    mut ack_net: impl FnMut(&mut D),
+) -> !
+where
+    D: metaroce_platform::FrameDevice,
+{
+    for peer in &cfg.peers {
+        engine.add_static_neighbor(peer.ip, smoltcp::wire::EthernetAddress(peer.mac));
+    }
+    let info = DeviceInfo {
+        node: u16::from(cfg.node),
+        ipv4: cfg.ip.octets(),
+        udp_port: cfg.port,
+        queue_sets: QUEUE_SETS,
+    };
+    let regions = endpoint.regions().capacity() as u32;
+    let mut hostif = match HostInterface::<SERVE_CONNECTIONS>::format(shm, info, regions) {
+        Ok(h) => h,
+        Err(e) => {
+            println!("METAROCE-ERROR host interface: {:?}", e);
+            hw::exit(1)
+        }
+    };
+    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let Some((mut host, mut port)) = queues.split() else {
+        println!("METAROCE-ERROR host queues split twice");
+        hw::exit(1)
+    };
+    let mut dma = shm;
+    println!(
+        "METAROCE-HOSTIF node={} shm={} sets={} ip={} port={}",
+        cfg.node,
+        shm.len(),
+        QUEUE_SETS,
+        cfg.ip,
+        cfg.port
+    );
+    let mut backoff = POLL_MIN;
+    let mut next_stats = hw::now() + STATS_PERIOD;
+    loop {
+        let now = hw::now();
+        let stats = engine.stats();
+        let mut busy = hostif.fetch(now, endpoint, &mut host, &stats);
+        let polled = engine.poll(now, endpoint, &mut net, &mut port, &mut dma);
+        busy |= polled.busy;
+        busy |= hostif.deliver(endpoint, &mut host);
+        if now >= next_stats {
+            next_stats = now + STATS_PERIOD;
+            defmt::info!("engine: {}", engine.stats());
+            defmt::info!("host interface: {}", hostif.stats());
+        }
+        if busy || hostif.has_work() || port.has_work() {
+            backoff = POLL_MIN;
+            continue;
+        }
+        let mut deadline = now + backoff;
+        if let Some(t) = polled.next_timeout {
+            deadline = deadline.min(t);
+        }
+        if deadline > hw::now() {
+            irq.wait(deadline, || ack_net(&mut net));
+        }
+        backoff = (backoff * 2).min(POLL_MAX);
+    }
+}

@@ -1,0 +1,644 @@
+//! The device side of the host interface in shared memory (spec chapter 6):
+//! what lets host processes outside the firmware drive the engine.
+//!
+//! [`HostInterface::format`] lays out the shared memory (device header,
+//! queue sets, data windows) and marks it ready. Then, around each
+//! [`crate::Engine::poll`], the firmware calls:
+//!
+//! - [`HostInterface::fetch`]: for each claimed queue set in turn (bounded
+//!   per set, so a flooding host cannot starve the others), execute admin
+//!   commands through [`HostControl`], route connection events to the
+//!   owning set, and move valid send and receive entries into the engine's
+//!   host queues (the same [`HostPort`] rings a firmware task uses: the
+//!   engine loop does not change). Invalid entries (unknown opcode, bad
+//!   length, a connection that is stale or another set's, an address
+//!   outside the set's window) become error completions at once and are
+//!   counted;
+//! - [`HostInterface::deliver`]: completions from the engine's completion
+//!   ring to the completion queue of the set owning their connection.
+//!
+//! Each set has its own protection domain (its index) and data window;
+//! regions may only lie in the set's window and only the set that
+//! registered a key may deregister it, so one tenant cannot reach another's
+//! memory. Every refusal is counted per set ([`abi::SetCounters`]).
+
+mod admin;
+pub mod convert;
+mod rings;
+
+use heapless::{Deque, Vec};
+use metaroce_abi as abi;
+use metaroce_core::api::ConnHandle;
+use metaroce_core::Instant;
+
+use crate::control::HostControl;
+use crate::engine::EngineStats;
+use crate::host::HostPort;
+use crate::shmem::SharedMemory;
+use rings::{Bell, Consumed, Produced, RingGeometry};
+
+/// Most queue sets a device serves.
+pub const MAX_SETS: usize = 8;
+/// Regions the host interface tracks the owner of.
+pub const MAX_OWNED_REGIONS: usize = 64;
+/// Completions (and events) a set may have waiting for room in its queue
+/// before further ones are dropped and counted.
+const PENDING: usize = 32;
+/// Entries taken per set and poll: admin commands, receives, sends.
+const ADMIN_BUDGET: u32 = 4;
+const WORK_BUDGET: u32 = 32;
+
+/// What the device tells hosts about itself when formatting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The node's number in its harness.
+    pub node: u16,
+    pub ipv4: [u8; 4],
+    pub udp_port: u16,
+    /// Queue sets to lay out (at most [`MAX_SETS`]).
+    pub queue_sets: u32,
+}
+
+/// Why the shared memory could not be formatted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum FormatError {
+    /// Too small for the header, the queue sets and a page of data each.
+    TooSmall,
+    /// Zero or more than [`MAX_SETS`] queue sets.
+    BadSetCount,
+}
+
+/// Device-wide counters of the host interface.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct HostIfStats {
+    /// Sets claimed by a host process.
+    pub sets_claimed: u32,
+    pub admin_commands: u64,
+    pub posted_sends: u64,
+    pub posted_recvs: u64,
+    pub completions: u64,
+    /// Refused work entries and commands, all sets.
+    pub refused: u64,
+    /// Completions whose connection no set owns any more.
+    pub orphan_completions: u64,
+    /// Incoming connections no set listened for (closed).
+    pub unclaimed_incoming: u64,
+    /// Shared-memory accesses that failed (a bug or a too-small BAR).
+    pub shm_faults: u64,
+}
+
+/// Where a connection stands, as the host interface sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Opened by CONNECT, handshake under way.
+    Opening,
+    /// Offered to the listening set (EVENT_INCOMING), not yet accepted.
+    Offered,
+    Open,
+    /// Closed or failed; waiting for RELEASE.
+    Ended,
+}
+
+/// A connection some set holds.
+#[derive(Debug, Clone, Copy)]
+struct ConnEntry {
+    handle: ConnHandle,
+    set: u8,
+    generation: u32,
+    phase: Phase,
+}
+
+/// A region some set registered.
+#[derive(Debug, Clone, Copy)]
+struct OwnedRegion {
+    key: u32,
+    set: u8,
+}
+
+/// The device's state of one queue set.
+#[derive(Debug)]
+struct SetState {
+    /// Absolute offset of the set.
+    base: u64,
+    pd: u32,
+    window: (u64, u64),
+    claimed: bool,
+    sq: Consumed,
+    rq: Consumed,
+    aq: Consumed,
+    cq: Produced,
+    acq: Produced,
+    /// Completions and admin answers waiting for room.
+    pending_cqes: Deque<abi::Cqe, PENDING>,
+    pending_acqes: Deque<abi::AdminCqe, PENDING>,
+    counters: abi::SetCounters,
+}
+
+impl SetState {
+    fn bell(&self, b: Bell) -> u64 {
+        self.base + u64::from(abi::SET_DOORBELLS) + 64 * b as u64
+    }
+
+    fn ring(&self, offset: u32, depth: u32, entry: u32) -> RingGeometry {
+        RingGeometry {
+            base: self.base + u64::from(offset),
+            depth,
+            entry,
+        }
+    }
+
+    fn sq_ring(&self) -> RingGeometry {
+        self.ring(abi::SET_SQ, abi::DEFAULT_SQ_DEPTH, 64)
+    }
+    fn rq_ring(&self) -> RingGeometry {
+        self.ring(abi::SET_RQ, abi::DEFAULT_RQ_DEPTH, 32)
+    }
+    fn cq_ring(&self) -> RingGeometry {
+        self.ring(abi::SET_CQ, abi::DEFAULT_CQ_DEPTH, 32)
+    }
+    fn aq_ring(&self) -> RingGeometry {
+        self.ring(abi::SET_AQ, abi::DEFAULT_AQ_DEPTH, 64)
+    }
+    fn acq_ring(&self) -> RingGeometry {
+        self.ring(abi::SET_ACQ, abi::DEFAULT_ACQ_DEPTH, 64)
+    }
+
+    fn in_window(&self, addr: u64, len: u64) -> bool {
+        let (start, size) = self.window;
+        addr >= start && len <= size && addr - start <= size - len
+    }
+
+    /// Queues a completion: into the ring if it has room and nothing is
+    /// waiting, else behind the waiting ones, else dropped and counted.
+    fn complete(&mut self, shm: &SharedMemory<'_>, cqe: abi::Cqe) {
+        self.counters.completions += 1;
+        if self.pending_cqes.is_empty() && self.cq_free(shm) > 0 {
+            let ring = self.cq_ring();
+            let _ = self.cq.push(shm, &ring, &cqe, abi::CQE_LAST_WORD);
+        } else if self.pending_cqes.push_back(cqe).is_err() {
+            self.counters.cq_overflow += 1;
+        }
+    }
+
+    /// Queues an admin completion or event, like [`SetState::complete`].
+    fn answer(&mut self, shm: &SharedMemory<'_>, acqe: abi::AdminCqe) {
+        if acqe.kind != abi::EVENT_COMMAND_DONE {
+            self.counters.events += 1;
+        }
+        if self.pending_acqes.is_empty() && self.acq_free(shm) > 0 {
+            let ring = self.acq_ring();
+            let _ = self.acq.push(shm, &ring, &acqe, abi::ADMIN_CQE_LAST_WORD);
+        } else if self.pending_acqes.push_back(acqe).is_err() {
+            self.counters.events_lost += 1;
+        }
+    }
+
+    fn cq_free(&self, shm: &SharedMemory<'_>) -> u32 {
+        self.cq
+            .free(shm, self.bell(Bell::Cq), abi::DEFAULT_CQ_DEPTH)
+    }
+
+    fn acq_free(&self, shm: &SharedMemory<'_>) -> u32 {
+        self.acq
+            .free(shm, self.bell(Bell::Acq), abi::DEFAULT_ACQ_DEPTH)
+    }
+
+    /// Moves waiting completions and answers into their rings.
+    fn flush(&mut self, shm: &SharedMemory<'_>) -> bool {
+        let mut any = false;
+        while !self.pending_cqes.is_empty() && self.cq_free(shm) > 0 {
+            if let Some(cqe) = self.pending_cqes.pop_front() {
+                let ring = self.cq_ring();
+                let _ = self.cq.push(shm, &ring, &cqe, abi::CQE_LAST_WORD);
+                any = true;
+            }
+        }
+        while !self.pending_acqes.is_empty() && self.acq_free(shm) > 0 {
+            if let Some(acqe) = self.pending_acqes.pop_front() {
+                let ring = self.acq_ring();
+                let _ = self.acq.push(shm, &ring, &acqe, abi::ADMIN_CQE_LAST_WORD);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Whether an error completion can be queued now (so refusing an entry
+    /// never loses its answer).
+    fn can_refuse(&self, shm: &SharedMemory<'_>) -> bool {
+        self.pending_cqes.is_empty() && self.cq_free(shm) > 0
+    }
+
+    /// Publishes the device's consumer indices.
+    fn publish_consumers(&self, shm: &SharedMemory<'_>) {
+        let at = self.base + u64::from(abi::SET_INDICES);
+        let _ = shm.store_u32(at, self.sq.consumer);
+        let _ = shm.store_u32(at + 4, self.rq.consumer);
+        let _ = shm.store_u32(at + 8, self.aq.consumer);
+    }
+}
+
+/// The device side of the host interface over `shm`, for up to `CONNS`
+/// connection slots of the endpoint (see the module documentation).
+#[derive(Debug)]
+pub struct HostInterface<'m, const CONNS: usize> {
+    shm: SharedMemory<'m>,
+    sets: Vec<SetState, MAX_SETS>,
+    conns: [Option<ConnEntry>; CONNS],
+    generations: [u32; CONNS],
+    regions: Vec<OwnedRegion, MAX_OWNED_REGIONS>,
+    listener: Option<u8>,
+    /// The set served first in the next poll (round robin).
+    next_set: usize,
+    heartbeat: u64,
+    stats: HostIfStats,
+}
+
+impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
+    /// Formats `shm` (spec 6.2): zeroes the header page and the queue sets,
+    /// writes each set's header and the device header, and publishes
+    /// [`abi::DEVICE_STATE_READY`] last. The data windows are left as
+    /// they are.
+    pub fn format(
+        shm: SharedMemory<'m>,
+        info: DeviceInfo,
+        max_regions: u32,
+    ) -> Result<Self, FormatError> {
+        let n = info.queue_sets;
+        if n == 0 || n as usize > MAX_SETS {
+            return Err(FormatError::BadSetCount);
+        }
+        let shm_len = shm.len() as u64;
+        let data_len = shm_len
+            .checked_sub(abi::DEFAULT_DATA_OFFSET)
+            .ok_or(FormatError::TooSmall)?;
+        let window_len = (data_len / u64::from(n)) & !0xfff;
+        if window_len == 0 {
+            return Err(FormatError::TooSmall);
+        }
+        shm.store_u32(16, abi::DEVICE_STATE_RESET)
+            .map_err(|_| FormatError::TooSmall)?;
+        shm.fill(0, abi::DEFAULT_DATA_OFFSET as usize, 0)
+            .map_err(|_| FormatError::TooSmall)?;
+        let mut sets = Vec::new();
+        for i in 0..n {
+            let base = abi::DEFAULT_SET_OFFSET + u64::from(i) * abi::DEFAULT_SET_STRIDE;
+            let window = (
+                abi::DEFAULT_DATA_OFFSET + u64::from(i) * window_len,
+                window_len,
+            );
+            let header = abi::QueueSetHeader {
+                owner: abi::OWNER_FREE,
+                state: 0,
+                index: i,
+                pd: i,
+                window_offset: window.0,
+                window_len: window.1,
+                sq_offset: abi::SET_SQ,
+                sq_depth: abi::DEFAULT_SQ_DEPTH,
+                rq_offset: abi::SET_RQ,
+                rq_depth: abi::DEFAULT_RQ_DEPTH,
+                cq_offset: abi::SET_CQ,
+                cq_depth: abi::DEFAULT_CQ_DEPTH,
+                aq_offset: abi::SET_AQ,
+                aq_depth: abi::DEFAULT_AQ_DEPTH,
+                acq_offset: abi::SET_ACQ,
+                acq_depth: abi::DEFAULT_ACQ_DEPTH,
+                doorbell_offset: abi::SET_DOORBELLS,
+                indices_offset: abi::SET_INDICES,
+                counters_offset: abi::SET_COUNTERS,
+                reserved0: 0,
+                reserved: [0; 21],
+            };
+            shm.write(base, &header)
+                .map_err(|_| FormatError::TooSmall)?;
+            let _ = sets.push(SetState {
+                base,
+                pd: i,
+                window,
+                claimed: false,
+                sq: Consumed::default(),
+                rq: Consumed::default(),
+                aq: Consumed::default(),
+                cq: Produced::default(),
+                acq: Produced::default(),
+                pending_cqes: Deque::new(),
+                pending_acqes: Deque::new(),
+                counters: abi::SetCounters::default(),
+            });
+        }
+        let header = abi::DeviceHeader {
+            magic: abi::MAGIC,
+            abi_major: abi::ABI_MAJOR,
+            abi_minor: abi::ABI_MINOR,
+            features: abi::FEATURES_V1,
+            state: abi::DEVICE_STATE_RESET,
+            queue_sets: n,
+            shm_len,
+            set_offset: abi::DEFAULT_SET_OFFSET,
+            set_stride: abi::DEFAULT_SET_STRIDE,
+            data_offset: abi::DEFAULT_DATA_OFFSET,
+            data_len,
+            heartbeat: 0,
+            ipv4: info.ipv4,
+            udp_port: info.udp_port,
+            node: info.node,
+            max_message: abi::MAX_MESSAGE,
+            max_regions,
+            max_connections: CONNS as u32,
+            reserved0: 0,
+            reserved: [0; 20],
+        };
+        shm.write(0, &header).map_err(|_| FormatError::TooSmall)?;
+        shm.store_u32(16, abi::DEVICE_STATE_READY)
+            .map_err(|_| FormatError::TooSmall)?;
+        Ok(HostInterface {
+            shm,
+            sets,
+            conns: [None; CONNS],
+            generations: [0; CONNS],
+            regions: Vec::new(),
+            listener: None,
+            next_set: 0,
+            heartbeat: 0,
+            stats: HostIfStats::default(),
+        })
+    }
+
+    /// The device-wide counters.
+    pub fn stats(&self) -> HostIfStats {
+        self.stats
+    }
+
+    /// A set's counters (as QUERY_COUNTERS would report its own part).
+    pub fn set_counters(&self, set: usize) -> Option<abi::SetCounters> {
+        self.sets.get(set).map(|s| s.counters)
+    }
+
+    /// Whether a host has work waiting or answers are pending: poll again
+    /// soon instead of sleeping long.
+    pub fn has_work(&self) -> bool {
+        self.sets.iter().any(|s| {
+            if !s.pending_cqes.is_empty() || !s.pending_acqes.is_empty() {
+                return true;
+            }
+            if !s.claimed {
+                return self
+                    .shm
+                    .load_u32(s.base)
+                    .is_ok_and(|owner| owner != abi::OWNER_FREE);
+            }
+            [(Bell::Sq, s.sq), (Bell::Rq, s.rq), (Bell::Aq, s.aq)]
+                .iter()
+                .any(|(b, c)| self.shm.load_u32(s.bell(*b)).is_ok_and(|p| p != c.consumer))
+        })
+    }
+
+    /// Step before the engine poll: events, admin commands and work entries
+    /// of every claimed set (see the module documentation). Returns whether
+    /// anything moved.
+    pub fn fetch<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+        &mut self,
+        now: Instant,
+        control: &mut C,
+        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
+        engine: &EngineStats,
+    ) -> bool
+    where
+        C: HostControl,
+    {
+        self.heartbeat = self.heartbeat.wrapping_add(1);
+        if self.shm.store_u64(64, self.heartbeat).is_err() {
+            self.stats.shm_faults += 1;
+        }
+        let mut busy = self.route_events(now, control);
+        let n = self.sets.len();
+        for k in 0..n {
+            let i = (self.next_set + k) % n;
+            busy |= self.serve_set(i, now, control, port, engine);
+        }
+        self.next_set = (self.next_set + 1) % n.max(1);
+        busy
+    }
+
+    /// Step after the engine poll: completions to their sets. Returns
+    /// whether any moved.
+    pub fn deliver<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+        &mut self,
+        control: &impl HostControl,
+        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
+    ) -> bool {
+        let mut any = false;
+        let _ = port.take_completion_doorbell();
+        while let Some(c) = port.poll_completion() {
+            any = true;
+            let slot = control.slot(c.conn);
+            match self.conns.get(slot).copied().flatten() {
+                Some(e) if e.handle == c.conn => {
+                    let cqe = convert::cqe(&c, slot as u32, e.generation);
+                    self.stats.completions += 1;
+                    if let Some(set) = self.sets.get_mut(usize::from(e.set)) {
+                        set.complete(&self.shm, cqe);
+                    }
+                }
+                _ => self.stats.orphan_completions += 1,
+            }
+        }
+        any
+    }
+
+    /// One set's turn: claim check, waiting answers, admin, receives, sends.
+    fn serve_set<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+        &mut self,
+        i: usize,
+        now: Instant,
+        control: &mut C,
+        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
+        engine: &EngineStats,
+    ) -> bool
+    where
+        C: HostControl,
+    {
+        let shm = self.shm;
+        let Some(set) = self.sets.get_mut(i) else {
+            return false;
+        };
+        if !set.claimed {
+            if shm
+                .load_u32(set.base)
+                .is_ok_and(|owner| owner != abi::OWNER_FREE)
+            {
+                set.claimed = true;
+                self.stats.sets_claimed += 1;
+            } else {
+                return false;
+            }
+        }
+        let mut busy = set.flush(&shm);
+        busy |= self.serve_admin(i, now, control, engine);
+        busy |= self.serve_recvs(i, control, port);
+        busy |= self.serve_sends(i, control, port);
+        if let Some(set) = self.sets.get(i) {
+            set.publish_consumers(&shm);
+        }
+        busy
+    }
+
+    /// The core handle of the ABI connection `(index, generation)` if set
+    /// `set` holds it and may post on it.
+    fn postable(&self, set: usize, index: u32, generation: u32) -> Option<ConnHandle> {
+        let e = self.conns.get(index as usize).copied().flatten()?;
+        (usize::from(e.set) == set && e.generation == generation && e.phase != Phase::Offered)
+            .then_some(e.handle)
+    }
+
+    fn serve_recvs<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+        &mut self,
+        i: usize,
+        _control: &mut C,
+        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
+    ) -> bool
+    where
+        C: HostControl,
+    {
+        let shm = self.shm;
+        let Some(set) = self.sets.get_mut(i) else {
+            return false;
+        };
+        let reading = set.rq.read(&shm, set.bell(Bell::Rq), abi::DEFAULT_RQ_DEPTH);
+        set.counters.bad_producer_index += u64::from(reading.bad_index);
+        set.counters.spurious_doorbells += u64::from(reading.spurious);
+        let ring = set.rq_ring();
+        let mut moved = false;
+        for _ in 0..reading.ready.min(WORK_BUDGET) {
+            if port.recv_free() == 0 || !self.sets[i].can_refuse(&shm) {
+                break;
+            }
+            let set = &self.sets[i];
+            let Ok(e) = shm.read::<abi::RecvWqe>(ring.slot(set.rq.consumer)) else {
+                self.stats.shm_faults += 1;
+                break;
+            };
+            let handle = self.postable(i, e.conn_index, e.conn_generation);
+            let set = &mut self.sets[i];
+            let verdict = match (convert::recv_request(&e), handle) {
+                (Err(status), _) => Err(status),
+                (Ok(_), None) => Err(abi::STATUS_BAD_CONNECTION),
+                (Ok(rr), Some(_)) if !set.in_window(rr.local.addr, u64::from(rr.local.len)) => {
+                    Err(abi::STATUS_BAD_ADDRESS)
+                }
+                (Ok(rr), Some(h)) => Ok((h, rr)),
+            };
+            match verdict {
+                Ok((h, rr)) => {
+                    // Cannot fail: `recv_free` said there is room.
+                    let _ = port.post_recv(h, rr);
+                    set.counters.posted_recvs += 1;
+                    self.stats.posted_recvs += 1;
+                }
+                Err(status) => {
+                    count_refusal(&mut set.counters, status);
+                    self.stats.refused += 1;
+                    let cqe = refusal(
+                        e.wr_id,
+                        e.conn_index,
+                        e.conn_generation,
+                        abi::OP_RECV,
+                        status,
+                    );
+                    set.complete(&shm, cqe);
+                }
+            }
+            set.rq.consumer = set.rq.consumer.wrapping_add(1);
+            moved = true;
+        }
+        moved
+    }
+
+    fn serve_sends<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+        &mut self,
+        i: usize,
+        _control: &mut C,
+        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
+    ) -> bool
+    where
+        C: HostControl,
+    {
+        let shm = self.shm;
+        let Some(set) = self.sets.get_mut(i) else {
+            return false;
+        };
+        let reading = set.sq.read(&shm, set.bell(Bell::Sq), abi::DEFAULT_SQ_DEPTH);
+        set.counters.bad_producer_index += u64::from(reading.bad_index);
+        set.counters.spurious_doorbells += u64::from(reading.spurious);
+        let ring = set.sq_ring();
+        let mut moved = false;
+        for _ in 0..reading.ready.min(WORK_BUDGET) {
+            if port.send_free() == 0 || !self.sets[i].can_refuse(&shm) {
+                break;
+            }
+            let set = &self.sets[i];
+            let Ok(e) = shm.read::<abi::SendWqe>(ring.slot(set.sq.consumer)) else {
+                self.stats.shm_faults += 1;
+                break;
+            };
+            let handle = self.postable(i, e.conn_index, e.conn_generation);
+            let set = &mut self.sets[i];
+            let verdict = match (convert::work_request(&e), handle) {
+                (Err(status), _) => Err(status),
+                (Ok(_), None) => Err(abi::STATUS_BAD_CONNECTION),
+                (Ok(wr), Some(_)) if !set.in_window(wr.local.addr, u64::from(wr.local.len)) => {
+                    Err(abi::STATUS_BAD_ADDRESS)
+                }
+                (Ok(wr), Some(h)) => Ok((h, wr)),
+            };
+            match verdict {
+                Ok((h, wr)) => {
+                    // Cannot fail: `send_free` said there is room.
+                    let _ = port.enqueue_send(h, wr);
+                    set.counters.posted_sends += 1;
+                    self.stats.posted_sends += 1;
+                }
+                Err(status) => {
+                    count_refusal(&mut set.counters, status);
+                    self.stats.refused += 1;
+                    let op = convert::wqe_opcode(e.opcode);
+                    let cqe = refusal(e.wr_id, e.conn_index, e.conn_generation, op, status);
+                    set.complete(&shm, cqe);
+                }
+            }
+            set.sq.consumer = set.sq.consumer.wrapping_add(1);
+            moved = true;
+        }
+        if moved {
+            port.ring_send();
+        }
+        moved
+    }
+}
+
+/// An error completion for a refused entry.
+fn refusal(wr_id: u64, index: u32, generation: u32, opcode: u8, status: u8) -> abi::Cqe {
+    abi::Cqe {
+        wr_id,
+        conn_index: index,
+        conn_generation: generation,
+        opcode,
+        status,
+        ..abi::Cqe::default()
+    }
+}
+
+/// Counts a refusal under its reason.
+fn count_refusal(c: &mut abi::SetCounters, status: u8) {
+    match status {
+        abi::STATUS_BAD_OPCODE => c.refused_bad_opcode += 1,
+        abi::STATUS_BAD_LENGTH => c.refused_bad_length += 1,
+        abi::STATUS_BAD_CONNECTION => c.refused_bad_connection += 1,
+        abi::STATUS_BAD_ADDRESS => c.refused_bad_address += 1,
+        abi::STATUS_NOT_PERMITTED => c.refused_not_permitted += 1,
+        _ => c.refused_invalid += 1,
+    }
+}

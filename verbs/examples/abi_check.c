@@ -1,0 +1,209 @@
+/*
+ * abi_check: a C program driving two emulated MetaRoCE DPUs through the
+ * host library's C API (metaroce_verbs.h over metaroce_abi.h).
+ *
+ *   abi_check DPU0.shm DPU0_IP:PORT DPU1.shm DPU1_IP:PORT
+ *
+ * It claims a queue set on each DPU, connects DPU 0 to DPU 1, registers
+ * memory on both, then WRITEs a pattern from 0 to 1 and READs it back into
+ * another buffer of 0, SENDs into a posted receive of 1, WRITE_IMMs with an
+ * immediate, checks every byte and every completion, tries a few bad
+ * requests, and prints "N passed, M failed". Exit status 0 only if none
+ * failed. Built by `cargo xtask test host-abi` with the system C compiler.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "metaroce_verbs.h"
+
+#define LEN 16384
+
+static int passed, failed;
+
+static void check(int ok, const char *what) {
+  if (ok) {
+    passed++;
+    printf("ok   %s\n", what);
+  } else {
+    failed++;
+    printf("FAIL %s\n", what);
+  }
+}
+
+static int call(int rc, const char *what) {
+  if (rc < 0) {
+    printf("     %s: %s (%d)\n", what, mr_strerror(rc), rc);
+  }
+  return rc;
+}
+
+/* Polls one completion, waiting up to 20 s. */
+static int wait_wc(struct mr_device *dev, struct mr_wc *wc) {
+  struct timespec pause = {0, 50000};
+  for (long i = 0; i < 400000; i++) {
+    int n = mr_poll_cq(dev, wc, 1);
+    if (n != 0) {
+      return n;
+    }
+    nanosleep(&pause, NULL);
+  }
+  return 0;
+}
+
+static void fill(unsigned char *buf, size_t len, unsigned seed) {
+  for (size_t i = 0; i < len; i++) {
+    buf[i] = (unsigned char)(i * 131u + seed * 7u + (i >> 8));
+  }
+}
+
+static int split_addr(char *text, char **ip, unsigned short *port) {
+  char *colon = strrchr(text, ':');
+  if (colon == NULL) {
+    return -1;
+  }
+  *colon = '\0';
+  *ip = text;
+  *port = (unsigned short)atoi(colon + 1);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s DPU0.shm IP0:PORT DPU1.shm IP1:PORT\n", argv[0]);
+    return 2;
+  }
+  char *ip1;
+  unsigned short port1;
+  if (split_addr(argv[4], &ip1, &port1) != 0) {
+    fprintf(stderr, "bad address %s\n", argv[4]);
+    return 2;
+  }
+  struct mr_device *a = NULL, *b = NULL;
+  check(call(mr_open_device(argv[1], &a), "open DPU 0") == 0, "open DPU 0's host interface");
+  check(call(mr_open_device(argv[3], &b), "open DPU 1") == 0, "open DPU 1's host interface");
+  if (a == NULL || b == NULL) {
+    printf("%d passed, %d failed\n", passed, failed + 1);
+    return 1;
+  }
+  uint64_t win0, winlen0;
+  uint32_t pd0;
+  check(mr_device_window(a, &win0, &winlen0, &pd0) == 0 && winlen0 >= 4 * LEN,
+        "queue set window is large enough");
+
+  /* Memory: 4 buffers on each side, one region each. */
+  uint64_t abuf, bbuf;
+  uint32_t akey = 0, bkey = 0;
+  check(call(mr_alloc(a, 4 * LEN, 4096, &abuf), "alloc 0") == 0 &&
+            call(mr_alloc(b, 4 * LEN, 4096, &bbuf), "alloc 1") == 0,
+        "carve buffers out of the windows");
+  check(call(mr_reg_mr(a, abuf, 4 * LEN, MR_ACCESS_ALL, &akey), "register 0") == 0 &&
+            call(mr_reg_mr(b, bbuf, 4 * LEN, MR_ACCESS_ALL, &bkey), "register 1") == 0,
+        "register a region on each DPU");
+
+  /* Connection: DPU 1 listens, DPU 0 connects, DPU 1 accepts. */
+  struct mr_conn ca, cb;
+  check(call(mr_listen(b), "listen") == 0, "DPU 1 listens");
+  check(call(mr_connect(a, ip1, port1, &ca), "connect") == 0, "DPU 0 connects to DPU 1");
+  check(call(mr_accept(b, 20000, &cb), "accept") == 0, "DPU 1 accepts");
+
+  static unsigned char src[LEN], out[LEN], want[LEN];
+  struct mr_wc wc;
+
+  /* WRITE a[0] -> b[0], then READ b[0] back into a[1]. */
+  fill(src, LEN, 1);
+  check(mr_write(a, abuf, src, LEN) == 0, "write the pattern into DPU 0's buffer");
+  struct mr_send_wr w = {0};
+  w.wr_id = 1;
+  w.opcode = MR_OP_WRITE;
+  w.local = (struct mr_sge){abuf, LEN, akey};
+  w.remote_addr = bbuf;
+  w.remote_key = bkey;
+  check(call(mr_post_send(a, ca, &w), "post WRITE") == 0, "post WRITE");
+  check(wait_wc(a, &wc) == 1 && wc.wr_id == 1 && wc.status == MR_STATUS_SUCCESS &&
+            wc.opcode == MR_OP_WRITE,
+        "WRITE completes with success");
+  check(mr_read(b, bbuf, out, LEN) == 0 && memcmp(out, src, LEN) == 0,
+        "WRITE: every byte arrived at DPU 1");
+  struct mr_send_wr r = {0};
+  r.wr_id = 2;
+  r.opcode = MR_OP_READ;
+  r.local = (struct mr_sge){abuf + LEN, LEN, akey};
+  r.remote_addr = bbuf;
+  r.remote_key = bkey;
+  check(call(mr_post_send(a, ca, &r), "post READ") == 0, "post READ");
+  check(wait_wc(a, &wc) == 1 && wc.wr_id == 2 && wc.status == MR_STATUS_SUCCESS &&
+            wc.opcode == MR_OP_READ && wc.byte_len == LEN,
+        "READ completes with success");
+  memset(out, 0, LEN);
+  check(mr_read(a, abuf + LEN, out, LEN) == 0 && memcmp(out, src, LEN) == 0,
+        "READ: the bytes read back equal the bytes written");
+
+  /* SEND a[2] into a receive posted at b[2]. */
+  fill(want, LEN, 3);
+  check(mr_write(a, abuf + 2 * LEN, want, LEN) == 0, "write the SEND payload");
+  struct mr_recv_wr rv = {10, {bbuf + 2 * LEN, LEN, bkey}};
+  check(call(mr_post_recv(b, cb, &rv), "post receive") == 0, "DPU 1 posts a receive");
+  struct mr_send_wr s = {0};
+  s.wr_id = 3;
+  s.opcode = MR_OP_SEND;
+  s.local = (struct mr_sge){abuf + 2 * LEN, LEN, akey};
+  check(call(mr_post_send(a, ca, &s), "post SEND") == 0, "post SEND");
+  check(wait_wc(a, &wc) == 1 && wc.wr_id == 3 && wc.status == MR_STATUS_SUCCESS,
+        "SEND completes at the sender");
+  check(wait_wc(b, &wc) == 1 && wc.wr_id == 10 && wc.opcode == MR_OP_RECV &&
+            wc.status == MR_STATUS_SUCCESS && wc.byte_len == LEN,
+        "SEND completes the receive at DPU 1");
+  check(mr_read(b, bbuf + 2 * LEN, out, LEN) == 0 && memcmp(out, want, LEN) == 0,
+        "SEND: every byte landed in the receive buffer");
+
+  /* WRITE_IMM a[3] -> b[3] with an immediate. */
+  fill(want, LEN, 4);
+  mr_write(a, abuf + 3 * LEN, want, LEN);
+  struct mr_recv_wr rv2 = {11, {bbuf, 0, bkey}};
+  mr_post_recv(b, cb, &rv2);
+  struct mr_send_wr wi = {0};
+  wi.wr_id = 4;
+  wi.opcode = MR_OP_WRITE_IMM;
+  wi.imm = 0xC0FFEE;
+  wi.local = (struct mr_sge){abuf + 3 * LEN, LEN, akey};
+  wi.remote_addr = bbuf + 3 * LEN;
+  wi.remote_key = bkey;
+  check(call(mr_post_send(a, ca, &wi), "post WRITE_IMM") == 0, "post WRITE_IMM");
+  check(wait_wc(a, &wc) == 1 && wc.wr_id == 4 && wc.status == MR_STATUS_SUCCESS,
+        "WRITE_IMM completes at the sender");
+  check(wait_wc(b, &wc) == 1 && wc.wr_id == 11 && wc.opcode == MR_OP_RECV_WRITE_IMM &&
+            wc.has_imm && wc.imm == 0xC0FFEE,
+        "WRITE_IMM delivers its immediate at DPU 1");
+  check(mr_read(b, bbuf + 3 * LEN, out, LEN) == 0 && memcmp(out, want, LEN) == 0,
+        "WRITE_IMM: every byte arrived");
+
+  /* Bad requests: an unknown key, a region outside the window. */
+  struct mr_send_wr bad = w;
+  bad.wr_id = 5;
+  bad.local.key = 0xdead0000;
+  check(call(mr_post_send(a, ca, &bad), "post bad key") == 0 && wait_wc(a, &wc) == 1 &&
+            wc.wr_id == 5 && wc.status == MR_STATUS_LOCAL_PROTECTION,
+        "an unknown local key gets an error completion");
+  uint32_t key;
+  check(mr_reg_mr(a, 0, 4096, MR_ACCESS_ALL, &key) == MR_ERR_REFUSED - MR_STATUS_NOT_PERMITTED,
+        "a region outside the queue set's window is refused");
+  check(mr_post_send(NULL, ca, &w) == MR_ERR_INVALID_ARGUMENT, "a null device is refused");
+
+  struct mr_set_counters counters;
+  check(mr_query_counters(a, &counters) == 0 && counters.posted_sends == 5 &&
+            counters.transport_bytes_sent >= 3 * LEN,
+        "counters: 5 sends posted, the payload sent");
+  printf("counters: %llu sends, %llu bytes sent, %llu retransmissions, %llu refused (not permitted)\n",
+         (unsigned long long)counters.posted_sends,
+         (unsigned long long)counters.transport_bytes_sent,
+         (unsigned long long)counters.transport_retransmissions,
+         (unsigned long long)counters.refused_not_permitted);
+  check(mr_close_conn(a, ca) == 0, "close the connection");
+  mr_close_device(a);
+  mr_close_device(b);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

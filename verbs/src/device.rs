@@ -1,0 +1,666 @@
+//! [`Device`]: one queue set of a DPU's host interface, claimed by this
+//! process. The host's side of the ring protocol of spec 6.4: produce work
+//! entries and publish them through doorbell records (Release), consume
+//! completions by their phase bit (Acquire), publish the consumer index.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use metaroce_abi as abi;
+use metaroce_platform::shmem::SharedMemory;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::mapping::SharedFile;
+use crate::types::{
+    Access, Conn, Error, Event, MemoryRegion, RecvWr, SendWr, Status, WorkCompletion,
+};
+
+/// How [`Device::open_with`] finds and claims a queue set.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    /// How long to wait for the device to format the memory.
+    pub ready_timeout: Duration,
+    /// Claim this queue set (`None`: the first free one).
+    pub queue_set: Option<u32>,
+    /// How long admin commands (register, connect, ...) may take.
+    pub command_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            ready_timeout: Duration::from_secs(30),
+            queue_set: None,
+            command_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the device says about itself and this process's queue set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub abi_major: u16,
+    pub abi_minor: u16,
+    pub features: u64,
+    pub node: u16,
+    pub ipv4: Ipv4Addr,
+    pub udp_port: u16,
+    pub queue_sets: u32,
+    /// This process's queue set and its protection domain.
+    pub queue_set: u32,
+    pub pd: u32,
+    /// This queue set's data window (I/O addresses).
+    pub window_addr: u64,
+    pub window_len: u64,
+    pub max_message: u32,
+}
+
+/// A ring this process produces.
+#[derive(Debug, Clone, Copy)]
+struct Ring {
+    /// Absolute offset of slot 0.
+    base: u64,
+    depth: u32,
+    entry: u32,
+    /// Absolute offset of the doorbell record.
+    bell: u64,
+    /// Free-running producer (or, for completion rings, consumer) index.
+    index: u32,
+    rings: u32,
+}
+
+impl Ring {
+    fn slot(&self, index: u32) -> u64 {
+        self.base + u64::from(index & (self.depth - 1)) * u64::from(self.entry)
+    }
+}
+
+/// Which host-written doorbell [`Device::ring_doorbell_raw`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    Send,
+    Recv,
+    Admin,
+}
+
+/// One claimed queue set (see the module documentation). Dropping it
+/// unmaps the memory; the set stays claimed until the device restarts.
+#[derive(Debug)]
+pub struct Device {
+    map: SharedFile,
+    info: DeviceInfo,
+    set_base: u64,
+    sq: Ring,
+    rq: Ring,
+    cq: Ring,
+    aq: Ring,
+    acq: Ring,
+    indices: u64,
+    counters_at: u64,
+    /// Work entries posted whose completion has not been polled: kept
+    /// below the completion queue's depth so the device never overflows it.
+    outstanding: u32,
+    next_tag: u64,
+    events: VecDeque<Event>,
+    /// Next free byte of the window for [`Device::alloc`].
+    alloc_next: u64,
+    command_timeout: Duration,
+}
+
+fn power_of_two(n: u32) -> Result<u32, Error> {
+    if n.is_power_of_two() {
+        Ok(n)
+    } else {
+        Err(Error::BadLayout("a ring depth is not a power of two"))
+    }
+}
+
+/// Waits with back-off: spins briefly, then sleeps 20 us doubling to 1 ms.
+#[derive(Debug, Default)]
+struct Backoff(u32);
+
+impl Backoff {
+    fn wait(&mut self) {
+        self.0 += 1;
+        if self.0 < 64 {
+            std::hint::spin_loop();
+        } else {
+            let exp = (self.0 - 64).min(6);
+            std::thread::sleep(Duration::from_micros(20 << exp));
+        }
+    }
+}
+
+impl Device {
+    /// Opens the host interface in the file at `path` and claims the first
+    /// free queue set.
+    pub fn open(path: impl AsRef<Path>) -> Result<Device, Error> {
+        Self::open_with(path, OpenOptions::default())
+    }
+
+    /// [`Device::open`] with options.
+    pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Device, Error> {
+        let map = SharedFile::open(path.as_ref())?;
+        let shm = map.view();
+        let started = Instant::now();
+        let mut backoff = Backoff::default();
+        let header: abi::DeviceHeader = loop {
+            let state = shm.load_u32(16).map_err(|_| Error::NotADevice)?;
+            if state == abi::DEVICE_STATE_READY {
+                break shm.read(0).map_err(|_| Error::NotADevice)?;
+            }
+            if state == abi::DEVICE_STATE_FAILED {
+                return Err(Error::DeviceFailed);
+            }
+            if started.elapsed() > options.ready_timeout {
+                return Err(Error::NotReady);
+            }
+            backoff.wait();
+        };
+        if header.magic != abi::MAGIC || header.shm_len > map.len() as u64 {
+            return Err(Error::NotADevice);
+        }
+        if header.abi_major != abi::ABI_MAJOR {
+            return Err(Error::Version {
+                major: header.abi_major,
+                minor: header.abi_minor,
+            });
+        }
+        let candidates: Vec<u32> = match options.queue_set {
+            Some(i) if i < header.queue_sets => vec![i],
+            Some(_) => return Err(Error::NoFreeQueueSet),
+            None => (0..header.queue_sets).collect(),
+        };
+        let pid = std::process::id().max(1);
+        let set_base = candidates
+            .into_iter()
+            .map(|i| header.set_offset + u64::from(i) * header.set_stride)
+            .find(|&base| {
+                shm.compare_exchange_u32(base, abi::OWNER_FREE, pid)
+                    .is_ok_and(|r| r.is_ok())
+            })
+            .ok_or(Error::NoFreeQueueSet)?;
+        let set: abi::QueueSetHeader = shm.read(set_base).map_err(|_| Error::NotADevice)?;
+        let bells = set_base + u64::from(set.doorbell_offset);
+        let ring = |offset: u32, depth: u32, entry: u32, line: u64| -> Result<Ring, Error> {
+            Ok(Ring {
+                base: set_base + u64::from(offset),
+                depth: power_of_two(depth)?,
+                entry,
+                bell: bells + 64 * line,
+                index: 0,
+                rings: 0,
+            })
+        };
+        let device = Device {
+            info: DeviceInfo {
+                abi_major: header.abi_major,
+                abi_minor: header.abi_minor,
+                features: header.features,
+                node: header.node,
+                ipv4: Ipv4Addr::from(header.ipv4),
+                udp_port: header.udp_port,
+                queue_sets: header.queue_sets,
+                queue_set: set.index,
+                pd: set.pd,
+                window_addr: set.window_offset,
+                window_len: set.window_len,
+                max_message: header.max_message,
+            },
+            set_base,
+            sq: ring(set.sq_offset, set.sq_depth, 64, 0)?,
+            rq: ring(set.rq_offset, set.rq_depth, 32, 1)?,
+            cq: ring(set.cq_offset, set.cq_depth, 32, 2)?,
+            aq: ring(set.aq_offset, set.aq_depth, 64, 3)?,
+            acq: ring(set.acq_offset, set.acq_depth, 64, 4)?,
+            indices: set_base + u64::from(set.indices_offset),
+            counters_at: set_base + u64::from(set.counters_offset),
+            outstanding: 0,
+            next_tag: 1,
+            events: VecDeque::new(),
+            alloc_next: set.window_offset,
+            command_timeout: options.command_timeout,
+            map,
+        };
+        let end = device.acq.slot(device.acq.depth - 1) + 64;
+        if end > device.map.len() as u64
+            || set.window_offset.saturating_add(set.window_len) > device.map.len() as u64
+        {
+            return Err(Error::BadLayout("queue set or window beyond the memory"));
+        }
+        Ok(device)
+    }
+
+    fn shm(&self) -> SharedMemory<'_> {
+        self.map.view()
+    }
+
+    /// The device and this queue set.
+    pub fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    /// The device's heartbeat: it advances while the firmware serves.
+    pub fn heartbeat(&self) -> u64 {
+        self.shm().load_u64(64).unwrap_or(0)
+    }
+
+    // ----- memory ----------------------------------------------------------
+
+    fn check_window(&self, addr: u64, len: u64) -> Result<u64, Error> {
+        let (start, size) = (self.info.window_addr, self.info.window_len);
+        if addr >= start && len <= size && addr - start <= size - len {
+            Ok(addr)
+        } else {
+            Err(Error::OutOfWindow { addr, len })
+        }
+    }
+
+    /// Carves `len` bytes (aligned to `align`, a power of two) out of this
+    /// queue set's window; returns their I/O address. Never freed: a
+    /// process sets up its buffers once.
+    pub fn alloc(&mut self, len: u64, align: u64) -> Result<u64, Error> {
+        let align = align.max(1);
+        if !align.is_power_of_two() {
+            return Err(Error::Refused(Status::InvalidRequest));
+        }
+        let addr = self.alloc_next.next_multiple_of(align);
+        self.check_window(addr, len)?;
+        self.alloc_next = addr + len;
+        Ok(addr)
+    }
+
+    /// Copies `data` into this queue set's memory at I/O address `addr`.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.check_window(addr, data.len() as u64)?;
+        self.shm()
+            .copy_in(addr, data)
+            .map_err(|_| Error::OutOfWindow {
+                addr,
+                len: data.len() as u64,
+            })
+    }
+
+    /// Copies this queue set's memory at I/O address `addr` into `out`.
+    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        self.check_window(addr, out.len() as u64)?;
+        self.shm()
+            .copy_out(addr, out)
+            .map_err(|_| Error::OutOfWindow {
+                addr,
+                len: out.len() as u64,
+            })
+    }
+
+    /// Registers `[addr, addr + len)` with `access`.
+    pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MemoryRegion, Error> {
+        let answer = self.command(abi::AdminCmd {
+            opcode: abi::ADMIN_REGISTER_REGION,
+            access: access.0,
+            addr,
+            len,
+            ..abi::AdminCmd::default()
+        })?;
+        Ok(MemoryRegion {
+            key: answer.value as u32,
+            addr,
+            len,
+        })
+    }
+
+    /// Deregisters a region.
+    pub fn deregister(&mut self, region: MemoryRegion) -> Result<(), Error> {
+        self.deregister_key(region.key)
+    }
+
+    /// Deregisters the region with `key`.
+    pub fn deregister_key(&mut self, key: u32) -> Result<(), Error> {
+        self.command(abi::AdminCmd {
+            opcode: abi::ADMIN_DEREGISTER_REGION,
+            key,
+            ..abi::AdminCmd::default()
+        })
+        .map(|_| ())
+    }
+
+    // ----- connections -----------------------------------------------------
+
+    /// Opens a connection to `peer` and waits until it is up.
+    pub fn connect(&mut self, peer: SocketAddr) -> Result<Conn, Error> {
+        let conn = self.connect_start(peer)?;
+        let deadline = Instant::now() + self.command_timeout;
+        loop {
+            self.pump_admin();
+            let found = self.events.iter().position(|e| match e {
+                Event::Connected(c)
+                | Event::Failed { conn: c, .. }
+                | Event::Closed { conn: c, .. } => *c == conn,
+                Event::Incoming { .. } => false,
+            });
+            if let Some(at) = found {
+                return match self.events.remove(at) {
+                    Some(Event::Connected(c)) => Ok(c),
+                    Some(Event::Failed { status, .. }) => Err(Error::ConnectionFailed(status)),
+                    _ => Err(Error::ConnectionFailed(Status::Flushed)),
+                };
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Opens a connection to `peer` without waiting: work may be posted at
+    /// once; `Event::Connected` (or `Failed`) follows.
+    pub fn connect_start(&mut self, peer: SocketAddr) -> Result<Conn, Error> {
+        let ip = match peer.ip() {
+            IpAddr::V4(v4) => abi::ipv4_mapped(v4.octets()),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        let answer = self.command(abi::AdminCmd {
+            opcode: abi::ADMIN_CONNECT,
+            ip,
+            port: peer.port(),
+            ..abi::AdminCmd::default()
+        })?;
+        Ok(Conn {
+            index: answer.conn_index,
+            generation: answer.conn_generation,
+        })
+    }
+
+    /// Asks for the device's incoming connections.
+    pub fn listen(&mut self) -> Result<(), Error> {
+        self.command(abi::AdminCmd {
+            opcode: abi::ADMIN_LISTEN,
+            ..abi::AdminCmd::default()
+        })
+        .map(|_| ())
+    }
+
+    /// Waits up to `timeout` for an incoming connection and accepts it.
+    pub fn accept(&mut self, timeout: Duration) -> Result<(Conn, SocketAddr), Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.pump_admin();
+            if let Some(at) = self
+                .events
+                .iter()
+                .position(|e| matches!(e, Event::Incoming { .. }))
+            {
+                if let Some(Event::Incoming { conn, peer }) = self.events.remove(at) {
+                    self.conn_command(abi::ADMIN_ACCEPT, conn)?;
+                    return Ok((conn, peer));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Closes a connection gracefully (its sends complete first).
+    pub fn close(&mut self, conn: Conn) -> Result<(), Error> {
+        self.conn_command(abi::ADMIN_CLOSE, conn)
+    }
+
+    /// Gives a closed or failed connection's handle back.
+    pub fn release(&mut self, conn: Conn) -> Result<(), Error> {
+        self.conn_command(abi::ADMIN_RELEASE, conn)
+    }
+
+    fn conn_command(&mut self, opcode: u8, conn: Conn) -> Result<(), Error> {
+        self.command(abi::AdminCmd {
+            opcode,
+            conn_index: conn.index,
+            conn_generation: conn.generation,
+            ..abi::AdminCmd::default()
+        })
+        .map(|_| ())
+    }
+
+    /// The next connection event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.pump_admin();
+        self.events.pop_front()
+    }
+
+    /// This queue set's counters (and its connections' and the device's).
+    pub fn counters(&mut self) -> Result<abi::SetCounters, Error> {
+        self.command(abi::AdminCmd {
+            opcode: abi::ADMIN_QUERY_COUNTERS,
+            ..abi::AdminCmd::default()
+        })?;
+        self.shm()
+            .read(self.counters_at)
+            .map_err(|_| Error::BadLayout("counters beyond the memory"))
+    }
+
+    // ----- work ------------------------------------------------------------
+
+    /// Posts a send-queue work request on `conn` and rings the doorbell.
+    pub fn post_send(&mut self, conn: Conn, wr: &SendWr) -> Result<(), Error> {
+        self.post_send_entry(&wr.entry(conn))
+    }
+
+    /// Posts a raw send-queue entry (the device validates every field;
+    /// this is how a test plays a buggy or hostile host).
+    pub fn post_send_entry(&mut self, entry: &abi::SendWqe) -> Result<(), Error> {
+        let consumer = self.shm().load_u32(self.indices).unwrap_or(0);
+        let mut ring = self.sq;
+        self.produce(&mut ring, consumer, entry.as_bytes())?;
+        self.sq = ring;
+        Ok(())
+    }
+
+    /// Posts a receive buffer on `conn` and rings the doorbell.
+    pub fn post_recv(&mut self, conn: Conn, wr: &RecvWr) -> Result<(), Error> {
+        self.post_recv_entry(&abi::RecvWqe {
+            wr_id: wr.wr_id,
+            conn_index: conn.index,
+            conn_generation: conn.generation,
+            lkey: wr.local.key,
+            length: wr.local.len,
+            laddr: wr.local.addr,
+        })
+    }
+
+    /// Posts a raw receive-queue entry.
+    pub fn post_recv_entry(&mut self, entry: &abi::RecvWqe) -> Result<(), Error> {
+        let consumer = self.shm().load_u32(self.indices + 4).unwrap_or(0);
+        let mut ring = self.rq;
+        self.produce(&mut ring, consumer, entry.as_bytes())?;
+        self.rq = ring;
+        Ok(())
+    }
+
+    /// Free send-queue slots (and completion room) right now.
+    pub fn send_free(&self) -> u32 {
+        let consumer = self.shm().load_u32(self.indices).unwrap_or(0);
+        let ring_free = self.sq.depth - self.sq.index.wrapping_sub(consumer).min(self.sq.depth);
+        ring_free.min(self.cq.depth - self.outstanding.min(self.cq.depth))
+    }
+
+    /// Writes one work entry and publishes it: entry, then the producer
+    /// index (Release), then the ring count.
+    fn produce(&mut self, ring: &mut Ring, consumer: u32, bytes: &[u8]) -> Result<(), Error> {
+        if ring.index.wrapping_sub(consumer) >= ring.depth || self.outstanding >= self.cq.depth {
+            return Err(Error::QueueFull);
+        }
+        let shm = self.map.view();
+        shm.write_words(ring.slot(ring.index), bytes)
+            .map_err(|_| Error::BadLayout("ring beyond the memory"))?;
+        ring.index = ring.index.wrapping_add(1);
+        ring.rings = ring.rings.wrapping_add(1);
+        let _ = shm.store_u32(ring.bell, ring.index);
+        let _ = shm.store_u32(ring.bell + 4, ring.rings);
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    /// Writes a doorbell record as given, without an entry: how a test
+    /// plays a doorbell storm or a producer index past the ring.
+    pub fn ring_doorbell_raw(&mut self, queue: Queue, index: u32) {
+        let ring = match queue {
+            Queue::Send => &mut self.sq,
+            Queue::Recv => &mut self.rq,
+            Queue::Admin => &mut self.aq,
+        };
+        ring.rings = ring.rings.wrapping_add(1);
+        let (bell, rings) = (ring.bell, ring.rings);
+        let shm = self.map.view();
+        let _ = shm.store_u32(bell, index);
+        let _ = shm.store_u32(bell + 4, rings);
+    }
+
+    /// The producer index this process last published on `queue`.
+    pub fn producer_index(&self, queue: Queue) -> u32 {
+        match queue {
+            Queue::Send => self.sq.index,
+            Queue::Recv => self.rq.index,
+            Queue::Admin => self.aq.index,
+        }
+    }
+
+    /// The next completion, if any.
+    pub fn poll_cq(&mut self) -> Option<WorkCompletion> {
+        let shm = self.map.view();
+        let slot = self.cq.slot(self.cq.index);
+        let last = shm.load_u32(slot + abi::CQE_LAST_WORD as u64).ok()?;
+        if (last >> 24) as u8 != abi::phase_of(self.cq.index, self.cq.depth) {
+            return None;
+        }
+        let entry: abi::Cqe = shm.read(slot).ok()?;
+        self.cq.index = self.cq.index.wrapping_add(1);
+        let _ = shm.store_u32(self.cq.bell, self.cq.index);
+        self.outstanding = self.outstanding.saturating_sub(1);
+        Some(WorkCompletion::from_entry(&entry))
+    }
+
+    /// Polls completions into `out` until it holds `max` or none is left;
+    /// returns how many were added.
+    pub fn poll_cq_into(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        let before = out.len();
+        while out.len() - before < max {
+            match self.poll_cq() {
+                Some(c) => out.push(c),
+                None => break,
+            }
+        }
+        out.len() - before
+    }
+
+    // ----- admin -----------------------------------------------------------
+
+    /// Sends a raw admin command and waits for its answer (events seen
+    /// meanwhile are kept for [`Device::poll_event`]). A refused command is
+    /// `Err(Error::Refused(status))`.
+    pub fn command(&mut self, mut cmd: abi::AdminCmd) -> Result<abi::AdminCqe, Error> {
+        cmd.tag = self.next_tag;
+        self.next_tag += 1;
+        let shm = self.map.view();
+        let consumer = shm.load_u32(self.indices + 8).unwrap_or(0);
+        let deadline = Instant::now() + self.command_timeout;
+        let mut backoff = Backoff::default();
+        while self.aq.index.wrapping_sub(consumer) >= self.aq.depth {
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            backoff.wait();
+        }
+        shm.write(self.aq.slot(self.aq.index), &cmd)
+            .map_err(|_| Error::BadLayout("admin queue beyond the memory"))?;
+        self.aq.index = self.aq.index.wrapping_add(1);
+        self.aq.rings = self.aq.rings.wrapping_add(1);
+        let _ = shm.store_u32(self.aq.bell, self.aq.index);
+        let _ = shm.store_u32(self.aq.bell + 4, self.aq.rings);
+        let mut backoff = Backoff::default();
+        loop {
+            if let Some(answer) = self.next_admin_entry() {
+                if answer.kind == abi::EVENT_COMMAND_DONE && answer.tag == cmd.tag {
+                    return match Status::from_code(answer.status) {
+                        Status::Success => Ok(answer),
+                        status => Err(Error::Refused(status)),
+                    };
+                }
+                self.keep_event(&answer);
+                continue;
+            }
+            if self.shm().load_u32(16).ok() == Some(abi::DEVICE_STATE_FAILED) {
+                return Err(Error::DeviceFailed);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            backoff.wait();
+        }
+    }
+
+    /// Takes every waiting admin completion; events are kept.
+    fn pump_admin(&mut self) {
+        while let Some(entry) = self.next_admin_entry() {
+            self.keep_event(&entry);
+        }
+    }
+
+    fn keep_event(&mut self, e: &abi::AdminCqe) {
+        let conn = Conn {
+            index: e.conn_index,
+            generation: e.conn_generation,
+        };
+        let event = match e.kind {
+            abi::EVENT_INCOMING => Event::Incoming {
+                conn,
+                peer: SocketAddr::new(
+                    match abi::ipv4_of_mapped(&e.ip) {
+                        Some(v4) => IpAddr::V4(Ipv4Addr::from(v4)),
+                        None => IpAddr::V6(Ipv6Addr::from(e.ip)),
+                    },
+                    e.port,
+                ),
+            },
+            abi::EVENT_CONNECTED => Event::Connected(conn),
+            abi::EVENT_CLOSED => Event::Closed {
+                conn,
+                reason: e.detail,
+            },
+            abi::EVENT_FAILED => Event::Failed {
+                conn,
+                status: Status::from_code(e.status),
+            },
+            // A late answer to a command that timed out, or a kind this
+            // version does not know: nothing to keep.
+            _ => return,
+        };
+        self.events.push_back(event);
+    }
+
+    /// The next admin completion or event, if its phase says it is ours.
+    fn next_admin_entry(&mut self) -> Option<abi::AdminCqe> {
+        let shm = self.map.view();
+        let slot = self.acq.slot(self.acq.index);
+        let last = shm.load_u32(slot + abi::ADMIN_CQE_LAST_WORD as u64).ok()?;
+        if (last >> 24) as u8 != abi::phase_of(self.acq.index, self.acq.depth) {
+            return None;
+        }
+        let entry = shm.read::<abi::AdminCqe>(slot).ok()?;
+        self.acq.index = self.acq.index.wrapping_add(1);
+        let _ = shm.store_u32(self.acq.bell, self.acq.index);
+        Some(entry)
+    }
+
+    /// The queue set's first byte (for tests that inspect the layout).
+    pub fn queue_set_offset(&self) -> u64 {
+        self.set_base
+    }
+}
+
+/// Reads any ABI structure at `offset` of a mapped device (for tools that
+/// inspect a device without claiming a queue set).
+pub fn read_struct<T: FromBytes + IntoBytes>(file: &SharedFile, offset: u64) -> Option<T> {
+    file.view().read(offset).ok()
+}
