@@ -15,6 +15,13 @@
 //!    (the server verifies the slot against `pattern(seed, i)` on the
 //!    receive completion), or READs slots and verifies them itself.
 //! 4. Client → server `DONE`, server → client `REPORT` (what it verified).
+//!
+//! Every connection has a protection domain of its own: a region's key
+//! works only on the connection it was given to. To reach one region from
+//! a second connection, that connection sends `JOIN` with the region's
+//! **ticket** (a random 64-bit capability the `REGION` answer carried); the
+//! server answers `REGION` with keys of the same memory registered in the
+//! joining connection's own domain.
 
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
@@ -54,6 +61,13 @@ pub enum Message {
         slots: u32,
         ro_key: u32,
         ro_addr: u64,
+        /// Capability that lets another connection `JOIN` this region (0:
+        /// none).
+        ticket: u64,
+    },
+    /// Asks for keys, on this connection, of the region `ticket` names.
+    Join {
+        ticket: u64,
     },
     Done {
         messages: u64,
@@ -70,6 +84,7 @@ const ANNOUNCE: &[u8; 4] = b"MRAN";
 const REGION: &[u8; 4] = b"MRRG";
 const DONE: &[u8; 4] = b"MRDN";
 const REPORT: &[u8; 4] = b"MRRP";
+const JOIN: &[u8; 4] = b"MRJN";
 
 /// Pattern index of the read-only region's contents.
 pub const READ_ONLY_INDEX: u64 = u64::MAX;
@@ -80,6 +95,11 @@ pub const READ_ONLY_LEN: u32 = 4096;
 pub const REGION_OK: u32 = 0;
 /// Region status: message size out of range.
 pub const REGION_BAD_SIZE: u32 = 1;
+/// Region status: the `JOIN` ticket names no region.
+pub const REGION_NO_TICKET: u32 = 2;
+/// Region status: over this peer's or the server's budget (regions,
+/// memory or connections).
+pub const REGION_OVER_BUDGET: u32 = 3;
 
 impl Message {
     /// The `REGION` answer refusing an announcement with `status`.
@@ -92,6 +112,7 @@ impl Message {
             slots: 0,
             ro_key: 0,
             ro_addr: 0,
+            ticket: 0,
         }
     }
 
@@ -120,6 +141,7 @@ impl Message {
                 slots,
                 ro_key,
                 ro_addr,
+                ticket,
             } => {
                 v.extend_from_slice(REGION);
                 v.extend_from_slice(&status.to_le_bytes());
@@ -129,6 +151,12 @@ impl Message {
                 v.extend_from_slice(&slots.to_le_bytes());
                 v.extend_from_slice(&ro_key.to_le_bytes());
                 v.extend_from_slice(&ro_addr.to_le_bytes());
+                v.extend_from_slice(&ticket.to_le_bytes());
+            }
+            Message::Join { ticket } => {
+                v.extend_from_slice(JOIN);
+                v.extend_from_slice(&[0; 4]);
+                v.extend_from_slice(&ticket.to_le_bytes());
             }
             Message::Done { messages, bytes } => {
                 v.extend_from_slice(DONE);
@@ -174,7 +202,10 @@ impl Message {
                 slots: u32_at(28)?,
                 ro_key: u32_at(32)?,
                 ro_addr: u64_at(36)?,
+                ticket: u64_at(44)?,
             })
+        } else if magic == JOIN {
+            Some(Message::Join { ticket: u64_at(8)? })
         } else if magic == DONE {
             Some(Message::Done {
                 messages: u64_at(4)?,
@@ -271,6 +302,10 @@ mod tests {
                 slots: 64,
                 ro_key: 3,
                 ro_addr: 5 << 32,
+                ticket: 0xfeed_beef_0123_4567,
+            },
+            Message::Join {
+                ticket: 0xfeed_beef_0123_4567,
             },
             Message::Done {
                 messages: 3,

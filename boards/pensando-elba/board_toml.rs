@@ -964,7 +964,7 @@ mod tests {
         assert!(rust.contains("pub const CORE_RING_STRIDE: usize = 0x32000;"));
         assert!(cfg
             .memory_ld()
-            .contains("image : ORIGIN = 0xc0080000, LENGTH = 0x1000000"));
+            .contains("image : ORIGIN = 0xc0080000, LENGTH = 0x4000000"));
     }
 
     #[test]
@@ -1012,7 +1012,7 @@ mod tests {
             ),
             ("udp_port = 4795", "udp_port = 0", "udp_port"),
             ("peer_ip = \"\"", "peer_ip = \"10.0.0.2\"", "peer_mac"),
-            ("stack_pages = 256", "stack_pages = 4096", "stack_pages"),
+            ("stack_pages = 256", "stack_pages = 20000", "stack_pages"),
             ("[net]", "[net]\nmtu = 9000", "unknown key `net.mtu`"),
             ("count = 16", "count = 17", "cores.count must be 1..=16"),
             ("count = 16", "count = 0", "cores.count must be 1..=16"),
@@ -1020,7 +1020,7 @@ mod tests {
             ("stack_pages = 128", "stack_pages = 0", "cores.stack_pages"),
             (
                 "stack_pages = 128",
-                "stack_pages = 4096",
+                "stack_pages = 2048",
                 "for each secondary core must fit image.max_size",
             ),
             (

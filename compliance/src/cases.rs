@@ -766,9 +766,11 @@ fn fatal(
     make: impl FnOnce(&mut Peer, &RemoteRegion) -> (Repr, Vec<u8>),
 ) -> Result<(), Fail> {
     let (mut v, r, m) = ctx.victim()?;
+    // Another connection with keys of its own for the victim's region
+    // (each connection has its own protection domain).
     let mut x = ctx.peer()?;
-    x.connect()?;
-    let pkt = make(&mut x, &r);
+    let rx = x.join(r.ticket)?;
+    let pkt = make(&mut x, &rx);
     let res = expect_nak(&mut x, &pkt, reason);
     x.close();
     let mem = if read_only {
@@ -797,6 +799,21 @@ fn bad_key(ctx: &mut Ctx) -> Result<(), Fail> {
     })
 }
 
+/// Isolation (appendix B, 5.1.3): a key one connection was given is refused
+/// on another connection of the same peer (each connection has its own
+/// protection domain), and nothing is written.
+fn key_of_another_connection(ctx: &mut Ctx) -> Result<(), Fail> {
+    let (mut v, r, m) = ctx.victim()?;
+    let mut x = ctx.peer()?;
+    x.connect()?;
+    let pkt = stray_write(&mut x, r.key, r.addr + STRAY_OFF as u64);
+    let res = expect_nak(&mut x, &pkt, NakReason::InvalidKey);
+    x.close();
+    let mem = check_region(&mut v, &r, &m, STRAY_OFF, 64);
+    v.close();
+    res.and(mem)
+}
+
 fn bad_permission(ctx: &mut Ctx) -> Result<(), Fail> {
     fatal(ctx, NakReason::AccessDenied, true, |x, r| {
         stray_write(x, r.ro_key, r.ro_addr)
@@ -812,11 +829,11 @@ fn bad_bounds(ctx: &mut Ctx) -> Result<(), Fail> {
 fn fatal_nak_sticky(ctx: &mut Ctx) -> Result<(), Fail> {
     let (mut v, r, m) = ctx.victim()?;
     let mut x = ctx.peer()?;
-    x.connect()?;
-    let first = stray_write(&mut x, r.key ^ 0x00a5_5a00, r.addr + STRAY_OFF as u64);
+    let rx = x.join(r.ticket)?;
+    let first = stray_write(&mut x, rx.key ^ 0x00a5_5a00, rx.addr + STRAY_OFF as u64);
     expect_nak(&mut x, &first, NakReason::InvalidKey)?;
     // A valid WRITE afterwards: answered with the same NAK, not placed.
-    let good = stray_write(&mut x, r.key, r.addr + STRAY_OFF as u64);
+    let good = stray_write(&mut x, rx.key, rx.addr + STRAY_OFF as u64);
     x.send(&good.0, &good.1)?;
     x.pump(ACK_WAIT, |rx| Peer::first_nak(rx).is_some());
     let rx = x.take();
@@ -935,13 +952,13 @@ fn rnr_retried(ctx: &mut Ctx) -> Result<(), Fail> {
 fn inconsistent_message(ctx: &mut Ctx) -> Result<(), Fail> {
     let (mut v, r, m) = ctx.victim()?;
     let mut x = ctx.peer()?;
-    x.connect()?;
+    let rx = x.join(r.ticket)?;
     let mtu = x.mtu();
     let off = 11 * SLOT as usize;
     let mut pk = x.write_packets(
         MemoryTarget {
-            key: r.key,
-            addr: r.addr + off as u64,
+            key: rx.key,
+            addr: rx.addr + off as u64,
         },
         &data(12, 2 * mtu),
         Some(0x0102_0304),
@@ -1068,6 +1085,12 @@ pub const CASES: &[Case] = &[
         name: "bad input: bad key -> NAK INVALID_KEY",
         section: "3.7, 4.7.2, 5.1.3",
         run: bad_key,
+        attempts: 1,
+    },
+    Case {
+        name: "isolation: another connection's key -> NAK INVALID_KEY",
+        section: "5.1.3, B",
+        run: key_of_another_connection,
         attempts: 1,
     },
     Case {

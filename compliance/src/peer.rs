@@ -32,6 +32,8 @@ pub struct RemoteRegion {
     pub len: u64,
     pub ro_key: u32,
     pub ro_addr: u64,
+    /// What another connection presents to `JOIN` this region (0: none).
+    pub ticket: u64,
 }
 
 /// One connection to the target.
@@ -503,9 +505,22 @@ impl Peer {
             op: Operation::Read,
             seed,
             size,
-        }
-        .encode();
-        let (repr, payload) = self.send_packet(&announce);
+        };
+        self.request_region(&announce)
+    }
+
+    /// Connects and `JOIN`s the region `ticket` names: keys for it that
+    /// work on this connection (the serve profile gives each connection a
+    /// domain of its own).
+    pub fn join(&mut self, ticket: u64) -> Result<RemoteRegion, Fail> {
+        self.connect()?;
+        self.request_region(&Message::Join { ticket })
+    }
+
+    /// Sends an `ANNOUNCE` or `JOIN` and waits for the `REGION` answer.
+    fn request_region(&mut self, request: &Message) -> Result<RemoteRegion, Fail> {
+        let request = request.encode();
+        let (repr, payload) = self.send_packet(&request);
         self.send(&repr, &payload)?;
         let got = self.pump(Duration::from_secs(2), |rx| {
             rx.iter().any(|r| matches!(r.repr.body, Body::Send(_)))
@@ -526,6 +541,7 @@ impl Peer {
                 len,
                 ro_key,
                 ro_addr,
+                ticket,
                 ..
             }) => Ok(RemoteRegion {
                 key,
@@ -533,8 +549,11 @@ impl Peer {
                 len,
                 ro_key,
                 ro_addr,
+                ticket,
             }),
-            other => Err(format!("unexpected answer to the announcement: {other:?}")),
+            other => Err(format!(
+                "unexpected answer to the region request: {other:?}"
+            )),
         }
     }
 

@@ -33,6 +33,7 @@ fn run_suite(pcap: &Path) {
         rate_mbps: 1000,
         accept: true,
         connections: 64,
+        receives_per_connection: metaroce_host::session::SERVER_RECEIVES,
         seed: Some(7),
     })
     .unwrap();

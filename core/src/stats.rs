@@ -42,6 +42,52 @@ pub struct ConnStats {
     pub rate_hint_mbps: u32,
 }
 
+/// Endpoint-wide counts of reliable packets a connection refused, by
+/// reason (spec 4.7): answered with a NAK, or dropped silently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RefusalStats {
+    pub nak_invalid_key: u64,
+    pub nak_access_denied: u64,
+    pub nak_out_of_bounds: u64,
+    pub nak_protocol_error: u64,
+    pub nak_receiver_not_ready: u64,
+    pub nak_receive_too_small: u64,
+    /// Outside the negotiated window (spec 4.3): dropped.
+    pub out_of_window: u64,
+    /// A path id beyond the negotiated count, or a state that takes no
+    /// reliable packet: dropped.
+    pub invalid: u64,
+}
+
+impl RefusalStats {
+    pub(crate) fn count_nak(&mut self, reason: crate::wire::NakReason) {
+        use crate::wire::NakReason as R;
+        match reason {
+            R::InvalidKey => self.nak_invalid_key += 1,
+            R::AccessDenied => self.nak_access_denied += 1,
+            R::OutOfBounds => self.nak_out_of_bounds += 1,
+            R::ProtocolError => self.nak_protocol_error += 1,
+            R::ReceiverNotReady => self.nak_receiver_not_ready += 1,
+            R::ReceiveTooSmall => self.nak_receive_too_small += 1,
+        }
+    }
+
+    /// Every reason with its count.
+    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+        [
+            ("nak_invalid_key", self.nak_invalid_key),
+            ("nak_access_denied", self.nak_access_denied),
+            ("nak_out_of_bounds", self.nak_out_of_bounds),
+            ("nak_protocol_error", self.nak_protocol_error),
+            ("nak_receiver_not_ready", self.nak_receiver_not_ready),
+            ("nak_receive_too_small", self.nak_receive_too_small),
+            ("out_of_window", self.out_of_window),
+            ("invalid", self.invalid),
+        ]
+    }
+}
+
 /// Endpoint-wide drop counters by reason (spec 5.1): every packet the
 /// endpoint does not accept is counted here or in [`ConnStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +114,25 @@ pub struct DropStats {
 }
 
 impl DropStats {
+    /// Every reason with its count, for summaries and telemetry export.
+    pub fn by_reason(&self) -> [(&'static str, u64); 13] {
+        [
+            ("truncated", self.truncated),
+            ("bad_version", self.bad_version),
+            ("unknown_type", self.unknown_type),
+            ("bad_crc", self.bad_crc),
+            ("bad_length", self.bad_length),
+            ("reserved_bits", self.reserved_bits),
+            ("bad_field", self.bad_field),
+            ("unknown_connection", self.unknown_connection),
+            ("bad_token", self.bad_token),
+            ("bad_source", self.bad_source),
+            ("refused", self.refused),
+            ("unexpected", self.unexpected),
+            ("replies_dropped", self.replies_dropped),
+        ]
+    }
+
     /// Sum of every reason.
     pub fn total(&self) -> u64 {
         self.truncated

@@ -22,6 +22,7 @@
 //! one `sendmsg`/`recvmsg`, and the timers suit round trips of
 //! milliseconds (loopback, network namespaces), not a data-centre fabric.
 
+pub mod counters;
 pub mod io;
 pub mod memory;
 pub mod node;

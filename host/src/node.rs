@@ -56,6 +56,9 @@ pub struct NodeConfig {
     pub accept: bool,
     /// Connections the endpoint holds at once.
     pub connections: u32,
+    /// Receives each connection keeps posted (the receive pool holds this
+    /// many per connection; 0: the core's default layout).
+    pub receives_per_connection: u32,
     /// Seed of the endpoint's generator (tokens, ids, PSNs, keys): `None`
     /// takes 32 bytes from the operating system, as every real run must; a
     /// number makes a test repeatable and its secrets guessable.
@@ -251,7 +254,12 @@ impl Node {
                 seed
             }
         };
-        let layout = Layout::for_connections(config.connections);
+        let mut layout = Layout::for_connections(config.connections);
+        layout.recv_entries = layout.recv_entries.max(
+            config
+                .connections
+                .saturating_mul(config.receives_per_connection),
+        );
         Ok(Node {
             ep: Box::new(HostEndpoint::new(core, layout.heap_storage(), seed)),
             mem: Arenas::new(),

@@ -23,6 +23,11 @@ fn config(bind: &str, accept: bool, seed: u64) -> NodeConfig {
         rate_mbps: 1000,
         accept,
         connections: 64,
+        receives_per_connection: if accept {
+            metaroce_host::session::SERVER_RECEIVES
+        } else {
+            0
+        },
         seed: Some(seed),
     }
 }

@@ -324,6 +324,11 @@ impl<const P: usize> Transport for DatagramTransport<P> {
         u32::try_from(self.regions.len()).map_err(|_| DatagramError::TooManyRegions)
     }
 
+    /// Regions of this stand-in are never deregistered: refused.
+    fn deregister_region(&mut self, _key: u32) -> Result<(), DatagramError> {
+        Err(DatagramError::BadLocalBuffer)
+    }
+
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), DatagramError> {
         if self.peer(conn).is_none() {
             return Err(DatagramError::UnknownConn);

@@ -598,11 +598,23 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         let mut any = false;
         let mut answered = false;
         while !port.admin_result.is_full() {
-            let Some(AdminCommand::RegisterRegion { tag, region }) = port.admin.pop() else {
+            let Some(command) = port.admin.pop() else {
                 break;
             };
             self.stats.admin_commands += 1;
-            let result = transport.register_region(region).map_err(|e| e.status());
+            let (tag, result) = match command {
+                AdminCommand::RegisterRegion { tag, region } => (
+                    tag,
+                    transport.register_region(region).map_err(|e| e.status()),
+                ),
+                AdminCommand::DeregisterRegion { tag, key } => (
+                    tag,
+                    transport
+                        .deregister_region(key)
+                        .map(|()| key)
+                        .map_err(|e| e.status()),
+                ),
+            };
             let _ = port.admin_result.push(AdminResult { tag, result });
             answered = true;
         }

@@ -33,6 +33,8 @@ pub struct RecvQueueEntry {
 pub enum AdminCommand {
     /// Register a memory region; `tag` comes back in the result.
     RegisterRegion { tag: u64, region: Region },
+    /// Deregister the region with `key`; the result carries the key.
+    DeregisterRegion { tag: u64, key: u32 },
 }
 
 /// The answer to an [`AdminCommand`].
@@ -211,6 +213,21 @@ impl<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>
             .map_err(|_| QueueFull)?;
         self.bells.admin.ring();
         Ok(())
+    }
+
+    /// Asks for the region with `key` to be deregistered; the result comes
+    /// back through [`Self::poll_admin`] with `tag`.
+    pub fn deregister_region(&mut self, tag: u64, key: u32) -> Result<(), QueueFull> {
+        self.admin
+            .push(AdminCommand::DeregisterRegion { tag, key })
+            .map_err(|_| QueueFull)?;
+        self.bells.admin.ring();
+        Ok(())
+    }
+
+    /// Free admin-queue slots.
+    pub fn admin_free(&self) -> usize {
+        self.admin.free()
     }
 
     /// Free send-queue slots.

@@ -40,6 +40,10 @@ impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
         Endpoint::register_region(self, region)
     }
 
+    fn deregister_region(&mut self, key: u32) -> Result<(), CommandError> {
+        Endpoint::deregister_region(self, key).map(|_| ())
+    }
+
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), CommandError> {
         Endpoint::post_send(self, conn, wr)
     }

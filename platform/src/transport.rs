@@ -37,6 +37,8 @@ pub trait Transport {
 
     /// Registers a memory region; returns its key.
     fn register_region(&mut self, region: Region) -> Result<u32, Self::Error>;
+    /// Deregisters the region with `key`.
+    fn deregister_region(&mut self, key: u32) -> Result<(), Self::Error>;
     /// Posts a send-queue work request on a connection.
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), Self::Error>;
     /// Posts a receive buffer on a connection.

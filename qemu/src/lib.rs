@@ -766,10 +766,16 @@ pub struct ServeOptions {
 pub const GATEWAY_IP: [u8; 4] = [198, 18, 0, 254];
 pub const GATEWAY_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0xfe];
 
+/// Connections the serve node lets one address hold: every host program
+/// reaches it from the gateway's one address, so that address may fill
+/// the node's whole table (its 1,024 connections).
+pub const SERVE_PEER_CONNECTIONS: u32 = 1024;
+
 /// The configuration line of the serve node, on MetaRoCE UDP port `port`.
 pub fn serve_config(seed: u64, port: u16) -> String {
     format!(
-        "node=0 ip={} mac={} role=serve gateway={}/{} seed={seed} port={port}",
+        "node=0 ip={} mac={} role=serve gateway={}/{} seed={seed} port={port} \
+         peer_connections={SERVE_PEER_CONNECTIONS}",
         ip_string(&node_ip(0)),
         mac_string(&node_mac(0)),
         ip_string(&GATEWAY_IP),

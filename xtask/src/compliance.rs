@@ -191,6 +191,9 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
         "host" => {
             let mut child = Command::new(bin.join("metaroce"))
                 .args(["serve", "--bind", "127.0.0.1:0"])
+                // The capacity check below opens the whole table from one
+                // address.
+                .args(["--connections-per-peer", &HOST_CAPACITY.to_string()])
                 .stdout(Stdio::piped())
                 .spawn()
                 .map_err(|e| Error::new(format!("cannot start metaroce serve: {e}")))?;
@@ -225,6 +228,42 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
         }
         addr => addr.to_string(),
     };
+    // Capacity: the server holds its whole table at once (before the
+    // suite, whose connections end only by the idle timeout; without a
+    // filter).
+    let capacity = match target {
+        "host" => Some(HOST_CAPACITY),
+        "qemu" => Some(QEMU_CAPACITY),
+        _ => None,
+    };
+    let mut hold_ok = true;
+    if let (Some(n), None) = (capacity, filter) {
+        let started = Instant::now();
+        hold_ok = util::run_streaming(
+            Command::new(bin.join("metaroce")).args([
+                "hold",
+                "--peer",
+                &address,
+                "--connections",
+                &n.to_string(),
+                "--timeout",
+                "60",
+            ]),
+            |_| {},
+        )?;
+        println!(
+            "capacity against {target}: {n} connections at once, {} ({})",
+            if hold_ok {
+                "all served"
+            } else {
+                "NOT all served"
+            },
+            util::fmt_duration(started.elapsed())
+        );
+        // The server gives the closed connections' slots back once their
+        // flushed receives are taken.
+        std::thread::sleep(Duration::from_secs(1));
+    }
     let mut cmd = Command::new(bin.join("metaroce-compliance"));
     cmd.args(["--target", &address]);
     if let Some(f) = filter {
@@ -254,8 +293,20 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
             ));
         }
     }
-    counts.ok_or_else(|| Error::new("the compliance runner printed no summary"))
+    let (passed, failed) =
+        counts.ok_or_else(|| Error::new("the compliance runner printed no summary"))?;
+    // The capacity check counts as one more case.
+    Ok(match (capacity, filter) {
+        (Some(_), None) if hold_ok => (passed + 1, failed),
+        (Some(_), None) => (passed, failed + 1),
+        _ => (passed, failed),
+    })
 }
+
+/// Connections `metaroce serve` holds by default, all checked at once.
+const HOST_CAPACITY: u32 = 4096;
+/// Connections the QEMU serve role holds, all checked at once.
+const QEMU_CAPACITY: u32 = 1024;
 
 /// Test step: the suite against the qemu-virt firmware's serve role.
 pub fn compliance_qemu_step(ctx: &mut Context) -> Result<(), Error> {

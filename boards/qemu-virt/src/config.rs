@@ -92,6 +92,8 @@ pub struct NodeConfig {
     pub gateway: Option<Peer>,
     /// Cores running an engine.
     pub cores: u8,
+    /// Serve role: connections one peer address may hold at once.
+    pub peer_connections: u32,
     /// The core this copy of the configuration is for (set per core by
     /// `multicore`, not a key).
     pub core: u8,
@@ -155,6 +157,7 @@ impl NodeConfig {
             gateway: None,
             cores: 1,
             core: 0,
+            peer_connections: 256,
         };
         let (mut have_ip, mut have_mac) = (false, false);
         for word in text.split_ascii_whitespace() {
@@ -213,6 +216,9 @@ impl NodeConfig {
                 "progress_ms" => cfg.progress_ms = parse(key, value).map_err(|_| bad)?,
                 "linger_ms" => cfg.linger_ms = parse(key, value).map_err(|_| bad)?,
                 "cores" => cfg.cores = parse(key, value).map_err(|_| bad)?,
+                "peer_connections" => {
+                    cfg.peer_connections = parse(key, value).map_err(|_| bad)?;
+                }
                 _ => return Err(bad),
             }
         }

@@ -7,6 +7,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 
 use metaroce_core::api::ConnHandle;
+use metaroce_core::wire::CloseReason;
 use metaroce_core::{Borrowed, CommandError, Config, Endpoint, Event, Instant};
 use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
@@ -36,11 +37,14 @@ type NodeEndpoint = Endpoint<Borrowed<'static>, PATHS>;
 metaroce_platform::static_endpoint_storage!(workload_storage, PATHS,
     connections: 16, work_entries: 256, recv_entries: 256,
     senders: 16, inflight_records: 4096, regions: 64);
-// The serve role's storage: its clients come and go.
+// The serve and host roles' storage (they never run together): clients
+// come and go, up to SERVE_CONNECTIONS at once, each with the serve
+// role's 16 posted receives and a few sends, control buffers plus a data
+// region and a read-only page registered per slot.
 metaroce_platform::static_endpoint_storage!(serve_storage, PATHS,
     connections: SERVE_CONNECTIONS as u32, work_entries: 4 * SERVE_CONNECTIONS as u32,
-    recv_entries: 64 * SERVE_CONNECTIONS as u32, senders: SERVE_CONNECTIONS as u32,
-    inflight_records: 4096, regions: 4 * SERVE_CONNECTIONS as u32);
+    recv_entries: 17 * SERVE_CONNECTIONS as u32, senders: SERVE_CONNECTIONS as u32,
+    inflight_records: 16384, regions: 3 * SERVE_CONNECTIONS as u32 + 64);
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
@@ -159,7 +163,7 @@ pub fn main() -> ! {
                 fail("endpoint storage taken twice")
             };
             let mut endpoint = NodeEndpoint::new(config, storage, seed);
-            serve(&cfg, &mut endpoint, engine, net, irq, window)
+            serve(&cfg, &mut endpoint, engine, net, irq, window, seed)
         }
         TransportKind::MetaRoce => {
             let config = Config {
@@ -403,6 +407,14 @@ impl ServeNode for ServeServices<'_> {
     fn release(&mut self, h: ConnHandle) -> Result<(), CommandError> {
         self.endpoint.release(h)
     }
+
+    fn set_pd(&mut self, h: ConnHandle, pd: u32) -> Result<(), CommandError> {
+        self.endpoint.set_pd(h, pd)
+    }
+
+    fn close_with(&mut self, h: ConnHandle, reason: CloseReason) -> Result<(), CommandError> {
+        self.endpoint.close_with(hw::now(), h, reason)
+    }
 }
 
 /// The serve role's loop: the engine loop and the serve task, until the
@@ -414,12 +426,13 @@ fn serve(
     mut net: NetDevice,
     mut irq: hw::Interrupts,
     mut window: HostWindow<'static>,
+    seed: [u8; 32],
 ) -> ! {
     let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };
-    let mut task = Serve::new(cfg, host, hw::now());
+    let mut task = Serve::new(cfg, host, hw::now(), seed);
     let mut next_stats = hw::now();
     loop {
         let now = hw::now();

@@ -6,22 +6,27 @@
 //! (`HostWindow`); connection arrivals and ends come from the node
 //! ([`ServeNode`]), as they would from a host driver's event queue.
 //!
-//! For each connection it keeps [`RECV_SLOTS`] control receives posted,
-//! answers `ANNOUNCE` with a region of [`SLOTS`] slots (pre-filled with the
-//! pattern for reads) plus a small read-only region, verifies each
-//! WRITE_IMM's slot against the pattern on its receive completion, and
-//! answers `DONE` with `REPORT`. It runs until the harness stops QEMU.
+//! It holds [`SERVE_CONNECTIONS`] connections, each in a protection domain
+//! of its own (a key works only on the connection it was given to; a
+//! second connection reaches a region by `JOIN`ing with the region's
+//! random ticket), and budgets what each peer address may hold
+//! (connections, `peer_connections=` in the configuration; bytes of
+//! regions) and what all hold together; a request
+//! over budget is refused on the wire (`CLOSE` with `REJECTED`, or `REGION`
+//! with `REGION_OVER_BUDGET`) and counted, and everyone else is served on.
 //!
-//! Memory: connection slot `h` of the endpoint owns a fixed part of the
-//! emulated host memory (control buffers, a read-only page, a data pool).
-//! The admin queue only registers regions, so regions are registered once
-//! per (slot, message size) and reused by the next connection on that slot
-//! (refilled on its announcement); a changed size registers a new region
-//! and leaves the old registration behind, until the region table is full
-//! and further sizes are refused (`REGION_BAD_SIZE`).
+//! Memory of the emulated host: slot `s` owns control buffers at a fixed
+//! place (registered at boot in the slot's domain, so a new connection's
+//! receives are posted before its first SEND can arrive) and a read-only
+//! page; data regions come from one arena in power-of-two blocks
+//! (`metaroce_core`'s buddy allocator) and are registered on `ANNOUNCE`,
+//! deregistered when the connection ends, before its slot is released.
 
+use core::ops::{Deref, DerefMut};
 use core::time::Duration;
 
+use heapless::index_map::FnvIndexMap;
+use heapless::Deque;
 use metaroce_app::{
     self as app, check_pattern, fill_pattern, Encoded, Message, Operation, CONTROL_LEN,
     READ_ONLY_INDEX, READ_ONLY_LEN, SLOTS,
@@ -30,46 +35,54 @@ use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
     WorkRequest,
 };
+use metaroce_core::rng::Rng;
+use metaroce_core::storage::buddy::{order_for, Buddy, BuddyNode, Extent};
+use metaroce_core::wire::CloseReason;
 use metaroce_core::{CommandError, Event, Instant};
 use metaroce_platform::dma::HostWindow;
+use smoltcp::wire::IpAddress;
 
 use crate::config::NodeConfig;
 use crate::println;
 use crate::workload::{Port, HOST_BASE, HOST_MEMORY_LEN};
 
-/// Connection slots of the serve endpoint.
-pub const SERVE_CONNECTIONS: usize = 8;
-/// Control receives kept posted per connection.
-const RECV_SLOTS: u32 = 32;
+/// Connections the serve role holds at once.
+pub const SERVE_CONNECTIONS: usize = 1024;
+/// Control receives kept posted per connection (WRITE_IMM completions
+/// consume them too).
+const RECV_SLOTS: u32 = 16;
 /// Control send buffers per connection (rotating).
 const SEND_SLOTS: u32 = 4;
 /// Bytes of control buffers per connection slot.
-const CONTROL_STRIDE: u64 = 4096;
-/// The control buffers of every slot: one local-write region.
+const CONTROL_STRIDE: u64 = 2048;
 const CONTROL_BASE: u64 = HOST_BASE;
-const CONTROL_LEN_ALL: u64 = 64 * 1024;
 /// The read-only pages, one per slot.
-const READ_ONLY_BASE: u64 = CONTROL_BASE + CONTROL_LEN_ALL;
-/// The data pools, one per slot.
-const POOL_BASE: u64 = HOST_BASE + (1 << 20);
-const POOL_LEN: u64 = 3 << 20;
-/// Largest message size a connection may announce: [`SLOTS`] of them fill
-/// its pool.
-pub const MAX_SERVE_MESSAGE: u32 = (POOL_LEN / SLOTS as u64) as u32;
+const READ_ONLY_BASE: u64 = CONTROL_BASE + CONTROL_STRIDE * SERVE_CONNECTIONS as u64;
+/// The data arena: the rest of the emulated host memory, in blocks.
+const ARENA_BASE: u64 = READ_ONLY_BASE + READ_ONLY_LEN as u64 * SERVE_CONNECTIONS as u64;
+const ARENA_UNIT: u64 = 4096;
+const ARENA_UNITS: u64 = (HOST_BASE + HOST_MEMORY_LEN as u64 - ARENA_BASE) / ARENA_UNIT;
+const ARENA_NODES: usize = (ARENA_UNITS >> 4) as usize;
+/// Largest message size a connection may announce ([`SLOTS`] of them).
+pub const MAX_SERVE_MESSAGE: u32 = 128 * 1024;
+/// Bytes of regions one peer address may hold.
+const BYTES_PER_PEER: u64 = 16 << 20;
+/// Peer addresses tracked at once (more are refused).
+const PEERS: usize = 256;
+/// How long a failed connection keeps answering with its fatal NAK
+/// before its slot is released (at once when the table is 90 % full).
+const FAILED_LINGER: Duration = Duration::from_secs(2);
+/// Protection domains of the slots: `DOMAIN_BASE | slot`.
+const DOMAIN_BASE: u32 = 0x4000_0000;
 
-const _: () =
-    assert!(POOL_BASE + POOL_LEN * SERVE_CONNECTIONS as u64 <= HOST_BASE + HOST_MEMORY_LEN as u64);
-const _: () =
-    assert!(READ_ONLY_BASE + READ_ONLY_LEN as u64 * SERVE_CONNECTIONS as u64 <= POOL_BASE);
-const _: () = assert!(
-    (RECV_SLOTS + SEND_SLOTS) as u64 * CONTROL_LEN as u64 <= CONTROL_STRIDE
-        && CONTROL_STRIDE * SERVE_CONNECTIONS as u64 <= CONTROL_LEN_ALL
-);
+const _: () = assert!((RECV_SLOTS + SEND_SLOTS) as u64 * CONTROL_LEN as u64 <= CONTROL_STRIDE);
+const _: () = assert!(ARENA_NODES > 0 && MAX_SERVE_MESSAGE as u64 * SLOTS as u64 <= 16 << 20);
 
-/// Admin tags: the boot registrations, and data regions (slot, size).
-const TAG_CONTROL: u64 = 1;
-const TAG_READ_ONLY: u64 = 0x100;
-const TAG_DATA: u64 = 1 << 56;
+/// Admin tags: kind in the top byte, generation and slot below.
+const TAG_CONTROL: u64 = 1 << 56;
+const TAG_DATA: u64 = 2 << 56;
+const TAG_READ_ONLY: u64 = 3 << 56;
+const TAG_DEREGISTER: u64 = 4 << 56;
 
 /// Work-request ids of control sends (receives are their slot number).
 const WR_SEND: u64 = 1 << 31;
@@ -81,25 +94,66 @@ pub trait ServeNode {
     /// Gives an ended connection's slot back (once its completions were
     /// all taken: `NotDrained` until then).
     fn release(&mut self, h: ConnHandle) -> Result<(), CommandError>;
+    /// Puts a new connection in protection domain `pd`.
+    fn set_pd(&mut self, h: ConnHandle, pd: u32) -> Result<(), CommandError>;
+    /// Closes a connection with `reason` (a refusal: `Rejected`).
+    fn close_with(&mut self, h: ConnHandle, reason: CloseReason) -> Result<(), CommandError>;
+}
+
+/// The arena's allocator nodes, as the buddy allocator takes them.
+struct ArenaNodes([BuddyNode; ARENA_NODES]);
+
+impl Deref for ArenaNodes {
+    type Target = [BuddyNode];
+    fn deref(&self) -> &[BuddyNode] {
+        &self.0
+    }
+}
+
+impl DerefMut for ArenaNodes {
+    fn deref_mut(&mut self) -> &mut [BuddyNode] {
+        &mut self.0
+    }
+}
+
+/// A region a connection has keys for.
+#[derive(Debug, Clone, Copy, Default)]
+struct Keys {
+    data: Option<u32>,
+    read_only: Option<u32>,
 }
 
 /// One connection slot's state.
 #[derive(Debug, Clone, Copy, Default)]
 struct Conn {
     active: bool,
-    /// The connection's handle generation: completions of an earlier
-    /// connection on the same slot are told apart by it.
+    /// The connection's handle generation: completions and admin results
+    /// of an earlier connection on the same slot are told apart by it.
     generation: u32,
-    /// Ended, waiting to be released.
+    /// Ended, waiting for its deregistrations and its release (not
+    /// before `release_at`).
     ending: bool,
+    release_at: Instant,
+    peer: Option<IpAddress>,
     /// Receive slots still to be posted (bit per slot).
     to_post: u32,
     next_send: u32,
     /// Messages waiting for room in the send ring (oldest first).
     outbox: [Option<Encoded>; 2],
-    announced: bool,
-    /// Announced, waiting for the data region's registration.
-    awaiting: Option<(Operation, u64, u32)>,
+    /// In the work list of [`Serve::step`].
+    queued: bool,
+    /// Its own region (from the arena) or, joined, the owner's slot.
+    extent: Option<Extent>,
+    joined: Option<usize>,
+    /// The connections that joined this one's region (a list through
+    /// `next_joiner`), whose keys go when the region does.
+    first_joiner: Option<u16>,
+    next_joiner: Option<u16>,
+    keys: Keys,
+    /// Registrations asked for and not answered yet.
+    pending: u8,
+    ticket: u64,
+    op: Option<Operation>,
     seed: u64,
     size: u32,
     verified: u64,
@@ -107,24 +161,54 @@ struct Conn {
     bytes: u64,
 }
 
+/// What one peer address holds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    connections: u32,
+    bytes: u64,
+}
+
+/// Refusals by reason (printed in the progress line).
+#[derive(Debug, Clone, Copy, Default)]
+struct Refusals {
+    peer_connections: u64,
+    over_budget: u64,
+    bad_size: u64,
+    bad_ticket: u64,
+}
+
 /// The serve task.
 pub struct Serve<'a> {
     port: Port<'a>,
     node: u8,
     ip: core::net::Ipv4Addr,
+    /// Connections one peer address may hold (`peer_connections=`).
+    peer_connections: u32,
     udp_port: u16,
-    control_key: Option<u32>,
-    read_only_keys: [Option<u32>; SERVE_CONNECTIONS],
-    /// Registered data region per slot: (message size, key).
-    data: [Option<(u32, u32)>; SERVE_CONNECTIONS],
-    /// Data registrations in flight, per slot: the size.
-    data_pending: [Option<u32>; SERVE_CONNECTIONS],
-    /// Boot registrations posted so far (control, then the read-only pages).
+    /// Control-buffer keys per slot, registered at boot.
+    control: [Option<u32>; SERVE_CONNECTIONS],
     boot_posted: usize,
+    controls_registered: usize,
     ready: bool,
     conns: [Conn; SERVE_CONNECTIONS],
+    /// Slots with something to do (receives or sends to post, a release
+    /// to retry): the step visits these, never every slot.
+    work: Deque<u16, SERVE_CONNECTIONS>,
+    open: usize,
+    arena: Buddy<ArenaNodes>,
+    peers: FnvIndexMap<IpAddress, Usage, PEERS>,
+    /// Admin commands waiting for room in the admin ring.
+    admin: Deque<(u64, AdminOp), 256>,
+    rng: Rng,
     connections: u64,
+    refusals: Refusals,
     next_status: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum AdminOp {
+    Register(Region),
+    Deregister(u32),
 }
 
 fn control_addr(h: usize, slot: u32) -> u64 {
@@ -135,25 +219,39 @@ fn read_only_addr(h: usize) -> u64 {
     READ_ONLY_BASE + h as u64 * u64::from(READ_ONLY_LEN)
 }
 
-fn pool_addr(h: usize) -> u64 {
-    POOL_BASE + h as u64 * POOL_LEN
+fn domain(h: usize) -> u32 {
+    DOMAIN_BASE | h as u32
+}
+
+fn extent_addr(e: Extent) -> u64 {
+    ARENA_BASE + e.first_unit() as u64 * ARENA_UNIT
+}
+
+fn tag(kind: u64, generation: u32, h: usize) -> u64 {
+    kind | u64::from(generation) << 16 | h as u64
 }
 
 impl<'a> Serve<'a> {
-    pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant) -> Self {
+    pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant, seed: [u8; 32]) -> Self {
         Serve {
             port,
             node: cfg.node,
             ip: cfg.ip,
+            peer_connections: cfg.peer_connections,
             udp_port: cfg.port,
-            control_key: None,
-            read_only_keys: [None; SERVE_CONNECTIONS],
-            data: [None; SERVE_CONNECTIONS],
-            data_pending: [None; SERVE_CONNECTIONS],
+            control: [None; SERVE_CONNECTIONS],
             boot_posted: 0,
+            controls_registered: 0,
             ready: false,
             conns: [Conn::default(); SERVE_CONNECTIONS],
+            work: Deque::new(),
+            open: 0,
+            arena: Buddy::new(ArenaNodes([BuddyNode::INIT; ARENA_NODES])),
+            peers: FnvIndexMap::new(),
+            admin: Deque::new(),
+            rng: Rng::new(seed),
             connections: 0,
+            refusals: Refusals::default(),
             next_status: now,
         }
     }
@@ -172,9 +270,16 @@ impl<'a> Serve<'a> {
         }
         while let Some(e) = node.poll_event() {
             match e {
-                Event::Incoming { conn, peer } => self.adopt(conn, peer),
-                Event::Closed { conn, .. } => self.finish(conn, "closed"),
-                Event::Failed { conn, .. } => self.finish(conn, "failed"),
+                Event::Incoming { conn, peer } => self.adopt(conn, peer, node),
+                Event::Closed { conn, .. } => self.finish(conn, "closed", now),
+                Event::Failed { conn, .. } => {
+                    // A failed connection stays a while to answer the
+                    // peer's later packets with its fatal NAK (spec 4.7.2),
+                    // unless room is short.
+                    let crowded = self.open * 10 >= SERVE_CONNECTIONS * 9;
+                    let at = if crowded { now } else { now + FAILED_LINGER };
+                    self.finish(conn, "failed", at);
+                }
                 Event::Connected(_) => {}
             }
         }
@@ -182,87 +287,71 @@ impl<'a> Serve<'a> {
         while let Some(c) = self.port.poll_completion() {
             self.on_completion(mem, &c);
         }
-        for h in 0..SERVE_CONNECTIONS {
-            self.flush(mem, h);
-            if self.conns[h].ending {
+        for _ in 0..self.work.len() {
+            let Some(h) = self.work.pop_front().map(usize::from) else {
+                break;
+            };
+            self.conns[h].queued = false;
+            if self.conns[h].active {
+                self.flush(mem, h);
+            } else if self.conns[h].ending {
                 let handle = ConnHandle {
                     index: h as u32,
                     generation: self.conns[h].generation,
                 };
-                // Released once its last completions were taken.
-                if !matches!(node.release(handle), Err(CommandError::NotDrained)) {
+                // Released once its registrations were answered and its
+                // last completions taken.
+                if self.conns[h].pending == 0
+                    && now >= self.conns[h].release_at
+                    && !matches!(node.release(handle), Err(CommandError::NotDrained))
+                {
                     self.conns[h].ending = false;
+                } else {
+                    self.mark(h);
                 }
             }
         }
         if now >= self.next_status {
             self.next_status = now + Duration::from_secs(5);
-            let open = self.conns.iter().filter(|c| c.active).count();
+            let open = self.open;
+            let r = self.refusals;
             println!(
-                "METAROCE-PROGRESS node={} phase=serve connections={} open={}",
-                self.node, self.connections, open
+                "METAROCE-PROGRESS node={} phase=serve connections={} open={} refused_peer_connections={} refused_over_budget={} refused_bad_size={} refused_bad_ticket={}",
+                self.node, self.connections, open, r.peer_connections, r.over_budget, r.bad_size, r.bad_ticket
             );
         }
     }
 
-    /// Boot registrations and data-region registrations.
+    /// Pushes queued admin commands, takes their results.
     fn admin(&mut self, mem: &mut HostWindow<'_>) {
-        while self.boot_posted <= SERVE_CONNECTIONS {
-            let (tag, region) = if self.boot_posted == 0 {
-                (
-                    TAG_CONTROL,
-                    Region {
-                        base: CONTROL_BASE,
-                        len: CONTROL_LEN_ALL,
-                        access: Access::LOCAL_WRITE,
-                        pd: 0,
-                    },
-                )
-            } else {
-                let h = self.boot_posted - 1;
-                (
-                    TAG_READ_ONLY + h as u64,
-                    Region {
-                        base: read_only_addr(h),
-                        len: u64::from(READ_ONLY_LEN),
-                        access: Access::REMOTE_READ,
-                        pd: 0,
-                    },
-                )
+        // Boot: every slot's control buffers, in the slot's own domain.
+        while self.boot_posted < SERVE_CONNECTIONS && self.admin.len() < self.admin.capacity() {
+            let h = self.boot_posted;
+            let region = Region {
+                base: control_addr(h, 0),
+                len: CONTROL_STRIDE,
+                access: Access::LOCAL_WRITE,
+                pd: domain(h),
             };
-            if self.port.register_region(tag, region).is_err() {
-                break;
-            }
+            let _ = self
+                .admin
+                .push_back((tag(TAG_CONTROL, 0, h), AdminOp::Register(region)));
             self.boot_posted += 1;
         }
-        while let Some(r) = self.port.poll_admin() {
-            let key = r.result.ok();
-            if r.tag == TAG_CONTROL {
-                self.control_key = key;
-            } else if (TAG_READ_ONLY..TAG_READ_ONLY + SERVE_CONNECTIONS as u64).contains(&r.tag) {
-                self.read_only_keys[(r.tag - TAG_READ_ONLY) as usize] = key;
-            } else if r.tag & TAG_DATA != 0 {
-                let h = ((r.tag >> 32) & 0xff) as usize;
-                let size = r.tag as u32;
-                if h < SERVE_CONNECTIONS {
-                    self.data_pending[h] = None;
-                    if let Some(key) = key {
-                        self.data[h] = Some((size, key));
-                    }
-                    self.resume_announce(mem, h);
-                }
+        while let Some(&(t, op)) = self.admin.front() {
+            let posted = match op {
+                AdminOp::Register(region) => self.port.register_region(t, region),
+                AdminOp::Deregister(key) => self.port.deregister_region(t, key),
+            };
+            if posted.is_err() {
+                break;
             }
-            if r.result.is_err() {
-                println!(
-                    "METAROCE-WARN node={} registration {:#x} refused",
-                    self.node, r.tag
-                );
-            }
+            self.admin.pop_front();
         }
-        if !self.ready
-            && self.control_key.is_some()
-            && self.read_only_keys.iter().all(Option::is_some)
-        {
+        while let Some(r) = self.port.poll_admin() {
+            self.on_admin_result(mem, r.tag, r.result.ok());
+        }
+        if !self.ready && self.controls_registered == SERVE_CONNECTIONS {
             self.ready = true;
             println!(
                 "METAROCE-READY node={} role=serve ip={} port={} connections={} max_message={}",
@@ -271,44 +360,183 @@ impl<'a> Serve<'a> {
         }
     }
 
-    /// A new connection (its `Incoming` event comes before its first data,
-    /// so its receives are posted in time).
-    fn adopt(&mut self, h: ConnHandle, peer: PeerAddr) {
-        let i = h.index as usize;
-        let Some(conn) = self.conns.get_mut(i) else {
+    fn deregister(&mut self, key: u32) {
+        if self
+            .admin
+            .push_back((TAG_DEREGISTER, AdminOp::Deregister(key)))
+            .is_err()
+        {
+            println!("METAROCE-WARN node={} deregistration dropped", self.node);
+        }
+    }
+
+    fn on_admin_result(&mut self, mem: &mut HostWindow<'_>, t: u64, key: Option<u32>) {
+        let kind = t & (0xff << 56);
+        let h = (t & 0xffff) as usize;
+        let generation = ((t >> 16) & 0xffff_ffff) as u32;
+        if kind == TAG_DEREGISTER || h >= SERVE_CONNECTIONS {
             return;
-        };
-        *conn = Conn {
+        }
+        if kind == TAG_CONTROL {
+            match key {
+                Some(k) if self.control[h].is_none() => {
+                    self.control[h] = Some(k);
+                    self.controls_registered += 1;
+                }
+                _ => {
+                    println!(
+                        "METAROCE-ERROR node={} control buffers of slot {} not registered",
+                        self.node, h
+                    );
+                    crate::hw::exit(1)
+                }
+            }
+            return;
+        }
+        let conn = &mut self.conns[h];
+        let current = conn.active && conn.generation == generation;
+        if !current {
+            // The connection ended meanwhile: the key goes at once.
+            if conn.generation == generation {
+                conn.pending = conn.pending.saturating_sub(1);
+            }
+            if let Some(k) = key {
+                self.deregister(k);
+            }
+            self.mark(h);
+            return;
+        }
+        conn.pending = conn.pending.saturating_sub(1);
+        match kind {
+            TAG_DATA => conn.keys.data = key,
+            TAG_READ_ONLY => conn.keys.read_only = key,
+            _ => {}
+        }
+        if conn.pending == 0 {
+            self.answer_region(mem, h);
+        }
+    }
+
+    fn usage(&mut self, ip: IpAddress) -> Option<&mut Usage> {
+        if !self.peers.contains_key(&ip) {
+            self.peers.insert(ip, Usage::default()).ok()?;
+        }
+        self.peers.get_mut(&ip)
+    }
+
+    /// A new connection (its `Incoming` event comes before its first data,
+    /// so its receives are posted in time): within its address's budget,
+    /// it gets its slot's domain and receives; otherwise it is refused.
+    fn adopt(&mut self, h: ConnHandle, peer: PeerAddr, node: &mut impl ServeNode) {
+        let i = h.index as usize;
+        let limit = self.peer_connections;
+        let within = self
+            .usage(peer.ip)
+            .filter(|u| u.connections < limit)
+            .map(|u| u.connections += 1)
+            .is_some();
+        if i >= SERVE_CONNECTIONS || !within || node.set_pd(h, domain(i)).is_err() {
+            self.refusals.peer_connections += 1;
+            let _ = node.close_with(h, CloseReason::Rejected);
+            return;
+        }
+        self.conns[i] = Conn {
             active: true,
             generation: h.generation,
-            to_post: if RECV_SLOTS >= 32 {
-                u32::MAX
-            } else {
-                (1 << RECV_SLOTS) - 1
-            },
+            peer: Some(peer.ip),
+            to_post: (1 << RECV_SLOTS) - 1,
             ..Conn::default()
         };
         self.connections += 1;
+        self.open += 1;
+        self.mark(i);
         defmt::info!("serve: connection {=u32} from {} adopted", h.index, peer);
     }
 
-    fn finish(&mut self, h: ConnHandle, how: &str) {
+    fn finish(&mut self, h: ConnHandle, how: &str, release_at: Instant) {
         let i = h.index as usize;
         let Some(conn) = self
             .conns
-            .get_mut(i)
+            .get(i)
+            .copied()
             .filter(|c| c.active && c.generation == h.generation)
         else {
             return;
         };
-        conn.active = false;
-        conn.ending = true;
-        conn.awaiting = None;
-        let (verified, corrupt, bytes, size) = (conn.verified, conn.corrupt, conn.bytes, conn.size);
         println!(
             "METAROCE-SERVE node={} conn={} end={} size={} verified={} corrupt={} bytes={}",
-            self.node, i, how, size, verified, corrupt, bytes
+            self.node, i, how, conn.size, conn.verified, conn.corrupt, conn.bytes
         );
+        self.drop_region(i);
+        if let Some(u) = conn.peer.and_then(|ip| self.peers.get_mut(&ip)) {
+            u.connections = u.connections.saturating_sub(1);
+            if let Some(e) = conn.extent {
+                u.bytes = u.bytes.saturating_sub(u64::from(e.units()) * ARENA_UNIT);
+            }
+            if u.connections == 0 && u.bytes == 0 {
+                if let Some(ip) = conn.peer {
+                    self.peers.swap_remove(&ip);
+                }
+            }
+        }
+        let c = &mut self.conns[i];
+        c.active = false;
+        c.ending = true;
+        c.release_at = release_at;
+        self.open -= 1;
+        self.mark(i);
+    }
+
+    /// Puts slot `h` on the work list (once).
+    fn mark(&mut self, h: usize) {
+        if !self.conns[h].queued {
+            self.conns[h].queued = true;
+            // Room for every slot: a slot is on the list at most once.
+            let _ = self.work.push_back(h as u16);
+        }
+    }
+
+    /// Gives up slot `i`'s keys and, if it owns one, its arena block, and
+    /// the keys of every connection that joined it (nothing may reach the
+    /// memory once it is free); a joiner leaves its owner's list.
+    fn drop_region(&mut self, i: usize) {
+        let keys = core::mem::take(&mut self.conns[i].keys);
+        for k in [keys.data, keys.read_only].into_iter().flatten() {
+            self.deregister(k);
+        }
+        if let Some(o) = self.conns[i].joined.take() {
+            self.unlink_joiner(o, i);
+        }
+        if let Some(e) = self.conns[i].extent.take() {
+            self.arena.release(e);
+            let mut next = self.conns[i].first_joiner.take();
+            while let Some(j) = next.map(usize::from) {
+                next = self.conns[j].next_joiner.take();
+                self.conns[j].joined = None;
+                let keys = core::mem::take(&mut self.conns[j].keys);
+                for k in [keys.data, keys.read_only].into_iter().flatten() {
+                    self.deregister(k);
+                }
+            }
+        }
+    }
+
+    /// Takes joiner `j` out of owner `o`'s list (a walk over `o`'s joiners
+    /// only).
+    fn unlink_joiner(&mut self, o: usize, j: usize) {
+        let after = self.conns[j].next_joiner.take();
+        if self.conns[o].first_joiner == Some(j as u16) {
+            self.conns[o].first_joiner = after;
+            return;
+        }
+        let mut at = self.conns[o].first_joiner;
+        while let Some(k) = at.map(usize::from) {
+            if self.conns[k].next_joiner == Some(j as u16) {
+                self.conns[k].next_joiner = after;
+                return;
+            }
+            at = self.conns[k].next_joiner;
+        }
     }
 
     fn on_completion(&mut self, mem: &mut HostWindow<'_>, c: &Completion) {
@@ -340,10 +568,12 @@ impl<'a> Serve<'a> {
                     .ok()
                     .and_then(Message::decode);
                 self.conns[h].to_post |= 1 << slot;
+                self.mark(h);
                 match msg {
                     Some(Message::Announce { op, seed, size }) => {
                         self.on_announce(mem, h, op, seed, size);
                     }
+                    Some(Message::Join { ticket }) => self.on_join(mem, h, ticket),
                     Some(Message::Done { .. }) => {
                         let conn = &self.conns[h];
                         let report = Message::Report {
@@ -358,15 +588,16 @@ impl<'a> Serve<'a> {
             }
             Opcode::RecvWriteImm => {
                 self.conns[h].to_post |= 1 << slot;
-                let (Some((rsize, _)), Some(index)) = (self.data[h], c.imm) else {
+                self.mark(h);
+                let (Some(base), Some(index)) = (self.data_addr(h), c.imm) else {
                     return;
                 };
                 let conn = &mut self.conns[h];
-                if !conn.announced || rsize != conn.size {
+                if conn.size == 0 {
                     return;
                 }
                 let size = conn.size as usize;
-                let at = pool_addr(h) + u64::from(index % SLOTS) * u64::from(conn.size);
+                let at = base + u64::from(index % SLOTS) * u64::from(conn.size);
                 conn.bytes += size as u64;
                 match mem.slice(at, size) {
                     Ok(data) if check_pattern(conn.seed, u64::from(index), data) => {
@@ -379,9 +610,27 @@ impl<'a> Serve<'a> {
         }
     }
 
-    fn region_refused(&mut self, mem: &mut HostWindow<'_>, h: usize) {
-        let refusal = Message::region_refused(app::REGION_BAD_SIZE);
-        self.queue_send(mem, h, refusal.encode());
+    /// Where slot `h`'s data region starts: its own block or its owner's.
+    fn data_addr(&self, h: usize) -> Option<u64> {
+        let owner = self.conns[h].joined.unwrap_or(h);
+        self.conns[owner].extent.map(extent_addr)
+    }
+
+    fn refuse(&mut self, mem: &mut HostWindow<'_>, h: usize, status: u32) {
+        self.queue_send(mem, h, Message::region_refused(status).encode());
+    }
+
+    fn register(&mut self, kind: u64, h: usize, region: Region) -> bool {
+        let t = tag(kind, self.conns[h].generation, h);
+        if self
+            .admin
+            .push_back((t, AdminOp::Register(region)))
+            .is_err()
+        {
+            return false;
+        }
+        self.conns[h].pending += 1;
+        true
     }
 
     fn on_announce(
@@ -392,56 +641,31 @@ impl<'a> Serve<'a> {
         seed: u64,
         size: u32,
     ) {
-        if size == 0 || size > MAX_SERVE_MESSAGE || self.conns[h].announced {
-            self.region_refused(mem, h);
-            return;
-        }
-        self.conns[h].announced = true;
-        self.conns[h].awaiting = Some((op, seed, size));
-        if self.data[h].is_some_and(|(s, _)| s == size) {
-            self.resume_announce(mem, h);
-            return;
-        }
-        if self.data_pending[h].is_some() {
-            // The answer to that registration resumes this announcement.
-            return;
-        }
-        let region = Region {
-            base: pool_addr(h),
-            len: u64::from(size) * u64::from(SLOTS),
-            access: Access::ALL,
-            pd: 0,
-        };
-        let tag = TAG_DATA | (h as u64) << 32 | u64::from(size);
-        if self.port.register_region(tag, region).is_ok() {
-            self.data_pending[h] = Some(size);
-        } else {
-            self.conns[h].awaiting = None;
-            self.region_refused(mem, h);
-        }
-    }
-
-    /// Answers the announcement of slot `h` once its data region is there.
-    fn resume_announce(&mut self, mem: &mut HostWindow<'_>, h: usize) {
         let conn = self.conns[h];
-        let Some((op, seed, size)) = conn.awaiting.filter(|_| conn.active) else {
-            return;
-        };
-        if self.data_pending[h].is_some_and(|s| s != size) {
-            return;
-        }
-        self.conns[h].awaiting = None;
-        let (Some((rsize, key)), Some(ro_key)) = (self.data[h], self.read_only_keys[h]) else {
-            self.region_refused(mem, h);
-            return;
-        };
-        if rsize != size {
-            // Registration refused (region table full): the size cannot be served.
-            self.region_refused(mem, h);
+        if size == 0 || size > MAX_SERVE_MESSAGE || conn.extent.is_some() || conn.joined.is_some() {
+            self.refusals.bad_size += 1;
+            self.refuse(mem, h, app::REGION_BAD_SIZE);
             return;
         }
-        let base = pool_addr(h);
         let len = u64::from(size) * u64::from(SLOTS);
+        let units = len.div_ceil(ARENA_UNIT) as u32;
+        let bytes = u64::from(units.next_power_of_two().max(16)) * ARENA_UNIT;
+        let within = conn
+            .peer
+            .and_then(|ip| self.peers.get(&ip))
+            .is_some_and(|u| u.bytes + bytes <= BYTES_PER_PEER);
+        let extent = within
+            .then(|| self.arena.allocate(order_for(units)))
+            .flatten();
+        let Some(extent) = extent else {
+            self.refusals.over_budget += 1;
+            self.refuse(mem, h, app::REGION_OVER_BUDGET);
+            return;
+        };
+        if let Some(u) = conn.peer.and_then(|ip| self.peers.get_mut(&ip)) {
+            u.bytes += u64::from(extent.units()) * ARENA_UNIT;
+        }
+        let base = extent_addr(extent);
         if let Ok(bytes) = mem.slice_mut(base, len as usize) {
             if op == Operation::Read {
                 for (j, slot) in bytes.chunks_mut(size as usize).enumerate() {
@@ -454,17 +678,92 @@ impl<'a> Serve<'a> {
         if let Ok(ro) = mem.slice_mut(read_only_addr(h), READ_ONLY_LEN as usize) {
             fill_pattern(seed, READ_ONLY_INDEX, ro);
         }
-        let conn = &mut self.conns[h];
-        conn.seed = seed;
-        conn.size = size;
+        // The ticket names its slot in the low 16 bits (a JOIN finds the
+        // region without a search); the 48 bits above are random.
+        let ticket = loop {
+            let t = (self.rng.next_u64() & !0xffff) | h as u64;
+            if t >> 16 != 0 {
+                break t;
+            }
+        };
+        let c = &mut self.conns[h];
+        c.extent = Some(extent);
+        c.op = Some(op);
+        c.seed = seed;
+        c.size = size;
+        c.ticket = ticket;
+        self.register_region_of(mem, h, h);
+    }
+
+    /// Registers owner `o`'s data region and read-only page in `h`'s
+    /// domain; the `REGION` answer follows when both keys are back.
+    fn register_region_of(&mut self, mem: &mut HostWindow<'_>, h: usize, o: usize) {
+        let Some(e) = self.conns[o].extent else {
+            self.refuse(mem, h, app::REGION_NO_TICKET);
+            return;
+        };
+        let len = u64::from(self.conns[o].size) * u64::from(SLOTS);
+        let data = Region {
+            base: extent_addr(e),
+            len,
+            access: Access::ALL,
+            pd: domain(h),
+        };
+        let read_only = Region {
+            base: read_only_addr(o),
+            len: u64::from(READ_ONLY_LEN),
+            access: Access::REMOTE_READ,
+            pd: domain(h),
+        };
+        if !(self.register(TAG_DATA, h, data) && self.register(TAG_READ_ONLY, h, read_only)) {
+            self.refusals.over_budget += 1;
+            self.refuse(mem, h, app::REGION_OVER_BUDGET);
+        }
+    }
+
+    /// `JOIN`: keys on slot `h` for the region the ticket names.
+    fn on_join(&mut self, mem: &mut HostWindow<'_>, h: usize, ticket: u64) {
+        let o = (ticket & 0xffff) as usize;
+        let owner = self.conns.get(o).and_then(|c| {
+            (ticket >> 16 != 0 && c.active && c.ticket == ticket && c.extent.is_some()).then_some(o)
+        });
+        let conn = self.conns[h];
+        let Some(o) = owner.filter(|_| conn.extent.is_none() && conn.joined.is_none()) else {
+            self.refusals.bad_ticket += 1;
+            self.refuse(mem, h, app::REGION_NO_TICKET);
+            return;
+        };
+        let (op, seed, size) = (self.conns[o].op, self.conns[o].seed, self.conns[o].size);
+        let first = self.conns[o].first_joiner.replace(h as u16);
+        let c = &mut self.conns[h];
+        c.next_joiner = first;
+        c.joined = Some(o);
+        c.op = op;
+        c.seed = seed;
+        c.size = size;
+        self.register_region_of(mem, h, o);
+    }
+
+    /// Answers slot `h`'s announcement or join once its keys are back.
+    fn answer_region(&mut self, mem: &mut HostWindow<'_>, h: usize) {
+        let c = self.conns[h];
+        let owner = c.joined.unwrap_or(h);
+        let (Some(key), Some(ro_key), Some(e)) =
+            (c.keys.data, c.keys.read_only, self.conns[owner].extent)
+        else {
+            self.refusals.over_budget += 1;
+            self.refuse(mem, h, app::REGION_OVER_BUDGET);
+            return;
+        };
         let answer = Message::Region {
             status: app::REGION_OK,
             key,
-            addr: base,
-            len,
+            addr: extent_addr(e),
+            len: u64::from(c.size) * u64::from(SLOTS),
             slots: SLOTS,
             ro_key,
-            ro_addr: read_only_addr(h),
+            ro_addr: read_only_addr(owner),
+            ticket: if c.joined.is_some() { 0 } else { c.ticket },
         };
         self.queue_send(mem, h, answer.encode());
     }
@@ -484,7 +783,7 @@ impl<'a> Serve<'a> {
 
     /// Posts what slot `h` has waiting: receives, then control sends.
     fn flush(&mut self, mem: &mut HostWindow<'_>, h: usize) {
-        let Some(key) = self.control_key else { return };
+        let Some(key) = self.control[h] else { return };
         let conn = self.conns[h];
         if !conn.active {
             return;
@@ -539,6 +838,10 @@ impl<'a> Serve<'a> {
             let conn = &mut self.conns[h];
             conn.next_send = n.wrapping_add(1);
             conn.outbox[0] = conn.outbox[1].take();
+        }
+        // What did not fit the rings is tried again next step.
+        if self.conns[h].to_post != 0 || self.conns[h].outbox[0].is_some() {
+            self.mark(h);
         }
     }
 }

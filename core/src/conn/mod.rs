@@ -257,6 +257,19 @@ pub struct PoolRefusals {
     pub inflight_records: u64,
 }
 
+impl PoolRefusals {
+    /// Every pool with its refusals, for summaries and telemetry export.
+    pub fn by_pool(&self) -> [(&'static str, u64); 5] {
+        [
+            ("work_entries", self.work_entries),
+            ("recv_entries", self.recv_entries),
+            ("read_jobs", self.read_jobs),
+            ("senders", self.senders),
+            ("inflight_records", self.inflight_records),
+        ]
+    }
+}
+
 /// The pools and tables connections draw on, owned by the endpoint.
 pub struct Resources<B: Backing, const P: usize> {
     pub(crate) work: Pool<Slice<B, PoolEntry<WorkEntry>>>,
@@ -267,7 +280,12 @@ pub struct Resources<B: Backing, const P: usize> {
     pub(crate) rng: Rng,
     /// READ-response jobs in use, endpoint-wide.
     pub(crate) read_jobs: u32,
+    /// Sender states given back since the endpoint last woke connections
+    /// starved of one (each wakes a few).
+    pub(crate) senders_returned: u32,
     pub(crate) refusals: PoolRefusals,
+    /// Reliable packets refused by any connection, by reason.
+    pub(crate) rx_refusals: crate::stats::RefusalStats,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {

@@ -69,12 +69,9 @@ impl<const P: usize> Connection<P> {
             });
             return ReliableOutcome::Refused;
         }
-        if !self.state.is_open() {
+        if !self.state.is_open() || h.path >= self.params.paths {
             self.counters.invalid_dropped += 1;
-            return ReliableOutcome::Dropped;
-        }
-        if h.path >= self.params.paths {
-            self.counters.invalid_dropped += 1;
+            res.rx_refusals.invalid += 1;
             return ReliableOutcome::Dropped;
         }
         let psn = Psn(h.psn);
@@ -89,6 +86,7 @@ impl<const P: usize> Connection<P> {
         // Spec 4.3: only PSNs inside the negotiated window are accepted.
         if d as u32 >= u32::from(self.params.window) {
             self.counters.out_of_window += 1;
+            res.rx_refusals.out_of_window += 1;
             return ReliableOutcome::Dropped;
         }
         if let Err(reason) = self.place(repr, payload, res, mem, config) {
@@ -99,6 +97,7 @@ impl<const P: usize> Connection<P> {
             };
             self.recv.nak_pending = Some(nak);
             self.counters.naks_sent += 1;
+            res.rx_refusals.count_nak(reason);
             self.count_on_path(h.path, ce);
             if reason.is_fatal() {
                 self.recv.sticky_nak = Some((h.psn, reason));

@@ -206,6 +206,7 @@ impl<const P: usize> Connection<P> {
             res.inflight.release(e);
         }
         res.senders.free(s);
+        res.senders_returned += 1;
         true
     }
 

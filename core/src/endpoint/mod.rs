@@ -302,7 +302,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 regions: RegionTable::new(regions),
                 rng,
                 read_jobs: 0,
+                senders_returned: 0,
                 refusals: PoolRefusals::default(),
+                rx_refusals: crate::stats::RefusalStats::default(),
             },
             wheel: TimerWheel::new(),
             free,
@@ -421,7 +423,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         s.conn.local_id = local_id;
         self.live -= 1;
         self.free.push_back(&mut self.slots, i, ConnSlot::free_link);
-        self.wake_waiters();
     }
 
     fn slot_of(&self, h: ConnHandle) -> Result<usize, CommandError> {
@@ -460,10 +461,25 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// Closes a connection gracefully: once its sends are acknowledged a
     /// CLOSE goes out; the peer's reply (or a timeout) ends it.
     pub fn close(&mut self, now: Instant, h: ConnHandle) -> Result<(), CommandError> {
+        self.close_with(now, h, CloseReason::Normal)
+    }
+
+    /// [`Endpoint::close`] with the reason the CLOSE carries: `Rejected`
+    /// when the application refuses a connection it was offered (over a
+    /// budget), `Error` after a failure.
+    pub fn close_with(
+        &mut self,
+        now: Instant,
+        h: ConnHandle,
+        reason: CloseReason,
+    ) -> Result<(), CommandError> {
         self.now = self.now.max(now);
         let i = self.slot_of(h)?;
         let config = self.config;
         self.slots[i].conn.close(now, &mut self.res, &config);
+        if self.slots[i].conn.state == ConnState::Closing {
+            self.slots[i].conn.close_reason = reason;
+        }
         self.refresh(i as u32, now, false);
         Ok(())
     }
@@ -554,6 +570,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// Endpoint-wide drops by reason.
     pub fn drops(&self) -> DropStats {
         self.drops
+    }
+
+    /// Reliable packets refused by connections, by reason (NAKs by reason,
+    /// out of window, invalid).
+    pub fn refusals(&self) -> crate::stats::RefusalStats {
+        self.res.rx_refusals
     }
 
     /// Refusals for want of pool space, by pool.

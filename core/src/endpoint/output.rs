@@ -31,9 +31,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             return;
         }
         let conn = &mut s.conn;
-        let mut gave_back = false;
         if conn.state.is_terminal() || s.released {
-            gave_back = conn.release_sender(&mut self.res);
+            conn.release_sender(&mut self.res);
         } else {
             if conn.state == ConnState::Closing {
                 conn.maybe_send_close(now, &self.res, &config);
@@ -76,15 +75,19 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         if released && !wants {
             self.free_slot(i);
-        } else if gave_back {
-            self.wake_waiters();
+        }
+        // Wherever a sender state came back (idle linger, close, failure),
+        // as many starved connections as it can serve try again.
+        let returned = core::mem::take(&mut self.res.senders_returned);
+        if returned > 0 {
+            self.wake_waiters(returned as usize * WAKE_PER_RELEASE);
         }
     }
 
-    /// Pool space came back: let a few starved connections try again.
-    pub(super) fn wake_waiters(&mut self) {
+    /// Pool space came back: let `count` starved connections try again.
+    pub(super) fn wake_waiters(&mut self, count: usize) {
         let now = self.now;
-        for _ in 0..WAKE_PER_RELEASE {
+        for _ in 0..count {
             let Some(i) = self
                 .waiting
                 .pop_front(&mut self.slots, ConnSlot::waiting_link)

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use metaroce_host::app::Operation;
 use metaroce_host::pcap::PcapRecorder;
-use metaroce_host::session::{run_client, ClientOptions, Progress, Server, Summary};
+use metaroce_host::session::{
+    run_client, run_hold, ClientOptions, HoldOptions, PeerBudget, Progress, Server, Summary,
+};
 use metaroce_host::{HostError, Node, NodeConfig};
 
 const EXIT_CODES: &str = "Exit codes: 0 success, 1 integrity check failed, 2 usage error, \
@@ -39,6 +41,26 @@ enum Command {
     Write(ClientArgs),
     /// READ messages (default 64) of the server's pre-filled region, verified here.
     Read(ClientArgs),
+    /// Open many connections at once and check the server answers on each.
+    Hold(HoldArgs),
+}
+
+#[derive(Args, Debug)]
+struct HoldArgs {
+    /// The server's address and port.
+    #[arg(long)]
+    peer: String,
+    /// Local address to bind (default: any, free port).
+    #[arg(long)]
+    bind: Option<String>,
+    /// Connections to open at once.
+    #[arg(long, default_value_t = 1024)]
+    connections: u32,
+    /// Seconds every connection has to be answered.
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+    #[command(flatten)]
+    common: Common,
 }
 
 #[derive(Args, Debug)]
@@ -77,6 +99,18 @@ struct ServeArgs {
     /// Connections served at once (each costs about 0.5 KiB while idle).
     #[arg(long, default_value_t = metaroce_host::node::DEFAULT_SERVE_CONNECTIONS)]
     connections: u32,
+    /// Connections one peer address may hold at once.
+    #[arg(long, default_value_t = PeerBudget::default().connections_per_peer)]
+    connections_per_peer: u32,
+    /// MiB of announced regions one peer address may hold.
+    #[arg(long, default_value_t = PeerBudget::default().bytes_per_peer >> 20)]
+    mib_per_peer: u64,
+    /// MiB of announced regions all peers may hold.
+    #[arg(long, default_value_t = PeerBudget::default().bytes_total >> 20)]
+    mib_total: u64,
+    /// Regions (announced or joined) one peer address may hold.
+    #[arg(long, default_value_t = PeerBudget::default().regions_per_peer)]
+    regions_per_peer: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -158,6 +192,11 @@ fn node_config(bind: SocketAddr, c: &Common, accept: bool, connections: u32) -> 
         rate_mbps: c.rate_mbps.unwrap_or(UNCAPPED_MBPS),
         accept,
         connections,
+        receives_per_connection: if accept {
+            metaroce_host::session::SERVER_RECEIVES
+        } else {
+            0
+        },
         seed: None,
     }
 }
@@ -190,7 +229,13 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         .map(|d| seconds("--duration", d))
         .transpose()?
         .map(|d| Instant::now() + d);
-    let mut server = Server::new(node);
+    let budget = PeerBudget {
+        connections_per_peer: a.connections_per_peer,
+        bytes_per_peer: a.mib_per_peer << 20,
+        bytes_total: a.mib_total << 20,
+        regions_per_peer: a.regions_per_peer,
+    };
+    let mut server = Server::with_budget(node, budget);
     let mut printed = 0;
     let mut corrupt = false;
     let once = a.once;
@@ -221,6 +266,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         printed = s.finished.len();
         (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
     })?;
+    print_serve_summary(&server, json);
     if let Some(p) = server.node.link.pcap.take() {
         p.finish()?;
     }
@@ -228,6 +274,38 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         return Err(HostError::Integrity("a client's data differed".into()));
     }
     Ok(())
+}
+
+/// What the server did and refused, by reason.
+fn print_serve_summary(server: &Server, json: bool) {
+    let c = server.counters;
+    let ep = &server.node.ep;
+    if json {
+        say(&serde_json::json!({
+            "summary": {
+                "connections": c.connections,
+                "open": server.open_connections(),
+                "server": c,
+                "endpoint": metaroce_host::counters::json(ep),
+            }
+        })
+        .to_string());
+        return;
+    }
+    say(&format!(
+        "serve summary: {} connections ({} open, {} joins); refused: {} over the peer's connection budget, \
+         {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
+        c.connections,
+        server.open_connections(),
+        c.joins,
+        c.refused_peer_connections,
+        c.refused_no_buffers,
+        c.refused_bad_size,
+        c.refused_over_budget,
+        c.refused_bad_ticket,
+        c.refused_second_announce
+    ));
+    say(&format!("endpoint: {}", metaroce_host::counters::line(ep)));
 }
 
 fn client(
@@ -299,6 +377,64 @@ fn client(
         )));
     }
     Ok(())
+}
+
+/// `metaroce hold`: many connections at once, one round trip on each.
+fn hold(a: &HoldArgs) -> Result<(), HostError> {
+    let peer = parse_addr("--peer", &a.peer)?;
+    if peer.port() == 0 || peer.ip().is_unspecified() {
+        return Err(HostError::Usage(format!(
+            "--peer `{peer}` is not a reachable address"
+        )));
+    }
+    let bind = match &a.bind {
+        Some(b) => parse_addr("--bind", b)?,
+        None => default_bind(peer),
+    };
+    let mut node = Node::bind(&node_config(bind, &a.common, false, a.connections.max(1)))?;
+    if let Some(p) = &a.common.pcap {
+        node.link.pcap = Some(PcapRecorder::create(p)?);
+    }
+    let opts = HoldOptions {
+        peer,
+        connections: a.connections,
+        timeout: seconds("--timeout", a.timeout)?,
+    };
+    let result = run_hold(&mut node, &opts);
+    if let Some(p) = node.link.pcap.take() {
+        p.finish()?;
+    }
+    let s = result?;
+    if a.common.json {
+        say(&serde_json::to_string(&s).unwrap_or_default());
+    } else {
+        say(&format!(
+            "hold {}: {} connections: {} established (last after {:.2} s), {} answered, \
+             {} refused, {} closed, {} failed, {} still waiting after {:.2} s",
+            s.peer,
+            s.requested,
+            s.established,
+            s.establish_seconds,
+            s.answered,
+            s.refused,
+            s.closed,
+            s.failed,
+            s.waiting,
+            s.seconds
+        ));
+        for (what, n) in &s.endings {
+            say(&format!("  {n} {what}"));
+        }
+    }
+    if s.all_answered() {
+        Ok(())
+    } else {
+        Err(HostError::Transfer(format!(
+            "{} of {} connections were not served",
+            s.requested - s.answered,
+            s.requested
+        )))
+    }
 }
 
 /// CPU time (user and system) this process has used.
@@ -408,6 +544,7 @@ fn print_summary(s: &Summary, limit: &RunLimit, json: bool) {
         limit.receive_buffer_bytes / 1024,
         limit.send_buffer_bytes / 1024
     );
+    println!("refused or dropped by reason: {}", s.refusals_line);
     println!(
         "integrity {}: {} verified, {} corrupt",
         if s.integrity_ok { "OK" } else { "FAILED" },
@@ -423,6 +560,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => client(a, Operation::Write, None, Some(5.0)),
         Command::Write(a) => client(a, Operation::Write, Some(64), None),
         Command::Read(a) => client(a, Operation::Read, Some(64), None),
+        Command::Hold(a) => hold(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -262,8 +262,9 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                             self.set_phase(slot, Phase::Open);
                             self.notify(slot, abi::EVENT_CONNECTED, 0, 0);
                         }
-                        // A connection the endpoint accepted by itself.
-                        _ => self.offer(now, control, conn),
+                        // An accepted connection (offered on its `Incoming`
+                        // event) completing its handshake: nothing to tell.
+                        _ => {}
                     }
                 }
                 ControlEvent::Closed { conn, reason } => {

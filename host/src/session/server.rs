@@ -1,0 +1,583 @@
+//! The server of `metaroce serve`: accepts connections, gives each a
+//! region in its own protection domain, verifies what arrives, reports.
+//!
+//! Hostile clients are expected. Every connection is isolated (its own
+//! domain: a key works only on the connection it was given to; a second
+//! connection reaches a region only by `JOIN`ing with the region's random
+//! ticket). Every resource is budgeted per peer address and in total
+//! (connections, regions, bytes of memory); a request over budget is
+//! refused on the wire (`CLOSE` with `REJECTED` for a connection, `REGION`
+//! with `REGION_OVER_BUDGET` for an announcement) and counted by reason,
+//! and the server goes on serving everyone else.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant as WallInstant};
+
+use metaroce_core::api::{Access, Completion, ConnHandle, Opcode, Region, Status};
+use metaroce_core::wire::CloseReason;
+use metaroce_core::{CommandError, Event};
+use serde::Serialize;
+
+use super::{Control, IDLE_TURN};
+use crate::app::{self, Message, Operation, SLOTS};
+use crate::node::Node;
+use crate::HostError;
+
+/// How long a failed connection stays (answering later packets with its
+/// fatal NAK, spec 4.7.2) before its slot is released; released at once
+/// when the table is nearly full.
+const FAILED_LINGER: Duration = Duration::from_secs(2);
+
+/// What each peer address may hold at once, and the server in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PeerBudget {
+    /// Connections from one address.
+    pub connections_per_peer: u32,
+    /// Bytes of announced regions of one address.
+    pub bytes_per_peer: u64,
+    /// Bytes of announced regions of every peer.
+    pub bytes_total: u64,
+    /// Regions (announced or joined) of one address.
+    pub regions_per_peer: u32,
+}
+
+impl Default for PeerBudget {
+    fn default() -> Self {
+        PeerBudget {
+            connections_per_peer: 256,
+            bytes_per_peer: 256 << 20,
+            bytes_total: 2 << 30,
+            regions_per_peer: 512,
+        }
+    }
+}
+
+/// What the server refused and why, and what it saw: the `serve`
+/// summary's counters (the endpoint's drops by reason come with them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ServerCounters {
+    pub connections: u64,
+    /// Connections closed at once: their address has its budget of
+    /// connections.
+    pub refused_peer_connections: u64,
+    /// Connections closed at once: no room for their control buffers.
+    pub refused_no_buffers: u64,
+    /// Announcements refused: size out of range.
+    pub refused_bad_size: u64,
+    /// Announcements or joins refused: over the peer's or the server's
+    /// budget of bytes or regions.
+    pub refused_over_budget: u64,
+    /// Joins whose ticket named no region.
+    pub refused_bad_ticket: u64,
+    /// Announcements on a connection that already has a region.
+    pub refused_second_announce: u64,
+    pub joins: u64,
+}
+
+/// What the server reports about one finished connection.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ServerReport {
+    pub peer: String,
+    pub operation: String,
+    pub message_size: u32,
+    /// WRITE_IMM messages received and checked against the pattern.
+    pub verified: u64,
+    /// Messages whose bytes differed from the pattern.
+    pub corrupt: u64,
+    pub bytes: u64,
+    pub packets_received: u64,
+    pub duplicates_received: u64,
+    pub ce_received: u64,
+    pub naks_sent: u64,
+    /// Every packet the endpoint dropped, by any reason, so far.
+    pub endpoint_drops: u64,
+    pub closed: String,
+    pub integrity_ok: bool,
+}
+
+/// A region of server memory a connection has keys for.
+#[derive(Debug, Clone, Copy)]
+struct Keys {
+    key: u32,
+    ro_key: u32,
+}
+
+/// Memory an announcement allocated: the data region and the read-only
+/// page; owned by the announcing connection.
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    base: u64,
+    len: u64,
+    ro_base: u64,
+}
+
+#[derive(Debug)]
+struct ServerConn {
+    control: Control,
+    peer: SocketAddr,
+    /// Keys of this connection (its own domain) for `memory`.
+    keys: Option<Keys>,
+    /// The memory it reaches: its own, or the one it joined.
+    memory: Option<Memory>,
+    /// It allocated `memory` (not joined): freed when it ends.
+    owns_memory: bool,
+    /// The ticket of its own region (0: none).
+    ticket: u64,
+    /// Connections that joined its region (their keys go when it ends).
+    joiners: Vec<ConnHandle>,
+    op: Option<Operation>,
+    seed: u64,
+    size: u32,
+    verified: u64,
+    corrupt: u64,
+    bytes: u64,
+}
+
+/// What one peer address holds.
+#[derive(Debug, Clone, Copy, Default)]
+struct PeerUsage {
+    connections: u32,
+    regions: u32,
+    bytes: u64,
+}
+
+/// The `serve` side: accepts connections, gives each a region, verifies.
+#[derive(Debug)]
+pub struct Server {
+    pub node: Node,
+    pub budget: PeerBudget,
+    conns: HashMap<ConnHandle, ServerConn>,
+    peers: HashMap<IpAddr, PeerUsage>,
+    tickets: HashMap<u64, ConnHandle>,
+    bytes_total: u64,
+    /// Connections that closed or failed, with how and when to release
+    /// them (their last completions must be taken first).
+    ending: Vec<(ConnHandle, String, WallInstant)>,
+    /// Reports of connections that ended, oldest first.
+    pub finished: Vec<ServerReport>,
+    pub counters: ServerCounters,
+}
+
+impl Server {
+    /// A server on a bound node (which must accept incoming connections).
+    pub fn new(node: Node) -> Server {
+        Server::with_budget(node, PeerBudget::default())
+    }
+
+    /// A server with `budget`.
+    pub fn with_budget(node: Node, budget: PeerBudget) -> Server {
+        Server {
+            node,
+            budget,
+            conns: HashMap::new(),
+            peers: HashMap::new(),
+            tickets: HashMap::new(),
+            bytes_total: 0,
+            ending: Vec::new(),
+            finished: Vec::new(),
+            counters: ServerCounters::default(),
+        }
+    }
+
+    /// Connections being served now.
+    pub fn open_connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Runs until `stop` returns true (checked every turn).
+    pub fn run(&mut self, mut stop: impl FnMut(&Server) -> bool) -> Result<(), HostError> {
+        while !stop(self) {
+            self.turn(IDLE_TURN)?;
+        }
+        Ok(())
+    }
+
+    /// One loop turn plus the server's bookkeeping.
+    pub fn turn(&mut self, max_wait: Duration) -> Result<(), HostError> {
+        self.node.turn(max_wait);
+        let now = WallInstant::now();
+        while let Some(e) = self.node.events.pop_front() {
+            match e {
+                Event::Incoming { conn, peer } => self.adopt(conn, crate::node::socket_of(peer)),
+                Event::Closed { conn, reason } => {
+                    self.ending.push((conn, format!("{reason:?}"), now));
+                }
+                Event::Failed { conn, status } => {
+                    // Stays a while to answer the peer's later packets with
+                    // its fatal NAK, unless room is short.
+                    let ep = &self.node.ep;
+                    let crowded = u64::from(ep.live_connections()) * 10 >= ep.capacity() as u64 * 9;
+                    let at = if crowded { now } else { now + FAILED_LINGER };
+                    self.ending.push((conn, format!("failed: {status:?}"), at));
+                }
+                Event::Connected(_) => {}
+            }
+        }
+        while let Some(c) = self.node.completions.pop_front() {
+            self.on_completion(&c);
+        }
+        let ending = std::mem::take(&mut self.ending);
+        for (h, how, at) in ending {
+            if at > now {
+                self.ending.push((h, how, at));
+                continue;
+            }
+            self.finish(h, &how);
+            match self.node.ep.release(h) {
+                Ok(()) | Err(CommandError::UnknownConnection) => {}
+                // Its last completions are still coming: next turn.
+                Err(_) => self.ending.push((h, how, at)),
+            }
+        }
+        Ok(())
+    }
+
+    fn usage(&mut self, peer: SocketAddr) -> &mut PeerUsage {
+        self.peers.entry(peer.ip()).or_default()
+    }
+
+    /// Closes a connection the server will not serve, with `REJECTED`.
+    fn refuse(&mut self, h: ConnHandle) {
+        let now = self.node.now();
+        let _ = self.node.ep.close_with(now, h, CloseReason::Rejected);
+    }
+
+    /// A new connection: within its address's budget, its buffers and
+    /// receives; otherwise refused.
+    fn adopt(&mut self, h: ConnHandle, peer: SocketAddr) {
+        self.counters.connections += 1;
+        if self.usage(peer).connections >= self.budget.connections_per_peer {
+            self.counters.refused_peer_connections += 1;
+            self.refuse(h);
+            return;
+        }
+        let control = match Control::new(&mut self.node, h) {
+            Ok(c) => c,
+            Err(_) => {
+                self.counters.refused_no_buffers += 1;
+                self.refuse(h);
+                return;
+            }
+        };
+        let _ = control.post_recvs(&mut self.node, h);
+        self.usage(peer).connections += 1;
+        self.conns.insert(
+            h,
+            ServerConn {
+                control,
+                peer,
+                keys: None,
+                memory: None,
+                owns_memory: false,
+                ticket: 0,
+                joiners: Vec::new(),
+                op: None,
+                seed: 0,
+                size: 0,
+                verified: 0,
+                corrupt: 0,
+                bytes: 0,
+            },
+        );
+    }
+
+    fn on_completion(&mut self, c: &Completion) {
+        let Some(conn) = self.conns.get_mut(&c.conn) else {
+            return;
+        };
+        match (c.opcode, c.status) {
+            (Opcode::Recv, Status::Success) => {
+                let msg = conn.control.received(&self.node, c);
+                let _ = conn
+                    .control
+                    .post_recv(&mut self.node, c.conn, c.wr_id as u32);
+                match msg {
+                    Some(Message::Announce { op, seed, size }) => {
+                        self.on_announce(c.conn, op, seed, size);
+                    }
+                    Some(Message::Join { ticket }) => self.on_join(c.conn, ticket),
+                    Some(Message::Done { .. }) => {
+                        let report = Message::Report {
+                            verified: conn.verified,
+                            corrupt: conn.corrupt,
+                            bytes: conn.bytes,
+                        };
+                        let _ = conn.control.send(&mut self.node, c.conn, &report);
+                    }
+                    _ => {}
+                }
+            }
+            (Opcode::RecvWriteImm, Status::Success) => {
+                let _ = conn
+                    .control
+                    .post_recv(&mut self.node, c.conn, c.wr_id as u32);
+                let (Some(m), Some(index)) = (conn.memory, c.imm) else {
+                    return;
+                };
+                let size = conn.size as usize;
+                let slot = u64::from(index % SLOTS) * u64::from(conn.size);
+                if size == 0 || slot + size as u64 > m.len {
+                    return;
+                }
+                conn.bytes += size as u64;
+                match self.node.mem.slice(m.base + slot, size) {
+                    Some(data) if app::check_pattern(conn.seed, u64::from(index), data) => {
+                        conn.verified += 1;
+                    }
+                    _ => conn.corrupt += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn answer(&mut self, h: ConnHandle, m: &Message) {
+        if let Some(conn) = self.conns.get_mut(&h) {
+            let _ = conn.control.send(&mut self.node, h, m);
+        }
+    }
+
+    /// Registers `memory` for connection `h` (its domain): the data region
+    /// with every right, the read-only page with remote read.
+    fn register_keys(&mut self, h: ConnHandle, memory: Memory) -> Option<Keys> {
+        let pd = self.node.ep.pd(h)?;
+        let key = self
+            .node
+            .ep
+            .register_region(Region {
+                base: memory.base,
+                len: memory.len,
+                access: Access::ALL,
+                pd,
+            })
+            .ok()?;
+        let ro = self.node.ep.register_region(Region {
+            base: memory.ro_base,
+            len: u64::from(app::READ_ONLY_LEN),
+            access: Access::REMOTE_READ,
+            pd,
+        });
+        match ro {
+            Ok(ro_key) => Some(Keys { key, ro_key }),
+            Err(_) => {
+                let _ = self.node.ep.deregister_region(key);
+                None
+            }
+        }
+    }
+
+    fn drop_keys(&mut self, keys: Keys) {
+        let _ = self.node.ep.deregister_region(keys.key);
+        let _ = self.node.ep.deregister_region(keys.ro_key);
+    }
+
+    fn on_announce(&mut self, h: ConnHandle, op: Operation, seed: u64, size: u32) {
+        let Some(conn) = self.conns.get(&h) else {
+            return;
+        };
+        if conn.memory.is_some() {
+            self.counters.refused_second_announce += 1;
+            self.answer(h, &Message::region_refused(app::REGION_BAD_SIZE));
+            return;
+        }
+        if size == 0 || size > app::MAX_MESSAGE {
+            self.counters.refused_bad_size += 1;
+            self.answer(h, &Message::region_refused(app::REGION_BAD_SIZE));
+            return;
+        }
+        let len = u64::from(size) * u64::from(SLOTS);
+        let footprint = len + u64::from(app::READ_ONLY_LEN);
+        let peer = conn.peer;
+        let usage = *self.usage(peer);
+        if usage.bytes + footprint > self.budget.bytes_per_peer
+            || self.bytes_total + footprint > self.budget.bytes_total
+            || usage.regions + 2 > self.budget.regions_per_peer
+        {
+            self.counters.refused_over_budget += 1;
+            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
+            return;
+        }
+        let base = self.node.mem.alloc(len as usize, 0);
+        let ro_base = self.node.mem.alloc(app::READ_ONLY_LEN as usize, 0);
+        if op == Operation::Read {
+            for j in 0..SLOTS {
+                let off = u64::from(j) * u64::from(size);
+                if let Some(dst) = self.node.mem.slice_mut(base + off, size as usize) {
+                    app::fill_pattern(seed, u64::from(j), dst);
+                }
+            }
+        }
+        if let Some(dst) = self
+            .node
+            .mem
+            .slice_mut(ro_base, app::READ_ONLY_LEN as usize)
+        {
+            app::fill_pattern(seed, app::READ_ONLY_INDEX, dst);
+        }
+        let memory = Memory { base, len, ro_base };
+        let Some(keys) = self.register_keys(h, memory) else {
+            self.node.mem.free(base);
+            self.node.mem.free(ro_base);
+            self.counters.refused_over_budget += 1;
+            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
+            return;
+        };
+        let ticket = self.new_ticket();
+        self.tickets.insert(ticket, h);
+        let usage = self.usage(peer);
+        usage.bytes += footprint;
+        usage.regions += 2;
+        self.bytes_total += footprint;
+        let conn = self.conns.get_mut(&h).expect("present above");
+        conn.keys = Some(keys);
+        conn.memory = Some(memory);
+        conn.owns_memory = true;
+        conn.ticket = ticket;
+        conn.op = Some(op);
+        conn.seed = seed;
+        conn.size = size;
+        self.answer(
+            h,
+            &Message::Region {
+                status: app::REGION_OK,
+                key: keys.key,
+                addr: base,
+                len,
+                slots: SLOTS,
+                ro_key: keys.ro_key,
+                ro_addr: ro_base,
+                ticket,
+            },
+        );
+    }
+
+    /// A random ticket (unguessable: it is a capability).
+    fn new_ticket(&self) -> u64 {
+        loop {
+            let mut b = [0u8; 8];
+            if getrandom::fill(&mut b).is_err() {
+                continue;
+            }
+            let t = u64::from_le_bytes(b);
+            if t != 0 && !self.tickets.contains_key(&t) {
+                return t;
+            }
+        }
+    }
+
+    /// `JOIN`: keys on `h` for the region the ticket names.
+    fn on_join(&mut self, h: ConnHandle, ticket: u64) {
+        let owner = self.tickets.get(&ticket).copied();
+        let found = owner
+            .and_then(|o| self.conns.get(&o))
+            .and_then(|o| Some((o.memory?, o.op, o.seed, o.size)));
+        let Some((owner, (memory, op, seed, size))) = owner.zip(found) else {
+            self.counters.refused_bad_ticket += 1;
+            self.answer(h, &Message::region_refused(app::REGION_NO_TICKET));
+            return;
+        };
+        let Some(conn) = self.conns.get(&h) else {
+            return;
+        };
+        let peer = conn.peer;
+        if conn.memory.is_some() || self.usage(peer).regions + 2 > self.budget.regions_per_peer {
+            self.counters.refused_over_budget += 1;
+            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
+            return;
+        }
+        let Some(keys) = self.register_keys(h, memory) else {
+            self.counters.refused_over_budget += 1;
+            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
+            return;
+        };
+        self.usage(peer).regions += 2;
+        self.counters.joins += 1;
+        if let Some(o) = self.conns.get_mut(&owner) {
+            o.joiners.push(h);
+        }
+        let conn = self.conns.get_mut(&h).expect("present above");
+        conn.keys = Some(keys);
+        conn.memory = Some(memory);
+        conn.op = op;
+        conn.seed = seed;
+        conn.size = size;
+        self.answer(
+            h,
+            &Message::Region {
+                status: app::REGION_OK,
+                key: keys.key,
+                addr: memory.base,
+                len: memory.len,
+                slots: SLOTS,
+                ro_key: keys.ro_key,
+                ro_addr: memory.ro_base,
+                ticket: 0,
+            },
+        );
+    }
+
+    fn finish(&mut self, h: ConnHandle, how: &str) {
+        let Some(conn) = self.conns.remove(&h) else {
+            return;
+        };
+        let stats = self.node.ep.stats(h).unwrap_or_default();
+        if let Some(keys) = conn.keys {
+            self.drop_keys(keys);
+        }
+        let usage = self.usage(conn.peer);
+        usage.connections = usage.connections.saturating_sub(1);
+        if conn.keys.is_some() {
+            usage.regions = usage.regions.saturating_sub(2);
+        }
+        if let (true, Some(m)) = (conn.owns_memory, conn.memory) {
+            // Whoever joined loses its keys first: nothing may reach the
+            // memory once it is freed.
+            for j in &conn.joiners {
+                let keys = self.conns.get_mut(j).and_then(|c| {
+                    c.memory = None;
+                    c.keys.take()
+                });
+                if let Some(keys) = keys {
+                    self.drop_keys(keys);
+                }
+            }
+            self.node.mem.free(m.base);
+            self.node.mem.free(m.ro_base);
+            let footprint = m.len + u64::from(app::READ_ONLY_LEN);
+            let usage = self.usage(conn.peer);
+            usage.bytes = usage.bytes.saturating_sub(footprint);
+            self.bytes_total = self.bytes_total.saturating_sub(footprint);
+            self.tickets.remove(&conn.ticket);
+        }
+        if self
+            .peers
+            .get(&conn.peer.ip())
+            .is_some_and(|u| u.connections == 0 && u.regions == 0 && u.bytes == 0)
+        {
+            self.peers.remove(&conn.peer.ip());
+        }
+        let _ = self.node.ep.deregister_region(conn.control.key());
+        self.node.mem.free(conn.control.base());
+        let operation = match conn.op {
+            Some(Operation::Write) => "write",
+            Some(Operation::Read) => "read",
+            None => "none",
+        };
+        self.finished.push(ServerReport {
+            peer: conn.peer.to_string(),
+            operation: operation.into(),
+            message_size: conn.size,
+            verified: conn.verified,
+            corrupt: conn.corrupt,
+            bytes: conn.bytes,
+            packets_received: stats.packets_received,
+            duplicates_received: stats.duplicates_received,
+            ce_received: stats.ce_received,
+            naks_sent: stats.naks_sent,
+            endpoint_drops: self.node.ep.drops().total(),
+            closed: how.into(),
+            integrity_ok: conn.corrupt == 0,
+        });
+    }
+}
