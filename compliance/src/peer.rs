@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::wire::{
-    self, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, MemoryTarget,
-    MessageSpan, NakRepr, ReadRequestRepr, Repr, SackBits, SendRepr, WriteImm, WriteRepr,
+    self, AckRepr, Body, CipherSuite, CloseReason, CloseRepr, ConnectRepr, Flags, Header,
+    MemoryTarget, MessageSpan, NakRepr, ReadRequestRepr, Repr, SackBits, SendRepr, TimerProfile,
+    WriteImm, WriteRepr, COOKIE_LEN,
 };
 use metaroce_host::app::{Message, Operation};
 use socket2::SockRef;
@@ -240,7 +241,7 @@ impl Peer {
     }
 
     /// The CONNECT we send.
-    pub fn connect_repr(&self, mtu: u16, paths: u16, window: u16) -> Repr {
+    pub fn connect_repr(&self, mtu: u16, paths: u16, window: u32) -> Repr {
         Repr {
             header: Header {
                 flags: Flags::NONE,
@@ -258,13 +259,17 @@ impl Peer {
                 window,
                 initial_psn: self.next_psn,
                 reply_port: self.local_port(),
+                timer_profile: TimerProfile::DataCenter,
+                suite: CipherSuite::None,
+                key_id: 0,
+                cookie: [0; COOKIE_LEN],
             }),
             payload_len: 0,
         }
     }
 
     /// Sends CONNECT and waits for the ACCEPT (without confirming).
-    pub fn connect_only(&mut self, mtu: u16, paths: u16, window: u16) -> Result<ConnectRepr, Fail> {
+    pub fn connect_only(&mut self, mtu: u16, paths: u16, window: u32) -> Result<ConnectRepr, Fail> {
         let repr = self.connect_repr(mtu, paths, window);
         for _ in 0..4 {
             self.send(&repr, &[])?;

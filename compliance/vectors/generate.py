@@ -23,7 +23,7 @@ import struct
 import sys
 import zlib
 
-VERSION = 1
+VERSION = 2
 HEADER_LEN = 28
 CRC_LEN = 4
 DEFAULT_UDP_PORT = 4795
@@ -41,7 +41,11 @@ TYPE_CODES = {
     "ACCEPT": 0x21,
     "CLOSE": 0x22,
     "KEEPALIVE": 0x23,
+    "RETRY": 0x24,
 }
+
+TIMER_PROFILES = {"DataCenter": 0, "Emulation": 1}
+SUITES = {"None": 0, "Aes256Gcm": 1}
 
 NAK_REASONS = {
     "InvalidKey": 1,
@@ -67,7 +71,7 @@ HEX_WIDTHS = {
     "type_code": 2, "flags": 4, "dst_conn": 8, "token": 16, "timestamp": 8,
     "key": 8, "addr": 16, "imm": 8, "source_key": 8, "source_addr": 16,
     "sink_key": 8, "sink_addr": 16, "echo_timestamp": 8, "src_conn": 8,
-    "src_token": 16,
+    "src_token": 16, "key_id": 8,
 }
 
 
@@ -112,9 +116,18 @@ def extension(f):
         return struct.pack(">IIB", f["cumulative"], f["nak_psn"],
                            f.get("_reason_code", NAK_REASONS.get(f.get("reason"), 0))) + reserved
     if t in ("CONNECT", "ACCEPT"):
-        return struct.pack(">IQHHHHI", f["src_conn"], f["src_token"], f["mtu"],
+        # Spec 3.8.1: 64 bytes.
+        cookie = f.get("cookie", bytes(32))
+        assert len(cookie) == 32
+        return struct.pack(">IQHHIHBBII", f["src_conn"], f["src_token"], f["mtu"],
                            f["max_paths"], f["window"], f["reply_port"],
-                           f["initial_psn"])
+                           f.get("_profile_code", TIMER_PROFILES[f.get("timer_profile", "DataCenter")]),
+                           f.get("_suite_code", SUITES[f.get("suite", "None")]),
+                           f["initial_psn"], f.get("key_id", 0)) + cookie
+    if t == "RETRY":
+        # Spec 3.8.4: the cookie alone.
+        assert len(f["cookie"]) == 32
+        return f["cookie"]
     if t == "CLOSE":
         reserved = f.get("_close_reserved", b"\0\0\0")
         return struct.pack(">B", f.get("_reason_code", CLOSE_REASONS.get(f.get("reason"), 0))) + reserved
@@ -318,17 +331,33 @@ def valid_cases():
     # CONNECT / ACCEPT (spec 3.8.1)
     add("connect_min", "CONNECT with the smallest parameters (MTU 256, 1 path, window 1)",
         dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0, path=0), src_conn=1,
-             src_token=1, mtu=256, max_paths=1, window=1, reply_port=0, initial_psn=0),
+             src_token=1, mtu=256, max_paths=1, window=1, reply_port=0, initial_psn=0,
+             timer_profile="DataCenter", suite="None", key_id=0, cookie=bytes(32)),
         dict(V4_ENCAP, ecn=0b00, dscp=48))
-    add("connect_max", "CONNECT with the largest parameters (MTU 9000, 256 paths, window 256)",
+    add("connect_max", "CONNECT with the largest parameters (MTU 9000, 256 paths, window 65536)",
         dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0, path=0), src_conn=0xFFFFFFFF,
-             src_token=0xFFFFFFFFFFFFFFFF, mtu=9000, max_paths=256, window=256,
-             reply_port=0xFFFF, initial_psn=0xFFFFFFFF))
+             src_token=0xFFFFFFFFFFFFFFFF, mtu=9000, max_paths=256, window=65536,
+             reply_port=0xFFFF, initial_psn=0xFFFFFFFF, timer_profile="Emulation",
+             suite="Aes256Gcm", key_id=0xFFFFFFFF, cookie=bytes(range(0xE0, 0x100))))
+    add("connect_with_cookie", "CONNECT repeated with the cookie of a RETRY",
+        dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0, path=3, timestamp=0x01020304),
+             src_conn=0x00001234, src_token=0x1122334455667788, mtu=1024, max_paths=4,
+             window=256, reply_port=4795, initial_psn=0x00ABCDEF,
+             timer_profile="Emulation", suite="None", key_id=0,
+             cookie=bytes(range(0x10, 0x30))))
     add("accept", "ACCEPT answering a CONNECT with negotiated values",
-        dict(type="ACCEPT", **hdr(dst_conn=0x00000042, token=0x8877665544332211, psn=0,
+        dict(type="ACCEPT", **hdr(dst_conn=0x00000042, token=0x8877665544332211, psn=0x10000000,
                                   path=0),
              src_conn=0x00000099, src_token=0x0F1E2D3C4B5A6978, mtu=4096, max_paths=8,
-             window=128, reply_port=4795, initial_psn=0x10000000))
+             window=128, reply_port=4795, initial_psn=0x10000000,
+             timer_profile="DataCenter", suite="Aes256Gcm", key_id=0x00000007,
+             cookie=bytes(32)))
+    # RETRY (spec 3.8.4)
+    add("retry", "RETRY carrying a cookie, addressed by the initiator's id and token",
+        dict(type="RETRY", **hdr(dst_conn=0x00001234, token=0x1122334455667788, psn=0,
+                                 path=3),
+             cookie=bytes(range(0x10, 0x30))),
+        dict(V4_ENCAP, ecn=0b00, dscp=0))
     # CLOSE (spec 3.8.2)
     add("close_normal", "CLOSE, reason Normal",
         dict(type="CLOSE", **hdr(psn=0), reason="Normal"))
@@ -370,6 +399,7 @@ def malformed_cases():
     conn = dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0, path=0), src_conn=5,
                 src_token=6, mtu=1500, max_paths=4, window=64, reply_port=50000,
                 initial_psn=0)
+    retry = dict(type="RETRY", **hdr(psn=0), cookie=bytes(32))
 
     def add(name, desc, raw, error):
         c.append((name, desc, raw, error))
@@ -387,8 +417,10 @@ def malformed_cases():
     add("err_truncated_payload_len", "payload_len claims more than the buffer holds",
         packet(dict(base_write, _payload_len=17)), "Truncated")
     # BadVersion / UnknownType
-    add("err_bad_version_0", "version 0", recrc(flip(write, 0, 0x01)), "BadVersion(0)")
-    add("err_bad_version_2", "version 2", packet(dict(base_write, _version=2)), "BadVersion(2)")
+    add("err_bad_version_0", "version 0", recrc(flip(write, 0, 0x02)), "BadVersion(0)")
+    add("err_bad_version_1", "version 1 (before the RETRY handshake)",
+        packet(dict(base_write, _version=1)), "BadVersion(1)")
+    add("err_bad_version_3", "version 3", packet(dict(base_write, _version=3)), "BadVersion(3)")
     add("err_unknown_type_0", "type 0x00", packet(dict(base_write, _type_code=0x00)),
         "UnknownType(0)")
     add("err_unknown_type_7", "type 0x07 (after READ_RESPONSE)",
@@ -454,8 +486,25 @@ def malformed_cases():
         "BadField")
     add("err_connect_window_zero", "CONNECT with window 0", packet(dict(conn, window=0)),
         "BadField")
-    add("err_connect_window_257", "CONNECT with window 257", packet(dict(conn, window=257)),
+    add("err_connect_window_65537", "CONNECT with window 65537",
+        packet(dict(conn, window=65537)), "BadField")
+    add("err_connect_profile_2", "CONNECT with timer profile 2",
+        packet(dict(conn, _profile_code=2)), "BadField")
+    add("err_connect_suite_2", "CONNECT with suite 2", packet(dict(conn, _suite_code=2)),
         "BadField")
+    add("err_connect_suite_without_key", "CONNECT offering AES-256-GCM with key id 0",
+        packet(dict(conn, suite="Aes256Gcm", key_id=0)), "BadField")
+    add("err_connect_key_without_suite", "CONNECT with a key id and no suite",
+        packet(dict(conn, key_id=9)), "BadField")
+    add("err_accept_cookie", "ACCEPT with a nonzero cookie byte",
+        packet(dict(conn, type="ACCEPT", dst_conn=5, token=6, cookie=bytes(31) + b"\x01")),
+        "Reserved")
+    add("err_retry_payload", "RETRY with a 1-byte payload",
+        packet(dict(retry, payload=b"x")), "BadLength")
+    add("err_retry_flag", "RETRY with ACK_REQUEST",
+        packet(dict(retry, flags=FLAG_ACK_REQUEST)), "Reserved")
+    add("err_retry_truncated", "RETRY cut inside its cookie",
+        recrc(packet(retry)[:HEADER_LEN + 16] + b"\0\0\0\0"), "Truncated")
     add("err_connect_src_conn_zero", "CONNECT with source connection id 0",
         packet(dict(conn, src_conn=0)), "BadField")
     add("err_connect_src_token_zero", "CONNECT with source token 0",
@@ -538,6 +587,7 @@ FIELD_ORDER = [
     "cumulative", "echo_psn", "echo_timestamp", "echo_path", "path_rx_count", "path_ce_count",
     "rate_hint_mbps", "sack", "nak_psn", "reason", "reason_code",
     "src_conn", "src_token", "mtu", "max_paths", "window", "reply_port", "initial_psn",
+    "timer_profile", "suite", "key_id", "cookie",
 ]
 
 

@@ -44,6 +44,9 @@ pub enum CcAlgorithm {
 pub struct Config {
     /// UDP port this endpoint receives on.
     pub udp_port: u16,
+    /// Which timer defaults these are, announced in CONNECT and ACCEPT
+    /// (spec 4.11).
+    pub timer_profile: crate::wire::TimerProfile,
     /// Whether CONNECTs are accepted.
     pub accept_incoming: bool,
     /// Protection domain of accepted connections.
@@ -129,6 +132,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             udp_port: DEFAULT_UDP_PORT,
+            timer_profile: crate::wire::TimerProfile::DataCenter,
             accept_incoming: true,
             accept_domain: AcceptDomain::Shared(0),
             mtu: 4096,
@@ -176,6 +180,7 @@ impl Config {
     /// of milliseconds, so every timer is scaled up.
     pub fn for_emulation() -> Config {
         Config {
+            timer_profile: crate::wire::TimerProfile::Emulation,
             // Standard 1500-byte Ethernet frames: 1024 B of payload fits
             // with the 94 bytes of MetaRoCE/UDP/IP headers and CRC.
             mtu: 1024,

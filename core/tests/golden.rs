@@ -21,9 +21,10 @@ use std::path::PathBuf;
 use metaroce_core::wire::encap::{self, ecn};
 use metaroce_core::wire::packet::WriteImm;
 use metaroce_core::wire::{
-    self, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, EncapRepr, Error, Flags, FrameInfo,
-    Header, IpPair, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType,
-    ReadRequestRepr, ReadResponseRepr, Repr, SackBits, SendRepr, WriteRepr,
+    self, AckRepr, Body, CipherSuite, CloseReason, CloseRepr, ConnectRepr, EncapRepr, Error, Flags,
+    FrameInfo, Header, IpPair, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType,
+    ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SackBits, SendRepr, TimerProfile,
+    WriteRepr, COOKIE_LEN,
 };
 use smoltcp::wire::EthernetAddress;
 
@@ -213,6 +214,7 @@ fn type_by_name(name: &str) -> Option<PacketType> {
         "ACCEPT" => PacketType::Accept,
         "CLOSE" => PacketType::Close,
         "KEEPALIVE" => PacketType::Keepalive,
+        "RETRY" => PacketType::Retry,
         _ => return None,
     })
 }
@@ -290,7 +292,25 @@ fn connect(v: &Vector) -> Check<ConnectRepr> {
         window: v.int("window")?,
         initial_psn: v.int("initial_psn")?,
         reply_port: v.int("reply_port")?,
+        timer_profile: match v.str("timer_profile")? {
+            "DataCenter" => TimerProfile::DataCenter,
+            "Emulation" => TimerProfile::Emulation,
+            other => return Err(format!("{}: timer_profile {other}", v.name)),
+        },
+        suite: match v.str("suite")? {
+            "None" => CipherSuite::None,
+            "Aes256Gcm" => CipherSuite::Aes256Gcm,
+            other => return Err(format!("{}: suite {other}", v.name)),
+        },
+        key_id: v.int("key_id")?,
+        cookie: cookie(v)?,
     })
+}
+
+fn cookie(v: &Vector) -> Check<[u8; COOKIE_LEN]> {
+    v.hex("cookie")?
+        .try_into()
+        .map_err(|_| format!("{}: cookie is not {COOKIE_LEN} bytes", v.name))
 }
 
 /// The `Repr` and payload a valid file describes, built from its fields alone.
@@ -386,6 +406,7 @@ fn expected(v: &Vector) -> Check<(Repr, Vec<u8>)> {
             Body::Close(CloseRepr { reason })
         }
         PacketType::Keepalive => Body::Keepalive,
+        PacketType::Retry => Body::Retry(RetryRepr { cookie: cookie(v)? }),
         PacketType::Unknown(_) => return Err(format!("{}: unknown type", v.name)),
     };
     let payload = v.hex("payload")?;
@@ -693,6 +714,7 @@ fn vectors_cover_every_type_error_reason_and_codepoint() {
             "ACCEPT",
             "CLOSE",
             "KEEPALIVE",
+            "RETRY",
         ]
         .into_iter()
         .find(|n| type_by_name(n) == Some(t))

@@ -397,6 +397,10 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
                 window: 256,
                 initial_psn: i,
                 reply_port: 0,
+                timer_profile: wire::TimerProfile::DataCenter,
+                suite: wire::CipherSuite::None,
+                key_id: 0,
+                cookie: [0; wire::COOKIE_LEN],
             }),
             payload_len: 0,
         };

@@ -19,9 +19,10 @@ use metaroce_core::wire::packet::{
     crc32, WriteImm, MAX_MTU, MAX_PATHS_WIRE, MAX_WINDOW_WIRE, MIN_MTU,
 };
 use metaroce_core::wire::{
-    self, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, EncapRepr, Error, Flags, Header,
-    IpPair, MemoryTarget, MessageSpan, NakReason, NakRepr, PacketType, ReadRequestRepr,
-    ReadResponseRepr, Repr, SackBits, SendRepr, WriteRepr, CRC_LEN, DEFAULT_UDP_PORT,
+    self, AckRepr, Body, CipherSuite, CloseReason, CloseRepr, ConnectRepr, EncapRepr, Error, Flags,
+    Header, IpPair, MemoryTarget, MessageSpan, NakReason, NakRepr, PacketType, ReadRequestRepr,
+    ReadResponseRepr, Repr, RetryRepr, SackBits, SendRepr, TimerProfile, WriteRepr, COOKIE_LEN,
+    CRC_LEN, DEFAULT_UDP_PORT,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -110,16 +111,37 @@ fn connect() -> impl Strategy<Value = ConnectRepr> {
         1..=MAX_WINDOW_WIRE,
         any::<u16>(),
         any::<u32>(),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            1..=u32::MAX,
+            any::<[u8; COOKIE_LEN]>(),
+        ),
     )
         .prop_map(
-            |(src_conn, src_token, mtu, max_paths, window, reply_port, initial_psn)| ConnectRepr {
-                src_conn,
-                src_token,
-                mtu,
-                max_paths,
-                window,
-                initial_psn,
-                reply_port,
+            |(src_conn, src_token, mtu, max_paths, window, reply_port, initial_psn, extra)| {
+                let (emulation, encrypted, key_id, cookie) = extra;
+                ConnectRepr {
+                    src_conn,
+                    src_token,
+                    mtu,
+                    max_paths,
+                    window,
+                    initial_psn,
+                    reply_port,
+                    timer_profile: if emulation {
+                        TimerProfile::Emulation
+                    } else {
+                        TimerProfile::DataCenter
+                    },
+                    suite: if encrypted {
+                        CipherSuite::Aes256Gcm
+                    } else {
+                        CipherSuite::None
+                    },
+                    key_id: if encrypted { key_id } else { 0 },
+                    cookie,
+                }
             },
         )
 }
@@ -188,9 +210,14 @@ fn body() -> impl Strategy<Value = (Body, Vec<u8>)> {
             }
         ),
         connect().prop_map(move |c| no_payload(Body::Connect(c))),
-        connect().prop_map(move |c| no_payload(Body::Accept(c))),
+        connect().prop_map(move |c| no_payload(Body::Accept(ConnectRepr {
+            cookie: [0; COOKIE_LEN],
+            ..c
+        }))),
         close_reason().prop_map(move |reason| no_payload(Body::Close(CloseRepr { reason }))),
         Just(no_payload(Body::Keepalive)),
+        any::<[u8; COOKIE_LEN]>()
+            .prop_map(move |cookie| no_payload(Body::Retry(RetryRepr { cookie }))),
     ]
 }
 

@@ -565,6 +565,10 @@ mod tests {
             window: 256,
             reply_port: 0,
             initial_psn: 0,
+            timer_profile: Default::default(),
+            suite: Default::default(),
+            key_id: 0,
+            cookie: [0; metaroce_core::wire::COOKIE_LEN],
         }
     }
 

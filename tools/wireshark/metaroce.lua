@@ -16,12 +16,16 @@ local types = {
     [0x05] = "READ_REQUEST", [0x06] = "READ_RESPONSE",
     [0x10] = "ACK", [0x11] = "NAK",
     [0x20] = "CONNECT", [0x21] = "ACCEPT", [0x22] = "CLOSE", [0x23] = "KEEPALIVE",
+    [0x24] = "RETRY",
 }
 -- Extension header length per type (3.3).
 local ext_len = {
     [0x01] = 24, [0x02] = 32, [0x03] = 16, [0x04] = 20, [0x05] = 32, [0x06] = 24,
-    [0x10] = 56, [0x11] = 12, [0x20] = 24, [0x21] = 24, [0x22] = 4, [0x23] = 0,
+    [0x10] = 56, [0x11] = 12, [0x20] = 64, [0x21] = 64, [0x22] = 4, [0x23] = 0,
+    [0x24] = 32,
 }
+local timer_profiles = { [0] = "DATA_CENTER", [1] = "EMULATION" }
+local suites = { [0] = "NONE", [1] = "AES_256_GCM" }
 local nak_reasons = {
     [1] = "INVALID_KEY", [2] = "ACCESS_DENIED", [3] = "OUT_OF_BOUNDS",
     [4] = "PROTOCOL_ERROR", [5] = "RECEIVER_NOT_READY", [6] = "RECEIVE_TOO_SMALL",
@@ -29,6 +33,7 @@ local nak_reasons = {
 local close_reasons = { [0] = "NORMAL", [1] = "ERROR", [2] = "IDLE_TIMEOUT", [3] = "REJECTED" }
 
 local HEADER_LEN = 28
+local VERSION = 2
 local CRC_LEN = 4
 
 local f = {
@@ -80,9 +85,14 @@ local f = {
     src_token = ProtoField.uint64("metaroce.src_token", "Source Token", base.HEX),
     mtu = ProtoField.uint16("metaroce.mtu", "MTU", base.DEC),
     max_paths = ProtoField.uint16("metaroce.max_paths", "Paths", base.DEC),
-    window = ProtoField.uint16("metaroce.window", "Window", base.DEC),
+    window = ProtoField.uint32("metaroce.window", "Window", base.DEC),
     reply_port = ProtoField.uint16("metaroce.reply_port", "Reply Port", base.DEC),
+    timer_profile = ProtoField.uint8("metaroce.timer_profile", "Timer Profile", base.DEC,
+        timer_profiles),
+    suite = ProtoField.uint8("metaroce.suite", "Cipher Suite", base.DEC, suites),
     initial_psn = ProtoField.uint32("metaroce.initial_psn", "Initial PSN", base.DEC),
+    key_id = ProtoField.uint32("metaroce.key_id", "Key ID", base.HEX),
+    cookie = ProtoField.bytes("metaroce.cookie", "Cookie"),
     close_reason = ProtoField.uint8("metaroce.close.reason", "Reason", base.DEC, close_reasons),
     -- Trailer (3.9).
     crc = ProtoField.uint32("metaroce.crc", "CRC-32", base.HEX),
@@ -202,11 +212,22 @@ local function dissect_ext(ty, t, tvb, o)
         t:add(f.src_token, tvb(o + 4, 8))
         t:add(f.mtu, tvb(o + 12, 2))
         t:add(f.max_paths, tvb(o + 14, 2))
-        t:add(f.window, tvb(o + 16, 2))
-        t:add(f.reply_port, tvb(o + 18, 2))
-        t:add(f.initial_psn, tvb(o + 20, 4))
-        return string.format(" mtu=%d paths=%d window=%d", tvb(o + 12, 2):uint(),
-            tvb(o + 14, 2):uint(), tvb(o + 16, 2):uint())
+        t:add(f.window, tvb(o + 16, 4))
+        t:add(f.reply_port, tvb(o + 20, 2))
+        t:add(f.timer_profile, tvb(o + 22, 1))
+        t:add(f.suite, tvb(o + 23, 1))
+        t:add(f.initial_psn, tvb(o + 24, 4))
+        t:add(f.key_id, tvb(o + 28, 4))
+        t:add(f.cookie, tvb(o + 32, 32))
+        local cookie = ""
+        for i = 0, 31 do
+            if tvb(o + 32 + i, 1):uint() ~= 0 then cookie = " cookie"; break end
+        end
+        return string.format(" mtu=%d paths=%d window=%d%s", tvb(o + 12, 2):uint(),
+            tvb(o + 14, 2):uint(), tvb(o + 16, 4):uint(), cookie)
+    elseif ty == 0x24 then
+        t:add(f.cookie, tvb(o, 32))
+        return ""
     elseif ty == 0x22 then
         t:add(f.close_reason, tvb(o, 1))
         return " " .. (close_reasons[tvb(o, 1):uint()] or "?")
@@ -214,11 +235,11 @@ local function dissect_ext(ty, t, tvb, o)
     return ""
 end
 
--- Whether `tvb` looks like a MetaRoCE packet: version 1, a known type and
+-- Whether `tvb` looks like a MetaRoCE packet: version 2, a known type and
 -- a length that matches the header.
 local function plausible(tvb)
     local len = tvb:len()
-    if len < HEADER_LEN + CRC_LEN or tvb(0, 1):uint() ~= 1 then return false end
+    if len < HEADER_LEN + CRC_LEN or tvb(0, 1):uint() ~= VERSION then return false end
     local el = ext_len[tvb(1, 1):uint()]
     if el == nil then return false end
     return len == HEADER_LEN + el + tvb(22, 2):uint() + CRC_LEN

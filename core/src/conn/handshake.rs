@@ -24,10 +24,14 @@ impl<const P: usize> Connection<P> {
             src_token: self.local_token,
             mtu: self.params.mtu,
             max_paths: self.params.paths,
-            window: self.params.window,
+            window: u32::from(self.params.window),
             // Before any reliable packet, the next PSN is the initial one.
             initial_psn: self.send.una.get(),
             reply_port: config.udp_port,
+            timer_profile: config.timer_profile,
+            suite: crate::wire::CipherSuite::None,
+            key_id: 0,
+            cookie: [0; crate::wire::COOKIE_LEN],
         }
     }
 
@@ -54,7 +58,8 @@ impl<const P: usize> Connection<P> {
         self.params = Negotiated {
             mtu: self.params.mtu.min(c.mtu),
             paths,
-            window: self.params.window.min(c.window),
+            // Ours is at most MAX_WINDOW: the smaller fits.
+            window: c.window.min(u32::from(self.params.window)) as u16,
         };
         if redraw {
             self.draw_all_entropy(config, rng);

@@ -705,7 +705,7 @@ impl<const P: usize> Connection<P> {
                 }
                 None
             }
-            Body::Connect(_) | Body::Keepalive => None,
+            Body::Connect(_) | Body::Keepalive | Body::Retry(_) => None,
             Body::Close(c) => {
                 self.on_close(repr.header.flags, c.reason, res);
                 None

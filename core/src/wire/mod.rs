@@ -22,14 +22,15 @@ pub mod sack;
 
 pub use encap::{EncapRepr, FrameInfo, IpPair};
 pub use packet::{
-    parse, AcceptRepr, AckRepr, Body, CloseReason, CloseRepr, ConnectRepr, DataRepr, Flags, Header,
-    MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType, Placement, ReadRequestRepr,
-    ReadResponseRepr, Repr, SendRepr, WriteImm, WriteRepr, HEADER_LEN,
+    parse, AcceptRepr, AckRepr, Body, CipherSuite, CloseReason, CloseRepr, ConnectRepr, DataRepr,
+    Flags, Header, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType, Placement,
+    ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SendRepr, TimerProfile, WriteImm,
+    WriteRepr, COOKIE_LEN, HEADER_LEN,
 };
 pub use sack::SackBits;
 
 /// Protocol version carried in every packet (spec 3.2).
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// Default UDP destination port (spec 3.1). Not IANA-assigned; every
 /// endpoint and tool takes another one as configuration.

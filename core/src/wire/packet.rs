@@ -96,9 +96,19 @@ pub mod field {
         pub const SRC_TOKEN: Field = 4..12;
         pub const MTU: Field = 12..14;
         pub const MAX_PATHS: Field = 14..16;
-        pub const WINDOW: Field = 16..18;
-        pub const REPLY_PORT: Field = 18..20;
-        pub const INITIAL_PSN: Field = 20..24;
+        pub const WINDOW: Field = 16..20;
+        pub const REPLY_PORT: Field = 20..22;
+        pub const TIMER_PROFILE: usize = 22;
+        pub const SUITE: usize = 23;
+        pub const INITIAL_PSN: Field = 24..28;
+        pub const KEY_ID: Field = 28..32;
+        pub const COOKIE: Field = 32..64;
+    }
+
+    /// RETRY (spec 3.8.4).
+    pub mod retry {
+        use crate::wire::Field;
+        pub const COOKIE: Field = 0..32;
     }
 
     /// CLOSE (spec 3.8.2).
@@ -118,8 +128,11 @@ pub const MIN_MTU: u16 = 256;
 pub const MAX_MTU: u16 = 9000;
 /// Largest number of logical paths and largest window (spec 3.8.1, 4.4).
 pub const MAX_PATHS_WIRE: u16 = 256;
-/// See [`MAX_PATHS_WIRE`]; the window can never exceed what one SACK describes.
-pub const MAX_WINDOW_WIRE: u16 = 256;
+/// Largest window (PSNs in flight beyond the cumulative ACK) a CONNECT
+/// or ACCEPT may carry.
+pub const MAX_WINDOW_WIRE: u32 = 65_536;
+/// Length of a handshake cookie (spec 3.8.4), opaque to the initiator.
+pub const COOKIE_LEN: usize = 32;
 
 /// Packet type (spec 3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,6 +150,7 @@ pub enum PacketType {
     Accept,
     Close,
     Keepalive,
+    Retry,
     /// A value this version does not define; parsing rejects it.
     Unknown(u8),
 }
@@ -156,6 +170,7 @@ impl From<u8> for PacketType {
             0x21 => PacketType::Accept,
             0x22 => PacketType::Close,
             0x23 => PacketType::Keepalive,
+            0x24 => PacketType::Retry,
             other => PacketType::Unknown(other),
         }
     }
@@ -176,6 +191,7 @@ impl From<PacketType> for u8 {
             PacketType::Accept => 0x21,
             PacketType::Close => 0x22,
             PacketType::Keepalive => 0x23,
+            PacketType::Retry => 0x24,
             PacketType::Unknown(v) => v,
         }
     }
@@ -192,7 +208,8 @@ impl PacketType {
             PacketType::ReadRequest => 32,
             PacketType::Ack => 56,
             PacketType::Nak => 12,
-            PacketType::Connect | PacketType::Accept => 24,
+            PacketType::Connect | PacketType::Accept => 64,
+            PacketType::Retry => 32,
             PacketType::Close => 4,
             PacketType::Keepalive => 0,
             PacketType::Unknown(_) => return None,
@@ -218,7 +235,7 @@ impl PacketType {
     }
 
     /// Every type this version defines, in code order.
-    pub const ALL: [PacketType; 12] = [
+    pub const ALL: [PacketType; 13] = [
         PacketType::Write,
         PacketType::WriteImm,
         PacketType::Send,
@@ -231,6 +248,7 @@ impl PacketType {
         PacketType::Accept,
         PacketType::Close,
         PacketType::Keepalive,
+        PacketType::Retry,
     ];
 }
 
@@ -676,13 +694,94 @@ pub struct ConnectRepr {
     pub mtu: u16,
     /// Number of logical paths.
     pub max_paths: u16,
-    /// PSNs in flight beyond the cumulative ACK.
-    pub window: u16,
+    /// PSNs in flight beyond the cumulative ACK (1..=[`MAX_WINDOW_WIRE`]).
+    pub window: u32,
     /// First PSN the sender will use.
     pub initial_psn: u32,
     /// UDP port the sender receives MetaRoCE on; 0 means the same port this
     /// packet was sent to.
     pub reply_port: u16,
+    /// The sender's timer profile (spec 4.11).
+    pub timer_profile: TimerProfile,
+    /// Protection of the connection's packets: offered in CONNECT, chosen
+    /// in ACCEPT (spec 5.3).
+    pub suite: CipherSuite,
+    /// Which pre-shared key the connection's keys derive from (0 without a
+    /// suite).
+    pub key_id: u32,
+    /// CONNECT: the cookie of the acceptor's RETRY, echoed; all zero in a
+    /// first CONNECT. ACCEPT: all zero.
+    pub cookie: [u8; COOKIE_LEN],
+}
+
+/// Timer profiles (spec 4.11): which set of timer defaults the sender
+/// runs, so a peer (and a compliance checker) knows what to expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TimerProfile {
+    /// Data-centre round trips (microseconds).
+    #[default]
+    DataCenter,
+    /// Emulated or software links (QEMU, loopback, veth): milliseconds.
+    Emulation,
+}
+
+impl TimerProfile {
+    /// Its wire code.
+    pub const fn code(self) -> u8 {
+        match self {
+            TimerProfile::DataCenter => 0,
+            TimerProfile::Emulation => 1,
+        }
+    }
+
+    /// The profile of a wire code, if defined.
+    pub const fn from_code(v: u8) -> Option<TimerProfile> {
+        match v {
+            0 => Some(TimerProfile::DataCenter),
+            1 => Some(TimerProfile::Emulation),
+            _ => None,
+        }
+    }
+}
+
+/// Packet protection suites (spec 5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CipherSuite {
+    /// No protection beyond the token and the CRC.
+    #[default]
+    None,
+    /// AES-256-GCM over the payload, the headers as associated data.
+    Aes256Gcm,
+}
+
+impl CipherSuite {
+    /// Its wire code.
+    pub const fn code(self) -> u8 {
+        match self {
+            CipherSuite::None => 0,
+            CipherSuite::Aes256Gcm => 1,
+        }
+    }
+
+    /// The suite of a wire code, if defined.
+    pub const fn from_code(v: u8) -> Option<CipherSuite> {
+        match v {
+            0 => Some(CipherSuite::None),
+            1 => Some(CipherSuite::Aes256Gcm),
+            _ => None,
+        }
+    }
+}
+
+/// RETRY fields (spec 3.8.4): the acceptor's answer to a CONNECT from an
+/// address it has not verified. It keeps no state; the initiator repeats
+/// its CONNECT with the cookie, which proves it receives at its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RetryRepr {
+    pub cookie: [u8; COOKIE_LEN],
 }
 
 /// ACCEPT carries the same fields as CONNECT: the acceptor's side, with the
@@ -712,6 +811,7 @@ pub enum Body {
     Accept(AcceptRepr),
     Close(CloseRepr),
     Keepalive,
+    Retry(RetryRepr),
 }
 
 impl Body {
@@ -730,6 +830,7 @@ impl Body {
             Body::Accept(_) => PacketType::Accept,
             Body::Close(_) => PacketType::Close,
             Body::Keepalive => PacketType::Keepalive,
+            Body::Retry(_) => PacketType::Retry,
         }
     }
 
@@ -810,19 +911,26 @@ fn emit_target(ext: &mut [u8], target: &MemoryTarget) {
 
 fn parse_connect(ext: &[u8]) -> Result<ConnectRepr> {
     use field::connect as f;
+    let mut cookie = [0u8; COOKIE_LEN];
+    cookie.copy_from_slice(&ext[f::COOKIE]);
     let r = ConnectRepr {
         src_conn: read_u32(ext, f::SRC_CONN),
         src_token: read_u64(ext, f::SRC_TOKEN),
         mtu: read_u16(ext, f::MTU),
         max_paths: read_u16(ext, f::MAX_PATHS),
-        window: read_u16(ext, f::WINDOW),
+        window: read_u32(ext, f::WINDOW),
         initial_psn: read_u32(ext, f::INITIAL_PSN),
         reply_port: read_u16(ext, f::REPLY_PORT),
+        timer_profile: TimerProfile::from_code(ext[f::TIMER_PROFILE]).ok_or(Error::BadField)?,
+        suite: CipherSuite::from_code(ext[f::SUITE]).ok_or(Error::BadField)?,
+        key_id: read_u32(ext, f::KEY_ID),
+        cookie,
     };
     let mtu_ok = (MIN_MTU..=MAX_MTU).contains(&r.mtu);
     let paths_ok = (1..=MAX_PATHS_WIRE).contains(&r.max_paths);
     let window_ok = (1..=MAX_WINDOW_WIRE).contains(&r.window);
-    if !(mtu_ok && paths_ok && window_ok) || r.src_conn == 0 || r.src_token == 0 {
+    let key_ok = (r.suite == CipherSuite::None) == (r.key_id == 0);
+    if !(mtu_ok && paths_ok && window_ok && key_ok) || r.src_conn == 0 || r.src_token == 0 {
         return Err(Error::BadField);
     }
     Ok(r)
@@ -912,7 +1020,16 @@ impl Repr {
                 }
                 Body::Connect(parse_connect(ext)?)
             }
-            PacketType::Accept => Body::Accept(parse_connect(ext)?),
+            PacketType::Accept => {
+                let a = parse_connect(ext)?;
+                check_zero(&a.cookie)?;
+                Body::Accept(a)
+            }
+            PacketType::Retry => {
+                let mut cookie = [0u8; COOKIE_LEN];
+                cookie.copy_from_slice(&ext[field::retry::COOKIE]);
+                Body::Retry(RetryRepr { cookie })
+            }
             PacketType::Close => {
                 use field::close as f;
                 check_zero(&ext[f::RESERVED])?;
@@ -1028,10 +1145,15 @@ impl Repr {
                 write_u64(ext, f::SRC_TOKEN, c.src_token);
                 write_u16(ext, f::MTU, c.mtu);
                 write_u16(ext, f::MAX_PATHS, c.max_paths);
-                write_u16(ext, f::WINDOW, c.window);
+                write_u32(ext, f::WINDOW, c.window);
                 write_u16(ext, f::REPLY_PORT, c.reply_port);
+                ext[f::TIMER_PROFILE] = c.timer_profile.code();
+                ext[f::SUITE] = c.suite.code();
                 write_u32(ext, f::INITIAL_PSN, c.initial_psn);
+                write_u32(ext, f::KEY_ID, c.key_id);
+                ext[f::COOKIE].copy_from_slice(&c.cookie);
             }
+            Body::Retry(r) => ext[field::retry::COOKIE].copy_from_slice(&r.cookie),
             Body::Close(c) => {
                 use field::close as f;
                 ext[f::REASON] = c.reason.code();
