@@ -890,7 +890,7 @@ fn unknown_type(ctx: &mut Ctx) -> Result<(), Fail> {
 
 fn psn_outside_window(ctx: &mut Ctx) -> Result<(), Fail> {
     silent(ctx, |v, b| {
-        let window = v.accept.map_or(256, |a| u32::from(a.window));
+        let window = v.accept.map_or(256, |a| a.window);
         let Ok((mut rep, payload)) = metaroce_core::wire::parse(&b) else {
             return b;
         };
