@@ -51,7 +51,7 @@ macro_rules! static_endpoint_storage {
             use $crate::__core::memory::RegionSlot;
             use $crate::__core::storage::buddy::BuddyNode;
             use $crate::__core::storage::pool::PoolEntry;
-            use $crate::__core::{ConnSlot, Layout};
+            use $crate::__core::{ConnSlot, Layout, SourceBucket};
             const LAYOUT: Layout = Layout {
                 connections: $c,
                 work_entries: $w,
@@ -59,6 +59,7 @@ macro_rules! static_endpoint_storage {
                 senders: $s,
                 inflight_records: $i,
                 regions: $g,
+                sources: Layout::sources_for($c),
             };
             const C: usize = LAYOUT.connections as usize;
             const X: usize = LAYOUT.index_slots();
@@ -68,6 +69,7 @@ macro_rules! static_endpoint_storage {
             const I: usize = LAYOUT.inflight_records_used();
             const N: usize = LAYOUT.inflight_nodes();
             const G: usize = LAYOUT.regions as usize;
+            const Q: usize = LAYOUT.sources as usize;
             static TAKEN: AtomicBool = AtomicBool::new(false);
             static mut CONNECTIONS: MaybeUninit<[ConnSlot<{ $paths }>; C]> = MaybeUninit::uninit();
             static mut INDEX: MaybeUninit<[u32; X]> = MaybeUninit::uninit();
@@ -78,6 +80,7 @@ macro_rules! static_endpoint_storage {
             static mut RECORDS: MaybeUninit<[InflightRecord; I]> = MaybeUninit::uninit();
             static mut NODES: MaybeUninit<[BuddyNode; N]> = MaybeUninit::uninit();
             static mut REGIONS: MaybeUninit<[RegionSlot; G]> = MaybeUninit::uninit();
+            static mut SOURCES: MaybeUninit<[SourceBucket; Q]> = MaybeUninit::uninit();
             if TAKEN.swap(true, Ordering::AcqRel) {
                 return None;
             }
@@ -112,6 +115,10 @@ macro_rules! static_endpoint_storage {
                         BuddyNode::INIT,
                     ),
                     regions: $crate::storage::init_slice(addr_of_mut!(REGIONS), RegionSlot::VACANT),
+                    sources: $crate::storage::init_slice(
+                        addr_of_mut!(SOURCES),
+                        SourceBucket::EMPTY,
+                    ),
                 })
             }
         }
@@ -131,6 +138,7 @@ mod tests {
         assert_eq!(s.connection_index.len(), 256);
         assert_eq!(s.inflight_records.len(), 1008, "a multiple of 16");
         assert_eq!(s.inflight_nodes.len(), 63);
+        assert_eq!(s.sources.len(), 128, "per-source buckets for 100 connections");
         assert!(take().is_none(), "never twice");
         let ep = metaroce_core::Endpoint::new(
             metaroce_core::Config::default(),

@@ -157,6 +157,14 @@ pub fn main() -> ! {
                 paths: cfg.paths,
                 accept_incoming: true,
                 mtu: 1024,
+                // Every CONNECT proves its address with a RETRY's cookie
+                // first (spec 4.2); one source (the harness gateway, a
+                // client opening the whole table) may hold the table.
+                address_validation: metaroce_core::config::AddressValidation::Always,
+                source_limits: metaroce_core::config::SourceLimits {
+                    connects_per_second: 4 * SERVE_CONNECTIONS as u32,
+                    half_open: SERVE_CONNECTIONS as u32,
+                },
                 ..Config::for_emulation()
             };
             let Some(storage) = serve_storage() else {

@@ -8,7 +8,9 @@ use crate::rng::Rng;
 use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
 use crate::wire::encap::ecn;
-use crate::wire::{Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr};
+use crate::wire::{
+    Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr, RetryRepr, SackBits, COOKIE_LEN,
+};
 
 impl<const P: usize> Connection<P> {
     /// Initiator: queue the CONNECT and arm the handshake timer.
@@ -16,6 +18,49 @@ impl<const P: usize> Connection<P> {
         self.pending.set(Pending::CONNECT);
         self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
         self.ctrl_tries = 1;
+    }
+
+    /// The control retransmission interval after `ctrl_tries`
+    /// transmissions: the handshake timeout, doubled per transmission, at
+    /// most `handshake_timeout_max` (spec 4.2, 4.11).
+    pub(crate) fn handshake_interval(&self, config: &Config) -> core::time::Duration {
+        let doubled = config
+            .handshake_timeout
+            .checked_mul(1u32 << self.ctrl_tries.min(16))
+            .unwrap_or(core::time::Duration::MAX);
+        doubled.min(config.handshake_timeout_max.max(config.handshake_timeout))
+    }
+
+    /// The cookie of the RETRY taken in this handshake (all zero before
+    /// one). While the initiator is Connecting its receive side is unused
+    /// (nothing reliable arrives before ACCEPT), so the cookie is kept in
+    /// the SACK bitmap's 32 bytes and costs the connection nothing;
+    /// [`Connection::adopt_peer`] clears it.
+    fn retry_cookie(&self) -> [u8; COOKIE_LEN] {
+        if self.state == ConnState::Connecting {
+            self.recv.sack.to_bytes()
+        } else {
+            [0; COOKIE_LEN]
+        }
+    }
+
+    /// Initiator: a RETRY addressed with our CONNECT's id and token (the
+    /// endpoint checked both and the source). Taken once per handshake and
+    /// only while Connecting: the CONNECT goes out again at once with the
+    /// cookie, and the connect timeout starts again. Returns whether it
+    /// was taken.
+    pub(crate) fn on_retry(&mut self, now: Instant, r: &RetryRepr, config: &Config) -> bool {
+        if self.state != ConnState::Connecting
+            || self.retry_cookie() != [0; COOKIE_LEN]
+            || r.cookie == [0; COOKIE_LEN]
+        {
+            return false;
+        }
+        self.recv.sack = SackBits::from_bytes(&r.cookie);
+        self.ctrl.last_heard = now;
+        self.pending.set(Pending::CONNECT);
+        self.ctrl.deadline = MaybeInstant::some(now + self.handshake_interval(config));
+        true
     }
 
     pub(crate) fn connect_repr(&self, config: &Config) -> ConnectRepr {
@@ -31,7 +76,8 @@ impl<const P: usize> Connection<P> {
             timer_profile: config.timer_profile,
             suite: crate::wire::CipherSuite::None,
             key_id: 0,
-            cookie: [0; crate::wire::COOKIE_LEN],
+            // CONNECT: the RETRY's cookie, if one came; ACCEPT: zero.
+            cookie: self.retry_cookie(),
         }
     }
 
@@ -53,6 +99,9 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn adopt_peer(&mut self, c: &ConnectRepr, config: &Config, rng: &mut Rng) {
         self.remote_id = c.src_conn;
         self.remote_token = c.src_token;
+        self.peer_profile = c.timer_profile;
+        // The receive side starts here (it held the RETRY cookie).
+        self.recv.sack = SackBits::EMPTY;
         let paths = self.params.paths.min(c.max_paths).max(1);
         let redraw = paths != self.params.paths;
         self.params = Negotiated {
@@ -145,13 +194,30 @@ impl<const P: usize> Connection<P> {
         self.events.raise(PendingEvents::CLOSED);
     }
 
-    /// The control timer fired: resend with backoff, or give up.
+    /// The control timer fired: resend with backoff, or give up. An
+    /// initiator repeats CONNECT until `connect_timeout` has passed since
+    /// it connected or took a RETRY (spec 4.2 step 2); CLOSE and the
+    /// initiator's confirmation go out `handshake_retries` times.
     pub(crate) fn on_ctrl_timeout<B: Backing>(
         &mut self,
         now: Instant,
         res: &mut Resources<B, P>,
         config: &Config,
     ) {
+        if self.state == ConnState::Connecting {
+            let give_up = self.ctrl.last_heard + config.connect_timeout;
+            if now >= give_up {
+                self.ctrl.deadline = MaybeInstant::NONE;
+                self.pending = Pending::default();
+                self.fail(Status::RetryExceeded, Blame::Front, res);
+                return;
+            }
+            self.ctrl_tries = self.ctrl_tries.saturating_add(1);
+            let next = (now + self.handshake_interval(config)).min(give_up);
+            self.ctrl.deadline = MaybeInstant::some(next);
+            self.pending.set(Pending::CONNECT);
+            return;
+        }
         if self.ctrl_tries >= config.handshake_retries {
             self.ctrl.deadline = MaybeInstant::NONE;
             match self.state {
@@ -171,10 +237,8 @@ impl<const P: usize> Connection<P> {
             return;
         }
         self.ctrl_tries += 1;
-        let backoff = config.handshake_timeout * (1u32 << self.ctrl_tries.min(8));
-        self.ctrl.deadline = MaybeInstant::some(now + backoff);
+        self.ctrl.deadline = MaybeInstant::some(now + self.handshake_interval(config));
         match self.state {
-            ConnState::Connecting => self.pending.set(Pending::CONNECT),
             ConnState::Closing => self.pending.set(Pending::CLOSE),
             // The initiator's confirmation, until the acceptor is heard from.
             ConnState::Established => self.pending.set(Pending::KEEPALIVE),

@@ -438,6 +438,9 @@ pub struct Connection<const P: usize> {
     pub(crate) events: PendingEvents,
     /// Why the connection failed, for its `Failed` event.
     pub(crate) fail_status: Status,
+    /// The timer profile the peer announced (spec 4.11); our own until
+    /// its CONNECT or ACCEPT is heard.
+    pub(crate) peer_profile: crate::wire::TimerProfile,
     pub(crate) counters: Counters,
 }
 
@@ -501,6 +504,7 @@ impl<const P: usize> Connection<P> {
         },
         events: PendingEvents(0),
         fail_status: Status::Flushed,
+        peer_profile: crate::wire::TimerProfile::DataCenter,
         counters: Counters {
             packets_sent: 0,
             bytes_sent: 0,
@@ -551,6 +555,7 @@ impl<const P: usize> Connection<P> {
                 paths,
                 window: config.window.clamp(1, crate::config::MAX_WINDOW as u16),
             },
+            peer_profile: config.timer_profile,
             ..Self::VACANT
         };
         conn.send.una = initial_psn;
@@ -638,6 +643,35 @@ impl<const P: usize> Connection<P> {
     /// The protection domain.
     pub fn pd(&self) -> u32 {
         self.pd
+    }
+
+    /// The timer profile the peer announced (spec 4.11).
+    pub fn peer_profile(&self) -> crate::wire::TimerProfile {
+        self.peer_profile
+    }
+
+    /// The peer's profile's timers when it announced another profile than
+    /// ours (spec 4.11): then this connection waits at least as long as
+    /// the peer expects, so neither side gives up first. With the same
+    /// profile, our configuration stands as it is.
+    fn other_profile(&self, config: &Config) -> Option<crate::config::ProfileTimers> {
+        (self.peer_profile != config.timer_profile)
+            .then(|| crate::config::profile_timers(self.peer_profile))
+    }
+
+    /// The idle timeout this connection runs: ours, or the peer's
+    /// profile's if that is another profile and longer (spec 4.11).
+    pub fn idle_timeout(&self, config: &Config) -> core::time::Duration {
+        self.other_profile(config)
+            .map_or(config.idle_timeout, |p| p.idle_timeout.max(config.idle_timeout))
+    }
+
+    /// The longest outage this connection rides through: ours, or the
+    /// peer's profile's if that is another profile and longer (spec
+    /// 4.6.4, 4.11).
+    pub fn ride_through(&self, config: &Config) -> core::time::Duration {
+        self.other_profile(config)
+            .map_or(config.ride_through, |p| p.ride_through.max(config.ride_through))
     }
 
     /// Whether the sender has nothing unacknowledged.

@@ -419,6 +419,8 @@ impl<const P: usize> Connection<P> {
             self.counters.bytes_sent += u64::from(chunk);
         }
         if st.rto_deadline.is_none() {
+            // Nothing was outstanding: the ride-through clock starts now.
+            st.progress_at = now;
             st.rto_deadline = Some(now + self.rto(st, config));
         }
         // Pacing: the next packet may leave once this one has been

@@ -25,7 +25,7 @@ pub mod wheel;
 use core::ops::DerefMut;
 
 use crate::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
-use crate::endpoint::ConnSlot;
+use crate::endpoint::{ConnSlot, SourceBucket};
 use crate::memory::RegionSlot;
 use buddy::{BuddyNode, MIN_SHIFT};
 use pool::PoolEntry;
@@ -93,6 +93,9 @@ pub struct Layout {
     pub inflight_records: u32,
     /// Memory regions.
     pub regions: u32,
+    /// Buckets of the per-source CONNECT limits (spec 5.1.4); the largest
+    /// power of two up to it is used. 0: no per-source limits.
+    pub sources: u32,
 }
 
 impl Layout {
@@ -112,7 +115,15 @@ impl Layout {
             senders: min(c, 1024),
             inflight_records: 16_384,
             regions: max(64, c.saturating_mul(2)),
+            sources: Layout::sources_for(c),
         }
+    }
+
+    /// Per-source buckets for `connections`: one per connection (a power
+    /// of two, at least 64, at most 65,536; 12 bytes each), so sources
+    /// rarely share one.
+    pub const fn sources_for(connections: u32) -> u32 {
+        max(64, min(connections, 1 << 16)).next_power_of_two()
     }
 
     /// Slots of the connection index (a power of two, at least twice the
@@ -143,6 +154,7 @@ impl Layout {
             + self.inflight_records_used() * size_of::<InflightRecord>()
             + self.inflight_nodes() * size_of::<BuddyNode>()
             + self.regions as usize * size_of::<RegionSlot>()
+            + self.sources as usize * size_of::<SourceBucket>()
     }
 
     /// Heap storage of this layout.
@@ -158,6 +170,7 @@ impl Layout {
             inflight_records: vec![InflightRecord::EMPTY; self.inflight_records_used()],
             inflight_nodes: vec![BuddyNode::INIT; self.inflight_nodes()],
             regions: vec![RegionSlot::VACANT; self.regions as usize],
+            sources: vec![SourceBucket::EMPTY; self.sources as usize],
         }
     }
 }
@@ -191,6 +204,7 @@ pub struct Storage<B: Backing, const P: usize> {
     pub inflight_records: Slice<B, InflightRecord>,
     pub inflight_nodes: Slice<B, BuddyNode>,
     pub regions: Slice<B, RegionSlot>,
+    pub sources: Slice<B, SourceBucket>,
 }
 
 impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
@@ -215,6 +229,7 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
         let senders = self.senders.len() / count;
         let nodes = self.inflight_nodes.len() / count;
         let regions = self.regions.len() / count;
+        let sources = self.sources.len() / count;
         let mut out = heapless::Vec::new();
         for _ in 0..count {
             let share = Storage {
@@ -226,6 +241,7 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
                 inflight_records: take(&mut self.inflight_records, nodes << MIN_SHIFT),
                 inflight_nodes: take(&mut self.inflight_nodes, nodes),
                 regions: take(&mut self.regions, regions),
+                sources: take(&mut self.sources, sources),
             };
             // `count <= N`: the pushes fit.
             let _ = out.push(share);
@@ -243,6 +259,7 @@ impl<B: Backing, const P: usize> core::fmt::Debug for Storage<B, P> {
             .field("senders", &self.senders.len())
             .field("inflight_records", &self.inflight_records.len())
             .field("regions", &self.regions.len())
+            .field("sources", &self.sources.len())
             .finish()
     }
 }

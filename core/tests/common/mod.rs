@@ -40,6 +40,7 @@ pub fn storage<const P: usize>(layout: &Layout) -> Storage<TestHeap, P> {
         inflight_records: vec![InflightRecord::EMPTY; layout.inflight_records_used()],
         inflight_nodes: vec![BuddyNode::INIT; layout.inflight_nodes()],
         regions: vec![RegionSlot::VACANT; layout.regions as usize],
+        sources: vec![metaroce_core::SourceBucket::EMPTY; layout.sources as usize],
     }
 }
 

@@ -83,7 +83,14 @@ struct Common {
     /// Record every datagram sent and received to this pcap file.
     #[arg(long)]
     pcap: Option<PathBuf>,
+    /// Seconds a connection rides through an outage (retransmitting
+    /// without progress) and a handshake keeps repeating CONNECT.
+    #[arg(long, default_value_t = DEFAULT_RIDE_THROUGH)]
+    ride_through: f64,
 }
+
+/// `--ride-through` by default: the emulation profile's (spec 4.11).
+const DEFAULT_RIDE_THROUGH: f64 = 10.0;
 
 #[derive(Args, Debug)]
 struct ServeArgs {
@@ -111,6 +118,14 @@ struct ServeArgs {
     /// Regions (announced or joined) one peer address may hold.
     #[arg(long, default_value_t = PeerBudget::default().regions_per_peer)]
     regions_per_peer: u32,
+    /// Connections one peer address may open per second (and at once);
+    /// more are refused with CLOSE (REJECTED). 0: no limit.
+    #[arg(long, default_value_t = metaroce_core::Config::default().source_limits.connects_per_second)]
+    connects_per_second_per_peer: u32,
+    /// Half-open connections (ACCEPT sent, not yet confirmed) one peer
+    /// address may hold; more are refused. 0: no limit.
+    #[arg(long, default_value_t = metaroce_core::Config::default().source_limits.half_open)]
+    half_open_per_peer: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -132,9 +147,10 @@ struct ClientArgs {
     /// Seconds to keep posting.
     #[arg(long)]
     duration: Option<f64>,
-    /// Seconds without progress before giving up.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
+    /// Seconds without a completion before giving up (default: the
+    /// ride-through and 5 s more: the connection itself gives up first).
+    #[arg(long)]
+    timeout: Option<f64>,
     /// Pattern seed (the server checks against it).
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -183,8 +199,17 @@ fn seconds(what: &str, s: f64) -> Result<Duration, HostError> {
 const UNCAPPED_MBPS: u32 = 100_000;
 
 /// The node's settings; its secrets come from the operating system.
-fn node_config(bind: SocketAddr, c: &Common, accept: bool, connections: u32) -> NodeConfig {
-    NodeConfig {
+fn node_config(
+    bind: SocketAddr,
+    c: &Common,
+    accept: bool,
+    connections: u32,
+) -> Result<NodeConfig, HostError> {
+    let ride_through = seconds("--ride-through", c.ride_through)?;
+    if ride_through.is_zero() {
+        return Err(HostError::Usage("--ride-through must be above 0".into()));
+    }
+    Ok(NodeConfig {
         bind,
         paths: c.paths,
         entropy_base: c.entropy_base,
@@ -198,7 +223,9 @@ fn node_config(bind: SocketAddr, c: &Common, accept: bool, connections: u32) -> 
             0
         },
         seed: None,
-    }
+        ride_through: Some(ride_through),
+        source_limits: None,
+    })
 }
 
 /// Prints a line; a closed stdout (the reader went away) does not stop
@@ -211,7 +238,12 @@ fn say(line: &str) {
 
 fn serve(a: &ServeArgs) -> Result<(), HostError> {
     let bind = parse_addr("--bind", &a.bind)?;
-    let mut node = Node::bind(&node_config(bind, &a.common, true, a.connections))?;
+    let mut config = node_config(bind, &a.common, true, a.connections)?;
+    config.source_limits = Some(metaroce_core::config::SourceLimits {
+        connects_per_second: a.connects_per_second_per_peer,
+        half_open: a.half_open_per_peer,
+    });
+    let mut node = Node::bind(&config)?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
@@ -285,6 +317,8 @@ fn print_serve_summary(server: &Server, json: bool) {
             "summary": {
                 "connections": c.connections,
                 "open": server.open_connections(),
+                "live": ep.live_connections(),
+                "half_open": ep.half_open(),
                 "server": c,
                 "endpoint": metaroce_host::counters::json(ep),
             }
@@ -293,11 +327,13 @@ fn print_serve_summary(server: &Server, json: bool) {
         return;
     }
     say(&format!(
-        "serve summary: {} connections ({} open, {} joins); refused: {} over the peer's connection budget, \
+        "serve summary: {} connections ({} open, {} joins, {} in the table, {} half open); refused: {} over the peer's connection budget, \
          {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
         c.connections,
         server.open_connections(),
         c.joins,
+        ep.live_connections(),
+        ep.half_open(),
         c.refused_peer_connections,
         c.refused_no_buffers,
         c.refused_bad_size,
@@ -336,7 +372,7 @@ fn client(
         ),
         (c, d) => (c, d.map(|s| seconds("--duration", s)).transpose()?),
     };
-    let mut node = Node::bind(&node_config(bind, &a.common, false, 4))?;
+    let mut node = Node::bind(&node_config(bind, &a.common, false, 4)?)?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
@@ -346,8 +382,13 @@ fn client(
         size: a.size,
         count,
         duration,
-        stall_timeout: seconds("--timeout", a.timeout)?,
-        connect_timeout: seconds("--timeout", a.timeout.min(5.0))?,
+        stall_timeout: match a.timeout {
+            Some(t) => seconds("--timeout", t)?,
+            None => node.ep.config().ride_through + Duration::from_secs(5),
+        },
+        // The core repeats CONNECT for its connect timeout (the
+        // ride-through); this only guards it.
+        connect_timeout: node.ep.config().connect_timeout + Duration::from_secs(2),
         seed: a.seed,
     };
     let live = !a.quiet && !a.common.json;
@@ -391,7 +432,7 @@ fn hold(a: &HoldArgs) -> Result<(), HostError> {
         Some(b) => parse_addr("--bind", b)?,
         None => default_bind(peer),
     };
-    let mut node = Node::bind(&node_config(bind, &a.common, false, a.connections.max(1)))?;
+    let mut node = Node::bind(&node_config(bind, &a.common, false, a.connections.max(1))?)?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
@@ -514,10 +555,11 @@ fn print_summary(s: &Summary, limit: &RunLimit, json: bool) {
         return;
     }
     println!(
-        "{} {} -> {}: {} messages x {} B = {} B in {:.2} s: goodput {:.1} Mbit/s",
+        "{} {} -> {}: connected in {:.3} s; {} messages x {} B = {} B in {:.2} s: goodput {:.1} Mbit/s",
         s.operation,
         s.local,
         s.peer,
+        s.connect_seconds,
         s.completions,
         s.message_size,
         s.bytes,
