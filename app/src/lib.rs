@@ -326,6 +326,80 @@ mod tests {
         assert_eq!(Message::decode(b"xxxxxxxxxxxxxxxxxxxxxxxx"), None);
     }
 
+    /// The layouts of spec appendix B.1, byte for byte.
+    #[test]
+    fn layouts_are_those_of_appendix_b() {
+        let a = Message::Announce {
+            op: Operation::Read,
+            seed: 0x0102_0304_0506_0708,
+            size: 0x0a0b_0c0d,
+        }
+        .encode();
+        assert_eq!(a.len(), 20);
+        assert_eq!(&a[..8], b"MRAN\x02\0\0\0");
+        assert_eq!(a[8..16], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(a[16..20], 0x0a0b_0c0du32.to_le_bytes());
+        let r = Message::Region {
+            status: 3,
+            key: 4,
+            addr: 5,
+            len: 6,
+            slots: 7,
+            ro_key: 8,
+            ro_addr: 9,
+            ticket: 10,
+        }
+        .encode();
+        assert_eq!(r.len(), 52);
+        let at = |o: usize, n: usize| {
+            r[o..o + n]
+                .iter()
+                .rev()
+                .fold(0u64, |v, &b| v << 8 | u64::from(b))
+        };
+        let fields = [
+            (4, 4, 3),
+            (8, 4, 4),
+            (12, 8, 5),
+            (20, 8, 6),
+            (28, 4, 7),
+            (32, 4, 8),
+            (36, 8, 9),
+            (44, 8, 10),
+        ];
+        for (offset, len, value) in fields {
+            assert_eq!(at(offset, len), value, "REGION field at {offset}");
+        }
+        assert_eq!(Message::Join { ticket: 1 }.encode().len(), 16);
+        assert_eq!(
+            Message::Done {
+                messages: 1,
+                bytes: 2
+            }
+            .encode()
+            .len(),
+            20
+        );
+        let rep = Message::Report {
+            verified: 1,
+            corrupt: 2,
+            bytes: 3,
+        }
+        .encode();
+        assert_eq!((rep.len(), rep[12], rep[20]), (28, 2, 3));
+    }
+
+    /// Appendix B.5's example: pattern(0, 0) starts with mix(mix(0)) and
+    /// mix(mix(0) + 1), little-endian.
+    #[test]
+    fn pattern_is_that_of_appendix_b() {
+        let mut out = [0u8; 12];
+        fill_pattern(0, 0, &mut out);
+        let start = mix(0);
+        assert_eq!(out[..8], mix(start).to_le_bytes());
+        assert_eq!(out[8..], mix(start + 1).to_le_bytes()[..4]);
+    }
+
     #[test]
     fn pattern_checks() {
         let mut b = vec![0u8; 1001];

@@ -61,9 +61,11 @@ struct Args {
     #[arg(long, value_enum)]
     topology: Option<TopologyArg>,
     /// Who runs the workload: host processes through the host interface
-    /// (shared memory, ivshmem), or a task inside the firmware.
-    #[arg(long, value_enum, default_value_t = DriverArg::Host)]
-    driver: DriverArg,
+    /// (shared memory, ivshmem), or a task inside the firmware (default:
+    /// host; firmware with --cores above 1, whose per-core workload shares
+    /// run inside the firmware).
+    #[arg(long, value_enum)]
+    driver: Option<DriverArg>,
     /// mixed, write, send or read.
     #[arg(long, default_value = "mixed")]
     workload: String,
@@ -207,11 +209,20 @@ fn main() -> ExitCode {
     if a.serve {
         return serve_main(a);
     }
+    let driver = match (a.driver, a.cores) {
+        (Some(DriverArg::Host), cores) if cores > 1 => {
+            eprintln!(
+                "metaroce-qemu: --driver host drives one core per DPU (the host interface is served by a single engine); use --driver firmware with --cores {cores}"
+            );
+            return ExitCode::from(2);
+        }
+        (Some(DriverArg::Host), _) => Driver::Host,
+        (None, cores) if cores > 1 => Driver::Firmware,
+        (None, _) => Driver::Host,
+        (Some(DriverArg::Firmware), _) => Driver::Firmware,
+    };
     let opts = RunOptions {
-        driver: match a.driver {
-            DriverArg::Host => Driver::Host,
-            DriverArg::Firmware => Driver::Firmware,
-        },
+        driver,
         elf: a.elf,
         qemu: a.qemu,
         nodes: a.nodes,
