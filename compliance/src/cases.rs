@@ -370,9 +370,7 @@ fn cookie_from_another_port(ctx: &mut Ctx) -> Result<(), Fail> {
     let _ = other.set_read_timeout(Some(Duration::from_millis(50)));
     let mut buf = [0u8; 256];
     let other_got = other.recv_from(&mut buf).is_ok();
-    ensure(!other_got, || {
-        "the replaying port was answered".into()
-    })?;
+    ensure(!other_got, || "the replaying port was answered".into())?;
     no_accept(&rx)?;
     ensure(p.retry_in(&rx).is_some(), || {
         "the replayed cookie was not answered with a RETRY".into()
@@ -1063,7 +1061,9 @@ fn negotiated_window_enforced(ctx: &mut Ctx) -> Result<(), Fail> {
     let mut x = ctx.peer()?;
     let rx = x.join_with(r.ticket, 1024, 16)?;
     let window = x.accept.map_or(0, |a| a.window);
-    ensure(window == 16, || format!("negotiated window {window}, offered 16"))?;
+    ensure(window == 16, || {
+        format!("negotiated window {window}, offered 16")
+    })?;
     let off = 13 * SLOT as usize;
     let mut pk = x.write_packets(
         MemoryTarget {
@@ -1193,7 +1193,8 @@ fn inconsistent_message(ctx: &mut Ctx) -> Result<(), Fail> {
 /// Every case, in the order they run.
 pub const CASES: &[Case] = &[
     Case {
-        name: "handshake: first CONNECT gets one smaller RETRY (its id, token), no ACCEPT, no state",
+        name:
+            "handshake: first CONNECT gets one smaller RETRY (its id, token), no ACCEPT, no state",
         section: "3.8.4, 4.2, 5.1.4",
         run: retry_first,
         attempts: 1,

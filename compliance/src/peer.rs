@@ -278,8 +278,7 @@ impl Peer {
     pub fn retry_in(&self, rx: &[Rx]) -> Option<[u8; COOKIE_LEN]> {
         rx.iter().find_map(|r| match r.repr.body {
             Body::Retry(x)
-                if r.repr.header.dst_conn == self.my_id
-                    && r.repr.header.token == self.my_token =>
+                if r.repr.header.dst_conn == self.my_id && r.repr.header.token == self.my_token =>
             {
                 Some(x.cookie)
             }
@@ -306,14 +305,19 @@ impl Peer {
                             && r.repr.header.token == token)
                 })
             });
-            if self.inbox.iter().any(|r| matches!(r.repr.body, Body::Accept(_))) {
+            if self
+                .inbox
+                .iter()
+                .any(|r| matches!(r.repr.body, Body::Accept(_)))
+            {
                 accepted = true;
                 break;
             }
             if got && !took_cookie {
                 if let Some(cookie) = self.retry_in(&self.inbox) {
                     self.cookie = cookie;
-                    self.inbox.retain(|r| !matches!(r.repr.body, Body::Retry(_)));
+                    self.inbox
+                        .retain(|r| !matches!(r.repr.body, Body::Retry(_)));
                 }
             }
         }

@@ -163,8 +163,10 @@ impl DropStats {
         ]
     }
 
-    /// Packets dropped, every reason summed (the stateless replies sent or
-    /// not sent are not drops).
+    /// Packets dropped, every reason summed. Not counted: the stateless
+    /// replies sent or not sent (they are not drops), and
+    /// `connect_unverified`, a first CONNECT answered with a RETRY: the
+    /// handshake's normal first step.
     pub fn total(&self) -> u64 {
         self.truncated
             + self.bad_version
@@ -178,7 +180,6 @@ impl DropStats {
             + self.bad_source
             + self.refused
             + self.unexpected
-            + self.connect_unverified
             + self.cookie_invalid
             + self.cookie_expired
             + self.refused_source_rate

@@ -104,7 +104,8 @@ impl Acceptor {
         let mut out = Vec::new();
         while let Some(t) = self.ep.poll_transmit(self.now, &mut self.buf) {
             let len = metaroce_core::finish_packet(&t, &mut self.buf, &mut NoMemory);
-            let (repr, _) = wire::parse(&self.buf[..len]).expect("the acceptor sends valid packets");
+            let (repr, _) =
+                wire::parse(&self.buf[..len]).expect("the acceptor sends valid packets");
             out.push(Sent {
                 to: t.peer,
                 len,
@@ -163,7 +164,10 @@ fn a_first_connect_gets_a_smaller_retry_and_creates_nothing() {
     let with_cookie = encode(&connect_repr(0x4242, 0x1234_5678_9abc, cookie));
     let first = a.deliver(&m, &with_cookie);
     assert!(is_accept(&first), "{first:?}");
-    assert_eq!(first[0].len, CONNECT_LEN, "ACCEPT is no larger than CONNECT");
+    assert_eq!(
+        first[0].len, CONNECT_LEN,
+        "ACCEPT is no larger than CONNECT"
+    );
     assert_eq!(a.ep.live_connections(), 1);
     assert_eq!(a.ep.half_open(), 1);
     for _ in 0..3 {
@@ -360,7 +364,10 @@ fn per_source_limits_refuse_with_close_rejected_and_spare_other_sources() {
     assert_eq!(ok, 10);
     assert_eq!(a.ep.drops().refused_source_rate, 5);
     a.now += Duration::from_millis(100);
-    assert!(is_accept(&open(&mut a, [10, 0, 0, 5], 50)), "one more after 100 ms");
+    assert!(
+        is_accept(&open(&mut a, [10, 0, 0, 5], 50)),
+        "one more after 100 ms"
+    );
     assert!(is_reject(&open(&mut a, [10, 0, 0, 5], 51)));
 }
 
@@ -469,9 +476,20 @@ fn blackout_transfer(config: Config, after: Duration, length: Duration) -> Resul
     let (a, _) = c.connect(0, 1);
     let start = c.now + after;
     let end = start + length;
-    transfer(&mut c, a, 400, 4096, length * 3 + Duration::from_secs(1), |c| {
-        c.imp.loss = if c.now >= start && c.now < end { 1.0 } else { 0.0 };
-    })
+    transfer(
+        &mut c,
+        a,
+        400,
+        4096,
+        length * 3 + Duration::from_secs(1),
+        |c| {
+            c.imp.loss = if c.now >= start && c.now < end {
+                1.0
+            } else {
+                0.0
+            };
+        },
+    )
 }
 
 #[test]
@@ -480,8 +498,12 @@ fn a_blackout_shorter_than_the_ride_through_is_survived() {
     // blackout are 16 and more timeouts in a row, which the count-based
     // limit (12) used to fail.
     let config = Config::default();
-    blackout_transfer(config, Duration::from_micros(300), Duration::from_millis(800))
-        .expect("rides through 800 ms");
+    blackout_transfer(
+        config,
+        Duration::from_micros(300),
+        Duration::from_millis(800),
+    )
+    .expect("rides through 800 ms");
     let emulation = Config::for_emulation();
     blackout_transfer(emulation, Duration::from_millis(30), Duration::from_secs(9))
         .expect("rides through 9 s with the emulation profile");
@@ -527,7 +549,8 @@ fn connect_rides_through_a_burst_of_losses_and_gives_up_at_the_connect_timeout()
     assert_eq!(c.nodes[0].ep.state(h), Some(ConnState::Connecting));
     c.imp.loss = 0.0;
     let until = c.now + config.handshake_timeout_max * 2;
-    assert!(c.run_until(until, |c| c.nodes[0].ep.state(h) == Some(ConnState::Established)));
+    assert!(c.run_until(until, |c| c.nodes[0].ep.state(h)
+        == Some(ConnState::Established)));
     // With nobody answering it fails at the connect timeout.
     c.imp.loss = 1.0;
     let start = c.now;
@@ -583,14 +606,37 @@ fn a_forged_or_second_retry_is_ignored() {
     let now = c.now;
     let n0 = &mut c.nodes[0];
     // Wrong token, wrong id, wrong source: dropped and counted.
-    n0.ep.handle_packet(now, &from_b, &retry(offer.src_conn, offer.src_token ^ 1, [1; 32]), &mut NoMemory);
-    n0.ep.handle_packet(now, &from_b, &retry(offer.src_conn ^ 0x100, offer.src_token, [1; 32]), &mut NoMemory);
-    n0.ep.handle_packet(now, &elsewhere, &retry(offer.src_conn, offer.src_token, [1; 32]), &mut NoMemory);
+    n0.ep.handle_packet(
+        now,
+        &from_b,
+        &retry(offer.src_conn, offer.src_token ^ 1, [1; 32]),
+        &mut NoMemory,
+    );
+    n0.ep.handle_packet(
+        now,
+        &from_b,
+        &retry(offer.src_conn ^ 0x100, offer.src_token, [1; 32]),
+        &mut NoMemory,
+    );
+    n0.ep.handle_packet(
+        now,
+        &elsewhere,
+        &retry(offer.src_conn, offer.src_token, [1; 32]),
+        &mut NoMemory,
+    );
     let d = n0.ep.drops();
     assert_eq!((d.bad_token, d.unknown_connection, d.bad_source), (1, 1, 1));
     // The right one is taken: the CONNECT goes out again at once with it.
-    n0.ep.handle_packet(now, &from_b, &retry(offer.src_conn, offer.src_token, [5; 32]), &mut NoMemory);
-    let t = n0.ep.poll_transmit(now, &mut buf).expect("CONNECT again at once");
+    n0.ep.handle_packet(
+        now,
+        &from_b,
+        &retry(offer.src_conn, offer.src_token, [5; 32]),
+        &mut NoMemory,
+    );
+    let t = n0
+        .ep
+        .poll_transmit(now, &mut buf)
+        .expect("CONNECT again at once");
     let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
     let (again, _) = wire::parse(&buf[..len]).unwrap();
     let Body::Connect(again) = again.body else {
@@ -606,7 +652,12 @@ fn a_forged_or_second_retry_is_ignored() {
         "otherwise the same CONNECT"
     );
     // A second RETRY in the same handshake is ignored.
-    n0.ep.handle_packet(now, &from_b, &retry(offer.src_conn, offer.src_token, [6; 32]), &mut NoMemory);
+    n0.ep.handle_packet(
+        now,
+        &from_b,
+        &retry(offer.src_conn, offer.src_token, [6; 32]),
+        &mut NoMemory,
+    );
     assert_eq!(n0.ep.drops().retry_ignored, 1);
     assert!(n0.ep.poll_transmit(now, &mut buf).is_none());
     // An all-zero cookie is never taken.

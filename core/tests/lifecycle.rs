@@ -440,7 +440,12 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
     let mut accepts = 0;
     for i in 0..5_000u32 {
         let meta = flood_source(i);
-        b.handle_packet(now, &meta, &forged_connect(i, [0; wire::COOKIE_LEN]), &mut NoMemory);
+        b.handle_packet(
+            now,
+            &meta,
+            &forged_connect(i, [0; wire::COOKIE_LEN]),
+            &mut NoMemory,
+        );
         let mut cookie = None;
         while let Some(t) = b.poll_transmit(now, &mut buf) {
             let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);

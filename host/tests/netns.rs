@@ -171,19 +171,33 @@ impl Namespaces {
 
     /// Loads nftables `rules` in namespace `ns`.
     fn nft(&self, ns: &str, rules: &str) {
-        let path = std::env::temp_dir().join(format!(
-            "metaroce-nft-{}-{ns}.conf",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("metaroce-nft-{}-{ns}.conf", std::process::id()));
         std::fs::write(&path, rules).unwrap();
-        run(&["ip", "netns", "exec", ns, "nft", "-f", path.to_str().unwrap()]);
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "nft",
+            "-f",
+            path.to_str().unwrap(),
+        ]);
         let _ = std::fs::remove_file(path);
     }
 
     /// Removes table `name` from the server's namespace.
     fn drop_table(&self, name: &str) {
         run(&[
-            "ip", "netns", "exec", &self.server, "nft", "delete", "table", "inet", name,
+            "ip",
+            "netns",
+            "exec",
+            &self.server,
+            "nft",
+            "delete",
+            "table",
+            "inet",
+            name,
         ]);
     }
 
@@ -193,7 +207,16 @@ impl Namespaces {
     /// half a period later.
     fn bursts(&self) {
         let _ = Command::new("ip")
-            .args(["netns", "exec", &self.server, "nft", "delete", "table", "inet", "metaroce"])
+            .args([
+                "netns",
+                "exec",
+                &self.server,
+                "nft",
+                "delete",
+                "table",
+                "inet",
+                "metaroce",
+            ])
             .stderr(Stdio::null())
             .status();
         self.nft(
@@ -249,7 +272,14 @@ impl Namespaces {
         run(&["ip", "-n", &self.client, "-batch", path.to_str().unwrap()]);
         let _ = std::fs::remove_file(path);
         run(&[
-            "ip", "-n", &self.server, "route", "add", "10.78.0.0/16", "via", CLIENT_IP,
+            "ip",
+            "-n",
+            &self.server,
+            "route",
+            "add",
+            "10.78.0.0/16",
+            "via",
+            CLIENT_IP,
         ]);
         self.nft(
             &self.client,
@@ -433,7 +463,20 @@ fn flood_packet(src: Ipv4Addr, src_port: u16, dst: Ipv4Addr, id: u32, token: u64
     let udp_len = 8 + transport.len();
     let total = 20 + udp_len;
     let mut p = Vec::with_capacity(total);
-    p.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    p.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        0,
+        0x40,
+        0,
+        64,
+        17,
+        0,
+        0,
+    ]);
     p.extend_from_slice(&src.octets());
     p.extend_from_slice(&dst.octets());
     p.extend_from_slice(&src_port.to_be_bytes());
@@ -543,13 +586,21 @@ fn netns_connect_flood_from_1000_addresses() {
     assert_eq!(sent, COUNT);
     assert_eq!(summary["live"], 0, "{summary}");
     assert_eq!(summary["half_open"], 0, "{summary}");
-    assert_eq!(summary["server"]["connections"], 1, "only the client: {summary}");
+    assert_eq!(
+        summary["server"]["connections"], 1,
+        "only the client: {summary}"
+    );
     // Most of the flood reached the server (the rest overflowed a socket
     // buffer) and every CONNECT that did was refused without state.
-    assert!(n(&dropped["connect_unverified"]) >= u64::from(COUNT) / 2, "{summary}");
+    assert!(
+        n(&dropped["connect_unverified"]) >= u64::from(COUNT) / 2,
+        "{summary}"
+    );
     assert_eq!(
         n(&dropped["retries_sent"]) + n(&dropped["replies_dropped"]),
-        n(&dropped["connect_unverified"]) + n(&dropped["cookie_invalid"]) + n(&dropped["cookie_expired"]),
+        n(&dropped["connect_unverified"])
+            + n(&dropped["cookie_invalid"])
+            + n(&dropped["cookie_expired"]),
         "one RETRY or one counted non-answer per CONNECT: {summary}"
     );
 }
@@ -560,9 +611,12 @@ fn blackout(ns: &Namespaces, seconds: f64) {
     let before = Duration::from_millis(1500);
     let length = Duration::from_secs_f64(seconds);
     let duration = before + length + Duration::from_millis(1500);
-    let client = bench_client(ns, &["--duration", &format!("{:.1}", duration.as_secs_f64())])
-        .spawn()
-        .unwrap();
+    let client = bench_client(
+        ns,
+        &["--duration", &format!("{:.1}", duration.as_secs_f64())],
+    )
+    .spawn()
+    .unwrap();
     thread::sleep(before);
     ns.blackout();
     thread::sleep(length);
@@ -585,7 +639,10 @@ fn blackout(ns: &Namespaces, seconds: f64) {
         c["timeouts"],
         c["retransmissions"],
     );
-    assert!(c["timeouts"].as_u64().unwrap_or(0) > 0, "no timeout in a blackout: {c}");
+    assert!(
+        c["timeouts"].as_u64().unwrap_or(0) > 0,
+        "no timeout in a blackout: {c}"
+    );
 }
 
 /// Spec 4.6.4 (issue 12 point 6): blackouts of 3.5 s and 9 s in the

@@ -138,7 +138,11 @@ mod tests {
         assert_eq!(s.connection_index.len(), 256);
         assert_eq!(s.inflight_records.len(), 1008, "a multiple of 16");
         assert_eq!(s.inflight_nodes.len(), 63);
-        assert_eq!(s.sources.len(), 128, "per-source buckets for 100 connections");
+        assert_eq!(
+            s.sources.len(),
+            128,
+            "per-source buckets for 100 connections"
+        );
         assert!(take().is_none(), "never twice");
         let ep = metaroce_core::Endpoint::new(
             metaroce_core::Config::default(),

@@ -350,13 +350,10 @@ fn run_visible_test(
     let mut skipped = false;
     let mut command = util::cargo(["test", "-p", package, "--test", test, "--", "--nocapture"]);
     command.envs(env.iter().copied());
-    let ok = util::run_streaming(
-        &mut command,
-        |line| {
-            tally.add_libtest_line(line);
-            skipped |= line.contains("SKIPPED");
-        },
-    )?;
+    let ok = util::run_streaming(&mut command, |line| {
+        tally.add_libtest_line(line);
+        skipped |= line.contains("SKIPPED");
+    })?;
     if !ok || tally.failed > 0 {
         return Err(Error::new(format!("{package} test `{test}` failed")));
     }

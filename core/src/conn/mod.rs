@@ -662,16 +662,18 @@ impl<const P: usize> Connection<P> {
     /// The idle timeout this connection runs: ours, or the peer's
     /// profile's if that is another profile and longer (spec 4.11).
     pub fn idle_timeout(&self, config: &Config) -> core::time::Duration {
-        self.other_profile(config)
-            .map_or(config.idle_timeout, |p| p.idle_timeout.max(config.idle_timeout))
+        self.other_profile(config).map_or(config.idle_timeout, |p| {
+            p.idle_timeout.max(config.idle_timeout)
+        })
     }
 
     /// The longest outage this connection rides through: ours, or the
     /// peer's profile's if that is another profile and longer (spec
     /// 4.6.4, 4.11).
     pub fn ride_through(&self, config: &Config) -> core::time::Duration {
-        self.other_profile(config)
-            .map_or(config.ride_through, |p| p.ride_through.max(config.ride_through))
+        self.other_profile(config).map_or(config.ride_through, |p| {
+            p.ride_through.max(config.ride_through)
+        })
     }
 
     /// Whether the sender has nothing unacknowledged.

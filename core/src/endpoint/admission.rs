@@ -352,6 +352,26 @@ mod tests {
     }
 
     #[test]
+    fn the_cookie_construction_matches_an_independent_computation() {
+        // Spec 4.2.2's example, computed with a separate SipHash-2-4-128
+        // implementation (Python, from the reference C code): key 00..0f,
+        // issued at tick 5, from 10.0.0.1 port 50000, the offer below.
+        let keys = CookieKeys {
+            period: 0,
+            current: core::array::from_fn(|i| i as u8),
+            previous: None,
+        };
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let cookie = keys.issue(Instant::from_nanos(5 << 30), &ip, 50_000, &offer());
+        let want = [
+            0x00, 0x00, 0x00, 0x05, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x2f, 0x0b, 0x17, 0x07, 0x79, 0xb1, 0x67, 0x5c, 0x15, 0x7b, 0x62, 0xf5,
+            0xd0, 0x17, 0xc0, 0x67,
+        ];
+        assert_eq!(cookie, want);
+    }
+
+    #[test]
     fn a_cookie_is_good_for_its_address_port_and_offer_only_and_expires() {
         let mut rng = Rng::new(crate::rng::seed_from_u64(3));
         let life = Duration::from_secs(30);
@@ -395,7 +415,10 @@ mod tests {
         // ... but the lifetime ends it, and the key after two periods.
         let late = now + Duration::from_secs(40);
         keys.rotate(late, life, &mut rng);
-        assert_eq!(keys.check(late, life, &ip, 50_000, &c), CookieCheck::Expired);
+        assert_eq!(
+            keys.check(late, life, &ip, 50_000, &c),
+            CookieCheck::Expired
+        );
         let mut old = c;
         old.cookie[..4].copy_from_slice(&(tick(late) - 2).to_be_bytes());
         assert_eq!(
