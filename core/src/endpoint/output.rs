@@ -169,6 +169,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                     ecn: ecn::NOT_ECT,
                     header_len: repr.header_len(),
                     payload: None,
+                    seal: None,
                 });
             }
         }
@@ -191,6 +192,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 continue;
             }
             let t = s.conn.poll_transmit(now, buf, hint, &mut self.res, &config);
+            // Spec 5.3: a keyed connection's packets get the security
+            // extension and are sealed when finished.
+            let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
             self.refresh(i, now, false);
             if t.is_some() {
                 return t;
