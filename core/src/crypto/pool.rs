@@ -440,3 +440,18 @@ impl<B: Backing> KeyPool<B> {
         Admit::Drop
     }
 }
+
+#[cfg(all(test, feature = "aead"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_slot_fits_its_budget() {
+        // Two AES-256 key schedules and GHASH keys, the IV counter and the
+        // replay window (spec 5.3.7); the connection itself holds 8 bytes.
+        let bytes = core::mem::size_of::<KeySlot>();
+        std::println!("key slot: {bytes} bytes");
+        assert!(bytes <= 4096, "{bytes}");
+        assert_eq!(core::mem::size_of::<ConnProtection>(), 8);
+    }
+}
