@@ -35,6 +35,7 @@ fn run_suite(pcap: &Path) {
         connections: 64,
         receives_per_connection: metaroce_host::session::SERVER_RECEIVES,
         seed: Some(7),
+        protection: None,
     })
     .unwrap();
     node.link.pcap = Some(PcapRecorder::create(pcap).unwrap());
