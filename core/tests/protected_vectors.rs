@@ -182,10 +182,24 @@ fn sealing_yields_the_vector_bytes() {
         buf[len - 4..].copy_from_slice(&crc.to_be_bytes());
         let ct_end = aad_len + plaintext.len();
         assert_eq!(buf[aad_len..ct_end], v.hex("ciphertext")[..], "{}", v.name);
-        assert_eq!(buf[ct_end..ct_end + TAG_LEN], v.hex("tag")[..], "{}", v.name);
+        assert_eq!(
+            buf[ct_end..ct_end + TAG_LEN],
+            v.hex("tag")[..],
+            "{}",
+            v.name
+        );
         assert_eq!(buf, want, "{}: whole packet", v.name);
     }
-    for t in ["WRITE", "SEND_IMM", "READ_REQUEST", "READ_RESPONSE", "ACK", "NAK", "CLOSE", "KEEPALIVE"] {
+    for t in [
+        "WRITE",
+        "SEND_IMM",
+        "READ_REQUEST",
+        "READ_RESPONSE",
+        "ACK",
+        "NAK",
+        "CLOSE",
+        "KEEPALIVE",
+    ] {
         assert!(types.contains(t), "no protected {t} vector");
     }
 }
@@ -216,7 +230,10 @@ fn opening_yields_the_plaintext_and_refuses_replays() {
         let mut wrong = Session::new(key_id, &k, seal_role);
         assert_eq!(wrong.open(&sealed, &mut out), Err(OpenError::Auth));
         let mut other_key = Session::new(key_id + 1, &k, open_role);
-        assert_eq!(other_key.open(&sealed, &mut out), Err(OpenError::WrongKeyId));
+        assert_eq!(
+            other_key.open(&sealed, &mut out),
+            Err(OpenError::WrongKeyId)
+        );
     }
 }
 
@@ -232,8 +249,17 @@ fn tampered_packets_parse_but_do_not_authenticate() {
         let sealed = Sealed::split(&bytes).expect("protected");
         let mut s = Session::new(v.int("key_id") as u32, &k, roles(v).1);
         let mut out = vec![0u8; 9000];
-        assert_eq!(s.open(&sealed, &mut out), Err(OpenError::Auth), "{}", v.name);
-        assert!(out.iter().all(|&b| b == 0), "{}: no plaintext on failure", v.name);
+        assert_eq!(
+            s.open(&sealed, &mut out),
+            Err(OpenError::Auth),
+            "{}",
+            v.name
+        );
+        assert!(
+            out.iter().all(|&b| b == 0),
+            "{}: no plaintext on failure",
+            v.name
+        );
     }
 }
 

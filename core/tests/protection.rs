@@ -56,7 +56,11 @@ struct Transfer {
 }
 
 fn transfer_setup(protect: bool, imp: Impairments, seed: u64) -> Transfer {
-    let policy = if protect { Policy::Require } else { Policy::Off };
+    let policy = if protect {
+        Policy::Require
+    } else {
+        Policy::Off
+    };
     let mut c = cluster(config(policy, KEY_ID), config(policy, KEY_ID), imp, seed);
     let src = c.register(0, SRC, SPAN, Access::LOCAL_WRITE);
     let dst = c.register(1, DST, SPAN, Access::REMOTE_WRITE);
@@ -340,17 +344,15 @@ fn a_sweep_of_forged_naks_fails_only_without_protection() {
                 return;
             }
             // The cumulative PSN of the last ACK seen from the receiver.
-            let Some(ack) = seen
-                .borrow()
-                .iter()
-                .rev()
-                .find(|p| p[1] == 0x10)
-                .cloned()
-            else {
+            let Some(ack) = seen.borrow().iter().rev().find(|p| p[1] == 0x10).cloned() else {
                 return;
             };
             let cum = u32::from_be_bytes(ack[28..32].try_into().unwrap());
-            let iv = if protect { highest_iv(&seen.borrow()) } else { 0 };
+            let iv = if protect {
+                highest_iv(&seen.borrow())
+            } else {
+                0
+            };
             for k in 0..256u32 {
                 let nak = Body::Nak(NakRepr {
                     cumulative: cum,
@@ -387,13 +389,7 @@ fn forged_sack_bits_stall_only_an_unprotected_transfer() {
         let mut t = transfer_setup(protect, lossy(), 23);
         let seen = sniff(&mut t.c, 1);
         let ok = run_writes(&mut t, 64, 8192, Duration::from_secs(1), |c, _| {
-            let Some(ack) = seen
-                .borrow()
-                .iter()
-                .rev()
-                .find(|p| p[1] == 0x10)
-                .cloned()
-            else {
+            let Some(ack) = seen.borrow().iter().rev().find(|p| p[1] == 0x10).cloned() else {
                 return;
             };
             let cum = u32::from_be_bytes(ack[28..32].try_into().unwrap());
@@ -451,7 +447,13 @@ fn tampered_packets_are_dropped_and_counted() {
         }
         false
     }));
-    assert!(run_writes(&mut t, 8, 4096, Duration::from_secs(2), |_, _| {}));
+    assert!(run_writes(
+        &mut t,
+        8,
+        4096,
+        Duration::from_secs(2),
+        |_, _| {}
+    ));
     let s = t.c.nodes[1].ep.protection_stats();
     assert!(s.auth_failed >= 10, "{s:?}");
     assert_eq!(t.c.nodes[1].ep.drops().bad_crc, 0, "the CRC was fixed");
@@ -464,7 +466,13 @@ fn tampered_packets_are_dropped_and_counted() {
 fn replayed_packets_are_dropped() {
     let mut t = transfer_setup(true, Impairments::default(), 25);
     let seen_a = sniff(&mut t.c, 0);
-    assert!(run_writes(&mut t, 8, 4096, Duration::from_secs(1), |_, _| {}));
+    assert!(run_writes(
+        &mut t,
+        8,
+        4096,
+        Duration::from_secs(1),
+        |_, _| {}
+    ));
     t.c.tamper = None;
     let recorded: Vec<Vec<u8>> = seen_a.borrow().clone();
     assert!(recorded.len() >= 32, "{}", recorded.len());
@@ -475,14 +483,20 @@ fn replayed_packets_are_dropped() {
     }
     let before = t.c.nodes[1].ep.protection_stats();
     let mut next = 0usize;
-    assert!(run_writes(&mut t, 8, 4096, Duration::from_secs(1), |c, _| {
-        for _ in 0..4 {
-            if next < recorded.len() {
-                inject(c, 0, 1, &recorded[next]);
-                next += 1;
+    assert!(run_writes(
+        &mut t,
+        8,
+        4096,
+        Duration::from_secs(1),
+        |c, _| {
+            for _ in 0..4 {
+                if next < recorded.len() {
+                    inject(c, 0, 1, &recorded[next]);
+                    next += 1;
+                }
             }
         }
-    }));
+    ));
     while next < recorded.len() {
         inject(&mut t.c, 0, 1, &recorded[next]);
         next += 1;
@@ -515,9 +529,9 @@ fn attempt(c: &mut Cluster) -> Outcome {
         Err(e) => panic!("connect: {e:?}"),
     };
     let end = |c: &Cluster| {
-        c.nodes[0].events.iter().any(|e| {
-            matches!(e, Event::Closed { conn, .. } | Event::Failed { conn, .. } if *conn == h)
-        }) || (c.nodes[1]
+        c.nodes[0].events.iter().any(
+            |e| matches!(e, Event::Closed { conn, .. } | Event::Failed { conn, .. } if *conn == h),
+        ) || (c.nodes[1]
             .events
             .iter()
             .any(|e| matches!(e, Event::Connected(_)))
@@ -698,11 +712,8 @@ fn a_full_key_pool_refuses_and_recovers() {
         key_slots: 1,
         ..metaroce_core::Layout::for_connections(8)
     };
-    c.nodes[1].ep = metaroce_core::Endpoint::new(
-        cfg,
-        storage(&layout),
-        metaroce_core::rng::seed_from_u64(55),
-    );
+    c.nodes[1].ep =
+        metaroce_core::Endpoint::new(cfg, storage(&layout), metaroce_core::rng::seed_from_u64(55));
     c.nodes[1].ep.add_psk(KEY_ID, &PSK).unwrap();
     assert_eq!(attempt(&mut c), Outcome::Protected);
     assert_eq!(c.nodes[1].ep.key_slots(), (1, 1));

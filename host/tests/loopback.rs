@@ -179,8 +179,12 @@ fn protected(mut c: NodeConfig, policy: metaroce_core::crypto::Policy, key_id: u
 fn protected_write_and_read_on_loopback() {
     use metaroce_core::crypto::Policy;
     for op in [Operation::Write, Operation::Read] {
-        let server_node =
-            Node::bind(&protected(config("127.0.0.1:0", true, 11), Policy::Require, 3)).unwrap();
+        let server_node = Node::bind(&protected(
+            config("127.0.0.1:0", true, 11),
+            Policy::Require,
+            3,
+        ))
+        .unwrap();
         let server_addr = server_node.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
@@ -190,8 +194,12 @@ fn protected_write_and_read_on_loopback() {
                 .unwrap();
             (s.finished, s.node.ep.protection_stats())
         });
-        let mut client =
-            Node::bind(&protected(config("127.0.0.1:0", false, 12), Policy::Require, 3)).unwrap();
+        let mut client = Node::bind(&protected(
+            config("127.0.0.1:0", false, 12),
+            Policy::Require,
+            3,
+        ))
+        .unwrap();
         let summary = run_client(
             &mut client,
             &ClientOptions {
@@ -220,8 +228,12 @@ fn protected_write_and_read_on_loopback() {
     }
 
     // Key ID 4 is unknown to the server: refused, nothing transferred.
-    let server_node =
-        Node::bind(&protected(config("127.0.0.1:0", true, 13), Policy::Require, 3)).unwrap();
+    let server_node = Node::bind(&protected(
+        config("127.0.0.1:0", true, 13),
+        Policy::Require,
+        3,
+    ))
+    .unwrap();
     let server_addr = server_node.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -230,8 +242,12 @@ fn protected_write_and_read_on_loopback() {
         s.run(|_| stop2.load(Ordering::Relaxed)).unwrap();
         s.node.ep.protection_stats()
     });
-    let mut client =
-        Node::bind(&protected(config("127.0.0.1:0", false, 14), Policy::Require, 4)).unwrap();
+    let mut client = Node::bind(&protected(
+        config("127.0.0.1:0", false, 14),
+        Policy::Require,
+        4,
+    ))
+    .unwrap();
     let r = run_client(
         &mut client,
         &ClientOptions {
@@ -259,8 +275,11 @@ fn protected_processes_show_the_suite() {
     let dir = std::env::temp_dir().join(format!("metaroce-psk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let psk = dir.join("psk");
-    std::fs::write(&psk, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n")
-        .unwrap();
+    std::fs::write(
+        &psk,
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+    )
+    .unwrap();
     let psk = psk.to_str().unwrap();
     let mut server = metaroce()
         .args(["serve", "--bind", "127.0.0.1:0", "--once"])
@@ -270,7 +289,10 @@ fn protected_processes_show_the_suite() {
         .unwrap();
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
-    assert!(first.contains("packet protection require, key id 9"), "{first}");
+    assert!(
+        first.contains("packet protection require, key id 9"),
+        "{first}"
+    );
     let addr: SocketAddr = first.rsplit(' ').next().unwrap().parse().unwrap();
     let client = metaroce()
         .args(["write", "--peer", &addr.to_string(), "--count", "20"])
@@ -279,14 +301,18 @@ fn protected_processes_show_the_suite() {
         .unwrap();
     assert!(client.status.success(), "{client:?}");
     let out = String::from_utf8_lossy(&client.stdout);
-    assert!(out.contains("protection AES_256_GCM key 9: sealed"), "{out}");
+    assert!(
+        out.contains("protection AES_256_GCM key 9: sealed"),
+        "{out}"
+    );
     assert!(out.contains("auth_failed 0, replayed 0"), "{out}");
     let report = lines.next().unwrap().unwrap();
     assert!(report.contains("(AES_256_GCM key 9)"), "{report}");
     assert!(report.contains("integrity OK"), "{report}");
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(
-        rest.iter().any(|l| l.starts_with("protection: require, key id 9: sealed")),
+        rest.iter()
+            .any(|l| l.starts_with("protection: require, key id 9: sealed")),
         "{rest:?}"
     );
     assert!(server.wait().unwrap().success());

@@ -288,7 +288,12 @@ impl Drop for Keyring {
 
 /// What an acceptor answers to a CONNECT's offer (spec 5.3.6): the Key
 /// ID to protect with (0: none), or a refusal.
-pub fn choose(policy: Policy, keys: &Keyring, suite: CipherSuite, key_id: u32) -> Result<u32, Refusal> {
+pub fn choose(
+    policy: Policy,
+    keys: &Keyring,
+    suite: CipherSuite,
+    key_id: u32,
+) -> Result<u32, Refusal> {
     match (policy, suite) {
         (Policy::Off, _) | (Policy::Allow, CipherSuite::None) => Ok(0),
         (Policy::Require, CipherSuite::None) => Err(Refusal::ProtectionRequired),
@@ -319,7 +324,10 @@ mod tests {
         assert_eq!(choose(Policy::Off, &keys, aes, 7), Ok(0));
         assert_eq!(choose(Policy::Allow, &keys, none, 0), Ok(0));
         assert_eq!(choose(Policy::Allow, &keys, aes, 7), Ok(7));
-        assert_eq!(choose(Policy::Allow, &keys, aes, 8), Err(Refusal::UnknownKeyId));
+        assert_eq!(
+            choose(Policy::Allow, &keys, aes, 8),
+            Err(Refusal::UnknownKeyId)
+        );
         assert_eq!(choose(Policy::Require, &keys, aes, 7), Ok(7));
         assert_eq!(
             choose(Policy::Require, &keys, none, 0),
@@ -341,6 +349,9 @@ mod tests {
         assert!(!keys.remove(3));
         assert_eq!(keys.get(3), None);
         assert_eq!(keys.get(0), None);
-        assert!(!std::format!("{keys:?}").contains("51"), "no key bytes in Debug");
+        assert!(
+            !std::format!("{keys:?}").contains("51"),
+            "no key bytes in Debug"
+        );
     }
 }

@@ -21,7 +21,9 @@ use crate::wire::protect::{SecurityRepr, SECURITY_LEN};
 #[cfg(feature = "aead")]
 use crate::wire::Flags;
 
-/// What a key slot holds.
+/// What a key slot holds. Every slot is as large as a keyed one by
+/// design: the slots are a fixed pool, and no allocator could box it.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "aead"), derive(Copy))]
 enum SlotState {

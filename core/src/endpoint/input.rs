@@ -57,7 +57,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         // Spec 5.3.5: a protected connection takes only packets that
         // authenticate (decrypted into `rx_plain`), CONNECT, ACCEPT and
         // RETRY aside.
-        let payload = match self.res.keys.admit(&conn.protection, bytes, &mut self.rx_plain) {
+        let payload = match self
+            .res
+            .keys
+            .admit(&conn.protection, bytes, &mut self.rx_plain)
+        {
             Admit::Clear => payload,
             Admit::Opened(plain) => plain,
             Admit::Drop => return,

@@ -11,8 +11,8 @@
 //! and RoCEv2's ICRC) over everything before it. Every field it covers is
 //! invariant end to end, so no field needs masking.
 
-use super::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64, Error, Result};
 use super::protect::{SECURITY_LEN, TAG_LEN};
+use super::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64, Error, Result};
 use super::{SackBits, CRC_LEN, VERSION};
 
 /// Byte ranges of the common header and of each extension header. Extension

@@ -14,13 +14,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use metaroce_core::crypto::Policy;
 use metaroce_host::app::Operation;
 use metaroce_host::pcap::PcapRecorder;
+use metaroce_host::protection::{read_psk_file, Protection};
 use metaroce_host::session::{
     run_client, run_hold, ClientOptions, HoldOptions, PeerBudget, Progress, Server, Summary,
 };
-use metaroce_core::crypto::Policy;
-use metaroce_host::protection::{read_psk_file, Protection};
 use metaroce_host::{HostError, Node, NodeConfig};
 
 const EXIT_CODES: &str = "Exit codes: 0 success, 1 integrity check failed, 2 usage error, \
@@ -470,12 +470,7 @@ fn hold(a: &HoldArgs) -> Result<(), HostError> {
         Some(b) => parse_addr("--bind", b)?,
         None => default_bind(peer),
     };
-    let mut node = Node::bind(&node_config(
-        bind,
-        &a.common,
-        false,
-        a.connections.max(1),
-    )?)?;
+    let mut node = Node::bind(&node_config(bind, &a.common, false, a.connections.max(1))?)?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }

@@ -413,10 +413,10 @@ pub fn run_client(
         })
         .collect();
     let ce_echoed = ce_echoed(node, h);
-    let suite = node
-        .ep
-        .protection(h)
-        .map_or_else(|| "none".into(), |(s, k)| crate::protection::suite_name(s, k));
+    let suite = node.ep.protection(h).map_or_else(
+        || "none".into(),
+        |(s, k)| crate::protection::suite_name(s, k),
+    );
 
     // Close gracefully; a peer that does not answer the CLOSE is not an error.
     let _ = node.ep.close(node.now(), h);
