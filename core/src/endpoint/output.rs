@@ -143,7 +143,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 
     /// Writes the headers of the next packet to send into `buf` and says
     /// where it goes and where its payload comes from. `buf` must hold at
-    /// least [`crate::wire::HEADER_LEN`] + 56 bytes (the largest header).
+    /// least 100 bytes, the largest header: a protected ACK (28 + 56 and a
+    /// 16-byte security extension, spec 5.3.2), longer than CONNECT's 92.
+    /// A protected packet is sealed by [`Endpoint::finish_transmit`].
     /// Connections take turns, one packet each.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
