@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RecvRequest, RxMeta, WorkRequest};
 use metaroce_core::config::AcceptDomain;
+use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
@@ -63,6 +64,9 @@ pub struct NodeConfig {
     /// takes 32 bytes from the operating system, as every real run must; a
     /// number makes a test repeatable and its secrets guessable.
     pub seed: Option<u64>,
+    /// Packet protection (spec 5.3): policy and pre-shared key; `None`
+    /// protects nothing.
+    pub protection: Option<crate::protection::Protection>,
 }
 
 impl NodeConfig {
@@ -78,6 +82,14 @@ impl NodeConfig {
             link_rate_mbps: self.rate_mbps,
             entropy_base,
             entropy_span,
+            protection: self
+                .protection
+                .as_ref()
+                .map(|p| ProtectionConfig {
+                    policy: p.policy,
+                    key_id: p.key_id,
+                })
+                .unwrap_or_default(),
             ..Config::for_emulation()
         }
     }
@@ -260,8 +272,13 @@ impl Node {
                 .connections
                 .saturating_mul(config.receives_per_connection),
         );
+        let mut ep = Box::new(HostEndpoint::new(core, layout.heap_storage(), seed));
+        if let Some(p) = &config.protection {
+            ep.add_psk(p.key_id, &p.psk)
+                .map_err(|e| HostError::Usage(format!("--key-id {}: {e:?}", p.key_id)))?;
+        }
         Ok(Node {
-            ep: Box::new(HostEndpoint::new(core, layout.heap_storage(), seed)),
+            ep,
             mem: Arenas::new(),
             link: SocketLink {
                 sockets,

@@ -9,6 +9,7 @@ use crate::time::Instant;
 use crate::wire::{self, Body, CloseReason, ConnectRepr};
 
 use crate::conn::ReliableOutcome;
+use crate::crypto::Admit;
 
 impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// Handles one received MetaRoCE packet (the UDP payload). Invalid
@@ -53,6 +54,18 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.drops.bad_source += 1;
             return;
         }
+        // Spec 5.3.5: a protected connection takes only packets that
+        // authenticate (decrypted into `rx_plain`), CONNECT, ACCEPT and
+        // RETRY aside.
+        let payload = match self
+            .res
+            .keys
+            .admit(&conn.protection, bytes, &mut self.rx_plain)
+        {
+            Admit::Clear => payload,
+            Admit::Opened(plain) => plain,
+            Admit::Drop => return,
+        };
         let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, &config);
         if outcome == Some(ReliableOutcome::Placed) {
             // The receiver's active senders, newest last (spec 4.10.4).
@@ -86,6 +99,26 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
             return;
         }
+        // Spec 5.3.6: the suite and key, or a refusal, before any state.
+        let mut protection = match self.res.keys.answer(&config.protection, c) {
+            Ok(p) => p,
+            Err(_) => {
+                self.reply_stateless(
+                    PeerAddr {
+                        ip: meta.source.ip,
+                        port: if c.reply_port != 0 {
+                            c.reply_port
+                        } else {
+                            config.udp_port
+                        },
+                    },
+                    c.src_conn,
+                    c.src_token,
+                    CloseReason::Rejected,
+                );
+                return;
+            }
+        };
         let port = if c.reply_port != 0 {
             c.reply_port
         } else {
@@ -101,6 +134,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             None
         };
         let Some((i, _, id)) = slot else {
+            self.res.keys.release(&mut protection);
             self.drops.refused += 1;
             self.reply_stateless(peer, c.src_conn, c.src_token, CloseReason::Rejected);
             return;
@@ -125,6 +159,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             ConnState::Accepting,
         );
         conn.on_connect(c, &config, &mut self.res.rng);
+        conn.protection = protection;
+        if protection.key_id() != 0 {
+            let accept = conn.connect_repr(&config);
+            self.res.keys.install(&protection, false, c, &accept);
+        }
         conn.events.raise(PendingEvents::INCOMING);
         self.slots[i as usize].conn = conn;
         if self.index.insert(hash, i) {

@@ -25,6 +25,7 @@ pub mod wheel;
 use core::ops::DerefMut;
 
 use crate::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
+use crate::crypto::KeySlot;
 use crate::endpoint::ConnSlot;
 use crate::memory::RegionSlot;
 use buddy::{BuddyNode, MIN_SHIFT};
@@ -93,6 +94,10 @@ pub struct Layout {
     pub inflight_records: u32,
     /// Memory regions.
     pub regions: u32,
+    /// Protected connections at once (spec 5.3): each holds a slot of the
+    /// key pool (its key schedules) while it lives. 0 without the `aead`
+    /// feature.
+    pub key_slots: u32,
 }
 
 impl Layout {
@@ -102,7 +107,8 @@ impl Layout {
     /// with full 256-PSN windows at once), up to 1,024 concurrent senders,
     /// one work entry and one receive per connection on average (at least
     /// 4,096 of each: the sum of what connections may post exceeds the
-    /// pools, as on a NIC), two regions per connection.
+    /// pools, as on a NIC), two regions per connection, and with the
+    /// `aead` feature key slots for up to 1,024 protected connections.
     pub const fn for_connections(connections: u32) -> Layout {
         let c = if connections == 0 { 1 } else { connections };
         Layout {
@@ -112,6 +118,11 @@ impl Layout {
             senders: min(c, 1024),
             inflight_records: 16_384,
             regions: max(64, c.saturating_mul(2)),
+            key_slots: if crate::crypto::SUPPORTED {
+                min(c, 1024)
+            } else {
+                0
+            },
         }
     }
 
@@ -143,6 +154,7 @@ impl Layout {
             + self.inflight_records_used() * size_of::<InflightRecord>()
             + self.inflight_nodes() * size_of::<BuddyNode>()
             + self.regions as usize * size_of::<RegionSlot>()
+            + self.key_slots as usize * size_of::<KeySlot>()
     }
 
     /// Heap storage of this layout.
@@ -158,6 +170,7 @@ impl Layout {
             inflight_records: vec![InflightRecord::EMPTY; self.inflight_records_used()],
             inflight_nodes: vec![BuddyNode::INIT; self.inflight_nodes()],
             regions: vec![RegionSlot::VACANT; self.regions as usize],
+            key_slots: vec![KeySlot::VACANT; self.key_slots as usize],
         }
     }
 }
@@ -191,6 +204,8 @@ pub struct Storage<B: Backing, const P: usize> {
     pub inflight_records: Slice<B, InflightRecord>,
     pub inflight_nodes: Slice<B, BuddyNode>,
     pub regions: Slice<B, RegionSlot>,
+    /// The key pool of protected connections (spec 5.3).
+    pub key_slots: Slice<B, KeySlot>,
 }
 
 impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
@@ -215,6 +230,7 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
         let senders = self.senders.len() / count;
         let nodes = self.inflight_nodes.len() / count;
         let regions = self.regions.len() / count;
+        let keys = self.key_slots.len() / count;
         let mut out = heapless::Vec::new();
         for _ in 0..count {
             let share = Storage {
@@ -226,6 +242,7 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
                 inflight_records: take(&mut self.inflight_records, nodes << MIN_SHIFT),
                 inflight_nodes: take(&mut self.inflight_nodes, nodes),
                 regions: take(&mut self.regions, regions),
+                key_slots: take(&mut self.key_slots, keys),
             };
             // `count <= N`: the pushes fit.
             let _ = out.push(share);
@@ -243,6 +260,7 @@ impl<B: Backing, const P: usize> core::fmt::Debug for Storage<B, P> {
             .field("senders", &self.senders.len())
             .field("inflight_records", &self.inflight_records.len())
             .field("regions", &self.regions.len())
+            .field("key_slots", &self.key_slots.len())
             .finish()
     }
 }
