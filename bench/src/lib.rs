@@ -18,10 +18,14 @@
 //! host without CRC offload. [`measure`] times that CRC alone so it can be
 //! taken out of the total.
 //!
+//! [`aead`] times packet protection: AES-256-GCM seal and open of one
+//! 4 KiB packet.
+//!
 //! [`dispatch`] times the multi-core frame dispatcher of
 //! `metaroce_platform::shard`: what the core that owns a NIC without
 //! steering pays per frame to bring it to the core owning its connection.
 
+pub mod aead;
 pub mod dispatch;
 pub mod measure;
 mod pair;

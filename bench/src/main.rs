@@ -275,6 +275,7 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
         "CRC-32 uses run-time SIMD detection (feature simd-crc)",
     ));
     rows.extend(metaroce_bench::dispatch::rows(n));
+    rows.extend(metaroce_bench::aead::rows(n));
     rows.extend(measure::memory_rows());
     if args.scale {
         rows.extend(scale_rows(args, cycle, crc_cycle)?);

@@ -28,6 +28,9 @@ pub struct Case {
 pub struct Ctx {
     pub target: SocketAddr,
     next_seed: u32,
+    /// The target's pre-shared key and its Key ID (spec 5.3), for the
+    /// protection cases.
+    pub psk: Option<(u32, [u8; 32])>,
 }
 
 /// Slot size asked of the serve profile: the region is 64 slots of it,
@@ -35,14 +38,23 @@ pub struct Ctx {
 const SLOT: u32 = 4096;
 /// How long silence must last to count as "no answer".
 const SILENCE: Duration = Duration::from_millis(300);
-const ACK_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const ACK_WAIT: Duration = Duration::from_secs(2);
 
 impl Ctx {
     pub fn new(target: SocketAddr) -> Ctx {
         Ctx {
             target,
             next_seed: 1,
+            psk: None,
         }
+    }
+
+    /// A peer that offers protection with the target's key.
+    pub(crate) fn protected_peer(&mut self) -> Result<Peer, Fail> {
+        let (key_id, psk) = self.psk.ok_or("no pre-shared key (--psk-file)")?;
+        let mut p = self.peer()?;
+        p.keys = Some(crate::protect::PeerKeys::new(key_id, psk));
+        Ok(p)
     }
 
     fn peer(&mut self) -> Result<Peer, Fail> {
@@ -161,6 +173,11 @@ fn write_ok(
 
 /// Sends `bytes` and expects no answer at all.
 fn expect_silence(p: &mut Peer, bytes: &[u8]) -> Result<(), Fail> {
+    expect_silence_raw(p, bytes)
+}
+
+/// [`expect_silence`], for the protection cases.
+pub(crate) fn expect_silence_raw(p: &mut Peer, bytes: &[u8]) -> Result<(), Fail> {
     p.take();
     p.send_raw(bytes, false)?;
     p.pump(SILENCE, |_| false);

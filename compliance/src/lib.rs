@@ -16,4 +16,5 @@
 
 pub mod cases;
 pub mod peer;
+pub mod protect;
 pub mod report;

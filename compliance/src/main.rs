@@ -15,6 +15,13 @@ struct Cli {
     /// Run only the cases whose name contains this text.
     #[arg(long)]
     filter: Option<String>,
+    /// The target's pre-shared key (64 hexadecimal digits or 32 raw
+    /// bytes): adds the packet-protection cases (spec 5.3).
+    #[arg(long)]
+    psk_file: Option<std::path::PathBuf>,
+    /// Key ID of that key.
+    #[arg(long, default_value_t = 1)]
+    key_id: u32,
 }
 
 fn main() -> ExitCode {
@@ -29,7 +36,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcomes = metaroce_compliance::report::run_all(target, cli.filter.as_deref());
+    let psk = match &cli.psk_file {
+        None => None,
+        Some(path) => match metaroce_host::protection::read_psk_file(path) {
+            Ok(k) => Some((cli.key_id, k)),
+            Err(e) => {
+                eprintln!("metaroce-compliance: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let outcomes = metaroce_compliance::report::run_with_key(target, cli.filter.as_deref(), psk);
     let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
     let ran = outcomes.len();
     if failed == 0 && ran > 0 {

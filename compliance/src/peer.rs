@@ -66,6 +66,9 @@ pub struct Peer {
     /// 4.2); all zero before one came.
     pub cookie: [u8; COOKIE_LEN],
     origin: Instant,
+    /// Packet protection (spec 5.3): the key offered and, after the
+    /// ACCEPT, the connection's keys; `None`: unprotected.
+    pub keys: Option<crate::protect::PeerKeys>,
 }
 
 fn bad(e: impl std::fmt::Display) -> Fail {
@@ -100,6 +103,7 @@ impl Peer {
             inbox: Vec::new(),
             cookie: [0; COOKIE_LEN],
             origin: Instant::now(),
+            keys: None,
         })
     }
 
@@ -132,6 +136,19 @@ impl Peer {
         buf
     }
 
+    /// Sends a packet: protected first on a keyed connection (spec 5.3).
+    fn send_packet_bytes(&self, bytes: &[u8]) -> Result<(), Fail> {
+        match &self.keys {
+            Some(k) => self.send_raw(&k.seal(bytes), false),
+            None => self.send_raw(bytes, false),
+        }
+    }
+
+    /// Sends bytes already sealed (or deliberately not), as they are.
+    pub fn send_sealed(&self, bytes: &[u8]) -> Result<(), Fail> {
+        self.send_raw(bytes, false)
+    }
+
     /// Sends raw bytes, with CE in the IP header if `ce`.
     pub fn send_raw(&self, bytes: &[u8], ce: bool) -> Result<(), Fail> {
         let code = if ce { ecn::CE } else { ecn::ECT0 };
@@ -147,7 +164,7 @@ impl Peer {
 
     /// Sends a packet.
     pub fn send(&self, repr: &Repr, payload: &[u8]) -> Result<(), Fail> {
-        self.send_raw(&Self::encode(repr, payload), false)
+        self.send_packet_bytes(&Self::encode(repr, payload))
     }
 
     /// Receives for up to `timeout`, handling their data (auto-ACK) and
@@ -170,12 +187,20 @@ impl Peer {
             let Ok((n, _from)) = self.sock.recv_from(&mut buf) else {
                 continue;
             };
-            let Ok((repr, payload)) = wire::parse(&buf[..n]) else {
-                continue;
-            };
-            let rx = Rx {
-                repr,
-                payload: payload.to_vec(),
+            let rx = match self.keys.as_mut() {
+                Some(k) => match k.open(&buf[..n]) {
+                    Some(rx) => rx,
+                    None => continue,
+                },
+                None => {
+                    let Ok((repr, payload)) = wire::parse(&buf[..n]) else {
+                        continue;
+                    };
+                    Rx {
+                        repr,
+                        payload: payload.to_vec(),
+                    }
+                }
             };
             if self.auto_ack && rx.repr.body.packet_type().is_reliable() {
                 self.receive_reliable(&rx);
@@ -265,8 +290,12 @@ impl Peer {
                 initial_psn: self.next_psn,
                 reply_port: self.local_port(),
                 timer_profile: TimerProfile::DataCenter,
-                suite: CipherSuite::None,
-                key_id: 0,
+                suite: if self.keys.is_some() {
+                    CipherSuite::Aes256Gcm
+                } else {
+                    CipherSuite::None
+                },
+                key_id: self.keys.as_ref().map_or(0, |k| k.key_id),
                 cookie: self.cookie,
             }),
             payload_len: 0,
@@ -347,6 +376,10 @@ impl Peer {
         self.their_token = a.src_token;
         self.rx_cum = a.initial_psn;
         self.accept = Some(a);
+        let repr = self.connect_repr(mtu, paths, window);
+        if let (Some(k), Body::Connect(c)) = (self.keys.as_mut(), repr.body) {
+            k.on_accept(&c, &a);
+        }
         Ok(a)
     }
 

@@ -18,14 +18,30 @@ pub struct Outcome {
 /// Runs every case whose name contains `filter` against `target`, printing
 /// a table row as each ends.
 pub fn run_all(target: SocketAddr, filter: Option<&str>) -> Vec<Outcome> {
+    run_with_key(target, filter, None)
+}
+
+/// [`run_all`], plus the packet-protection cases (spec 5.3) when `psk`
+/// (Key ID, pre-shared key) is the target's.
+pub fn run_with_key(
+    target: SocketAddr,
+    filter: Option<&str>,
+    psk: Option<(u32, [u8; 32])>,
+) -> Vec<Outcome> {
     let mut ctx = Ctx::new(target);
+    ctx.psk = psk;
+    let protected: &[crate::cases::Case] = if psk.is_some() {
+        crate::protect::PROTECTED_CASES
+    } else {
+        &[]
+    };
     println!("MetaRoCE compliance against {target}");
     println!(
         "{:<4} {:<56} {:<20} {:>7}  result",
         "#", "case", "spec", "ms"
     );
     let mut out = Vec::new();
-    for (i, case) in CASES.iter().enumerate() {
+    for (i, case) in CASES.iter().chain(protected).enumerate() {
         if filter.is_some_and(|f| !case.name.contains(f)) {
             continue;
         }

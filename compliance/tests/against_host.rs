@@ -37,6 +37,13 @@ fn run_suite(pcap: &Path) {
         seed: Some(7),
         ride_through: None,
         source_limits: None,
+        // Policy `allow`: the unprotected cases run as ever, and the
+        // suite, given the key, runs the protection cases too.
+        protection: Some(metaroce_host::protection::Protection {
+            policy: metaroce_core::crypto::Policy::Allow,
+            key_id: 1,
+            psk: PSK,
+        }),
     })
     .unwrap();
     node.link.pcap = Some(PcapRecorder::create(pcap).unwrap());
@@ -49,14 +56,28 @@ fn run_suite(pcap: &Path) {
         if let Some(p) = s.node.link.pcap.take() {
             p.finish().unwrap();
         }
+        s.node.ep.protection_stats()
     });
-    let outcomes = metaroce_compliance::report::run_all(addr, None);
+    let outcomes = metaroce_compliance::report::run_with_key(addr, None, Some((1, PSK)));
     stop.store(true, Ordering::Relaxed);
-    server.join().unwrap();
+    let protection = server.join().unwrap();
     let failed: Vec<_> = outcomes.iter().filter(|o| o.result.is_err()).collect();
     assert!(failed.is_empty(), "failed cases: {failed:#?}");
-    assert_eq!(outcomes.len(), metaroce_compliance::cases::CASES.len());
+    assert_eq!(
+        outcomes.len(),
+        metaroce_compliance::cases::CASES.len()
+            + metaroce_compliance::protect::PROTECTED_CASES.len()
+    );
+    // The tampered, unprotected and replayed packets of the protection
+    // case were dropped and counted by reason (spec 5.3.5).
+    assert!(protection.opened > 0, "{protection:?}");
+    assert!(protection.auth_failed >= 1, "{protection:?}");
+    assert!(protection.unprotected >= 1, "{protection:?}");
+    assert!(protection.replayed >= 1, "{protection:?}");
 }
+
+/// The pre-shared key the server and the suite share.
+const PSK: [u8; 32] = [0x6b; 32];
 
 /// One row per frame, the columns tshark is asked for, from the core.
 fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {

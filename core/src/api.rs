@@ -253,11 +253,31 @@ pub struct Transmit {
     pub header_len: usize,
     /// Payload to gather after the headers.
     pub payload: Option<PayloadRef>,
+    /// A protected packet (spec 5.3): the payload is encrypted and a tag
+    /// appended before the CRC, with the keys this names (the endpoint's
+    /// `finish_transmit` does it); `header_len` includes the security
+    /// extension.
+    pub seal: Option<SealRef>,
+}
+
+/// Which keys seal a protected transmit: a slot of the endpoint's key
+/// pool and the slot's epoch when the packet was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SealRef {
+    pub slot: u32,
+    pub epoch: u32,
 }
 
 impl Transmit {
-    /// Transport packet length: headers, payload and 4-byte CRC trailer.
+    /// Transport packet length: headers, payload, the tag of a protected
+    /// packet and the 4-byte CRC trailer.
     pub fn packet_len(&self) -> usize {
-        self.header_len + self.payload.map_or(0, |p| p.len as usize) + crate::wire::CRC_LEN
+        let tag = if self.seal.is_some() {
+            crate::wire::protect::TAG_LEN
+        } else {
+            0
+        };
+        self.header_len + self.payload.map_or(0, |p| p.len as usize) + tag + crate::wire::CRC_LEN
     }
 }

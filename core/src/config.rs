@@ -214,6 +214,9 @@ pub struct Config {
     pub entropy_base: u16,
     /// See `entropy_base`: number of values.
     pub entropy_span: u16,
+    /// Packet protection policy and the Key ID offered (spec 5.3); the
+    /// pre-shared keys are installed with `Endpoint::add_psk`.
+    pub protection: crate::crypto::ProtectionConfig,
 }
 
 const DC: ProfileTimers = profile_timers(crate::wire::TimerProfile::DataCenter);
@@ -270,6 +273,10 @@ impl Default for Config {
             path_epoch_packets: 64,
             entropy_base: 49152,
             entropy_span: 16384,
+            protection: crate::crypto::ProtectionConfig {
+                policy: crate::crypto::Policy::Off,
+                key_id: 0,
+            },
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod api;
 pub mod cc;
 pub mod config;
 pub mod conn;
+pub mod crypto;
 pub mod endpoint;
 pub mod memory;
 pub mod path;

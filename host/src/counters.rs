@@ -15,6 +15,15 @@ fn all<B: Backing, const P: usize>(ep: &Endpoint<B, P>) -> Vec<(&'static str, &'
             .by_pool()
             .map(|(r, n)| ("pool_full", r, n)),
     );
+    // Packet protection's drops and refused handshakes (spec 5.3.5,
+    // 5.3.6); packets sealed and opened are not refusals.
+    v.extend(
+        ep.protection_stats()
+            .by_reason()
+            .into_iter()
+            .filter(|(r, _)| !matches!(*r, "sealed" | "opened"))
+            .map(|(r, n)| ("protection", r, n)),
+    );
     v
 }
 

@@ -27,6 +27,7 @@ pub mod io;
 pub mod memory;
 pub mod node;
 pub mod pcap;
+pub mod protection;
 pub mod session;
 
 /// The application protocol of `serve` (its own `no_std` crate, shared

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RecvRequest, RxMeta, WorkRequest};
 use metaroce_core::config::{AcceptDomain, SourceLimits};
+use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
@@ -70,6 +71,9 @@ pub struct NodeConfig {
     /// Limits per source address on incoming connections (spec 5.1.4);
     /// `None`: the core's defaults.
     pub source_limits: Option<SourceLimits>,
+    /// Packet protection (spec 5.3): policy and pre-shared key; `None`
+    /// protects nothing.
+    pub protection: Option<crate::protection::Protection>,
 }
 
 impl NodeConfig {
@@ -93,6 +97,14 @@ impl NodeConfig {
             // rides through.
             idle_timeout: base.idle_timeout.max(ride_through),
             source_limits: self.source_limits.unwrap_or(base.source_limits),
+            protection: self
+                .protection
+                .as_ref()
+                .map(|p| ProtectionConfig {
+                    policy: p.policy,
+                    key_id: p.key_id,
+                })
+                .unwrap_or_default(),
             ..base
         }
     }
@@ -275,8 +287,13 @@ impl Node {
                 .connections
                 .saturating_mul(config.receives_per_connection),
         );
+        let mut ep = Box::new(HostEndpoint::new(core, layout.heap_storage(), seed));
+        if let Some(p) = &config.protection {
+            ep.add_psk(p.key_id, &p.psk)
+                .map_err(|e| HostError::Usage(format!("--key-id {}: {e:?}", p.key_id)))?;
+        }
         Ok(Node {
-            ep: Box::new(HostEndpoint::new(core, layout.heap_storage(), seed)),
+            ep,
             mem: Arenas::new(),
             link: SocketLink {
                 sockets,

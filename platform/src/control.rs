@@ -111,7 +111,10 @@ pub trait HostControl {
 impl From<CommandError> for ControlError {
     fn from(e: CommandError) -> Self {
         match e {
-            CommandError::NoFreeConnection => ControlError::NoResources,
+            // No key slot or key for the protection the policy requires.
+            CommandError::NoFreeConnection | CommandError::Protection(_) => {
+                ControlError::NoResources
+            }
             CommandError::UnknownConnection => ControlError::UnknownConnection,
             CommandError::NotOpen
             | CommandError::QueueFull

@@ -484,6 +484,7 @@ impl<const P: usize> Transport for DatagramTransport<P> {
             ecn: ecn::ECT0,
             header_len: HEADER_LEN,
             payload: payload.filter(|p| p.len > 0),
+            seal: None,
         })
     }
 

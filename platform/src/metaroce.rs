@@ -8,7 +8,7 @@
 use metaroce_core::api::{
     Completion, ConnHandle, Memory, RecvRequest, Region, RxMeta, Status, Transmit, WorkRequest,
 };
-use metaroce_core::wire::{packet::Repr, EncapRepr, CRC_LEN};
+use metaroce_core::wire::EncapRepr;
 use metaroce_core::{Backing, CommandError, Endpoint, Instant};
 
 use crate::transport::{PostError, Transport};
@@ -28,7 +28,8 @@ impl PostError for CommandError {
             | CommandError::QueueFull
             | CommandError::LocalProtection(_)
             | CommandError::Region(_)
-            | CommandError::BadLength => Status::LocalProtection,
+            | CommandError::BadLength
+            | CommandError::Protection(_) => Status::LocalProtection,
         }
     }
 }
@@ -77,12 +78,7 @@ impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
     }
 
     fn finish_packet(&self, tx: &Transmit, _encap: Option<&EncapRepr>, packet: &mut [u8]) {
-        let Some(body_len) = packet.len().checked_sub(CRC_LEN) else {
-            return;
-        };
-        let (body, trailer) = packet.split_at_mut(body_len);
-        let header_len = tx.header_len.min(body_len);
-        let (header, payload) = body.split_at(header_len);
-        trailer.copy_from_slice(&Repr::trailer(header, payload));
+        // Seals a protected packet (spec 5.3), then writes the CRC.
+        Endpoint::finish_transmit(self, tx, packet);
     }
 }

@@ -12,7 +12,7 @@
 /// # Safety
 /// `slot` must not be reachable through any other reference for `'a`
 /// (the macro guarantees it with a take-once flag).
-pub unsafe fn init_slice<'a, T: Copy, const N: usize>(
+pub unsafe fn init_slice<'a, T: Clone, const N: usize>(
     slot: *mut core::mem::MaybeUninit<[T; N]>,
     value: T,
 ) -> &'a mut [T] {
@@ -21,7 +21,7 @@ pub unsafe fn init_slice<'a, T: Copy, const N: usize>(
         // SAFETY: `i < N` stays inside the array behind `slot`, which the
         // caller guarantees no one else reaches; `write` needs no
         // initialised value to overwrite.
-        unsafe { first.add(i).write(value) };
+        unsafe { first.add(i).write(value.clone()) };
     }
     // SAFETY: every element was just initialised, the memory is valid for
     // `'a` (a static) and unaliased (the caller's guarantee).
@@ -30,6 +30,7 @@ pub unsafe fn init_slice<'a, T: Copy, const N: usize>(
 
 /// Defines `fn $name() -> Option<Storage<Borrowed<'static>, $paths>>` over
 /// statics of the given sizes; it returns `Some` the first time only.
+/// `key_slots` (protected connections, spec 5.3) may be left out: 0.
 ///
 /// ```ignore
 /// metaroce_platform::static_endpoint_storage!(take_storage, 8,
@@ -41,6 +42,14 @@ macro_rules! static_endpoint_storage {
     ($name:ident, $paths:expr,
      connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
      senders: $s:expr, inflight_records: $i:expr, regions: $g:expr) => {
+        $crate::static_endpoint_storage!($name, $paths,
+            connections: $c, work_entries: $w, recv_entries: $r,
+            senders: $s, inflight_records: $i, regions: $g, key_slots: 0);
+    };
+    ($name:ident, $paths:expr,
+     connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
+     senders: $s:expr, inflight_records: $i:expr, regions: $g:expr,
+     key_slots: $k:expr) => {
         fn $name() -> ::core::option::Option<
             $crate::__core::Storage<$crate::__core::Borrowed<'static>, { $paths }>,
         > {
@@ -48,6 +57,7 @@ macro_rules! static_endpoint_storage {
             use ::core::ptr::addr_of_mut;
             use ::core::sync::atomic::{AtomicBool, Ordering};
             use $crate::__core::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
+            use $crate::__core::crypto::KeySlot;
             use $crate::__core::memory::RegionSlot;
             use $crate::__core::storage::buddy::BuddyNode;
             use $crate::__core::storage::pool::PoolEntry;
@@ -60,6 +70,7 @@ macro_rules! static_endpoint_storage {
                 inflight_records: $i,
                 regions: $g,
                 sources: Layout::sources_for($c),
+                key_slots: $k,
             };
             const C: usize = LAYOUT.connections as usize;
             const X: usize = LAYOUT.index_slots();
@@ -70,6 +81,7 @@ macro_rules! static_endpoint_storage {
             const N: usize = LAYOUT.inflight_nodes();
             const G: usize = LAYOUT.regions as usize;
             const Q: usize = LAYOUT.sources as usize;
+            const K: usize = LAYOUT.key_slots as usize;
             static TAKEN: AtomicBool = AtomicBool::new(false);
             static mut CONNECTIONS: MaybeUninit<[ConnSlot<{ $paths }>; C]> = MaybeUninit::uninit();
             static mut INDEX: MaybeUninit<[u32; X]> = MaybeUninit::uninit();
@@ -81,6 +93,7 @@ macro_rules! static_endpoint_storage {
             static mut NODES: MaybeUninit<[BuddyNode; N]> = MaybeUninit::uninit();
             static mut REGIONS: MaybeUninit<[RegionSlot; G]> = MaybeUninit::uninit();
             static mut SOURCES: MaybeUninit<[SourceBucket; Q]> = MaybeUninit::uninit();
+            static mut KEYS: MaybeUninit<[KeySlot; K]> = MaybeUninit::uninit();
             if TAKEN.swap(true, Ordering::AcqRel) {
                 return None;
             }
@@ -119,6 +132,7 @@ macro_rules! static_endpoint_storage {
                         addr_of_mut!(SOURCES),
                         SourceBucket::EMPTY,
                     ),
+                    key_slots: $crate::storage::init_slice(addr_of_mut!(KEYS), KeySlot::VACANT),
                 })
             }
         }

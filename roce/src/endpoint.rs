@@ -363,6 +363,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
                 ecn: ecn::ECT0,
                 header_len: out.repr.header_len(),
                 payload: out.payload,
+                seal: None,
             });
         }
         None

@@ -243,6 +243,7 @@ fn command_error(e: CommandError) -> TransportError {
         CommandError::LocalProtection(_) => TransportError::Refused("local protection"),
         CommandError::Region(_) => TransportError::Refused("region"),
         CommandError::BadLength => TransportError::Refused("bad length"),
+        CommandError::Protection(_) => TransportError::Refused("packet protection"),
         CommandError::NotClosed | CommandError::NotDrained => TransportError::Refused("busy"),
     }
 }

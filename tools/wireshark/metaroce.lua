@@ -3,7 +3,8 @@
 -- Decodes every packet type of MetaRoCE v1 carried in UDP: the 28-byte
 -- common header (3.2), each type's extension header (3.4-3.8), the payload,
 -- the 256-bit SACK bitvector of ACKs (3.6, bit i = PSN cumulative + 1 + i)
--- and the CRC-32 trailer (3.9, verified). UDP port 4795 is registered; a
+-- the security extension and tag of protected packets (5.3.2; the payload
+-- stays encrypted) and the CRC-32 trailer (3.9, verified). UDP port 4795 is registered; a
 -- heuristic also claims packets on other ports (replies go to the peer's
 -- own port, and path entropy varies the source port).
 --
@@ -35,6 +36,11 @@ local close_reasons = { [0] = "NORMAL", [1] = "ERROR", [2] = "IDLE_TIMEOUT", [3]
 local HEADER_LEN = 28
 local VERSION = 2
 local CRC_LEN = 4
+-- A protected packet (5.3.2): 16-byte security extension and 16-byte tag.
+local FLAG_PROTECTED = 0x0008
+local SECURITY_LEN = 16
+local TAG_LEN = 16
+
 
 local f = {
     version = ProtoField.uint8("metaroce.version", "Version", base.DEC),
@@ -43,6 +49,7 @@ local f = {
     flag_ack_request = ProtoField.bool("metaroce.flags.ack_request", "ACK_REQUEST", 16, nil, 0x0001),
     flag_retransmission = ProtoField.bool("metaroce.flags.retransmission", "RETRANSMISSION", 16, nil, 0x0002),
     flag_close_reply = ProtoField.bool("metaroce.flags.close_reply", "CLOSE_REPLY", 16, nil, 0x0004),
+    flag_protected = ProtoField.bool("metaroce.flags.protected", "PROTECTED", 16, nil, 0x0008),
     dst_conn = ProtoField.uint32("metaroce.dst_conn", "Destination Connection ID", base.HEX),
     token = ProtoField.uint64("metaroce.token", "Connection Token", base.HEX),
     psn = ProtoField.uint32("metaroce.psn", "PSN", base.DEC),
@@ -94,6 +101,12 @@ local f = {
     key_id = ProtoField.uint32("metaroce.key_id", "Key ID", base.HEX),
     cookie = ProtoField.bytes("metaroce.cookie", "Cookie"),
     close_reason = ProtoField.uint8("metaroce.close.reason", "Reason", base.DEC, close_reasons),
+    -- Packet protection (5.3.2): security extension and tag.
+    sec_key_id = ProtoField.uint32("metaroce.sec.key_id", "Security Key ID", base.HEX),
+    sec_reserved = ProtoField.uint32("metaroce.sec.reserved", "Security Reserved", base.HEX),
+    sec_iv = ProtoField.uint64("metaroce.sec.iv", "IV", base.DEC),
+    ciphertext = ProtoField.bytes("metaroce.ciphertext", "Encrypted Payload"),
+    tag = ProtoField.bytes("metaroce.tag", "Authentication Tag"),
     -- Trailer (3.9).
     crc = ProtoField.uint32("metaroce.crc", "CRC-32", base.HEX),
     crc_ok = ProtoField.bool("metaroce.crc_ok", "CRC valid"),
@@ -235,6 +248,12 @@ local function dissect_ext(ty, t, tvb, o)
     return ""
 end
 
+-- Bytes protection adds to a packet with these flags.
+local function protection_len(flags)
+    if band(flags, FLAG_PROTECTED) ~= 0 then return SECURITY_LEN + TAG_LEN end
+    return 0
+end
+
 -- Whether `tvb` looks like a MetaRoCE packet: version 2, a known type and
 -- a length that matches the header.
 local function plausible(tvb)
@@ -242,7 +261,7 @@ local function plausible(tvb)
     if len < HEADER_LEN + CRC_LEN or tvb(0, 1):uint() ~= VERSION then return false end
     local el = ext_len[tvb(1, 1):uint()]
     if el == nil then return false end
-    return len == HEADER_LEN + el + tvb(22, 2):uint() + CRC_LEN
+    return len == HEADER_LEN + el + protection_len(tvb(2, 2):uint()) + tvb(22, 2):uint() + CRC_LEN
 end
 
 function metaroce.dissector(tvb, pinfo, tree)
@@ -261,6 +280,7 @@ function metaroce.dissector(tvb, pinfo, tree)
     ft:add(f.flag_ack_request, tvb(2, 2))
     ft:add(f.flag_retransmission, tvb(2, 2))
     ft:add(f.flag_close_reply, tvb(2, 2))
+    ft:add(f.flag_protected, tvb(2, 2))
     t:add(f.dst_conn, tvb(4, 4))
     t:add(f.token, tvb(8, 8))
     t:add(f.psn, tvb(16, 4))
@@ -271,14 +291,25 @@ function metaroce.dissector(tvb, pinfo, tree)
     local info = string.format("%s psn=%d path=%d", name, tvb(16, 4):uint(), tvb(20, 2):uint())
     local el = ext_len[ty]
     local plen = tvb(22, 2):uint()
-    if el == nil or len ~= HEADER_LEN + el + plen + CRC_LEN then
+    local prot = protection_len(tvb(2, 2):uint())
+    if el == nil or len ~= HEADER_LEN + el + prot + plen + CRC_LEN then
         t:add_proto_expert_info(e_malformed, "unknown type or length mismatch")
         pinfo.cols.info = info .. " [malformed]"
         return len
     end
     t:set_len(len)
     info = info .. dissect_ext(ty, t, tvb, HEADER_LEN)
-    if plen > 0 then t:add(f.payload, tvb(HEADER_LEN + el, plen)) end
+    if prot > 0 then
+        local so = HEADER_LEN + el
+        t:add(f.sec_key_id, tvb(so, 4))
+        t:add(f.sec_reserved, tvb(so + 4, 4))
+        t:add(f.sec_iv, tvb(so + 8, 8))
+        if plen > 0 then t:add(f.ciphertext, tvb(so + SECURITY_LEN, plen)) end
+        t:add(f.tag, tvb(so + SECURITY_LEN + plen, TAG_LEN))
+        info = info .. string.format(" [protected iv=%s]", tostring(tvb(so + 8, 8):uint64()))
+    elseif plen > 0 then
+        t:add(f.payload, tvb(HEADER_LEN + el, plen))
+    end
     local crc_off = len - CRC_LEN
     local want = tvb(crc_off, 4):uint()
     local got = crc32(tvb, 0, crc_off)

@@ -187,10 +187,22 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
     let bin = target_dir().join("debug");
     let mut _serve = None;
     let mut qemu = None;
+    // The host server also holds a pre-shared key (policy `allow`, so the
+    // unprotected cases run as before) and the suite gets it: the
+    // packet-protection cases of spec 5.3 run too.
+    let psk = match target {
+        "host" => Some(write_psk_file()?),
+        _ => None,
+    };
     let address = match target {
         "host" => {
+            let psk = psk
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
             let mut child = Command::new(bin.join("metaroce"))
                 .args(["serve", "--bind", "127.0.0.1:0"])
+                .args(["--psk-file", &psk, "--key-id", "1", "--protect", "allow"])
                 // The capacity check below opens the whole table from one
                 // address, at once.
                 .args(["--connections-per-peer", &HOST_CAPACITY.to_string()])
@@ -268,6 +280,9 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
     }
     let mut cmd = Command::new(bin.join("metaroce-compliance"));
     cmd.args(["--target", &address]);
+    if let Some(p) = &psk {
+        cmd.args(["--psk-file", &p.display().to_string(), "--key-id", "1"]);
+    }
     if let Some(f) = filter {
         cmd.args(["--filter", f]);
     }
@@ -303,6 +318,23 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
         (Some(_), None) => (passed, failed + 1),
         _ => (passed, failed),
     })
+}
+
+/// A fresh random pre-shared key (spec 5.3) in `target/metaroce/`, as 64
+/// hexadecimal digits, for the host server and the suite.
+fn write_psk_file() -> Result<std::path::PathBuf, Error> {
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .map_err(|e| Error::new(format!("no random key: {e}")))?;
+    let dir = target_dir().join("metaroce");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::new(format!("{}: {e}", dir.display())))?;
+    let path = dir.join("compliance.psk");
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, hex + "\n")
+        .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
+    Ok(path)
 }
 
 /// Connections `metaroce serve` holds by default, all checked at once.

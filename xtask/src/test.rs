@@ -53,7 +53,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "clippy-no-std",
-        what: "lints of the no_std crates for aarch64-unknown-none",
+        what: "lints of the no_std crates for aarch64-unknown-none (the core also with packet protection, feature aead)",
         run: clippy_no_std,
     },
     Step {
@@ -263,7 +263,21 @@ fn clippy_no_std(_: &mut Context) -> Result<(), Error> {
         args.extend(["-p", krate]);
     }
     args.extend(["--", "-D", "warnings"]);
-    util::run(&mut util::cargo(args))
+    util::run(&mut util::cargo(args))?;
+    // Packet protection (spec 5.3) is off in firmware but must build and
+    // lint for the firmware target too, ready for a board that turns it on.
+    util::run(&mut util::cargo([
+        "clippy",
+        "--target",
+        FIRMWARE_TARGET,
+        "-p",
+        "metaroce-core",
+        "--features",
+        "aead",
+        "--",
+        "-D",
+        "warnings",
+    ]))
 }
 
 /// Host tests of the default members. `--no-fail-fast` so that the totals

@@ -74,8 +74,8 @@ impl<const P: usize> Connection<P> {
             initial_psn: self.send.una.get(),
             reply_port: config.udp_port,
             timer_profile: config.timer_profile,
-            suite: crate::wire::CipherSuite::None,
-            key_id: 0,
+            suite: self.protection.suite(),
+            key_id: self.protection.key_id(),
             // CONNECT: the RETRY's cookie, if one came; ACCEPT: zero.
             cookie: self.retry_cookie(),
         }
@@ -114,6 +114,24 @@ impl<const P: usize> Connection<P> {
             self.draw_all_entropy(config, rng);
         }
         self.recv.cum = crate::psn::Psn(c.initial_psn);
+    }
+
+    /// Initiator: the ACCEPT's protection does not meet our policy or
+    /// offer (spec 5.3.6: no downgrade). The connection closes as REJECTED
+    /// and one CLOSE tells the acceptor.
+    pub(crate) fn refuse_accept<B: Backing>(&mut self, a: &ConnectRepr, res: &mut Resources<B, P>) {
+        self.remote_id = a.src_conn;
+        self.remote_token = a.src_token;
+        if a.reply_port != 0 {
+            self.peer.port = a.reply_port;
+        }
+        self.flush_work(Status::Flushed, Blame::Nobody, res);
+        self.state = ConnState::Closed;
+        self.close_reason = CloseReason::Rejected;
+        self.ctrl.deadline = MaybeInstant::NONE;
+        self.pending = Pending::default();
+        self.pending.set(Pending::CLOSE);
+        self.events.raise(PendingEvents::CLOSED);
     }
 
     pub(crate) fn establish(&mut self) {
@@ -278,6 +296,7 @@ impl<const P: usize> Connection<P> {
             ecn: ecn_codepoint,
             header_len: repr.header_len(),
             payload,
+            seal: None,
         })
     }
 

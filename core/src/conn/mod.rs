@@ -286,6 +286,9 @@ pub struct Resources<B: Backing, const P: usize> {
     pub(crate) refusals: PoolRefusals,
     /// Reliable packets refused by any connection, by reason.
     pub(crate) rx_refusals: crate::stats::RefusalStats,
+    /// Key slots of protected connections, the pre-shared keys, the
+    /// protection counters (spec 5.3).
+    pub(crate) keys: crate::crypto::KeyPool<B>,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
@@ -442,6 +445,8 @@ pub struct Connection<const P: usize> {
     /// its CONNECT or ACCEPT is heard.
     pub(crate) peer_profile: crate::wire::TimerProfile,
     pub(crate) counters: Counters,
+    /// Packet protection: suite, Key ID and key slot (spec 5.3).
+    pub(crate) protection: crate::crypto::ConnProtection,
 }
 
 impl<const P: usize> Connection<P> {
@@ -528,6 +533,7 @@ impl<const P: usize> Connection<P> {
             path_rerolls: 0,
             completions: 0,
         },
+        protection: crate::crypto::ConnProtection::NONE,
     };
 
     /// A new connection in `state`, with random initial PSN, token and
@@ -723,6 +729,19 @@ impl<const P: usize> Connection<P> {
         match &repr.body {
             Body::Accept(a) => {
                 if self.state == ConnState::Connecting {
+                    // Spec 5.3.6: the ACCEPT must agree with our offer;
+                    // the keys derive from both (before adopt_peer
+                    // changes what connect_repr would say).
+                    let offer = self.connect_repr(config);
+                    let policy = config.protection.policy;
+                    if res
+                        .keys
+                        .on_accept(&mut self.protection, policy, &offer, a)
+                        .is_err()
+                    {
+                        self.refuse_accept(a, res);
+                        return None;
+                    }
                     if a.reply_port != 0 {
                         self.peer.port = a.reply_port;
                     }

@@ -10,6 +10,7 @@ use crate::time::Instant;
 use crate::wire::{self, Body, CloseReason, ConnectRepr};
 
 use crate::conn::ReliableOutcome;
+use crate::crypto::Admit;
 
 impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// Handles one received MetaRoCE packet (the UDP payload). Invalid
@@ -54,6 +55,18 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.drops.bad_source += 1;
             return;
         }
+        // Spec 5.3.5: a protected connection takes only packets that
+        // authenticate (decrypted into `rx_plain`), CONNECT, ACCEPT and
+        // RETRY aside.
+        let payload = match self
+            .res
+            .keys
+            .admit(&conn.protection, bytes, &mut self.rx_plain)
+        {
+            Admit::Clear => payload,
+            Admit::Opened(plain) => plain,
+            Admit::Drop => return,
+        };
         if let Body::Retry(r) = &repr.body {
             // Addressed with our CONNECT's id and token, so it answers our
             // CONNECT; taken once per handshake (spec 4.2).
@@ -172,7 +185,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 return;
             }
         }
+        // Spec 5.3.6: the suite and key, or a refusal, before any state
+        // (and only for a proved address: a key slot is state).
+        let mut protection = match self.res.keys.answer(&config.protection, c) {
+            Ok(p) => p,
+            Err(_) => {
+                self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
+                return;
+            }
+        };
         let Some((i, _, id)) = self.allocate_slot() else {
+            self.res.keys.release(&mut protection);
             self.drops.refused += 1;
             self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
             return;
@@ -202,6 +225,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             ConnState::Accepting,
         );
         conn.on_connect(c, &config, &mut self.res.rng);
+        conn.protection = protection;
+        if protection.key_id() != 0 {
+            let accept = conn.connect_repr(&config);
+            self.res.keys.install(&protection, false, c, &accept);
+        }
         conn.events.raise(PendingEvents::INCOMING);
         self.slots[i as usize].conn = conn;
         if self.index.insert(hash, i) {

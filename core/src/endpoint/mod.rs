@@ -51,6 +51,7 @@
 mod admission;
 mod input;
 mod output;
+mod protection;
 mod table;
 
 pub use admission::SourceBucket;
@@ -145,6 +146,10 @@ pub enum CommandError {
     NotClosed,
     /// `release` on a connection whose completions were not all polled.
     NotDrained,
+    /// The policy requires packet protection (spec 5.3) and it cannot be
+    /// offered: no pre-shared key with the configured Key ID, no free key
+    /// slot, or the cipher not compiled in.
+    Protection(crate::crypto::Refusal),
 }
 
 /// Bytes of state, derived from `size_of` of every part.
@@ -245,6 +250,8 @@ pub struct Endpoint<B: Backing, const P: usize> {
     now: Instant,
     /// The fair-share hint computed for one instant.
     hint_cache: (Instant, u32),
+    /// Where a protected payload is decrypted before it is placed.
+    rx_plain: crate::crypto::Scratch,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Endpoint<B, P> {
@@ -301,6 +308,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             inflight_nodes,
             regions,
             sources,
+            key_slots,
         } = storage;
         let capacity = connections.len().min(1 << 24);
         let mut free = Fifo::EMPTY;
@@ -330,6 +338,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 senders_returned: 0,
                 refusals: PoolRefusals::default(),
                 rx_refusals: crate::stats::RefusalStats::default(),
+                keys: crate::crypto::KeyPool::new(key_slots),
             },
             wheel: TimerWheel::new(),
             free,
@@ -349,6 +358,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             drops: DropStats::default(),
             now: Instant::ZERO,
             hint_cache: (Instant::FAR_FUTURE, 0),
+            rx_plain: crate::crypto::Scratch::NEW,
         }
     }
 
@@ -453,6 +463,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let conn = &mut s.conn;
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
+        self.res.keys.release(&mut conn.protection);
         if s.indexed {
             let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
             let h = self.hash_peer(&ip, id, token);
@@ -498,6 +509,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         pd: u32,
     ) -> Result<ConnHandle, CommandError> {
         self.now = self.now.max(now);
+        if self.free.is_empty() {
+            return Err(CommandError::NoFreeConnection);
+        }
+        let protection = self
+            .res
+            .keys
+            .offer(&self.config.protection)
+            .map_err(CommandError::Protection)?;
         let (i, handle, id) = self.allocate_slot().ok_or(CommandError::NoFreeConnection)?;
         let mut conn = Connection::new(
             id,
@@ -508,6 +527,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             now,
             ConnState::Connecting,
         );
+        conn.protection = protection;
         conn.start_connect(now, &self.config);
         self.slots[i as usize].conn = conn;
         self.refresh(i, now, false);

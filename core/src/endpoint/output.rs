@@ -147,7 +147,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 
     /// Writes the headers of the next packet to send into `buf` and says
     /// where it goes and where its payload comes from. `buf` must hold at
-    /// least [`crate::wire::HEADER_LEN`] + 56 bytes (the largest header).
+    /// least 100 bytes, the largest header: a protected ACK (28 + 56 and a
+    /// 16-byte security extension, spec 5.3.2), longer than CONNECT's 92.
+    /// A protected packet is sealed by [`Endpoint::finish_transmit`].
     /// Connections take turns, one packet each.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
@@ -176,6 +178,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                     ecn: ecn::NOT_ECT,
                     header_len: repr.header_len(),
                     payload: None,
+                    seal: None,
                 });
             }
         }
@@ -198,6 +201,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 continue;
             }
             let t = s.conn.poll_transmit(now, buf, hint, &mut self.res, &config);
+            // Spec 5.3: a keyed connection's packets get the security
+            // extension and are sealed when finished.
+            let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
             self.refresh(i, now, false);
             if t.is_some() {
                 return t;

@@ -25,6 +25,7 @@ pub mod wheel;
 use core::ops::DerefMut;
 
 use crate::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
+use crate::crypto::KeySlot;
 use crate::endpoint::{ConnSlot, SourceBucket};
 use crate::memory::RegionSlot;
 use buddy::{BuddyNode, MIN_SHIFT};
@@ -96,6 +97,10 @@ pub struct Layout {
     /// Buckets of the per-source CONNECT limits (spec 5.1.4); the largest
     /// power of two up to it is used. 0: no per-source limits.
     pub sources: u32,
+    /// Protected connections at once (spec 5.3): each holds a slot of the
+    /// key pool (its key schedules) while it lives. 0 without the `aead`
+    /// feature.
+    pub key_slots: u32,
 }
 
 impl Layout {
@@ -105,7 +110,8 @@ impl Layout {
     /// with full 256-PSN windows at once), up to 1,024 concurrent senders,
     /// one work entry and one receive per connection on average (at least
     /// 4,096 of each: the sum of what connections may post exceeds the
-    /// pools, as on a NIC), two regions per connection.
+    /// pools, as on a NIC), two regions per connection, and with the
+    /// `aead` feature key slots for up to 1,024 protected connections.
     pub const fn for_connections(connections: u32) -> Layout {
         let c = if connections == 0 { 1 } else { connections };
         Layout {
@@ -116,6 +122,11 @@ impl Layout {
             inflight_records: 16_384,
             regions: max(64, c.saturating_mul(2)),
             sources: Layout::sources_for(c),
+            key_slots: if crate::crypto::SUPPORTED {
+                min(c, 1024)
+            } else {
+                0
+            },
         }
     }
 
@@ -155,6 +166,7 @@ impl Layout {
             + self.inflight_nodes() * size_of::<BuddyNode>()
             + self.regions as usize * size_of::<RegionSlot>()
             + self.sources as usize * size_of::<SourceBucket>()
+            + self.key_slots as usize * size_of::<KeySlot>()
     }
 
     /// Heap storage of this layout.
@@ -171,6 +183,7 @@ impl Layout {
             inflight_nodes: vec![BuddyNode::INIT; self.inflight_nodes()],
             regions: vec![RegionSlot::VACANT; self.regions as usize],
             sources: vec![SourceBucket::EMPTY; self.sources as usize],
+            key_slots: vec![KeySlot::VACANT; self.key_slots as usize],
         }
     }
 }
@@ -205,6 +218,8 @@ pub struct Storage<B: Backing, const P: usize> {
     pub inflight_nodes: Slice<B, BuddyNode>,
     pub regions: Slice<B, RegionSlot>,
     pub sources: Slice<B, SourceBucket>,
+    /// The key pool of protected connections (spec 5.3).
+    pub key_slots: Slice<B, KeySlot>,
 }
 
 impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
@@ -230,6 +245,7 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
         let nodes = self.inflight_nodes.len() / count;
         let regions = self.regions.len() / count;
         let sources = self.sources.len() / count;
+        let keys = self.key_slots.len() / count;
         let mut out = heapless::Vec::new();
         for _ in 0..count {
             let share = Storage {
@@ -242,6 +258,7 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
                 inflight_nodes: take(&mut self.inflight_nodes, nodes),
                 regions: take(&mut self.regions, regions),
                 sources: take(&mut self.sources, sources),
+                key_slots: take(&mut self.key_slots, keys),
             };
             // `count <= N`: the pushes fit.
             let _ = out.push(share);
@@ -260,6 +277,7 @@ impl<B: Backing, const P: usize> core::fmt::Debug for Storage<B, P> {
             .field("inflight_records", &self.inflight_records.len())
             .field("regions", &self.regions.len())
             .field("sources", &self.sources.len())
+            .field("key_slots", &self.key_slots.len())
             .finish()
     }
 }

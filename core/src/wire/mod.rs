@@ -12,12 +12,15 @@
 //!   port that carries path entropy.
 //! * [`packet`]: the MetaRoCE transport packet: 28-byte common header, a
 //!   type-specific extension header, payload and the 32-bit CRC trailer.
+//! * [`protect`]: the security extension and tag of a protected packet
+//!   (spec 5.3).
 //! * [`sack`]: the 256-bit selective acknowledgment bitvector.
 //!
 //! All multi-byte fields are big-endian (network order).
 
 pub mod encap;
 pub mod packet;
+pub mod protect;
 pub mod sack;
 
 pub use encap::{EncapRepr, FrameInfo, IpPair};

@@ -11,6 +11,7 @@
 //! and RoCEv2's ICRC) over everything before it. Every field it covers is
 //! invariant end to end, so no field needs masking.
 
+use super::protect::{SECURITY_LEN, TAG_LEN};
 use super::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64, Error, Result};
 use super::{SackBits, CRC_LEN, VERSION};
 
@@ -234,6 +235,16 @@ impl PacketType {
         self.carries_payload() || matches!(self, PacketType::ReadRequest)
     }
 
+    /// Whether packets of this type may be protected (spec 5.3): all but
+    /// the handshake's CONNECT, ACCEPT and RETRY, which are sent before
+    /// (or without) keys.
+    pub const fn allows_protection(self) -> bool {
+        !matches!(
+            self,
+            PacketType::Connect | PacketType::Accept | PacketType::Retry | PacketType::Unknown(_)
+        )
+    }
+
     /// Every type this version defines, in code order.
     pub const ALL: [PacketType; 13] = [
         PacketType::Write,
@@ -265,6 +276,10 @@ impl Flags {
     pub const RETRANSMISSION: Flags = Flags(0x0002);
     /// On CLOSE: this CLOSE answers a CLOSE.
     pub const CLOSE_REPLY: Flags = Flags(0x0004);
+    /// The packet is protected (spec 5.3): a security extension follows the
+    /// extension header and an authentication tag precedes the CRC trailer.
+    /// Every type but CONNECT, ACCEPT and RETRY.
+    pub const PROTECTED: Flags = Flags(0x0008);
     const RELIABLE_MASK: u16 = 0x0003;
     const CLOSE_MASK: u16 = 0x0004;
 
@@ -283,11 +298,17 @@ impl Flags {
     }
 
     fn allowed_for(t: PacketType) -> u16 {
-        match t {
-            PacketType::Close => Flags::CLOSE_MASK,
-            t if t.is_reliable() => Flags::RELIABLE_MASK,
-            _ => 0,
-        }
+        let protected = if t.allows_protection() {
+            Flags::PROTECTED.0
+        } else {
+            0
+        };
+        protected
+            | match t {
+                PacketType::Close => Flags::CLOSE_MASK,
+                t if t.is_reliable() => Flags::RELIABLE_MASK,
+                _ => 0,
+            }
     }
 }
 
@@ -416,7 +437,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
             .extension_len()
             .ok_or(Error::UnknownType(b[field::TYPE]))?;
         let payload = usize::from(read_u16(b, field::PAYLOAD_LEN));
-        let total = HEADER_LEN + ext + payload + CRC_LEN;
+        // PROTECTED is read before the CRC check: it says where the
+        // trailer is (spec 3.11 step 4).
+        let protection = if self.is_protected() {
+            SECURITY_LEN + TAG_LEN
+        } else {
+            0
+        };
+        let total = HEADER_LEN + ext + protection + payload + CRC_LEN;
         if b.len() < total {
             return Err(Error::Truncated);
         }
@@ -480,9 +508,39 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.packet_type().extension_len().unwrap_or(0)
     }
 
-    /// Header bytes: common header plus extension header.
+    /// Whether the PROTECTED flag is set (spec 5.3).
+    pub fn is_protected(&self) -> bool {
+        self.flags().contains(Flags::PROTECTED)
+    }
+
+    /// Length of the security extension: 16 on a protected packet, else 0.
+    fn security_len(&self) -> usize {
+        if self.is_protected() {
+            SECURITY_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Header bytes: common header, extension header and, on a protected
+    /// packet, the security extension: the associated data of spec 5.3.
     pub fn header_bytes(&self) -> &[u8] {
-        &self.buffer.as_ref()[..HEADER_LEN + self.extension_len()]
+        &self.buffer.as_ref()[..HEADER_LEN + self.extension_len() + self.security_len()]
+    }
+
+    /// The security extension of a protected packet (spec 5.3.2).
+    pub fn security(&self) -> Option<&[u8]> {
+        let start = HEADER_LEN + self.extension_len();
+        self.is_protected()
+            .then(|| &self.buffer.as_ref()[start..start + SECURITY_LEN])
+    }
+
+    /// The authentication tag of a protected packet: the 16 bytes before
+    /// the CRC trailer.
+    pub fn tag(&self) -> Option<&[u8]> {
+        let b = self.buffer.as_ref();
+        let end = b.len() - CRC_LEN;
+        self.is_protected().then(|| &b[end - TAG_LEN..end])
     }
 
     /// The extension header.
@@ -490,9 +548,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
         &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.extension_len()]
     }
 
-    /// The payload.
+    /// The payload (the ciphertext on a protected packet).
     pub fn payload(&self) -> &[u8] {
-        let start = HEADER_LEN + self.extension_len();
+        let start = HEADER_LEN + self.extension_len() + self.security_len();
         let end = start + usize::from(self.payload_len());
         &self.buffer.as_ref()[start..end]
     }
@@ -519,7 +577,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Mutable payload.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let start = HEADER_LEN + self.extension_len();
+        let start = HEADER_LEN + self.extension_len() + self.security_len();
         let end = start + usize::from(self.payload_len());
         &mut self.buffer.as_mut()[start..end]
     }
@@ -954,6 +1012,9 @@ impl Repr {
         if payload_len != 0 && !t.carries_payload() {
             return Err(Error::BadLength);
         }
+        if let Some(security) = packet.security() {
+            super::protect::SecurityRepr::parse(security)?;
+        }
         let ext = packet.extension();
         let body = match t {
             PacketType::Write | PacketType::WriteImm => Body::Write(WriteRepr {
@@ -1192,9 +1253,15 @@ impl Repr {
 
 /// Parses a whole MetaRoCE packet (the UDP payload): checks, verifies the
 /// CRC, and returns the representation and the payload.
+///
+/// On a protected packet (spec 5.3) the payload is the ciphertext; see
+/// [`super::protect::Sealed`] for the parts that authenticate it.
 pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
     let packet = Packet::new_checked(bytes)?;
     let repr = Repr::parse(&packet)?;
-    let hl = repr.header_len();
+    let mut hl = repr.header_len();
+    if packet.is_protected() {
+        hl += SECURITY_LEN;
+    }
     Ok((repr, &bytes[hl..hl + usize::from(repr.payload_len)]))
 }

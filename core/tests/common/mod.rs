@@ -13,7 +13,7 @@ use metaroce_core::api::{
 };
 use metaroce_core::storage::buddy::BuddyNode;
 use metaroce_core::storage::pool::PoolEntry;
-use metaroce_core::{finish_packet, Backing, Config, Endpoint, Event, Instant, Layout, Storage};
+use metaroce_core::{Backing, Config, Endpoint, Event, Instant, Layout, Storage};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
 pub const PATHS: usize = 16;
@@ -41,6 +41,7 @@ pub fn storage<const P: usize>(layout: &Layout) -> Storage<TestHeap, P> {
         inflight_nodes: vec![BuddyNode::INIT; layout.inflight_nodes()],
         regions: vec![RegionSlot::VACANT; layout.regions as usize],
         sources: vec![metaroce_core::SourceBucket::EMPTY; layout.sources as usize],
+        key_slots: vec![metaroce_core::crypto::KeySlot::VACANT; layout.key_slots as usize],
     }
 }
 
@@ -419,7 +420,7 @@ impl<const P: usize> Cluster<P> {
                 let Some(t) = node.ep.poll_transmit(now, &mut buf) else {
                     break;
                 };
-                let len = finish_packet(&t, &mut buf, &mut node.mem);
+                let len = node.ep.finish_packet(&t, &mut buf, &mut node.mem);
                 let bytes = buf[..len].to_vec();
                 self.enqueue(i, &t, bytes);
             }

@@ -14,8 +14,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use metaroce_core::crypto::Policy;
 use metaroce_host::app::Operation;
 use metaroce_host::pcap::PcapRecorder;
+use metaroce_host::protection::{read_psk_file, Protection};
 use metaroce_host::session::{
     run_client, run_hold, ClientOptions, HoldOptions, PeerBudget, Progress, Server, Summary,
 };
@@ -87,6 +89,49 @@ struct Common {
     /// without progress) and a handshake keeps repeating CONNECT.
     #[arg(long, default_value_t = DEFAULT_RIDE_THROUGH)]
     ride_through: f64,
+    /// Pre-shared key for packet protection (spec 5.3): a file of 64
+    /// hexadecimal digits or 32 raw bytes.
+    #[arg(long)]
+    psk_file: Option<PathBuf>,
+    /// Key ID the pre-shared key is known by (nonzero; both ends must agree).
+    #[arg(long, default_value_t = 1)]
+    key_id: u32,
+    /// Packet protection policy (default: require with --psk-file, else off).
+    #[arg(long, value_enum)]
+    protect: Option<Protect>,
+}
+
+/// `--protect`: whether connections are protected (spec 5.3.6).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Protect {
+    /// Never (a CONNECT asking for protection is answered without it).
+    Off,
+    /// When the peer agrees.
+    Allow,
+    /// Always: refuse peers without protection.
+    Require,
+}
+
+/// The node's protection from `--protect`, `--psk-file` and `--key-id`.
+fn protection(c: &Common) -> Result<Option<Protection>, HostError> {
+    let policy = match (c.protect, &c.psk_file) {
+        (None, None) | (Some(Protect::Off), _) => return Ok(None),
+        (None, Some(_)) | (Some(Protect::Require), _) => Policy::Require,
+        (Some(Protect::Allow), _) => Policy::Allow,
+    };
+    let Some(path) = &c.psk_file else {
+        return Err(HostError::Usage(
+            "--protect allow|require needs --psk-file".into(),
+        ));
+    };
+    if c.key_id == 0 {
+        return Err(HostError::Usage("--key-id must be nonzero".into()));
+    }
+    Ok(Some(Protection {
+        policy,
+        key_id: c.key_id,
+        psk: read_psk_file(path)?,
+    }))
 }
 
 /// `--ride-through` by default: the emulation profile's (spec 4.11).
@@ -225,6 +270,7 @@ fn node_config(
         seed: None,
         ride_through: Some(ride_through),
         source_limits: None,
+        protection: protection(c)?,
     })
 }
 
@@ -248,13 +294,18 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
     let local = node.local_addr();
+    let protect = describe_protection(&a.common)?;
     if a.common.json {
         say(
-            &serde_json::json!({"listening": local.to_string(), "paths": a.common.paths})
-                .to_string(),
+            &serde_json::json!({"listening": local.to_string(), "paths": a.common.paths,
+                "protection": protect})
+            .to_string(),
         );
     } else {
-        say(&format!("metaroce serve: listening on {local}"));
+        // The address stays last: scripts read it from the end of the line.
+        say(&format!(
+            "metaroce serve (packet protection {protect}): listening on {local}"
+        ));
     }
     let until = a
         .duration
@@ -268,6 +319,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         regions_per_peer: a.regions_per_peer,
     };
     let mut server = Server::with_budget(node, budget);
+    server.protection = protect;
     let mut printed = 0;
     let mut corrupt = false;
     let once = a.once;
@@ -279,9 +331,10 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
                 say(&serde_json::to_string(r).unwrap_or_default());
             } else {
                 say(&format!(
-                    "connection from {}: {} {} messages of {} B verified, {} corrupt, {} B, \
+                    "connection from {} ({}): {} {} messages of {} B verified, {} corrupt, {} B, \
                      {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
                     r.peer,
+                    r.suite,
                     r.operation,
                     r.verified,
                     r.message_size,
@@ -321,6 +374,10 @@ fn print_serve_summary(server: &Server, json: bool) {
                 "half_open": ep.half_open(),
                 "server": c,
                 "endpoint": metaroce_host::counters::json(ep),
+                "protection": {
+                    "policy": server.protection,
+                    "counters": metaroce_host::protection::json(&ep.protection_stats()),
+                },
             }
         })
         .to_string());
@@ -342,6 +399,23 @@ fn print_serve_summary(server: &Server, json: bool) {
         c.refused_second_announce
     ));
     say(&format!("endpoint: {}", metaroce_host::counters::line(ep)));
+    say(&format!(
+        "protection: {}: {}",
+        server.protection,
+        metaroce_host::protection::line(&ep.protection_stats())
+    ));
+}
+
+/// `require, key id 1` / `off`: the policy a node runs, for its banner.
+fn describe_protection(c: &Common) -> Result<String, HostError> {
+    Ok(match protection(c)? {
+        None => "off".into(),
+        Some(p) => format!(
+            "{}, key id {}",
+            metaroce_host::protection::policy_name(p.policy),
+            p.key_id
+        ),
+    })
 }
 
 fn client(
@@ -587,6 +661,7 @@ fn print_summary(s: &Summary, limit: &RunLimit, json: bool) {
         limit.send_buffer_bytes / 1024
     );
     println!("refused or dropped by reason: {}", s.refusals_line);
+    println!("protection {}: {}", s.suite, s.protection_line);
     println!(
         "integrity {}: {} verified, {} corrupt",
         if s.integrity_ok { "OK" } else { "FAILED" },

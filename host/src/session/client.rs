@@ -79,6 +79,13 @@ pub struct Summary {
     /// The same, the reasons that counted, as one line.
     #[serde(skip)]
     pub refusals_line: String,
+    /// The connection's packet protection (spec 5.3): `none` or
+    /// `AES_256_GCM key N`.
+    pub suite: String,
+    /// The endpoint's protection counters: sealed, opened, drops by reason.
+    pub protection: serde_json::Value,
+    #[serde(skip)]
+    pub protection_line: String,
 }
 
 /// Progress seen while the client runs.
@@ -430,6 +437,10 @@ pub fn run_client(
         })
         .collect();
     let ce_echoed = ce_echoed(node, h);
+    let suite = node.ep.protection(h).map_or_else(
+        || "none".into(),
+        |(s, k)| crate::protection::suite_name(s, k),
+    );
 
     // Close gracefully; a peer that does not answer the CLOSE is not an error.
     let _ = node.ep.close(node.now(), h);
@@ -479,6 +490,9 @@ pub fn run_client(
         integrity_ok,
         refusals: crate::counters::json(&node.ep),
         refusals_line: crate::counters::line(&node.ep),
+        suite,
+        protection: crate::protection::json(&node.ep.protection_stats()),
+        protection_line: crate::protection::line(&node.ep.protection_stats()),
     })
 }
 

@@ -94,6 +94,9 @@ pub struct ServerReport {
     pub endpoint_drops: u64,
     pub closed: String,
     pub integrity_ok: bool,
+    /// The connection's packet protection (spec 5.3): `none` or
+    /// `AES_256_GCM key N`.
+    pub suite: String,
 }
 
 /// A region of server memory a connection has keys for.
@@ -157,6 +160,8 @@ pub struct Server {
     /// Reports of connections that ended, oldest first.
     pub finished: Vec<ServerReport>,
     pub counters: ServerCounters,
+    /// The packet protection policy the node runs, for summaries.
+    pub protection: String,
 }
 
 impl Server {
@@ -177,6 +182,7 @@ impl Server {
             ending: Vec::new(),
             finished: Vec::new(),
             counters: ServerCounters::default(),
+            protection: "off".into(),
         }
     }
 
@@ -522,6 +528,10 @@ impl Server {
             return;
         };
         let stats = self.node.ep.stats(h).unwrap_or_default();
+        let suite = self.node.ep.protection(h).map_or_else(
+            || "none".into(),
+            |(s, k)| crate::protection::suite_name(s, k),
+        );
         if let Some(keys) = conn.keys {
             self.drop_keys(keys);
         }
@@ -578,6 +588,7 @@ impl Server {
             endpoint_drops: self.node.ep.drops().total(),
             closed: how.into(),
             integrity_ok: conn.corrupt == 0,
+            suite,
         });
     }
 }
