@@ -19,7 +19,9 @@
 //!   [`Endpoint::close`], [`Endpoint::release`], [`Endpoint::post_send`],
 //!   [`Endpoint::post_recv`]. Incoming connections are accepted on their
 //!   own when [`Config::accept_incoming`] is set and reported as
-//!   [`Event::Incoming`].
+//!   [`Event::Incoming`]: a CONNECT creates one only once its source has
+//!   proved its address (a RETRY's cookie, spec 4.2) and is within its
+//!   per-source limits; until then the endpoint keeps nothing for it.
 //! * **Outputs**, polled after any input or command, in this order:
 //!   [`Endpoint::poll_transmit`] until it returns `None` (each call writes
 //!   one packet's headers; its payload is gathered from memory and the CRC
