@@ -15,7 +15,12 @@
 //!    port, the sender's path entropy, go into [`RxMeta`]); transport
 //!    packets go to [`Transport::handle_packet`] with a [`DmaMemory`] that
 //!    places payload by DMA; ARP and ICMP echo are answered by [`crate::net`].
-//! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed.
+//! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed;
+//!    then **entropy**: when the transport's policy says fresh entropy is
+//!    due ([`Transport::reseed_due`], spec 5.1.6), 32 bytes from the
+//!    platform's source ([`Engine::set_entropy_source`]) go to
+//!    [`Transport::reseed`]. The same step on every platform; only the
+//!    source differs.
 //! 4. **Completions** into the completion ring, then its doorbell.
 //! 5. **TX**: [`Transport::poll_transmit`] until the device is full; the
 //!    headers are wrapped in Ethernet/IP/UDP (`EncapRepr::emit`) directly in
@@ -42,6 +47,7 @@ use smoltcp::wire::{
 use crate::device::{FrameDevice, FRAME_SLOT_LEN};
 use crate::dma::{DmaCopy, DmaMemory};
 use crate::doorbell::Doorbell;
+use crate::entropy::{self, EntropySource};
 use crate::host::{AdminCommand, AdminResult, EnginePort, RecvQueueEntry, SendQueueEntry};
 use crate::link::{DatagramLink, DatagramTarget};
 use crate::net::{self, Control, NeighborCache, NetConfig};
@@ -119,6 +125,11 @@ pub struct EngineStats {
     pub timeouts: u64,
     /// DMA copies refused (outside the DMA window).
     pub dma_faults: u64,
+    /// Fresh entropy folded into the transport's generator.
+    pub reseeds: u64,
+    /// Reseeds the source could not serve (retried after
+    /// [`ENTROPY_RETRY_NANOS`]; the generator goes on with its key).
+    pub entropy_failures: u64,
 }
 
 /// What one poll did.
@@ -156,6 +167,8 @@ const PING_IDENT: u16 = 0x4d52;
 const PING_DATA_LEN: usize = 32;
 /// Least time between two ARP requests.
 const ARP_RETRY_NANOS: u64 = 10_000_000;
+/// Least time between two tries of a failing entropy source.
+pub const ENTROPY_RETRY_NANOS: u64 = 1_000_000_000;
 
 /// State of the loop for one node: addresses, neighbour cache, scratch
 /// buffers and counters. `NEIGHBORS` is the ARP cache size.
@@ -175,6 +188,11 @@ pub struct Engine<const NEIGHBORS: usize = 16> {
     parked_recvs: Deque<RecvQueueEntry, PARKED>,
     /// The transport's deadline as of the end of the last poll.
     deadline: Option<Instant>,
+    /// Where fresh entropy for the transport comes from (none: never
+    /// reseeded, as in simulations).
+    entropy: Option<EntropySource>,
+    /// No entropy is asked for before this (after a failure).
+    entropy_retry_at: Instant,
 }
 
 impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
@@ -192,7 +210,15 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             parked_sends: Deque::new(),
             parked_recvs: Deque::new(),
             deadline: None,
+            entropy: None,
+            entropy_retry_at: Instant::ZERO,
         }
+    }
+
+    /// The platform's entropy source: from now on every poll reseeds the
+    /// transport from it when the transport's policy says so (step 3).
+    pub fn set_entropy_source(&mut self, source: EntropySource) {
+        self.entropy = Some(source);
     }
 
     /// A loop for [`Engine::poll_datagrams`] only: the link's owner has the
@@ -373,8 +399,31 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             self.stats.timeouts += 1;
             busy = true;
         }
+        self.refresh_entropy(now, transport);
         busy |= self.write_completions(transport, port);
         busy
+    }
+
+    /// Step 3's entropy part: fresh entropy to the transport when due. A
+    /// failing source is counted and tried again a second later; the
+    /// generator keeps its (still secret) key meanwhile.
+    fn refresh_entropy<T: Transport>(&mut self, now: Instant, transport: &mut T) {
+        let Some(source) = self.entropy else {
+            return;
+        };
+        if now < self.entropy_retry_at || !transport.reseed_due(now) {
+            return;
+        }
+        match entropy::seed_from(source) {
+            Ok(fresh) => {
+                transport.reseed(now, fresh);
+                self.stats.reseeds += 1;
+            }
+            Err(_) => {
+                self.stats.entropy_failures += 1;
+                self.entropy_retry_at = now + core::time::Duration::from_nanos(ENTROPY_RETRY_NANOS);
+            }
+        }
     }
 
     /// Step 2 over a datagram link.

@@ -76,6 +76,14 @@ impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
         self.config().udp_port
     }
 
+    fn reseed_due(&self, now: Instant) -> bool {
+        Endpoint::reseed_due(self, now)
+    }
+
+    fn reseed(&mut self, now: Instant, entropy: [u8; 32]) {
+        Endpoint::reseed(self, now, entropy);
+    }
+
     fn finish_packet(&self, tx: &Transmit, _encap: Option<&EncapRepr>, packet: &mut [u8]) {
         let Some(body_len) = packet.len().checked_sub(CRC_LEN) else {
             return;

@@ -11,6 +11,8 @@ use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
@@ -93,7 +95,8 @@ struct ServeArgs {
     /// Exit after the first connection ends (exit code 1 if its data was corrupt).
     #[arg(long)]
     once: bool,
-    /// Exit after this many seconds.
+    /// Exit after this many seconds (SIGINT or SIGTERM also stops it, with
+    /// the summary).
     #[arg(long)]
     duration: Option<f64>,
     /// Connections served at once (each costs about 0.5 KiB while idle).
@@ -209,7 +212,32 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// SIGINT and SIGTERM, taken by a thread of their own: the first asks the
+/// server to stop (it prints its summary and exits), a second ends the
+/// process at once. Called before any other thread exists, so every
+/// thread inherits the blocked mask and only that thread takes them.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, HostError> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals
+        .thread_block()
+        .map_err(|e| HostError::Usage(format!("cannot block SIGINT/SIGTERM: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        while let Ok(signal) = signals.wait() {
+            if flag.swap(true, Ordering::Relaxed) {
+                std::process::exit(128 + signal as i32);
+            }
+        }
+    });
+    Ok(stop)
+}
+
 fn serve(a: &ServeArgs) -> Result<(), HostError> {
+    let signalled = stop_on_signals()?;
     let bind = parse_addr("--bind", &a.bind)?;
     let mut node = Node::bind(&node_config(bind, &a.common, true, a.connections))?;
     if let Some(p) = &a.common.pcap {
@@ -264,7 +292,9 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
             }
         }
         printed = s.finished.len();
-        (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
+        (once && printed > 0)
+            || until.is_some_and(|t| Instant::now() >= t)
+            || signalled.load(Ordering::Relaxed)
     })?;
     print_serve_summary(&server, json);
     if let Some(p) = server.node.link.pcap.take() {
@@ -276,36 +306,49 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     Ok(())
 }
 
-/// What the server did and refused, by reason.
+/// What the server did and refused, by reason (docs/counters.md).
 fn print_serve_summary(server: &Server, json: bool) {
     let c = server.counters;
-    let ep = &server.node.ep;
+    let node = &server.node;
     if json {
         say(&serde_json::json!({
             "summary": {
                 "connections": c.connections,
                 "open": server.open_connections(),
                 "server": c,
-                "endpoint": metaroce_host::counters::json(ep),
+                "endpoint": metaroce_host::counters::json(node),
+                "reseeds": node.engine_stats().reseeds,
             }
         })
         .to_string());
         return;
     }
     say(&format!(
-        "serve summary: {} connections ({} open, {} joins); refused: {} over the peer's connection budget, \
-         {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
+        "serve summary: {} connections ({} open, {} closed ({} idle timeouts), {} failed, {} joins); refused: \
+         {} over the peer's connection budget, {} without buffers, {} bad size, {} second announce, \
+         {} bad ticket, {} over budget ({} peer bytes, {} total bytes, {} peer regions, {} no keys)",
         c.connections,
         server.open_connections(),
+        c.closed,
+        c.idle_timeouts,
+        c.failed,
         c.joins,
         c.refused_peer_connections,
         c.refused_no_buffers,
         c.refused_bad_size,
-        c.refused_over_budget,
+        c.refused_second_announce,
         c.refused_bad_ticket,
-        c.refused_second_announce
+        c.refused_over_budget,
+        c.refused_peer_bytes,
+        c.refused_total_bytes,
+        c.refused_peer_regions,
+        c.refused_no_keys,
     ));
-    say(&format!("endpoint: {}", metaroce_host::counters::line(ep)));
+    say(&format!(
+        "dropped or refused by reason: {}; {} reseeds",
+        metaroce_host::counters::line(node),
+        node.engine_stats().reseeds
+    ));
 }
 
 fn client(

@@ -452,8 +452,8 @@ pub fn run_client(
         verified,
         corrupt,
         integrity_ok,
-        refusals: crate::counters::json(&node.ep),
-        refusals_line: crate::counters::line(&node.ep),
+        refusals: crate::counters::json(node),
+        refusals_line: crate::counters::line(node),
     })
 }
 
