@@ -17,3 +17,4 @@
 pub mod cases;
 pub mod peer;
 pub mod report;
+pub mod secrets;

@@ -1,5 +1,5 @@
 //! The endpoint's random numbers: tokens, connection ids, initial PSNs,
-//! memory keys, cookie secrets and path entropy (spec 5.1.2).
+//! memory keys, cookie secrets and path entropy (spec 5.1.2, 5.1.6).
 //!
 //! A ChaCha20 stream (RustCrypto's `chacha20`), seeded by the caller with
 //! 32 bytes from a real entropy source: the operating system on a host,
