@@ -19,7 +19,8 @@ use clap::{Args, Parser, Subcommand};
 use metaroce_host::app::Operation;
 use metaroce_host::pcap::PcapRecorder;
 use metaroce_host::session::{
-    run_client, run_hold, ClientOptions, HoldOptions, PeerBudget, Progress, Server, Summary,
+    run_client, run_hold, ClientOptions, Crowd, CrowdOptions, HoldOptions, PeerBudget, Progress,
+    Server, Sources, Summary,
 };
 use metaroce_host::{HostError, Node, NodeConfig};
 
@@ -45,6 +46,49 @@ enum Command {
     Read(ClientArgs),
     /// Open many connections at once and check the server answers on each.
     Hold(HoldArgs),
+    /// Many clients at once, some misbehaving (bad keys, huge or repeated
+    /// announcements, abandoned handshakes, silence, too many
+    /// connections); check the well-behaved ones are all served.
+    Crowd(CrowdArgs),
+}
+
+#[derive(Args, Debug)]
+struct CrowdArgs {
+    /// The server's address and port.
+    #[arg(long)]
+    peer: String,
+    /// Every client from this address (as through a gateway); the budget
+    /// probes (huge announcements, hogs, too many connections) are left
+    /// out. Default: each group from its own address in 127.0.0.0/24.
+    #[arg(long)]
+    single_source: Option<std::net::IpAddr>,
+    /// Well-behaved clients.
+    #[arg(long, default_value_t = 40)]
+    well_behaved: usize,
+    /// Their bytes per message.
+    #[arg(long, default_value_t = 8192)]
+    size: u32,
+    /// Their messages each.
+    #[arg(long, default_value_t = 32)]
+    count: u64,
+    /// The server's largest message size.
+    #[arg(long, default_value_t = metaroce_host::app::MAX_MESSAGE)]
+    max_message: u32,
+    /// Message size the hogs announce.
+    #[arg(long, default_value_t = 1 << 20)]
+    hog_size: u32,
+    /// Connections the greedy client opens.
+    #[arg(long, default_value_t = 10)]
+    greedy: usize,
+    /// Seconds any one step (handshake, answer) may take.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Seconds the holding and silent clients stay after the others are done.
+    #[arg(long, default_value_t = 0.0)]
+    hold: f64,
+    /// One JSON object instead of the text report.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -480,6 +524,69 @@ fn hold(a: &HoldArgs) -> Result<(), HostError> {
     }
 }
 
+/// `metaroce crowd`: well-behaved and misbehaving clients at once.
+fn crowd(a: &CrowdArgs) -> Result<(), HostError> {
+    let peer = parse_addr("--peer", &a.peer)?;
+    let timeout = seconds("--timeout", a.timeout)?;
+    let opts = CrowdOptions {
+        peer,
+        sources: match a.single_source {
+            Some(ip) => Sources::Single(ip),
+            None => Sources::PerGroup(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+        },
+        well_behaved: a.well_behaved,
+        size: a.size,
+        count: a.count,
+        max_message: a.max_message,
+        hog_size: a.hog_size,
+        greedy_connections: a.greedy,
+        timeout,
+    };
+    let mut crowd = Crowd::start(&opts);
+    let settled = crowd.settle(timeout * 3);
+    std::thread::sleep(seconds("--hold", a.hold)?);
+    let r = crowd.finish();
+    settled?;
+    if a.json {
+        say(&serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        say(&format!(
+            "crowd {peer}: {} clients in {:.1} s: {} of {} well-behaved served with integrity; \
+             refused as they must be: {} bad key, {} cross key, {} bad size, {} second announce \
+             (then served), {} huge; {} abandoned, {} silent; hogs {} granted {} refused; \
+             greedy {} up {} rejected",
+            r.clients,
+            r.seconds,
+            r.well_behaved_ok,
+            r.well_behaved,
+            r.bad_key_refused,
+            r.cross_key_refused,
+            r.bad_size_refused,
+            r.twice_refused_then_served,
+            r.huge_refused,
+            r.abandoned,
+            r.silent,
+            r.hogs_granted,
+            r.hogs_refused,
+            r.greedy_up,
+            r.greedy_rejected
+        ));
+        for p in &r.problems {
+            say(&format!("  problem: {p}"));
+        }
+    }
+    if r.ok() {
+        Ok(())
+    } else {
+        Err(HostError::Transfer(format!(
+            "{} of {} well-behaved clients served, {} problems",
+            r.well_behaved_ok,
+            r.well_behaved,
+            r.problems.len()
+        )))
+    }
+}
+
 /// CPU time (user and system) this process has used.
 fn cpu_time() -> Duration {
     use nix::sys::resource::{getrusage, UsageWho};
@@ -604,6 +711,7 @@ fn main() -> ExitCode {
         Command::Write(a) => client(a, Operation::Write, Some(64), None),
         Command::Read(a) => client(a, Operation::Read, Some(64), None),
         Command::Hold(a) => hold(a),
+        Command::Crowd(a) => crowd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
