@@ -369,6 +369,15 @@ struct Conn {
     done: Vec<Completion>,
 }
 
+/// The server's `REGION` answer to an announcement.
+#[derive(Debug, Clone, Copy)]
+struct RegionAnswer {
+    status: u32,
+    key: u32,
+    addr: u64,
+    slots: u32,
+}
+
 /// A client driven through the core's API.
 struct Client {
     node: Node,
@@ -474,9 +483,8 @@ impl Client {
         Ok(self.conns[i].inbox.remove(0))
     }
 
-    /// Announces on connection `i`: the `REGION` answer's status, key,
-    /// address and slots.
-    fn announce_on(&mut self, i: usize, size: u32) -> Result<(u32, u32, u64, u32), String> {
+    /// Announces on connection `i`; the server's answer.
+    fn announce_on(&mut self, i: usize, size: u32) -> Result<RegionAnswer, String> {
         self.send(
             i,
             &Message::Announce {
@@ -492,17 +500,18 @@ impl Client {
                 addr,
                 slots,
                 ..
-            } => Ok((status, key, addr, slots)),
+            } => Ok(RegionAnswer {
+                status,
+                key,
+                addr,
+                slots,
+            }),
             m => Err(format!("expected REGION, got {m:?}")),
         }
     }
 
     /// A new connection to `peer` and its announcement.
-    fn announce(
-        &mut self,
-        peer: SocketAddr,
-        size: u32,
-    ) -> Result<(usize, (u32, u32, u64, u32)), String> {
+    fn announce(&mut self, peer: SocketAddr, size: u32) -> Result<(usize, RegionAnswer), String> {
         let i = self.connect(peer)?;
         self.wait_connected(i)?;
         Ok((i, self.announce_on(i, size)?))
@@ -571,14 +580,14 @@ fn stay_silent(stop: &AtomicBool) {
 
 fn bad_key(o: &CrowdOptions, bind: SocketAddr) -> Result<Outcome, String> {
     let mut c = Client::new(o, bind)?;
-    let (i, (status, key, addr, _)) = c.announce(o.peer, SMALL)?;
-    if status != app::REGION_OK {
-        return Err(format!("bad-key client refused a region ({status})"));
+    let (i, r) = c.announce(o.peer, SMALL)?;
+    if r.status != app::REGION_OK {
+        return Err(format!("bad-key client refused a region ({})", r.status));
     }
     // The key's random upper bits flipped: a key the server never gave.
     let remote = MemoryTarget {
-        key: key ^ 0x8000_0000,
-        addr,
+        key: r.key ^ 0x8000_0000,
+        addr: r.addr,
     };
     let op = Op::Write { remote };
     Ok(Outcome::BadKey(c.post_data(
@@ -591,15 +600,21 @@ fn bad_key(o: &CrowdOptions, bind: SocketAddr) -> Result<Outcome, String> {
 
 fn cross_key(o: &CrowdOptions, bind: SocketAddr) -> Result<Outcome, String> {
     let mut c = Client::new(o, bind)?;
-    let (_, (sa, key, addr, _)) = c.announce(o.peer, SMALL)?;
-    let (b, (sb, ..)) = c.announce(o.peer, SMALL)?;
-    if (sa, sb) != (app::REGION_OK, app::REGION_OK) {
-        return Err(format!("cross-key client refused regions ({sa}, {sb})"));
+    let (_, first) = c.announce(o.peer, SMALL)?;
+    let (b, second) = c.announce(o.peer, SMALL)?;
+    if (first.status, second.status) != (app::REGION_OK, app::REGION_OK) {
+        return Err(format!(
+            "cross-key client refused regions ({}, {})",
+            first.status, second.status
+        ));
     }
     // The first connection's key and address, used on the second
     // (another protection domain at the server).
     let op = Op::Write {
-        remote: MemoryTarget { key, addr },
+        remote: MemoryTarget {
+            key: first.key,
+            addr: first.addr,
+        },
     };
     Ok(Outcome::CrossKey(c.post_data(
         b,
@@ -611,27 +626,28 @@ fn cross_key(o: &CrowdOptions, bind: SocketAddr) -> Result<Outcome, String> {
 
 fn announce_only(o: &CrowdOptions, bind: SocketAddr, size: u32) -> Result<u32, String> {
     let mut c = Client::new(o, bind)?;
-    let (i, (status, ..)) = c.announce(o.peer, size)?;
+    let (i, r) = c.announce(o.peer, size)?;
     c.close(i);
-    Ok(status)
+    Ok(r.status)
 }
 
 fn twice(o: &CrowdOptions, bind: SocketAddr) -> Result<Outcome, String> {
     let mut c = Client::new(o, bind)?;
-    let (i, (status, key, addr, slots)) = c.announce(o.peer, SMALL)?;
-    if status != app::REGION_OK || slots == 0 {
+    let (i, r) = c.announce(o.peer, SMALL)?;
+    if r.status != app::REGION_OK || r.slots == 0 {
         return Err(format!(
-            "twice-announcing client refused a region ({status})"
+            "twice-announcing client refused a region ({})",
+            r.status
         ));
     }
-    let (second, ..) = c.announce_on(i, SMALL)?;
+    let second = c.announce_on(i, SMALL)?.status;
     // Still served after the refusal: messages verified by the server.
     for m in 0..TWICE_MESSAGES {
         let mut data = vec![0u8; SMALL as usize];
         app::fill_pattern(SEED, m, &mut data);
         let remote = MemoryTarget {
-            key,
-            addr: addr + (m % u64::from(slots)) * u64::from(SMALL),
+            key: r.key,
+            addr: r.addr + (m % u64::from(r.slots)) * u64::from(SMALL),
         };
         let op = Op::WriteImm {
             remote,
@@ -674,9 +690,9 @@ fn abandoned(o: &CrowdOptions, bind: SocketAddr, stop: &AtomicBool) -> Result<Ou
 
 fn silent(o: &CrowdOptions, bind: SocketAddr, stop: &AtomicBool) -> Result<Outcome, String> {
     let mut c = Client::new(o, bind)?;
-    let (_, (status, ..)) = c.announce(o.peer, SMALL)?;
+    let (_, r) = c.announce(o.peer, SMALL)?;
     stay_silent(stop);
-    Ok(Outcome::Silent(status))
+    Ok(Outcome::Silent(r.status))
 }
 
 fn hog(
@@ -688,9 +704,9 @@ fn hog(
     let mut c = Client::new(o, bind)?;
     let announced = c.announce(o.peer, o.hog_size);
     let _ = ready.send(());
-    let (_, (status, ..)) = announced?;
+    let (_, r) = announced?;
     c.hold(stop);
-    Ok(Outcome::Hog(status))
+    Ok(Outcome::Hog(r.status))
 }
 
 fn greedy(
