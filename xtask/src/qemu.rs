@@ -184,6 +184,10 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "2 nodes x 4 cores, 2% loss, reorder + dup",
         args: &[
+            // Several cores run the workload role (a task per core); the
+            // host role drives one engine.
+            "--driver",
+            "firmware",
             "--cores",
             "4",
             "--loss",
@@ -199,6 +203,10 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "2 nodes x 4 cores, 10% loss, reorder + dup",
         args: &[
+            // Several cores run the workload role (a task per core); the
+            // host role drives one engine.
+            "--driver",
+            "firmware",
             "--cores",
             "4",
             "--loss",
