@@ -326,9 +326,10 @@ const QEMU_MAX_MESSAGE: u32 = 128 * 1024;
 /// receives posted per connection, and with the 32 WRITE_IMMs a client
 /// keeps outstanding by default, 40 concurrent clients exhaust the
 /// emulation profile's RNR retries (7 x 2 ms) on some connections whether
-/// or not anyone misbehaves (measured: 6 to 12 of 40 plain `metaroce
-/// write` clients fail so, on main too). 1 KiB keeps the 57 regions far
-/// inside the 16 MiB one address may hold.
+/// or not anyone misbehaves (measured: 0 to 12 of 40 plain `metaroce
+/// write` clients failed so in A/B rounds, about as often with main's
+/// firmware). 1 KiB keeps the 57 regions far inside the 16 MiB one
+/// address may hold.
 fn crowd_against_qemu(bin: &std::path::Path, address: &str) -> Result<bool, Error> {
     let started = Instant::now();
     let ok = util::run_streaming(
