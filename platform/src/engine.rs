@@ -47,7 +47,7 @@ use smoltcp::wire::{
 use crate::device::{FrameDevice, FRAME_SLOT_LEN};
 use crate::dma::{DmaCopy, DmaMemory};
 use crate::doorbell::Doorbell;
-use crate::entropy::{self, EntropySource};
+use crate::entropy::{EntropySource, EntropyStep};
 use crate::host::{AdminCommand, AdminResult, EnginePort, RecvQueueEntry, SendQueueEntry};
 use crate::link::{DatagramLink, DatagramTarget};
 use crate::net::{self, Control, NeighborCache, NetConfig};
@@ -128,7 +128,7 @@ pub struct EngineStats {
     /// Fresh entropy folded into the transport's generator.
     pub reseeds: u64,
     /// Reseeds the source could not serve (retried after
-    /// [`ENTROPY_RETRY_NANOS`]; the generator goes on with its key).
+    /// [`crate::entropy::RETRY_NANOS`]; the generator goes on with its key).
     pub entropy_failures: u64,
 }
 
@@ -167,8 +167,6 @@ const PING_IDENT: u16 = 0x4d52;
 const PING_DATA_LEN: usize = 32;
 /// Least time between two ARP requests.
 const ARP_RETRY_NANOS: u64 = 10_000_000;
-/// Least time between two tries of a failing entropy source.
-pub const ENTROPY_RETRY_NANOS: u64 = 1_000_000_000;
 
 /// State of the loop for one node: addresses, neighbour cache, scratch
 /// buffers and counters. `NEIGHBORS` is the ARP cache size.
@@ -188,11 +186,9 @@ pub struct Engine<const NEIGHBORS: usize = 16> {
     parked_recvs: Deque<RecvQueueEntry, PARKED>,
     /// The transport's deadline as of the end of the last poll.
     deadline: Option<Instant>,
-    /// Where fresh entropy for the transport comes from (none: never
+    /// Fresh entropy for the transport (none configured: never
     /// reseeded, as in simulations).
-    entropy: Option<EntropySource>,
-    /// No entropy is asked for before this (after a failure).
-    entropy_retry_at: Instant,
+    entropy: EntropyStep,
 }
 
 impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
@@ -210,15 +206,14 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             parked_sends: Deque::new(),
             parked_recvs: Deque::new(),
             deadline: None,
-            entropy: None,
-            entropy_retry_at: Instant::ZERO,
+            entropy: EntropyStep::NONE,
         }
     }
 
     /// The platform's entropy source: from now on every poll reseeds the
     /// transport from it when the transport's policy says so (step 3).
     pub fn set_entropy_source(&mut self, source: EntropySource) {
-        self.entropy = Some(source);
+        self.entropy = EntropyStep::new(source);
     }
 
     /// A loop for [`Engine::poll_datagrams`] only: the link's owner has the
@@ -399,31 +394,9 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             self.stats.timeouts += 1;
             busy = true;
         }
-        self.refresh_entropy(now, transport);
+        self.entropy.refresh(now, transport, &mut self.stats);
         busy |= self.write_completions(transport, port);
         busy
-    }
-
-    /// Step 3's entropy part: fresh entropy to the transport when due. A
-    /// failing source is counted and tried again a second later; the
-    /// generator keeps its (still secret) key meanwhile.
-    fn refresh_entropy<T: Transport>(&mut self, now: Instant, transport: &mut T) {
-        let Some(source) = self.entropy else {
-            return;
-        };
-        if now < self.entropy_retry_at || !transport.reseed_due(now) {
-            return;
-        }
-        match entropy::seed_from(source) {
-            Ok(fresh) => {
-                transport.reseed(now, fresh);
-                self.stats.reseeds += 1;
-            }
-            Err(_) => {
-                self.stats.entropy_failures += 1;
-                self.entropy_retry_at = now + core::time::Duration::from_nanos(ENTROPY_RETRY_NANOS);
-            }
-        }
     }
 
     /// Step 2 over a datagram link.

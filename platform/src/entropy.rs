@@ -11,8 +11,16 @@
 //! The engine loop ([`crate::Engine::set_entropy_source`]) reseeds the
 //! transport from the same source whenever the core's policy says so.
 
+use metaroce_core::Instant;
+
+use crate::engine::EngineStats;
+use crate::transport::Transport;
+
 /// 32 bytes of entropy: a generator's seed.
 pub type Seed = [u8; 32];
+
+/// Least time between two tries of a failing entropy source.
+pub const RETRY_NANOS: u64 = 1_000_000_000;
 
 /// Why a source gave no entropy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +56,58 @@ pub fn seed_from(source: EntropySource) -> Result<Seed, EntropyError> {
         Ok(seed)
     } else {
         Err(EntropyError::Stuck)
+    }
+}
+
+/// The engine loop's entropy step (step 3 of [`crate::engine`]): fresh
+/// entropy to the transport when its policy says so.
+#[derive(Debug, Clone, Copy)]
+pub struct EntropyStep {
+    source: Option<EntropySource>,
+    /// No entropy is asked for before this (after a failure).
+    retry_at: Instant,
+}
+
+impl EntropyStep {
+    /// No source: never reseeds.
+    pub const NONE: EntropyStep = EntropyStep {
+        source: None,
+        retry_at: Instant::ZERO,
+    };
+
+    /// Reseeds from `source`.
+    pub fn new(source: EntropySource) -> Self {
+        EntropyStep {
+            source: Some(source),
+            ..Self::NONE
+        }
+    }
+
+    /// Reseeds `transport` if it is due. A failing source is counted and
+    /// tried again [`RETRY_NANOS`] later; the generator keeps its (still
+    /// secret) key meanwhile.
+    pub fn refresh<T: Transport>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        stats: &mut EngineStats,
+    ) {
+        let Some(source) = self.source else {
+            return;
+        };
+        if now < self.retry_at || !transport.reseed_due(now) {
+            return;
+        }
+        match seed_from(source) {
+            Ok(fresh) => {
+                transport.reseed(now, fresh);
+                stats.reseeds += 1;
+            }
+            Err(_) => {
+                stats.entropy_failures += 1;
+                self.retry_at = now + core::time::Duration::from_nanos(RETRY_NANOS);
+            }
+        }
     }
 }
 
