@@ -57,7 +57,7 @@ impl Ctx {
         Ok(p)
     }
 
-    fn peer(&mut self) -> Result<Peer, Fail> {
+    pub(crate) fn peer(&mut self) -> Result<Peer, Fail> {
         self.next_seed += 1;
         Peer::new(self.target, self.next_seed)
     }
@@ -93,7 +93,7 @@ fn data(seed: u64, len: usize) -> Vec<u8> {
     d
 }
 
-fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), Fail> {
+pub(crate) fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), Fail> {
     if cond {
         Ok(())
     } else {
@@ -1162,6 +1162,12 @@ pub const CASES: &[Case] = &[
         name: "bad input: inconsistent WRITE_IMM -> PROTOCOL_ERROR",
         section: "3.4.5, 3.7, 4.7.2",
         run: inconsistent_message,
+        attempts: 1,
+    },
+    Case {
+        name: "secrets: tokens unpredictable (no SplitMix64 state recovery)",
+        section: "5.1.2, 5.1.6",
+        run: crate::secrets::tokens_unpredictable,
         attempts: 1,
     },
 ];

@@ -15,6 +15,7 @@ use metaroce_core::config::AcceptDomain;
 use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
+use metaroce_platform::entropy::{seed_from, EntropyError, Seed};
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::IpAddress;
 
@@ -61,8 +62,9 @@ pub struct NodeConfig {
     /// many per connection; 0: the core's default layout).
     pub receives_per_connection: u32,
     /// Seed of the endpoint's generator (tokens, ids, PSNs, keys): `None`
-    /// takes 32 bytes from the operating system, as every real run must; a
-    /// number makes a test repeatable and its secrets guessable.
+    /// takes 32 bytes from the operating system and reseeds from it (spec
+    /// 5.1.6), as every real run must; a number makes a test repeatable
+    /// and its secrets guessable (and is never reseeded).
     pub seed: Option<u64>,
     /// Packet protection (spec 5.3): policy and pre-shared key; `None`
     /// protects nothing.
@@ -256,14 +258,15 @@ impl Node {
                 config.connections
             )));
         }
+        let mut engine = Engine::for_datagrams();
         let seed = match config.seed {
             Some(n) => metaroce_core::rng::seed_from_u64(n),
             None => {
-                let mut seed = [0u8; 32];
-                getrandom::fill(&mut seed).map_err(|e| {
-                    HostError::Bind(format!("no entropy from the operating system: {e}"))
-                })?;
-                seed
+                // Reseeded from the same source as the core's policy says.
+                engine.set_entropy_source(os_entropy);
+                seed_from(os_entropy).map_err(|e| {
+                    HostError::Bind(format!("no entropy from the operating system: {e:?}"))
+                })?
             }
         };
         let mut layout = Layout::for_connections(config.connections);
@@ -286,7 +289,7 @@ impl Node {
                 io: IoStats::default(),
                 receive_held: false,
             },
-            engine: Engine::for_datagrams(),
+            engine,
             queues: Box::new(Queues::new()),
             origin: std::time::Instant::now(),
             completions: VecDeque::new(),
@@ -432,4 +435,9 @@ impl Node {
         self.link.receive_held = false;
         self.collect();
     }
+}
+
+/// The host's entropy source: the operating system's (`getrandom`).
+fn os_entropy(out: &mut Seed) -> Result<(), EntropyError> {
+    getrandom::fill(out).map_err(|_| EntropyError::Failed)
 }

@@ -67,7 +67,7 @@ use crate::conn::sender::InflightPool;
 use crate::conn::{ConnState, Connection, PathSender, PoolRefusals, Resources};
 use crate::memory::{RegionError, RegionTable};
 use crate::path::PathStats;
-use crate::rng::{Rng, Seed};
+use crate::rng::{ReseedPolicy, Rng, Seed};
 use crate::stats::{ConnStats, DropStats};
 use crate::storage::index::HashIndex;
 use crate::storage::list::{Fifo, List};
@@ -339,10 +339,26 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         &self.config
     }
 
-    /// Folds fresh entropy into the generator (the platform calls this
-    /// periodically; spec 5.1.2).
-    pub fn reseed(&mut self, entropy: Seed) {
-        self.res.rng.reseed(entropy);
+    /// Whether the generator wants fresh entropy at `now` (spec 5.1.6):
+    /// the platform's engine loop asks after every poll and answers with
+    /// [`Endpoint::reseed`].
+    pub fn reseed_due(&self, now: Instant) -> bool {
+        self.res.rng.reseed_due(now)
+    }
+
+    /// Folds 32 bytes of fresh entropy into the generator (spec 5.1.6).
+    pub fn reseed(&mut self, now: Instant, entropy: Seed) {
+        self.res.rng.reseed(now, entropy);
+    }
+
+    /// When fresh entropy is due (default [`ReseedPolicy::DEFAULT`]).
+    pub fn set_reseed_policy(&mut self, policy: ReseedPolicy) {
+        self.res.rng.set_policy(policy);
+    }
+
+    /// Reseeds so far.
+    pub fn reseeds(&self) -> u64 {
+        self.res.rng.reseeds()
     }
 
     // ----- Memory regions -------------------------------------------------

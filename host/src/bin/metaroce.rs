@@ -11,6 +11,8 @@ use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
@@ -19,7 +21,8 @@ use metaroce_host::app::Operation;
 use metaroce_host::pcap::PcapRecorder;
 use metaroce_host::protection::{read_psk_file, Protection};
 use metaroce_host::session::{
-    run_client, run_hold, ClientOptions, HoldOptions, PeerBudget, Progress, Server, Summary,
+    run_client, run_hold, ClientOptions, Crowd, CrowdOptions, HoldOptions, PeerBudget, Progress,
+    Server, Sources, Summary,
 };
 use metaroce_host::{HostError, Node, NodeConfig};
 
@@ -45,6 +48,49 @@ enum Command {
     Read(ClientArgs),
     /// Open many connections at once and check the server answers on each.
     Hold(HoldArgs),
+    /// Many clients at once, some misbehaving (bad keys, huge or repeated
+    /// announcements, abandoned handshakes, silence, too many
+    /// connections); check the well-behaved ones are all served.
+    Crowd(CrowdArgs),
+}
+
+#[derive(Args, Debug)]
+struct CrowdArgs {
+    /// The server's address and port.
+    #[arg(long)]
+    peer: String,
+    /// Every client from this address (as through a gateway); the budget
+    /// probes (huge announcements, hogs, too many connections) are left
+    /// out. Default: each group from its own address in 127.0.0.0/24.
+    #[arg(long)]
+    single_source: Option<std::net::IpAddr>,
+    /// Well-behaved clients.
+    #[arg(long, default_value_t = 40)]
+    well_behaved: usize,
+    /// Their bytes per message.
+    #[arg(long, default_value_t = 8192)]
+    size: u32,
+    /// Their messages each.
+    #[arg(long, default_value_t = 32)]
+    count: u64,
+    /// The server's largest message size.
+    #[arg(long, default_value_t = metaroce_host::app::MAX_MESSAGE)]
+    max_message: u32,
+    /// Message size the hogs announce.
+    #[arg(long, default_value_t = 1 << 20)]
+    hog_size: u32,
+    /// Connections the greedy client opens.
+    #[arg(long, default_value_t = 10)]
+    greedy: usize,
+    /// Seconds any one step (handshake, answer) may take.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Seconds the holding and silent clients stay after the others are done.
+    #[arg(long, default_value_t = 0.0)]
+    hold: f64,
+    /// One JSON object instead of the text report.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -138,7 +184,8 @@ struct ServeArgs {
     /// Exit after the first connection ends (exit code 1 if its data was corrupt).
     #[arg(long)]
     once: bool,
-    /// Exit after this many seconds.
+    /// Exit after this many seconds (SIGINT or SIGTERM also stops it, with
+    /// the summary).
     #[arg(long)]
     duration: Option<f64>,
     /// Connections served at once (each costs about 0.5 KiB while idle).
@@ -260,7 +307,32 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// SIGINT and SIGTERM, taken by a thread of their own: the first asks the
+/// server to stop (it prints its summary and exits), a second ends the
+/// process at once. Called before any other thread exists, so every
+/// thread inherits the blocked mask and only that thread takes them.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, HostError> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals
+        .thread_block()
+        .map_err(|e| HostError::Usage(format!("cannot block SIGINT/SIGTERM: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        while let Ok(signal) = signals.wait() {
+            if flag.swap(true, Ordering::Relaxed) {
+                std::process::exit(128 + signal as i32);
+            }
+        }
+    });
+    Ok(stop)
+}
+
 fn serve(a: &ServeArgs) -> Result<(), HostError> {
+    let signalled = stop_on_signals()?;
     let bind = parse_addr("--bind", &a.bind)?;
     let mut node = Node::bind(&node_config(bind, &a.common, true, a.connections)?)?;
     if let Some(p) = &a.common.pcap {
@@ -322,7 +394,9 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
             }
         }
         printed = s.finished.len();
-        (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
+        (once && printed > 0)
+            || until.is_some_and(|t| Instant::now() >= t)
+            || signalled.load(Ordering::Relaxed)
     })?;
     print_serve_summary(&server, json);
     if let Some(p) = server.node.link.pcap.take() {
@@ -334,20 +408,21 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     Ok(())
 }
 
-/// What the server did and refused, by reason.
+/// What the server did and refused, by reason (docs/counters.md).
 fn print_serve_summary(server: &Server, json: bool) {
     let c = server.counters;
-    let ep = &server.node.ep;
+    let node = &server.node;
     if json {
         say(&serde_json::json!({
             "summary": {
                 "connections": c.connections,
                 "open": server.open_connections(),
                 "server": c,
-                "endpoint": metaroce_host::counters::json(ep),
+                "endpoint": metaroce_host::counters::json(node),
+                "reseeds": node.engine_stats().reseeds,
                 "protection": {
                     "policy": server.protection,
-                    "counters": metaroce_host::protection::json(&ep.protection_stats()),
+                    "counters": metaroce_host::protection::json(&node.ep.protection_stats()),
                 },
             }
         })
@@ -355,23 +430,35 @@ fn print_serve_summary(server: &Server, json: bool) {
         return;
     }
     say(&format!(
-        "serve summary: {} connections ({} open, {} joins); refused: {} over the peer's connection budget, \
-         {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
+        "serve summary: {} connections ({} open, {} closed ({} idle timeouts), {} failed, {} joins); refused: \
+         {} over the peer's connection budget, {} without buffers, {} bad size, {} second announce, \
+         {} bad ticket, {} over budget ({} peer bytes, {} total bytes, {} peer regions, {} no keys)",
         c.connections,
         server.open_connections(),
+        c.closed,
+        c.idle_timeouts,
+        c.failed,
         c.joins,
         c.refused_peer_connections,
         c.refused_no_buffers,
         c.refused_bad_size,
-        c.refused_over_budget,
+        c.refused_second_announce,
         c.refused_bad_ticket,
-        c.refused_second_announce
+        c.refused_over_budget,
+        c.refused_peer_bytes,
+        c.refused_total_bytes,
+        c.refused_peer_regions,
+        c.refused_no_keys,
     ));
-    say(&format!("endpoint: {}", metaroce_host::counters::line(ep)));
+    say(&format!(
+        "dropped or refused by reason: {}; {} reseeds",
+        metaroce_host::counters::line(node),
+        node.engine_stats().reseeds
+    ));
     say(&format!(
         "protection: {}: {}",
         server.protection,
-        metaroce_host::protection::line(&ep.protection_stats())
+        metaroce_host::protection::line(&node.ep.protection_stats())
     ));
 }
 
@@ -516,6 +603,69 @@ fn hold(a: &HoldArgs) -> Result<(), HostError> {
     }
 }
 
+/// `metaroce crowd`: well-behaved and misbehaving clients at once.
+fn crowd(a: &CrowdArgs) -> Result<(), HostError> {
+    let peer = parse_addr("--peer", &a.peer)?;
+    let timeout = seconds("--timeout", a.timeout)?;
+    let opts = CrowdOptions {
+        peer,
+        sources: match a.single_source {
+            Some(ip) => Sources::Single(ip),
+            None => Sources::PerGroup(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+        },
+        well_behaved: a.well_behaved,
+        size: a.size,
+        count: a.count,
+        max_message: a.max_message,
+        hog_size: a.hog_size,
+        greedy_connections: a.greedy,
+        timeout,
+    };
+    let mut crowd = Crowd::start(&opts);
+    let settled = crowd.settle(timeout * 3);
+    std::thread::sleep(seconds("--hold", a.hold)?);
+    let r = crowd.finish();
+    settled?;
+    if a.json {
+        say(&serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        say(&format!(
+            "crowd {peer}: {} clients in {:.1} s: {} of {} well-behaved served with integrity; \
+             refused as they must be: {} bad key, {} cross key, {} bad size, {} second announce \
+             (then served), {} huge; {} abandoned, {} silent; hogs {} granted {} refused; \
+             greedy {} up {} rejected",
+            r.clients,
+            r.seconds,
+            r.well_behaved_ok,
+            r.well_behaved,
+            r.bad_key_refused,
+            r.cross_key_refused,
+            r.bad_size_refused,
+            r.twice_refused_then_served,
+            r.huge_refused,
+            r.abandoned,
+            r.silent,
+            r.hogs_granted,
+            r.hogs_refused,
+            r.greedy_up,
+            r.greedy_rejected
+        ));
+        for p in &r.problems {
+            say(&format!("  problem: {p}"));
+        }
+    }
+    if r.ok() {
+        Ok(())
+    } else {
+        Err(HostError::Transfer(format!(
+            "{} of {} well-behaved clients served, {} problems",
+            r.well_behaved_ok,
+            r.well_behaved,
+            r.problems.len()
+        )))
+    }
+}
+
 /// CPU time (user and system) this process has used.
 fn cpu_time() -> Duration {
     use nix::sys::resource::{getrusage, UsageWho};
@@ -641,6 +791,7 @@ fn main() -> ExitCode {
         Command::Write(a) => client(a, Operation::Write, Some(64), None),
         Command::Read(a) => client(a, Operation::Read, Some(64), None),
         Command::Hold(a) => hold(a),
+        Command::Crowd(a) => crowd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

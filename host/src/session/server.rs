@@ -65,14 +65,31 @@ pub struct ServerCounters {
     pub refused_no_buffers: u64,
     /// Announcements refused: size out of range.
     pub refused_bad_size: u64,
-    /// Announcements or joins refused: over the peer's or the server's
-    /// budget of bytes or regions.
+    /// Announcements or joins refused with `REGION_OVER_BUDGET`: the sum
+    /// of the four reasons below.
     pub refused_over_budget: u64,
+    /// ... because the peer address's bytes would pass its budget.
+    pub refused_peer_bytes: u64,
+    /// ... because every peer's bytes together would pass the server's.
+    pub refused_total_bytes: u64,
+    /// ... because the peer address's regions would pass its budget (or
+    /// the connection already reaches a region).
+    pub refused_peer_regions: u64,
+    /// ... because the endpoint's region table is full.
+    pub refused_no_keys: u64,
     /// Joins whose ticket named no region.
     pub refused_bad_ticket: u64,
     /// Announcements on a connection that already has a region.
     pub refused_second_announce: u64,
     pub joins: u64,
+    /// Connections that ended closed (by either side, for any reason).
+    pub closed: u64,
+    /// ... of which closed because the peer went silent for the idle
+    /// timeout (a client that stopped answering).
+    pub idle_timeouts: u64,
+    /// Connections that failed: idle timeout (a peer that went silent),
+    /// retries exhausted, or an error.
+    pub failed: u64,
 }
 
 /// What the server reports about one finished connection.
@@ -207,9 +224,12 @@ impl Server {
             match e {
                 Event::Incoming { conn, peer } => self.adopt(conn, crate::node::socket_of(peer)),
                 Event::Closed { conn, reason } => {
+                    self.counters.closed += 1;
+                    self.counters.idle_timeouts += u64::from(reason == CloseReason::IdleTimeout);
                     self.ending.push((conn, format!("{reason:?}"), now));
                 }
                 Event::Failed { conn, status } => {
+                    self.counters.failed += 1;
                     // Stays a while to answer the peer's later packets with
                     // its fatal NAK, unless room is short.
                     let ep = &self.node.ep;
@@ -241,6 +261,14 @@ impl Server {
 
     fn usage(&mut self, peer: SocketAddr) -> &mut PeerUsage {
         self.peers.entry(peer.ip()).or_default()
+    }
+
+    /// Counts an announcement or join refused with `REGION_OVER_BUDGET`
+    /// for `reason` and answers it.
+    fn refuse_over_budget(&mut self, h: ConnHandle, reason: fn(&mut ServerCounters) -> &mut u64) {
+        self.counters.refused_over_budget += 1;
+        *reason(&mut self.counters) += 1;
+        self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
     }
 
     /// Closes a connection the server will not serve, with `REJECTED`.
@@ -396,13 +424,14 @@ impl Server {
         let footprint = len + u64::from(app::READ_ONLY_LEN);
         let peer = conn.peer;
         let usage = *self.usage(peer);
-        if usage.bytes + footprint > self.budget.bytes_per_peer
-            || self.bytes_total + footprint > self.budget.bytes_total
-            || usage.regions + 2 > self.budget.regions_per_peer
-        {
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+        if usage.bytes + footprint > self.budget.bytes_per_peer {
+            return self.refuse_over_budget(h, |c| &mut c.refused_peer_bytes);
+        }
+        if self.bytes_total + footprint > self.budget.bytes_total {
+            return self.refuse_over_budget(h, |c| &mut c.refused_total_bytes);
+        }
+        if usage.regions + 2 > self.budget.regions_per_peer {
+            return self.refuse_over_budget(h, |c| &mut c.refused_peer_regions);
         }
         let base = self.node.mem.alloc(len as usize, 0);
         let ro_base = self.node.mem.alloc(app::READ_ONLY_LEN as usize, 0);
@@ -425,9 +454,7 @@ impl Server {
         let Some(keys) = self.register_keys(h, memory) else {
             self.node.mem.free(base);
             self.node.mem.free(ro_base);
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+            return self.refuse_over_budget(h, |c| &mut c.refused_no_keys);
         };
         let ticket = self.new_ticket();
         self.tickets.insert(ticket, h);
@@ -488,14 +515,10 @@ impl Server {
         };
         let peer = conn.peer;
         if conn.memory.is_some() || self.usage(peer).regions + 2 > self.budget.regions_per_peer {
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+            return self.refuse_over_budget(h, |c| &mut c.refused_peer_regions);
         }
         let Some(keys) = self.register_keys(h, memory) else {
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+            return self.refuse_over_budget(h, |c| &mut c.refused_no_keys);
         };
         self.usage(peer).regions += 2;
         self.counters.joins += 1;
