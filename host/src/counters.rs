@@ -18,10 +18,38 @@ fn all<B: Backing, const P: usize>(ep: &Endpoint<B, P>) -> Vec<(&'static str, &'
     v
 }
 
+/// Every counter of several endpoints (the engine threads of one node),
+/// summed by reason.
+fn summed<B: Backing, const P: usize>(
+    eps: &[&Endpoint<B, P>],
+) -> Vec<(&'static str, &'static str, u64)> {
+    let mut total = eps.first().map(|ep| all(*ep)).unwrap_or_default();
+    for ep in eps.iter().skip(1) {
+        for (sum, (_, _, n)) in total.iter_mut().zip(all(*ep)) {
+            sum.2 += n;
+        }
+    }
+    total
+}
+
 /// `{"dropped": {...}, "refused": {...}, "pool_full": {...}}`, every reason.
 pub fn json<B: Backing, const P: usize>(ep: &Endpoint<B, P>) -> Value {
+    json_of(all(ep))
+}
+
+/// [`json`] of several endpoints' counters added up.
+pub fn json_sum<B: Backing, const P: usize>(eps: &[&Endpoint<B, P>]) -> Value {
+    json_of(summed(eps))
+}
+
+/// [`line`] of several endpoints' counters added up.
+pub fn line_sum<B: Backing, const P: usize>(eps: &[&Endpoint<B, P>]) -> String {
+    line_of(summed(eps))
+}
+
+fn json_of(rows: Vec<(&'static str, &'static str, u64)>) -> Value {
     let mut groups: Map<String, Value> = Map::new();
-    for (group, reason, n) in all(ep) {
+    for (group, reason, n) in rows {
         groups
             .entry(group)
             .or_insert_with(|| Value::Object(Map::new()))
@@ -34,9 +62,13 @@ pub fn json<B: Backing, const P: usize>(ep: &Endpoint<B, P>) -> Value {
 /// The reasons that counted anything, e.g. `dropped: bad_crc 3,
 /// unknown_connection 2; refused: nak_invalid_key 1`; `none` when clean.
 pub fn line<B: Backing, const P: usize>(ep: &Endpoint<B, P>) -> String {
+    line_of(all(ep))
+}
+
+fn line_of(rows: Vec<(&'static str, &'static str, u64)>) -> String {
     let mut out = String::new();
     let mut group = "";
-    for (g, reason, n) in all(ep).into_iter().filter(|&(_, _, n)| n > 0) {
+    for (g, reason, n) in rows.into_iter().filter(|&(_, _, n)| n > 0) {
         if g != group {
             if !out.is_empty() {
                 out.push_str("; ");

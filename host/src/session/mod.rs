@@ -5,10 +5,12 @@
 
 mod client;
 mod hold;
+mod ledger;
 mod server;
 
 pub use client::{run_client, ClientOptions, PathRow, Progress, Summary};
 pub use hold::{run_hold, HoldOptions, HoldSummary};
+pub use ledger::Ledger;
 pub use server::{PeerBudget, Server, ServerCounters, ServerReport};
 
 use std::time::Duration;
