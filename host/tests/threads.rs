@@ -1,0 +1,255 @@
+//! `serve --threads 2` on loopback: several clients at once, every byte
+//! checked; both engine threads serve connections, each connection is
+//! served by exactly one thread (its table slot lies in that thread's
+//! shard), and the node-wide books come back to zero. Also `hold` against
+//! it (connections spread, every one answered) and the binary's
+//! `--threads` summary.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use metaroce_core::Shard;
+use metaroce_host::app::Operation;
+use metaroce_host::session::{run_client, run_hold, ClientOptions, HoldOptions, PeerBudget};
+use metaroce_host::shard::{self, ShardedConfig, ShardedServer, ThreadOutcome};
+use metaroce_host::{Node, NodeConfig};
+
+const THREADS: usize = 2;
+const CONNECTIONS: u32 = 64;
+
+fn config(accept: bool, connections: u32, seed: u64) -> NodeConfig {
+    NodeConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        paths: 4,
+        entropy_base: None,
+        mtu: 1024,
+        rate_mbps: 1000,
+        accept,
+        connections,
+        receives_per_connection: if accept {
+            metaroce_host::session::SERVER_RECEIVES
+        } else {
+            0
+        },
+        seed: Some(seed),
+    }
+}
+
+/// A sharded server on loopback, run on its own threads until `reports`
+/// connections ended or `stop` is set.
+fn start_server(
+    reports: usize,
+    stop: Arc<AtomicBool>,
+) -> (
+    SocketAddr,
+    Vec<SocketAddr>,
+    thread::JoinHandle<Vec<ThreadOutcome>>,
+) {
+    let server = ShardedServer::bind(&ShardedConfig {
+        node: config(true, CONNECTIONS, 1),
+        threads: THREADS,
+        budget: PeerBudget::default(),
+    })
+    .expect("bind the sharded server");
+    let addr = server.local_addr();
+    let ports = server.thread_addrs();
+    let ledger = server.ledger().clone();
+    let handle = thread::spawn(move || {
+        let ended = AtomicUsize::new(0);
+        let outcomes = server
+            .run(
+                |_| ended.fetch_add(1, Ordering::Relaxed) + 1 >= reports,
+                || stop.load(Ordering::Relaxed),
+            )
+            .expect("run");
+        assert_eq!(ledger.holdings(), (0, 0), "every booking given back");
+        outcomes
+    });
+    (addr, ports, handle)
+}
+
+fn client(peer: SocketAddr, op: Operation, seed: u64) -> metaroce_host::session::Summary {
+    let mut node = Node::bind(&config(false, 4, 100 + seed)).expect("bind client");
+    run_client(
+        &mut node,
+        &ClientOptions {
+            peer,
+            op,
+            size: 8192,
+            count: Some(40),
+            duration: None,
+            stall_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            seed,
+        },
+        |_| {},
+    )
+    .expect("client run")
+}
+
+#[test]
+fn several_clients_on_two_engine_threads() {
+    const CLIENTS: u64 = 8;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, ports, server) = start_server(CLIENTS as usize, stop.clone());
+    assert_eq!(ports.len(), THREADS);
+    assert_eq!(ports[0], addr, "thread 0 receives on the public port");
+    assert_ne!(ports[0].port(), ports[1].port());
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            let op = if k % 3 == 2 {
+                Operation::Read
+            } else {
+                Operation::Write
+            };
+            thread::spawn(move || (op, client(addr, op, k)))
+        })
+        .collect();
+    for c in clients {
+        let (op, summary) = c.join().expect("client thread");
+        assert!(summary.integrity_ok, "{summary:?}");
+        assert_eq!(summary.completions, 40, "{op:?}");
+        assert_eq!(summary.verified, 40, "{op:?}");
+    }
+    // The server stops once every connection ended (its last reports
+    // come as the clients' closes are handled); a deadline in case not.
+    let deadline = thread::spawn(move || {
+        thread::sleep(Duration::from_secs(20));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let outcomes = server.join().expect("server thread");
+    drop(deadline);
+    assert_eq!(outcomes.len(), THREADS);
+    let table = CONNECTIONS;
+    let mut reports = 0;
+    for o in &outcomes {
+        assert!(
+            o.server.counters.connections > 0,
+            "thread {} served no connection: {:?}",
+            o.thread,
+            shard::thread_summaries(&outcomes)
+        );
+        for r in &o.server.finished {
+            assert_eq!(r.thread, o.thread);
+            assert_eq!(
+                Shard::owner(r.slot, THREADS as u32, table) as usize,
+                o.thread,
+                "slot {} reported by thread {}",
+                r.slot,
+                o.thread
+            );
+            assert!(r.integrity_ok, "{r:?}");
+            reports += 1;
+        }
+    }
+    // Every client connection was adopted exactly once, by one thread.
+    let total = shard::total_counters(&outcomes);
+    assert_eq!(total.connections, CLIENTS, "{total:?}");
+    assert_eq!(reports, CLIENTS as usize);
+    // Clients send to the port their ACCEPT named: only CONNECTs cross.
+    let steering = shard::total_steering(&outcomes);
+    assert_eq!(steering.packets_forwarded, 0, "{steering:?}");
+    assert_eq!(steering.ring_full, 0, "{steering:?}");
+    assert_eq!(steering.received_forwarded, steering.connects_forwarded);
+}
+
+#[test]
+fn hold_spreads_connections_over_both_threads() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, _, server) = start_server(usize::MAX, stop.clone());
+    let mut node = Node::bind(&config(false, 48, 7)).expect("bind client");
+    let summary = run_hold(
+        &mut node,
+        &HoldOptions {
+            peer: addr,
+            connections: 48,
+            timeout: Duration::from_secs(30),
+        },
+    )
+    .expect("hold");
+    assert!(summary.all_answered(), "{summary:?}");
+    // Each connection's packets go to the port its ACCEPT named: the
+    // client's peers are both threads' ports.
+    stop.store(true, Ordering::Relaxed);
+    let outcomes = server.join().expect("server thread");
+    let per_thread: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.server.counters.connections)
+        .collect();
+    assert_eq!(per_thread.iter().sum::<u64>(), 48);
+    // The CONNECT hash spreads 48 connections: neither thread gets fewer
+    // than 8 unless the hash is broken (binomial: p < 1e-5).
+    assert!(per_thread.iter().all(|&n| n >= 8), "{per_thread:?}");
+}
+
+#[test]
+fn the_binary_serves_on_two_threads_and_sums_up() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        println!("SKIPPED: --threads 2 needs 2 CPUs");
+        return;
+    }
+    let mut server = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+            "--connections",
+            "64",
+            "--duration",
+            "6",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let addr: SocketAddr = first["listening"].as_str().unwrap().parse().unwrap();
+    assert_eq!(first["threads"], 2);
+    assert_eq!(first["thread_ports"].as_array().unwrap().len(), 2);
+    for k in 0..3 {
+        let out = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+            .args(["write", "--peer", &addr.to_string(), "--count", "20"])
+            .args(["--size", "4096", "--json", "--seed", &k.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(server.wait().unwrap().success());
+    let summary: serde_json::Value = rest
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("summary").is_some())
+        .expect("a summary line")["summary"]
+        .clone();
+    assert_eq!(summary["connections"], 3, "{summary}");
+    let threads = summary["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 2);
+    let served: u64 = threads
+        .iter()
+        .map(|t| t["connections"].as_u64().unwrap())
+        .sum();
+    assert_eq!(served, 3);
+    assert!(summary["endpoint"]["dropped"].is_object(), "{summary}");
+    // Usage errors: too many threads, a capture with threads.
+    let many = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--threads", "999"])
+        .output()
+        .unwrap();
+    assert_eq!(many.status.code(), Some(2), "{many:?}");
+    let pcap = Command::new(env!("CARGO_BIN_EXE_metaroce"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--threads", "2"])
+        .args(["--pcap", "/tmp/never.pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(pcap.status.code(), Some(2), "{pcap:?}");
+    assert!(String::from_utf8_lossy(&pcap.stderr).contains("--pcap"));
+}
