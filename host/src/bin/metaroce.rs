@@ -247,7 +247,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     server.run(|s| {
         for r in &s.finished[printed..] {
             corrupt |= !r.integrity_ok;
-            say_report(r, json);
+            say_report(r, json, false);
         }
         printed = s.finished.len();
         (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
@@ -272,14 +272,20 @@ fn serve_budget(a: &ServeArgs) -> PeerBudget {
     }
 }
 
-/// One finished connection's line (or JSON object).
-fn say_report(r: &ServerReport, json: bool) {
+/// One finished connection's line (or JSON object); `sharded`: say which
+/// engine thread served it.
+fn say_report(r: &ServerReport, json: bool, sharded: bool) {
     if json {
         say(&serde_json::to_string(r).unwrap_or_default());
         return;
     }
+    let thread = if sharded {
+        format!(" (thread {}, slot {})", r.thread, r.slot)
+    } else {
+        String::new()
+    };
     say(&format!(
-        "connection from {}: {} {} messages of {} B verified, {} corrupt, {} B, \
+        "connection from {}{thread}: {} {} messages of {} B verified, {} corrupt, {} B, \
          {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
         r.peer,
         r.operation,
@@ -329,9 +335,15 @@ fn serve_sharded(a: &ServeArgs) -> Result<(), HostError> {
         })
         .to_string());
     } else {
+        // The address comes last, as without threads (scripts read it).
         say(&format!(
-            "metaroce serve: listening on {local}, {} engine threads on ports {ports:?}",
-            a.threads
+            "metaroce serve: {} engine threads (ports {}), listening on {local}",
+            a.threads,
+            ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     let until = a
@@ -344,7 +356,7 @@ fn serve_sharded(a: &ServeArgs) -> Result<(), HostError> {
     let outcomes = sharded.run(
         |r| {
             corrupt.fetch_or(!r.integrity_ok, Ordering::Relaxed);
-            say_report(r, json);
+            say_report(r, json, true);
             once
         },
         || until.is_some_and(|t| Instant::now() >= t),

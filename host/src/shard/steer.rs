@@ -200,6 +200,7 @@ impl Steering {
         for k in 0..rings {
             let i = (self.next_from + k) % rings;
             let ring = &mut self.from[i];
+            // Peeked, not consumed: the whole record is popped below.
             let Ok(header) = ring.read_chunk(RECORD_HEADER) else {
                 continue;
             };
@@ -207,7 +208,6 @@ impl Steering {
             let (a, b) = header.as_slices();
             head[..a.len()].copy_from_slice(a);
             head[a.len()..].copy_from_slice(b);
-            drop(header);
             let len = usize::from(u16::from_be_bytes([head[0], head[1]]));
             let record = &mut self.scratch[..RECORD_HEADER + len];
             // The producer commits a record whole, so its bytes are there.
@@ -377,8 +377,8 @@ mod tests {
         // A CONNECT goes to its hash thread, wherever it arrived.
         let c = connect(0x1234_5678);
         let hashed = connect_core(&[198, 18, 0, 7], 0x1234_5678, 4);
-        for arrival in 0..4 {
-            let away = s[arrival].steer_away(from, 0, &c);
+        for (arrival, thread) in s.iter_mut().enumerate() {
+            let away = thread.steer_away(from, 0, &c);
             assert_eq!(away, arrival != hashed);
         }
         // An IPv6 source crosses whole.
