@@ -185,7 +185,7 @@ impl ShardedServer {
         stop: impl Fn() -> bool + Sync,
     ) -> Result<Vec<ThreadOutcome>, HostError> {
         let threads = self.servers.len();
-        let senders: Vec<AtomicU32> = (0..threads).map(|_| AtomicU32::new(0)).collect();
+        let senders: Vec<SenderCount> = (0..threads).map(|_| SenderCount::default()).collect();
         let stopping = AtomicBool::new(false);
         let wakers = self.wakers;
         let end_all = || {
@@ -250,17 +250,26 @@ impl ShardedServer {
     }
 }
 
+/// One thread's count of active senders, alone on its cache line so the
+/// threads' updates do not bounce one line between their cores.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct SenderCount(AtomicU32);
+
 /// The node-wide fair share: this thread's active senders out, the other
 /// threads' in (an atomic per thread, read once a turn).
-fn share_senders(server: &mut Server, me: usize, senders: &[AtomicU32]) {
+fn share_senders(server: &mut Server, me: usize, senders: &[SenderCount]) {
     let now = server.node.now();
     let mine = server.node.ep.active_senders(now);
-    senders[me].store(mine, Ordering::Relaxed);
+    // Written only when it changed: readers' copies of the line stay valid.
+    if senders[me].0.load(Ordering::Relaxed) != mine {
+        senders[me].0.store(mine, Ordering::Relaxed);
+    }
     let others: u32 = senders
         .iter()
         .enumerate()
         .filter(|&(t, _)| t != me)
-        .map(|(_, n)| n.load(Ordering::Relaxed))
+        .map(|(_, n)| n.0.load(Ordering::Relaxed))
         .sum();
     server.node.ep.set_other_shards_senders(others);
 }
