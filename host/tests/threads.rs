@@ -50,10 +50,22 @@ fn start_server(
     Vec<SocketAddr>,
     thread::JoinHandle<Vec<ThreadOutcome>>,
 ) {
+    start_server_with(PeerBudget::default(), reports, stop)
+}
+
+fn start_server_with(
+    budget: PeerBudget,
+    reports: usize,
+    stop: Arc<AtomicBool>,
+) -> (
+    SocketAddr,
+    Vec<SocketAddr>,
+    thread::JoinHandle<Vec<ThreadOutcome>>,
+) {
     let server = ShardedServer::bind(&ShardedConfig {
         node: config(true, CONNECTIONS, 1),
         threads: THREADS,
-        budget: PeerBudget::default(),
+        budget,
     })
     .expect("bind the sharded server");
     let addr = server.local_addr();
@@ -187,6 +199,39 @@ fn hold_spreads_connections_over_both_threads() {
     // The CONNECT hash spreads 48 connections: neither thread gets fewer
     // than 8 unless the hash is broken (binomial: p < 1e-5).
     assert!(per_thread.iter().all(|&n| n >= 8), "{per_thread:?}");
+}
+
+/// The budget of connections per peer address holds for the node: 8
+/// connections from one address, spread over both threads, 3 served.
+#[test]
+fn a_peer_budget_holds_for_the_node_not_per_thread() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let budget = PeerBudget {
+        connections_per_peer: 3,
+        ..PeerBudget::default()
+    };
+    let (addr, _, server) = start_server_with(budget, usize::MAX, stop.clone());
+    let mut node = Node::bind(&config(false, 8, 9)).expect("bind client");
+    let summary = run_hold(
+        &mut node,
+        &HoldOptions {
+            peer: addr,
+            connections: 8,
+            timeout: Duration::from_secs(20),
+        },
+    )
+    .expect("hold");
+    assert_eq!((summary.answered, summary.refused), (3, 5), "{summary:?}");
+    stop.store(true, Ordering::Relaxed);
+    let outcomes = server.join().expect("server thread");
+    let adopted: Vec<u64> = outcomes
+        .iter()
+        .map(|o| o.server.counters.connections)
+        .collect();
+    assert!(adopted.iter().all(|&n| n > 0), "{adopted:?}");
+    let total = shard::total_counters(&outcomes);
+    assert_eq!(total.connections, 8);
+    assert_eq!(total.refused_peer_connections, 5, "{total:?}");
 }
 
 #[test]
