@@ -16,6 +16,7 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use metaroce_core::wire::packet::field;
@@ -93,6 +94,12 @@ pub struct Steering {
     from: Vec<rtrb::Consumer<u8>>,
     next_from: usize,
     wakers: Arc<[Waker]>,
+    /// Per thread: a producer committed a record to it since it last
+    /// looked, so a receive looks at the rings only then (one load of a
+    /// line of its own, not one per ring, while nothing crosses).
+    inbox_flags: Arc<[InboxFlag]>,
+    /// This thread stopped draining its rings with records left.
+    draining: bool,
     /// Bit `t`: thread `t` was given datagrams since the last wake-up.
     to_wake: u64,
     /// A datagram taken from a ring, while the engine handles it.
@@ -102,6 +109,11 @@ pub struct Steering {
     rings_first: bool,
     pub stats: SteerStats,
 }
+
+/// One thread's "records waiting" flag, alone on its cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct InboxFlag(AtomicBool);
 
 /// The rings and wakers of `threads` engine threads: one [`Steering`]
 /// each, in thread order.
@@ -115,6 +127,7 @@ pub fn steering(map: ShardMap, threads: usize) -> Result<Vec<Steering>, HostErro
         .map(|_| Waker::new())
         .collect::<Result<Vec<_>, _>>()?
         .into();
+    let inbox_flags: Arc<[InboxFlag]> = (0..threads).map(|_| InboxFlag::default()).collect();
     let mut to: Vec<Vec<Option<rtrb::Producer<u8>>>> = (0..threads)
         .map(|_| (0..threads).map(|_| None).collect())
         .collect();
@@ -139,6 +152,8 @@ pub fn steering(map: ShardMap, threads: usize) -> Result<Vec<Steering>, HostErro
             from,
             next_from: 0,
             wakers: wakers.clone(),
+            inbox_flags: inbox_flags.clone(),
+            draining: false,
             to_wake: 0,
             scratch: vec![0; RECORD_HEADER + MAX_CROSSING],
             rings_first: false,
@@ -190,12 +205,18 @@ impl Steering {
 
     /// Whether the rings hold datagrams for this thread.
     pub fn has_forwarded(&self) -> bool {
-        self.from.iter().any(|c| !c.is_empty())
+        self.draining || self.inbox_flags[self.me].0.load(Ordering::Acquire)
     }
 
     /// The next datagram another thread forwarded here: its source, ECN
     /// codepoint and bytes.
     pub fn take_forwarded(&mut self) -> Option<(SocketAddr, u8, &[u8])> {
+        // Cleared before the rings are read: a record committed after the
+        // read sets it again.
+        if !self.draining && !self.inbox_flags[self.me].0.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        self.draining = true;
         let rings = self.from.len();
         for k in 0..rings {
             let i = (self.next_from + k) % rings;
@@ -228,6 +249,7 @@ impl Steering {
             let bytes = &self.scratch[RECORD_HEADER..RECORD_HEADER + len];
             return Some((SocketAddr::new(ip, port), ecn, bytes));
         }
+        self.draining = false;
         None
     }
 
@@ -269,6 +291,9 @@ impl Steering {
             *slot = record.next().unwrap_or(0);
         }
         chunk.commit_all();
+        if let Some(flag) = self.inbox_flags.get(target) {
+            flag.0.store(true, Ordering::Release);
+        }
         let is_connect = packet.get(field::TYPE).copied().map(PacketType::from);
         if is_connect == Some(PacketType::Connect) {
             self.stats.connects_forwarded += 1;
