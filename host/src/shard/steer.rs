@@ -362,6 +362,10 @@ mod tests {
     }
 
     fn connect(src_conn: u32) -> Vec<u8> {
+        connect_with_cookie(src_conn, [0; COOKIE_LEN])
+    }
+
+    fn connect_with_cookie(src_conn: u32, cookie: [u8; COOKIE_LEN]) -> Vec<u8> {
         encode(&Repr {
             header: header(0),
             body: Body::Connect(ConnectRepr {
@@ -375,7 +379,7 @@ mod tests {
                 timer_profile: Default::default(),
                 suite: Default::default(),
                 key_id: 0,
-                cookie: [0; COOKIE_LEN],
+                cookie,
             }),
             payload_len: 0,
         })
@@ -414,6 +418,29 @@ mod tests {
         // Too short to name an owner, or an id in no shard: stays.
         assert!(!s[3].steer_away(from, 0, &k[..10]));
         assert!(!s[3].steer_away(from, 0, &keepalive(0x0000_00ff)));
+    }
+
+    /// Whatever the acceptor answered a CONNECT with (an ACCEPT that got
+    /// lost, or a RETRY), the initiator's next CONNECT, from any source
+    /// port and with the RETRY's cookie, reaches the thread that saw the
+    /// first: the hash takes the address and the source connection id,
+    /// which a RETRY does not change, and not the port (path entropy).
+    #[test]
+    fn a_connect_repeated_after_a_retry_reaches_the_same_thread() {
+        let map = ShardMap::new(8, 16, 4).unwrap();
+        for id in [0x0000_0101u32, 0x7f00_0042, 0xdead_beef, 0x1234_5678] {
+            let mut s = steering(map, 4).unwrap();
+            let first: SocketAddr = "198.18.0.9:40000".parse().unwrap();
+            let again: SocketAddr = "198.18.0.9:51234".parse().unwrap();
+            let owner = |s: &mut Vec<Steering>, from, packet: &[u8]| {
+                (0..4)
+                    .find(|&t| !s[t].steer_away(from, 0, packet))
+                    .expect("some thread keeps it")
+            };
+            let a = owner(&mut s, first, &connect(id));
+            let b = owner(&mut s, again, &connect_with_cookie(id, [0xc5; COOKIE_LEN]));
+            assert_eq!(a, b, "id {id:#x}");
+        }
     }
 
     #[test]
