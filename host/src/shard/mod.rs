@@ -235,6 +235,12 @@ impl ShardedServer {
                             })
                         })
                 })
+                // A thread that did not start ends the others.
+                .inspect(|spawned| {
+                    if spawned.is_err() {
+                        end_all();
+                    }
+                })
                 .collect();
             handles
                 .into_iter()
