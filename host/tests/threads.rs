@@ -410,41 +410,12 @@ fn wait<T>(node: &mut Node, mut f: impl FnMut(&metaroce_core::api::Completion) -
 fn join_across_threads_shares_the_region_until_its_owner_ends() {
     use metaroce_core::api::{Op, Opcode, Status};
     use metaroce_core::wire::MemoryTarget;
-    use metaroce_core::Event;
     use metaroce_host::app::{Message, Operation, REGION_OK};
 
     let stop = Arc::new(AtomicBool::new(false));
     let (addr, ports, server) = start_server(usize::MAX, stop.clone());
     let mut node = Node::bind(&config(false, 16, 11)).expect("bind client");
-    // Connections until one is on each thread (the port its ACCEPT named).
-    let mut by_thread: [Option<Conn>; 2] = [None, None];
-    for _ in 0..16 {
-        if by_thread.iter().all(Option::is_some) {
-            break;
-        }
-        let c = Conn::open(&mut node, addr);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut up = false;
-        while !up && std::time::Instant::now() < deadline {
-            node.turn(Duration::from_millis(5));
-            up = node
-                .events
-                .drain(..)
-                .any(|e| matches!(e, Event::Connected(h) if h == c.h));
-        }
-        assert!(up, "handshake");
-        let port = node.ep.peer(c.h).expect("peer").port;
-        let t = ports
-            .iter()
-            .position(|p| p.port() == port)
-            .expect("a thread's port");
-        if by_thread[t].is_none() {
-            by_thread[t] = Some(c);
-        }
-    }
-    let [Some(owner), Some(joiner)] = by_thread else {
-        panic!("16 connections all on one thread: the CONNECT hash is broken");
-    };
+    let [owner, joiner] = one_per_thread(&mut node, addr, &ports);
     let Message::Region {
         status: REGION_OK,
         addr: region,
@@ -545,4 +516,116 @@ fn join_across_threads_shares_the_region_until_its_owner_ends() {
         outcomes[1].server.counters.joins, 1,
         "the joiner is thread 1's"
     );
+}
+
+/// Connections to `addr` until one is served by each thread (the port its
+/// ACCEPT named says which).
+fn one_per_thread(node: &mut Node, addr: SocketAddr, ports: &[SocketAddr]) -> [Conn; 2] {
+    use metaroce_core::Event;
+    let mut by_thread: [Option<Conn>; 2] = [None, None];
+    for _ in 0..16 {
+        if by_thread.iter().all(Option::is_some) {
+            break;
+        }
+        let c = Conn::open(node, addr);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut up = false;
+        while !up && std::time::Instant::now() < deadline {
+            node.turn(Duration::from_millis(5));
+            up = node
+                .events
+                .drain(..)
+                .any(|e| matches!(e, Event::Connected(h) if h == c.h));
+        }
+        assert!(up, "handshake");
+        let port = node.ep.peer(c.h).expect("peer").port;
+        let t = ports
+            .iter()
+            .position(|p| p.port() == port)
+            .expect("a thread's port");
+        if by_thread[t].is_none() {
+            by_thread[t] = Some(c);
+        }
+    }
+    let [Some(a), Some(b)] = by_thread else {
+        panic!("16 connections all on one thread: the CONNECT hash is broken");
+    };
+    [a, b]
+}
+
+/// Two connections sending at once, one on each thread: each thread's
+/// fair-share hint divides the node's link (1,000 Mbit/s) between both
+/// senders, not just its own one.
+#[test]
+fn the_fair_share_hint_counts_the_other_threads_senders() {
+    use metaroce_core::api::{Op, Opcode, Status};
+    use metaroce_core::wire::MemoryTarget;
+    use metaroce_host::app::{Message, Operation, REGION_OK};
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, ports, server) = start_server(usize::MAX, stop.clone());
+    let mut node = Node::bind(&config(false, 16, 21)).expect("bind client");
+    let conns = one_per_thread(&mut node, addr, &ports);
+    let mut targets = Vec::new();
+    for c in &conns {
+        let announce = Message::Announce {
+            op: Operation::Write,
+            seed: 1,
+            size: DATA as u32,
+        };
+        let Message::Region {
+            status: REGION_OK,
+            key,
+            addr,
+            ..
+        } = c.ask(&mut node, &announce)
+        else {
+            panic!("announce refused");
+        };
+        targets.push(MemoryTarget { key, addr });
+    }
+    // Both send WRITEs together, 4 in flight each, for 200 rounds; the
+    // lowest hint each saw is what its thread told it while both sent.
+    let mut lowest = [u32::MAX; 2];
+    let mut outstanding = [0u32; 2];
+    let mut sent = [0u32; 2];
+    const WRITES: u32 = 200;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while (sent[0] < WRITES || sent[1] < WRITES || outstanding.iter().any(|&n| n > 0))
+        && std::time::Instant::now() < deadline
+    {
+        for (i, c) in conns.iter().enumerate() {
+            while outstanding[i] < 4 && sent[i] < WRITES {
+                let op = Op::Write { remote: targets[i] };
+                c.post(&mut node, u64::from(sent[i]), op, c.data());
+                outstanding[i] += 1;
+                sent[i] += 1;
+            }
+        }
+        node.turn(Duration::from_millis(2));
+        while let Some(done) = node.completions.pop_front() {
+            if done.opcode != Opcode::Write {
+                continue;
+            }
+            assert_eq!(done.status, Status::Success);
+            let i = conns.iter().position(|c| c.h == done.conn).expect("ours");
+            outstanding[i] -= 1;
+        }
+        for (i, c) in conns.iter().enumerate() {
+            let hint = node.ep.stats(c.h).expect("stats").rate_hint_mbps;
+            if hint > 0 {
+                lowest[i] = lowest[i].min(hint);
+            }
+        }
+    }
+    assert_eq!(sent, [WRITES; 2]);
+    stop.store(true, Ordering::Relaxed);
+    server.join().expect("server thread");
+    // Each thread alone would say 1,000 (its one sender); node-wide, 500.
+    for (i, hint) in lowest.iter().enumerate() {
+        assert!(
+            *hint <= 500,
+            "thread {i}'s lowest hint {hint} Mbit/s: {lowest:?}"
+        );
+    }
 }
