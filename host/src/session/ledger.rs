@@ -49,8 +49,10 @@ pub(crate) struct RegionShare {
     pub size: u32,
     /// The thread of the announcing connection (its arenas live there).
     pub thread: usize,
-    pub data: SharedArena,
-    pub read_only: SharedArena,
+    /// Its bytes, for joiners on other threads: shared only when the
+    /// server has several threads ([`Ledger::threads`]), so a server of one
+    /// thread never locks to place a packet.
+    pub arenas: Option<(SharedArena, SharedArena)>,
 }
 
 /// Why the ledger refused.
@@ -147,6 +149,11 @@ impl Ledger {
 
     pub fn budget(&self) -> PeerBudget {
         self.budget
+    }
+
+    /// Engine threads the books serve.
+    pub fn threads(&self) -> usize {
+        self.pending.len()
     }
 
     fn books(&self) -> MutexGuard<'_, Books> {
@@ -356,8 +363,7 @@ mod tests {
             seed: 1,
             size: 8,
             thread,
-            data: a.share(base).unwrap(),
-            read_only: a.share(ro_base).unwrap(),
+            arenas: a.share(base).zip(a.share(ro_base)),
         }
     }
 

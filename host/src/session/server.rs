@@ -427,21 +427,21 @@ impl Server {
             self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
             return;
         };
-        // Shareable, so that a connection on another engine thread can
-        // join it (only the threads using it ever lock it).
-        let shared = self.node.mem.share(base).zip(self.node.mem.share(ro_base));
-        let ticket = match shared {
-            Some((data, read_only)) => self.ledger.publish(RegionShare {
-                memory,
-                op: Some(op),
-                seed,
-                size,
-                thread: self.thread,
-                data,
-                read_only,
-            }),
-            None => 0,
+        // With several engine threads, shareable, so that a connection on
+        // another thread can join it (only the threads using it lock it).
+        let arenas = if self.ledger.threads() > 1 {
+            self.node.mem.share(base).zip(self.node.mem.share(ro_base))
+        } else {
+            None
         };
+        let ticket = self.ledger.publish(RegionShare {
+            memory,
+            op: Some(op),
+            seed,
+            size,
+            thread: self.thread,
+            arenas,
+        });
         let conn = self.conns.get_mut(&h).expect("present above");
         conn.keys = Some(keys);
         conn.memory = Some(memory);
@@ -491,11 +491,12 @@ impl Server {
             }
         };
         let memory = share.memory;
-        // Another thread's region: its bytes become reachable here too.
+        // Another thread's region: its bytes become reachable here too
+        // (a region published by another thread is always shared).
         let attached = share.thread != self.thread;
-        if attached {
-            self.node.mem.attach(memory.base, &share.data);
-            self.node.mem.attach(memory.ro_base, &share.read_only);
+        if let (true, Some((data, read_only))) = (attached, &share.arenas) {
+            self.node.mem.attach(memory.base, data);
+            self.node.mem.attach(memory.ro_base, read_only);
         }
         let Some(keys) = self.register_keys(h, memory) else {
             if attached {
