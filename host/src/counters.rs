@@ -53,6 +53,28 @@ fn all(node: &Node) -> Vec<(&'static str, &'static str, u64)> {
     v
 }
 
+/// Every counter of several nodes (the engine threads of one node),
+/// summed by reason.
+fn summed(nodes: &[&Node]) -> Vec<(&'static str, &'static str, u64)> {
+    let mut total = nodes.first().map(|n| all(n)).unwrap_or_default();
+    for n in nodes.iter().skip(1) {
+        for (sum, (_, _, count)) in total.iter_mut().zip(all(n)) {
+            sum.2 += count;
+        }
+    }
+    total
+}
+
+/// [`json`] of several nodes' counters added up.
+pub fn json_sum(nodes: &[&Node]) -> Value {
+    groups_json(summed(nodes))
+}
+
+/// [`line`] of several nodes' counters added up.
+pub fn line_sum(nodes: &[&Node]) -> String {
+    groups_line(summed(nodes))
+}
+
 /// `{"dropped": {...}, "refused": {...}, "pool_full": {...}, "engine":
 /// {...}, "socket": {...}}`, every reason, zeros included.
 pub fn json(node: &Node) -> Value {

@@ -73,7 +73,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "compliance",
-        what: "compliance suite against metaroce serve on loopback (cargo xtask compliance --target host)",
+        what: "compliance suite against metaroce serve on loopback, 1 and 2 engine threads (cargo xtask compliance --target host, host-threads)",
         run: crate::compliance::compliance_step,
     },
     Step {

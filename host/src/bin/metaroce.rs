@@ -22,8 +22,9 @@ use metaroce_host::pcap::PcapRecorder;
 use metaroce_host::protection::{read_psk_file, Protection};
 use metaroce_host::session::{
     run_client, run_hold, ClientOptions, Crowd, CrowdOptions, HoldOptions, PeerBudget, Progress,
-    Server, Sources, Summary,
+    Server, ServerReport, Sources, Summary,
 };
+use metaroce_host::shard::{self, ShardedConfig, ShardedServer, ThreadOutcome, MAX_THREADS};
 use metaroce_host::{HostError, Node, NodeConfig};
 
 const EXIT_CODES: &str = "Exit codes: 0 success, 1 integrity check failed, 2 usage error, \
@@ -203,6 +204,10 @@ struct ServeArgs {
     /// Regions (announced or joined) one peer address may hold.
     #[arg(long, default_value_t = PeerBudget::default().regions_per_peer)]
     regions_per_peer: u32,
+    /// Engine threads, each serving its own shard of the connection table
+    /// on its own UDP port (named in its ACCEPTs); up to the CPUs.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     #[command(flatten)]
     common: Common,
 }
@@ -333,6 +338,9 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, HostError> {
 
 fn serve(a: &ServeArgs) -> Result<(), HostError> {
     let signalled = stop_on_signals()?;
+    if a.threads != 1 {
+        return serve_sharded(a, &signalled);
+    }
     let bind = parse_addr("--bind", &a.bind)?;
     let mut node = Node::bind(&node_config(bind, &a.common, true, a.connections)?)?;
     if let Some(p) = &a.common.pcap {
@@ -357,13 +365,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         .map(|d| seconds("--duration", d))
         .transpose()?
         .map(|d| Instant::now() + d);
-    let budget = PeerBudget {
-        connections_per_peer: a.connections_per_peer,
-        bytes_per_peer: a.mib_per_peer << 20,
-        bytes_total: a.mib_total << 20,
-        regions_per_peer: a.regions_per_peer,
-    };
-    let mut server = Server::with_budget(node, budget);
+    let mut server = Server::with_budget(node, serve_budget(a));
     server.protection = protect;
     let mut printed = 0;
     let mut corrupt = false;
@@ -372,26 +374,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     server.run(|s| {
         for r in &s.finished[printed..] {
             corrupt |= !r.integrity_ok;
-            if json {
-                say(&serde_json::to_string(r).unwrap_or_default());
-            } else {
-                say(&format!(
-                    "connection from {} ({}): {} {} messages of {} B verified, {} corrupt, {} B, \
-                     {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
-                    r.peer,
-                    r.suite,
-                    r.operation,
-                    r.verified,
-                    r.message_size,
-                    r.corrupt,
-                    r.bytes,
-                    r.packets_received,
-                    r.duplicates_received,
-                    r.ce_received,
-                    r.closed,
-                    if r.integrity_ok { "OK" } else { "FAILED" }
-                ));
-            }
+            say_report(r, json, false);
         }
         printed = s.finished.len();
         (once && printed > 0)
@@ -406,6 +389,168 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         return Err(HostError::Integrity("a client's data differed".into()));
     }
     Ok(())
+}
+
+/// The budgets `serve` was given.
+fn serve_budget(a: &ServeArgs) -> PeerBudget {
+    PeerBudget {
+        connections_per_peer: a.connections_per_peer,
+        bytes_per_peer: a.mib_per_peer << 20,
+        bytes_total: a.mib_total << 20,
+        regions_per_peer: a.regions_per_peer,
+    }
+}
+
+/// One finished connection's line (or JSON object); `sharded`: say which
+/// engine thread served it.
+fn say_report(r: &ServerReport, json: bool, sharded: bool) {
+    if json {
+        say(&serde_json::to_string(r).unwrap_or_default());
+        return;
+    }
+    let thread = if sharded {
+        format!(" (thread {}, slot {})", r.thread, r.slot)
+    } else {
+        String::new()
+    };
+    say(&format!(
+        "connection from {}{thread} ({}): {} {} messages of {} B verified, {} corrupt, {} B, \
+         {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
+        r.peer,
+        r.suite,
+        r.operation,
+        r.verified,
+        r.message_size,
+        r.corrupt,
+        r.bytes,
+        r.packets_received,
+        r.duplicates_received,
+        r.ce_received,
+        r.closed,
+        if r.integrity_ok { "OK" } else { "FAILED" }
+    ));
+}
+
+/// `serve --threads N` (N > 1): the same server on N engine threads, each
+/// with its shard of the connection table ([`metaroce_host::shard`]).
+fn serve_sharded(a: &ServeArgs, signalled: &AtomicBool) -> Result<(), HostError> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if a.threads == 0 || a.threads > cpus.min(MAX_THREADS) {
+        return Err(HostError::Usage(format!(
+            "--threads must be 1..={} (the CPUs of this machine, at most {MAX_THREADS}), got {}",
+            cpus.min(MAX_THREADS),
+            a.threads
+        )));
+    }
+    if a.common.pcap.is_some() {
+        return Err(HostError::Usage(
+            "--pcap records one engine thread's sockets: use it with --threads 1".into(),
+        ));
+    }
+    let bind = parse_addr("--bind", &a.bind)?;
+    let sharded = ShardedServer::bind(&ShardedConfig {
+        node: node_config(bind, &a.common, true, a.connections)?,
+        threads: a.threads,
+        budget: serve_budget(a),
+    })?;
+    let local = sharded.local_addr();
+    let ports: Vec<u16> = sharded.thread_addrs().iter().map(|t| t.port()).collect();
+    let json = a.common.json;
+    if json {
+        say(&serde_json::json!({
+            "listening": local.to_string(),
+            "paths": a.common.paths,
+            "threads": a.threads,
+            "thread_ports": ports,
+        })
+        .to_string());
+    } else {
+        // The address comes last, as without threads (scripts read it).
+        say(&format!(
+            "metaroce serve: {} engine threads (ports {}), listening on {local}",
+            a.threads,
+            ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let until = a
+        .duration
+        .map(|d| seconds("--duration", d))
+        .transpose()?
+        .map(|d| Instant::now() + d);
+    let corrupt = AtomicBool::new(false);
+    let once = a.once;
+    let outcomes = sharded.run(
+        |r| {
+            corrupt.fetch_or(!r.integrity_ok, Ordering::Relaxed);
+            say_report(r, json, true);
+            once
+        },
+        || until.is_some_and(|t| Instant::now() >= t) || signalled.load(Ordering::Relaxed),
+    )?;
+    print_sharded_summary(&outcomes, json);
+    if corrupt.load(Ordering::Relaxed) {
+        return Err(HostError::Integrity("a client's data differed".into()));
+    }
+    Ok(())
+}
+
+/// What every engine thread did and refused, added up, and what each
+/// served.
+fn print_sharded_summary(outcomes: &[ThreadOutcome], json: bool) {
+    let c = shard::total_counters(outcomes);
+    let open: usize = outcomes.iter().map(|o| o.server.open_connections()).sum();
+    let threads = shard::thread_summaries(outcomes);
+    let steering = shard::total_steering(outcomes);
+    let nodes = shard::nodes(outcomes);
+    if json {
+        say(&serde_json::json!({
+            "summary": {
+                "connections": c.connections,
+                "open": open,
+                "server": c,
+                "endpoint": metaroce_host::counters::json_sum(&nodes),
+                "steering": steering,
+                "threads": threads,
+            }
+        })
+        .to_string());
+        return;
+    }
+    say(&format!(
+        "serve summary: {} connections ({} open, {} joins); refused: {} over the peer's connection budget, \
+         {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
+        c.connections,
+        open,
+        c.joins,
+        c.refused_peer_connections,
+        c.refused_no_buffers,
+        c.refused_bad_size,
+        c.refused_over_budget,
+        c.refused_bad_ticket,
+        c.refused_second_announce
+    ));
+    for t in &threads {
+        say(&format!(
+            "  thread {} (port {}): {} connections ({} open); forwarded {} CONNECTs and {} packets \
+             to other threads, received {} from them, {} dropped on a full ring",
+            t.thread,
+            t.port,
+            t.connections,
+            t.open,
+            t.steering.connects_forwarded,
+            t.steering.packets_forwarded,
+            t.steering.received_forwarded,
+            t.steering.ring_full
+        ));
+    }
+    say(&format!(
+        "endpoint: {}",
+        metaroce_host::counters::line_sum(&nodes)
+    ));
 }
 
 /// What the server did and refused, by reason (docs/counters.md).

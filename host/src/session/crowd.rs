@@ -322,6 +322,7 @@ fn bind_node(bind: SocketAddr, connections: u32) -> Result<Node, String> {
         connections,
         receives_per_connection: 0,
         seed: None,
+        protection: None,
     })
     .map_err(|e| format!("bind {bind}: {e}"))
 }

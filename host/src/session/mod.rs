@@ -8,11 +8,13 @@
 mod client;
 mod crowd;
 mod hold;
+mod ledger;
 mod server;
 
 pub use client::{run_client, ClientOptions, PathRow, Progress, Summary};
 pub use crowd::{Crowd, CrowdOptions, CrowdReport, Sources};
 pub use hold::{run_hold, HoldOptions, HoldSummary};
+pub use ledger::Ledger;
 pub use server::{PeerBudget, Server, ServerCounters, ServerReport};
 
 use std::time::Duration;
