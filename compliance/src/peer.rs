@@ -222,6 +222,7 @@ impl Peer {
                 path_rx_count: 0,
                 path_ce_count: 0,
                 rate_hint_mbps: 0,
+                sack_offset: 0,
                 sack,
             }),
             payload_len: 0,

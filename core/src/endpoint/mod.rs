@@ -181,6 +181,8 @@ pub struct PoolUsage {
     pub recv_entries: (u32, u32),
     pub senders: (u32, u32),
     pub inflight_records: (u64, u64),
+    /// Out-of-order bitmap words.
+    pub reorder_words: (u64, u64),
     pub regions: (u32, u32),
 }
 
@@ -275,6 +277,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             senders,
             inflight_records,
             inflight_nodes,
+            reorder_words,
+            reorder_nodes,
             regions,
         } = storage;
         let capacity = connections.len().min(1 << 24);
@@ -299,6 +303,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 recvs: Pool::new(recv_entries),
                 senders: Pool::new(senders),
                 inflight: InflightPool::new(inflight_records, inflight_nodes),
+                reorder: crate::conn::ReorderPool::new(reorder_words, reorder_nodes),
                 regions: RegionTable::new(regions),
                 rng,
                 read_jobs: 0,
@@ -397,6 +402,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let conn = &mut s.conn;
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
+        conn.release_receiver(&mut self.res);
         if s.indexed {
             let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
             let h = self.hash_peer(&ip, id, token);
@@ -594,6 +600,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             inflight_records: (
                 self.res.inflight.total_records() - self.res.inflight.free_records(),
                 self.res.inflight.total_records(),
+            ),
+            reorder_words: (
+                self.res.reorder.total_words() - self.res.reorder.free_words(),
+                self.res.reorder.total_words(),
             ),
             regions: (
                 self.res.regions.len() as u32,

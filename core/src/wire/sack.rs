@@ -46,6 +46,13 @@ impl SackBits {
     /// All bits clear.
     pub const EMPTY: SackBits = SackBits { words: [0; 4] };
 
+    /// From four words, bit `i` of the vector being bit `i % 64` of word
+    /// `i / 64`.
+    #[inline]
+    pub const fn from_words(words: [u64; 4]) -> SackBits {
+        SackBits { words }
+    }
+
     /// Whether bit `i` is set. Bits at or past 256 read as clear.
     #[inline]
     pub fn get(&self, i: usize) -> bool {

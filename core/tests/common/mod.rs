@@ -39,6 +39,8 @@ pub fn storage<const P: usize>(layout: &Layout) -> Storage<TestHeap, P> {
         senders: vec![PoolEntry::vacant(SenderState::VACANT); layout.senders as usize],
         inflight_records: vec![InflightRecord::EMPTY; layout.inflight_records_used()],
         inflight_nodes: vec![BuddyNode::INIT; layout.inflight_nodes()],
+        reorder_words: vec![0; layout.reorder_words_used()],
+        reorder_nodes: vec![BuddyNode::INIT; layout.reorder_nodes()],
         regions: vec![RegionSlot::VACANT; layout.regions as usize],
     }
 }
