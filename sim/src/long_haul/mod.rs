@@ -146,9 +146,9 @@ impl Tuning {
         let window_packets = self
             .window_bytes(path)
             .div_ceil(u64::from(PACKET_PAYLOAD))
-            .clamp(1, u64::from(u16::MAX));
+            .clamp(1, u64::from(metaroce_core::config::MAX_WINDOW));
         metaroce_core::Config {
-            window: window_packets as u16,
+            window: window_packets as u32,
             link_rate_mbps: u32::try_from(path.rate_bps / 1_000_000).unwrap_or(u32::MAX),
             rto_initial: base.rto_initial.max(3 * rtt),
             rto_min: base.rto_min.max(rtt * 5 / 4),
