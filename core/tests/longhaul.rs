@@ -167,8 +167,9 @@ fn thousands_in_flight_over_a_long_round_trip_with_loss_reordering_and_duplicati
     let took = run_transfer(&mut t, 256 << 10, Duration::from_secs(5));
     let s = t.c.nodes[0].ep.stats(t.a).expect("stats");
     eprintln!(
-        "8 MiB in {took:?}: max in flight {}, lost {}, retransmitted {}, spurious {}",
-        s.max_in_flight, s.packets_lost, s.retransmissions, s.spurious_retransmissions
+        "8 MiB in {took:?}: max in flight {}, lost {}, retransmitted {}, spurious {}, rerolls {}, dup rx {}",
+        s.max_in_flight, s.packets_lost, s.retransmissions, s.spurious_retransmissions,
+        s.path_rerolls, t.c.nodes[1].ep.stats(t.b).unwrap().duplicates_received
     );
     // 8 MiB at 1 Gbit/s is 67 ms of line time; 10 ms round trips.
     assert!(

@@ -62,6 +62,9 @@ impl<const P: usize> Connection<P> {
             if r.transmissions() > 1 && r.sent_ts != ack.echo_timestamp {
                 self.counters.spurious_retransmissions += 1;
                 st.paths[usize::from(r.path) % P].spurious += 1;
+                // The loss was misjudged: the path that delivered the
+                // original late (the echoed one) reorders.
+                st.paths[usize::from(ack.echo_path) % P].reordering_seen = true;
             }
         }
         let una = self.send.una;
@@ -150,6 +153,17 @@ impl<const P: usize> Connection<P> {
             res.inflight.unlink(&mut st.lost, extent, una, psn);
         }
         path.on_delivered();
+        // A first transmission delivered after a later one of its own path
+        // (or after it was declared lost): the path reorders.
+        if r.transmissions() == 1
+            && path.rack_valid
+            && Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) < 0
+        {
+            path.reordering_seen = true;
+        }
+        if state == Slot::Lost && r.transmissions() == 1 {
+            path.reordering_seen = true;
+        }
         if !path.rack_valid || Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) > 0 {
             path.rack_xmit_ts = r.sent_ts;
             path.rack_valid = true;
@@ -231,7 +245,7 @@ impl<const P: usize> Connection<P> {
             .iter()
             .map(|p| {
                 let (rtt, var) = estimate(p);
-                rtt.saturating_add((rtt / 4 + var).max(1_000))
+                rtt.saturating_add(p.same_path_allowance(rtt, var).max(1_000))
             })
             .min()
             .unwrap_or(0);
@@ -261,7 +275,7 @@ impl<const P: usize> Connection<P> {
             let same_path = path.rack_valid && Psn(path.rack_xmit_ts).offset_from(Psn(r.sent_ts)) > 0;
             let (rtt, var) = estimate(path);
             let reo = if same_path {
-                rtt / 4 + var
+                path.same_path_allowance(rtt, var)
             } else {
                 rtt / 2 + 2 * var
             };

@@ -33,6 +33,11 @@ pub struct PathSender {
     /// Send timestamp of the latest-sent packet delivered on this path (RACK).
     pub(crate) rack_xmit_ts: u32,
     pub(crate) rack_valid: bool,
+    /// Packets of this path were seen to arrive out of the order they were
+    /// sent (a first transmission delivered after a later one of the path,
+    /// or a spurious retransmission): its reordering allowance is then
+    /// RACK's quarter round trip, and nothing before (spec 4.6.2).
+    pub(crate) reordering_seen: bool,
     /// The echoed receiver counters were seen at least once since this
     /// state was set up (the first echo is the baseline, not a delta).
     pub(crate) echo_valid: bool,
@@ -59,6 +64,7 @@ impl PathSender {
         rtt: RttEstimator::seeded(0, 0),
         rack_xmit_ts: 0,
         rack_valid: false,
+        reordering_seen: false,
         echo_valid: false,
         strikes: 0,
         in_flight: 0,
@@ -76,6 +82,19 @@ impl PathSender {
         ce_echoed: 0,
         rerolls: 0,
     };
+
+    /// The reordering allowance on evidence from this path itself (spec
+    /// 4.6.2), for its round-trip estimate `rtt` and variation `var`: as
+    /// RFC 8985 for a connection, none while the path has shown no
+    /// reordering (one path follows one route, in order), a quarter
+    /// round trip plus the variation once it has.
+    pub(crate) fn same_path_allowance(&self, rtt: u32, var: u32) -> u32 {
+        if self.reordering_seen {
+            rtt / 4 + var
+        } else {
+            0
+        }
+    }
 
     /// Weight for the path choice: marks and losses shift traffic away.
     pub(crate) fn weight(&self) -> u32 {
