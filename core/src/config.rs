@@ -15,6 +15,10 @@ pub const MAX_WINDOW: u32 = crate::wire::packet::MAX_WINDOW_WIRE;
 /// [`MAX_WINDOW`]).
 pub const DEFAULT_WINDOW: u32 = 256;
 
+/// The window `Config::for_emulation()` offers: a 10 ms round trip at
+/// 1 Gbit/s in 1 KiB packets three times over.
+pub const EMULATION_WINDOW: u32 = 4096;
+
 /// Which protection domain an accepted connection gets (spec 5.1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -214,6 +218,11 @@ impl Config {
             sender_linger: Duration::from_millis(200),
             cc_additive_increase_mbps: 20,
             cc_min_rate_mbps: 10,
+            // A few milliseconds at 1 Gbit/s of 1 KiB packets is already
+            // more than 256 in flight (10 ms: 1,220): emulated links and
+            // the internet paths a host endpoint crosses need the long
+            // window (spec 4.4).
+            window: EMULATION_WINDOW,
             // Emulated round trips are milliseconds: one more like them
             // grows as a data-centre one does, a long-haul one faster.
             initial_window_rtt: Duration::from_millis(2),

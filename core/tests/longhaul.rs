@@ -123,7 +123,8 @@ fn run_transfer(t: &mut Transfer, msg: u64, limit: Duration) -> Duration {
         .iter()
         .all(|c| c.status == Status::Success));
     assert!(
-        t.c.nodes[1].mem.slice(DST, TRANSFER as usize) == t.c.nodes[0].mem.slice(SRC, TRANSFER as usize),
+        t.c.nodes[1].mem.slice(DST, TRANSFER as usize)
+            == t.c.nodes[0].mem.slice(SRC, TRANSFER as usize),
         "every byte landed where it belongs"
     );
     took
@@ -172,10 +173,7 @@ fn thousands_in_flight_over_a_long_round_trip_with_loss_reordering_and_duplicati
         s.path_rerolls, t.c.nodes[1].ep.stats(t.b).unwrap().duplicates_received
     );
     // 8 MiB at 1 Gbit/s is 67 ms of line time; 10 ms round trips.
-    assert!(
-        took < Duration::from_millis(250),
-        "took {took:?}: {s:?}"
-    );
+    assert!(took < Duration::from_millis(250), "took {took:?}: {s:?}");
     assert!(
         s.max_in_flight > 1000,
         "a 10 ms x 1 Gbit/s path holds 1,220 KiB packets: {}",
@@ -234,7 +232,11 @@ fn every_loss_is_learnt_within_about_a_round_trip() {
         let resent = resent.unwrap_or_else(|| panic!("PSN {psn} never resent"));
         worst = worst.max(resent.wrapping_sub(sent));
     }
-    eprintln!("{} drops, slowest resent after {} ms", d.len(), f64::from(worst) / 1e6);
+    eprintln!(
+        "{} drops, slowest resent after {} ms",
+        d.len(),
+        f64::from(worst) / 1e6
+    );
     // RACK: a round trip for the later packets' SACKs, a quarter of one
     // (plus the variation) of reordering allowance, queueing at 1 Gbit/s.
     assert!(
@@ -303,7 +305,10 @@ fn an_empty_out_of_order_pool_drops_counts_and_recovers() {
     let refused = t.c.nodes[1].ep.pool_refusals().reorder_words;
     let rx = t.c.nodes[1].ep.stats(t.b).expect("stats").reorder_refused;
     eprintln!("refused {refused}");
-    assert!(refused > 0, "some packets beyond 1,024 of a gap were refused");
+    assert!(
+        refused > 0,
+        "some packets beyond 1,024 of a gap were refused"
+    );
     assert_eq!(rx, refused, "counted on the connection too");
     settle(&mut t);
 }

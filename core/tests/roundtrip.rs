@@ -187,7 +187,11 @@ fn body() -> impl Strategy<Value = (Body, Vec<u8>)> {
             p
         )),
         (any::<[u32; 3]>(), any::<[u16; 4]>(), sack()).prop_map(
-            move |([cumulative, echo_psn, echo_timestamp], [echo_path, rx, ce, sack_offset], sack)| {
+            move |(
+                [cumulative, echo_psn, echo_timestamp],
+                [echo_path, rx, ce, sack_offset],
+                sack,
+            )| {
                 no_payload(Body::Ack(AckRepr {
                     cumulative,
                     echo_psn,

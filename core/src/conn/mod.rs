@@ -19,9 +19,9 @@
 
 mod completion;
 mod handshake;
-pub mod reorder;
 mod recovery;
 mod recv;
+pub mod reorder;
 mod send;
 pub mod sender;
 mod timers;
@@ -43,8 +43,8 @@ use crate::wire::{Body, CloseReason, MemoryTarget, NakRepr};
 
 pub(crate) use completion::Blame;
 pub(crate) use recv::ReliableOutcome;
-pub use reorder::ReorderPool;
 use reorder::ReceiveWindow;
+pub use reorder::ReorderPool;
 pub use sender::{InflightPool, InflightRecord, PathSender, SenderState};
 
 /// Connection states (spec 4.1).

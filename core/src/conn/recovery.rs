@@ -146,8 +146,7 @@ impl<const P: usize> Connection<P> {
         let path = &mut st.paths[usize::from(r.path) % P];
         if state == Slot::InFlight {
             path.in_flight = path.in_flight.saturating_sub(1);
-            res.inflight
-                .unlink(&mut st.outstanding, extent, una, psn);
+            res.inflight.unlink(&mut st.outstanding, extent, una, psn);
         } else {
             // Declared lost but it arrived: not retransmitted yet, so cancel.
             res.inflight.unlink(&mut st.lost, extent, una, psn);
@@ -259,9 +258,10 @@ impl<const P: usize> Connection<P> {
             }
             if Psn(now_ts).offset_from(Psn(r.sent_ts.wrapping_add(soonest))) < 0 {
                 // Too recent for any path: wake when the first could be due.
-                let due = now + Duration::from_nanos(u64::from(
-                    r.sent_ts.wrapping_add(soonest).wrapping_sub(now_ts),
-                ));
+                let due = now
+                    + Duration::from_nanos(u64::from(
+                        r.sent_ts.wrapping_add(soonest).wrapping_sub(now_ts),
+                    ));
                 st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
                 break;
             }
@@ -272,7 +272,8 @@ impl<const P: usize> Connection<P> {
             // path's own round trip plus a wider allowance. Either way
             // the packet's own path RTT sets the clock, so skew between
             // paths is never taken for loss (spec 4.6.2).
-            let same_path = path.rack_valid && Psn(path.rack_xmit_ts).offset_from(Psn(r.sent_ts)) > 0;
+            let same_path =
+                path.rack_valid && Psn(path.rack_xmit_ts).offset_from(Psn(r.sent_ts)) > 0;
             let (rtt, var) = estimate(path);
             let reo = if same_path {
                 path.same_path_allowance(rtt, var)

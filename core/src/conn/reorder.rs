@@ -175,10 +175,7 @@ impl ReceiveWindow {
     /// A window that starts at the peer's initial PSN.
     #[cfg(test)]
     pub fn starting_at(cum: Psn) -> ReceiveWindow {
-        ReceiveWindow {
-            cum,
-            ..Self::EMPTY
-        }
+        ReceiveWindow { cum, ..Self::EMPTY }
     }
 
     /// Whether anything beyond C has arrived (a gap is open).
@@ -307,7 +304,9 @@ impl ReceiveWindow {
         while self.held > 0 {
             let (w, _) = ReorderPool::<W, N>::locate(e, self.cum);
             let shift = self.cum.get() % WORD_BITS;
-            let run = (pool.words[w] >> shift).trailing_ones().min(WORD_BITS - shift);
+            let run = (pool.words[w] >> shift)
+                .trailing_ones()
+                .min(WORD_BITS - shift);
             if run == 0 {
                 break;
             }
@@ -485,7 +484,11 @@ mod tests {
         w.record(&mut pool, Psn(5), 5).unwrap();
         assert_eq!(pool.free_words(), 112, "one 1,024-bit extent");
         w.record(&mut pool, Psn(3000), 3000).unwrap();
-        assert_eq!(pool.free_words(), 64, "grown to 4,096 bits, the old one back");
+        assert_eq!(
+            pool.free_words(),
+            64,
+            "grown to 4,096 bits, the old one back"
+        );
         assert!(w.received(&pool, Psn(5)) && w.received(&pool, Psn(3000)));
         assert_eq!(
             w.record(&mut pool, Psn(5000), 5000),
