@@ -192,11 +192,15 @@ fn thousands_in_flight_over_a_long_round_trip_with_loss_reordering_and_duplicati
     settle(&mut t);
 }
 
+/// Per dropped PSN: the send timestamp of the dropped transmission and,
+/// once it left, of the resend.
+type Resends = BTreeMap<u32, (u32, Option<u32>)>;
+
 #[test]
 fn every_loss_is_learnt_within_about_a_round_trip() {
     // Drop 1 in 200 first transmissions of node 0's data, by PSN; note the
     // send timestamps of the dropped transmission and of its resend.
-    let dropped: Rc<RefCell<BTreeMap<u32, (u32, Option<u32>)>>> = Rc::default();
+    let dropped: Rc<RefCell<Resends>> = Rc::default();
     let cfg = long_haul_config(8192);
     let mut t = transfer_setup([cfg, cfg], big_layout(), long_haul_link(), 5);
     let seen = dropped.clone();
