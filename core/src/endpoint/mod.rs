@@ -170,6 +170,9 @@ pub struct Footprint {
     pub recv_entry: usize,
     /// One in-flight packet record (pooled), allocator share included.
     pub inflight_record: usize,
+    /// One 64-bit word of out-of-order bitmap (pooled, 64 PSNs of a
+    /// receive window), allocator share included.
+    pub reorder_word: usize,
 }
 
 /// Pool use now: (in use, capacity).
@@ -683,6 +686,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             work_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::WorkEntry>>(),
             recv_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::RecvEntry>>(),
             inflight_record: size_of::<crate::conn::InflightRecord>()
+                + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
+            reorder_word: size_of::<u64>()
                 + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
         }
     }
