@@ -1,7 +1,9 @@
 //! The 256-bit selective acknowledgment bitvector (spec 3.6).
 //!
-//! Bit `i` set means PSN `cumulative_ack + 1 + i` has been received; the PSN
-//! equal to `cumulative_ack` itself is by definition missing. On the wire bit
+//! Bit `i` set means PSN `cumulative_ack + 1 + sack_offset + i` has been
+//! received (the ACK's SACK Offset says where the 256 PSNs start, 0 unless
+//! the window exceeds 256); the PSN equal to `cumulative_ack` itself is by
+//! definition missing. On the wire bit
 //! `i` is byte `i / 8`, mask `0x80 >> (i % 8)` (most significant bit first, as
 //! drawn in the spec's diagrams).
 //!
