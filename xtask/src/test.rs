@@ -117,6 +117,11 @@ pub const STEPS: &[Step] = &[
         run: crate::qemu::runs_step,
     },
     Step {
+        name: "qemu-longhaul",
+        what: "QEMU run of 2 nodes 5 ms apart (10 ms round trip), 1% loss: integrity, and one connection with more than 256 PSNs outstanding (windows beyond one SACK bitvector)",
+        run: crate::qemu::longhaul_step,
+    },
+    Step {
         name: "qemu-multicore",
         what: "QEMU runs of 2 nodes x 4 cores (one engine per core, core 0 steering frames), 2/10% loss + reorder + dup; integrity, every core's traffic, one owner per connection",
         run: crate::qemu::multicore_step,

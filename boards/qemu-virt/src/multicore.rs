@@ -530,6 +530,7 @@ impl NodeServices for CoreServices<'_> {
             if let Some(s) = self.endpoint.stats(h) {
                 c.retransmits += s.retransmissions;
                 c.timeouts += s.timeouts;
+                c.max_in_flight = c.max_in_flight.max(s.max_in_flight);
             }
         }
         c

@@ -246,6 +246,7 @@ impl NodeTransport for NodeEndpoint {
             if let Some(s) = self.stats(h) {
                 c.retransmits += s.retransmissions;
                 c.timeouts += s.timeouts;
+                c.max_in_flight = c.max_in_flight.max(s.max_in_flight);
             }
         }
         c

@@ -24,7 +24,7 @@ impl<const P: usize> Connection<P> {
             src_token: self.local_token,
             mtu: self.params.mtu,
             max_paths: self.params.paths,
-            window: u32::from(self.params.window),
+            window: self.params.window,
             // Before any reliable packet, the next PSN is the initial one.
             initial_psn: self.send.una.get(),
             reply_port: config.udp_port,
@@ -58,13 +58,12 @@ impl<const P: usize> Connection<P> {
         self.params = Negotiated {
             mtu: self.params.mtu.min(c.mtu),
             paths,
-            // Ours is at most MAX_WINDOW: the smaller fits.
-            window: c.window.min(u32::from(self.params.window)) as u16,
+            window: c.window.min(self.params.window).max(1),
         };
         if redraw {
             self.draw_all_entropy(config, rng);
         }
-        self.recv.cum = crate::psn::Psn(c.initial_psn);
+        self.recv.win.cum = crate::psn::Psn(c.initial_psn);
     }
 
     /// Initiator: the ACCEPT's protection does not meet our policy or

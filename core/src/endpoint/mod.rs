@@ -175,6 +175,9 @@ pub struct Footprint {
     pub recv_entry: usize,
     /// One in-flight packet record (pooled), allocator share included.
     pub inflight_record: usize,
+    /// One 64-bit word of out-of-order bitmap (pooled, 64 PSNs of a
+    /// receive window), allocator share included.
+    pub reorder_word: usize,
 }
 
 /// Pool use now: (in use, capacity).
@@ -186,6 +189,8 @@ pub struct PoolUsage {
     pub recv_entries: (u32, u32),
     pub senders: (u32, u32),
     pub inflight_records: (u64, u64),
+    /// Out-of-order bitmap words.
+    pub reorder_words: (u64, u64),
     pub regions: (u32, u32),
 }
 
@@ -282,6 +287,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             senders,
             inflight_records,
             inflight_nodes,
+            reorder_words,
+            reorder_nodes,
             regions,
             key_slots,
         } = storage;
@@ -307,6 +314,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 recvs: Pool::new(recv_entries),
                 senders: Pool::new(senders),
                 inflight: InflightPool::new(inflight_records, inflight_nodes),
+                reorder: crate::conn::ReorderPool::new(reorder_words, reorder_nodes),
                 regions: RegionTable::new(regions),
                 rng,
                 read_jobs: 0,
@@ -424,6 +432,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
         self.res.keys.release(&mut conn.protection);
+        conn.release_receiver(&mut self.res);
         if s.indexed {
             let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
             let h = self.hash_peer(&ip, id, token);
@@ -631,6 +640,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 self.res.inflight.total_records() - self.res.inflight.free_records(),
                 self.res.inflight.total_records(),
             ),
+            reorder_words: (
+                self.res.reorder.total_words() - self.res.reorder.free_words(),
+                self.res.reorder.total_words(),
+            ),
             regions: (
                 self.res.regions.len() as u32,
                 self.res.regions.capacity() as u32,
@@ -709,6 +722,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             work_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::WorkEntry>>(),
             recv_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::RecvEntry>>(),
             inflight_record: size_of::<crate::conn::InflightRecord>()
+                + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
+            reorder_word: size_of::<u64>()
                 + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
         }
     }
