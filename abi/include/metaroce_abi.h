@@ -388,7 +388,10 @@ struct mr_set_counters {
   uint64_t device_tx_frames;
   uint64_t device_dma_faults;
   uint64_t device_rate_hint_mbps;
-  uint64_t reserved[6];
+  // The most PSNs one of the set's connections had outstanding at once
+  // (sent, not cumulatively acknowledged; spec 4.4).
+  uint64_t transport_max_in_flight;
+  uint64_t reserved[5];
 };
 
 // A send-queue work entry (64 bytes).

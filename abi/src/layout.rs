@@ -70,7 +70,7 @@ pub const LAYOUTS: &[StructLayout] = &[
         transport_retransmissions, transport_timeouts, transport_packets_sent,
         transport_packets_received, transport_bytes_sent, transport_bytes_received,
         transport_ce_received, device_rx_frames, device_tx_frames, device_dma_faults,
-        device_rate_hint_mbps, reserved,
+        device_rate_hint_mbps, transport_max_in_flight, reserved,
     }),
     layout!(SendWqe as "mr_send_wqe" {
         wr_id, conn_index, conn_generation, opcode, flags, reserved0, imm, lkey, length, laddr,

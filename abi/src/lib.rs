@@ -390,7 +390,10 @@ pub struct SetCounters {
     pub device_tx_frames: u64,
     pub device_dma_faults: u64,
     pub device_rate_hint_mbps: u64,
-    pub reserved: [u64; 6],
+    /// The most PSNs one of the set's connections had outstanding at once
+    /// (sent, not cumulatively acknowledged; spec 4.4).
+    pub transport_max_in_flight: u64,
+    pub reserved: [u64; 5],
 }
 
 /// A send-queue work entry (64 bytes).

@@ -24,10 +24,13 @@
 //! [`dispatch`] times the multi-core frame dispatcher of
 //! `metaroce_platform::shard`: what the core that owns a NIC without
 //! steering pays per frame to bring it to the core owning its connection.
+//! [`multicore`] runs the cycle on 1 and 2 threads, each a shard of one
+//! connection table with its own connections, and reports the packet rate.
 
 pub mod aead;
 pub mod dispatch;
 pub mod measure;
+pub mod multicore;
 mod pair;
 
 pub use pair::{BenchEndpoint, BenchError, Pair, PhaseTimes, PlacementLog, RunCounts, PAYLOAD};

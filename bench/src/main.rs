@@ -16,6 +16,7 @@ use metaroce_core::wire::CRC_LEN;
 
 const USAGE: &str = "\
 Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [--no-scale]
+                      [--multicore-only]
 
   --messages N  4 KiB WRITEs per timed run (default 200000)
   --no-scale    skip the runs with 1,024 and 65,536 connections
@@ -24,6 +25,9 @@ Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [
                 (default target/metaroce/bench.csv)
   --cycle-only  time only the TX -> RX -> ACK loop, write no CSV
                 (for profiling, e.g. under `perf record`)
+  --multicore-only
+                only the multicore_* rows (1 and 2 threads), printed,
+                no CSV (to repeat that measurement on its own)
 ";
 
 struct Args {
@@ -31,6 +35,7 @@ struct Args {
     repeats: u32,
     csv: PathBuf,
     cycle_only: bool,
+    multicore_only: bool,
     scale: bool,
 }
 
@@ -40,6 +45,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         repeats: 3,
         csv: PathBuf::from("target/metaroce/bench.csv"),
         cycle_only: false,
+        multicore_only: false,
         scale: true,
     };
     let mut it = args.iter();
@@ -63,6 +69,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--csv" => parsed.csv = PathBuf::from(value("--csv")?),
             "--cycle-only" => parsed.cycle_only = true,
             "--no-scale" => parsed.scale = false,
+            "--multicore-only" => parsed.multicore_only = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -145,6 +152,9 @@ fn cycle_rows(t: &Timings, n: u32) -> Vec<Row> {
 }
 
 fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
+    if args.multicore_only {
+        return metaroce_bench::multicore::rows(args.messages, args.repeats);
+    }
     let mut pair = Pair::connected()?;
     // Warm caches, branch predictors and the RTT estimators.
     pair.run_writes((args.messages / 10).max(1), None)?;
@@ -276,6 +286,7 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
     ));
     rows.extend(metaroce_bench::dispatch::rows(n));
     rows.extend(metaroce_bench::aead::rows(n));
+    rows.extend(metaroce_bench::multicore::rows(args.messages, n)?);
     rows.extend(measure::memory_rows());
     if args.scale {
         rows.extend(scale_rows(args, cycle, crc_cycle)?);
@@ -368,7 +379,7 @@ fn main() -> ExitCode {
         }
     };
     print!("{}", measure::table(&rows));
-    if args.cycle_only {
+    if args.cycle_only || args.multicore_only {
         return ExitCode::SUCCESS;
     }
     if let Some(dir) = args.csv.parent().filter(|d| !d.as_os_str().is_empty()) {

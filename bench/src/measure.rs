@@ -224,6 +224,7 @@ pub fn memory_rows() -> Vec<Row> {
     footprint_rows(16, f16, &mut rows);
     footprint_rows(1, Endpoint::<Heap, 1>::footprint(), &mut rows);
     footprint_rows(256, Endpoint::<Heap, 256>::footprint(), &mut rows);
+    rows.extend(long_haul_rows(&f16));
     for (name, bytes, label) in [
         (
             "work_entry_bytes",
@@ -238,6 +239,42 @@ pub fn memory_rows() -> Vec<Row> {
         ),
     ] {
         rows.push(Row::new(name, bytes as f64, "B", label));
+    }
+    rows
+}
+
+/// Pool bytes one long-haul connection needs (issue 17): the sender's
+/// in-flight records and the receiver's out-of-order bitmap for a window
+/// of 3 bandwidth-delay products in 4 KiB packets (what keeps the line
+/// busy while a loss is repaired, spec 4.4), capped at the 65,536-PSN
+/// maximum; each rounded up to the power of two the pools hand out.
+pub fn long_haul_rows(f: &Footprint) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (gbps, rtt_ms) in [(100u64, 10u64), (25, 10)] {
+        let bdp_packets = (gbps * 1_000_000_000 / 8 * rtt_ms / 1000).div_ceil(4096);
+        let window = (3 * bdp_packets).min(u64::from(metaroce_core::config::MAX_WINDOW)) as u32;
+        let (records, words) = Layout::per_connection_window(window);
+        let sender = records as usize * f.inflight_record;
+        let receiver = words as usize * f.reorder_word;
+        let tag = format!("{gbps}g_{rtt_ms}ms");
+        rows.push(Row::new(
+            format!("long_haul_window_psns_{tag}"),
+            f64::from(window),
+            "count",
+            format!(
+                "window for {gbps} Gbit/s x {rtt_ms} ms: 3 BDPs of 4 KiB ({bdp_packets} packets \
+                 per round trip), at most 65,536"
+            ),
+        ));
+        rows.push(Row::new(
+            format!("long_haul_pool_bytes_{tag}"),
+            (sender + receiver) as f64,
+            "B",
+            format!(
+                "pool bytes one {gbps} Gbit/s x {rtt_ms} ms connection needs: {records} in-flight \
+                 records ({sender} B) + {words} bitmap words ({receiver} B)"
+            ),
+        ));
     }
     rows
 }
@@ -295,6 +332,14 @@ mod tests {
             assert_eq!(idle, slot + 8.0, "slot plus two index entries");
         }
         assert!(get("bytes_per_idle_connection_paths_16").expect("row") <= 512.0);
+        // 100 Gbit/s x 10 ms: 65,536 PSNs, 12-byte records + bitmap.
+        assert_eq!(get("long_haul_window_psns_100g_10ms"), Some(65_536.0));
+        let pool = get("long_haul_pool_bytes_100g_10ms").expect("row");
+        let f = Endpoint::<Heap, 16>::footprint();
+        assert_eq!(
+            pool,
+            (65_536 * f.inflight_record + 1024 * f.reorder_word) as f64
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ use metaroce_core::api::{
 };
 use metaroce_core::config::CcAlgorithm;
 use metaroce_core::wire::{MemoryTarget, CRC_LEN, DEFAULT_UDP_PORT, HEADER_LEN};
-use metaroce_core::{finish_packet, CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
+use metaroce_core::{
+    finish_packet, CommandError, Config, Endpoint, Event, Heap, Instant, Layout, Shard,
+};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
 /// Payload of every WRITE: one packet at the default MTU.
@@ -235,11 +237,34 @@ impl Pair {
     /// Two endpoints with `total` connections established between them,
     /// the first `sending` of which carry the WRITEs.
     pub fn with_connections(total: u32, sending: u32) -> Result<Pair, BenchError> {
+        Pair::shard(
+            total,
+            sending,
+            Shard {
+                first_slot: 0,
+                table_slots: total,
+            },
+        )
+    }
+
+    /// Like [`Pair::with_connections`], but both endpoints are `shard` of
+    /// a connection table split between several (one per core or thread):
+    /// their connection ids name the shard, as in a sharded node.
+    pub fn shard(total: u32, sending: u32, shard: Shard) -> Result<Pair, BenchError> {
         let config = bench_config();
         let layout = bench_layout(total);
-        let seed = metaroce_core::rng::seed_from_u64;
-        let mut sender = Box::new(BenchEndpoint::new(config, layout.heap_storage(), seed(1)));
-        let mut receiver = Box::new(BenchEndpoint::new(config, layout.heap_storage(), seed(2)));
+        // Every shard its own seeds, as every core of a node has.
+        let seed = |n: u64| metaroce_core::rng::seed_from_u64(n ^ u64::from(shard.first_slot) << 8);
+        let endpoint = |n| {
+            Box::new(BenchEndpoint::new_shard(
+                config,
+                layout.heap_storage(),
+                seed(n),
+                shard,
+            ))
+        };
+        let mut sender = endpoint(1);
+        let mut receiver = endpoint(2);
         let local_key = sender.register_region(Region {
             base: LOCAL_BASE,
             len: PAYLOAD as u64,
@@ -259,7 +284,9 @@ impl Pair {
         };
         // A constant payload pattern: the bytes no `Memory::read` overwrites.
         let packet = vec![0xA5u8; PACKET_BUF];
-        let capacity = sender.capacity();
+        // Handles carry their index in the whole table.
+        let capacity =
+            (shard.first_slot as usize + sender.capacity()).max(shard.table_slots as usize);
         let mut pair = Pair {
             now,
             step: Duration::from_nanos(100),

@@ -213,6 +213,9 @@ pub struct BoardConfig {
     /// The endpoint's capacities: connections, paths, work entries,
     /// receives, senders, in-flight records, regions.
     pub endpoint: EndpointCapacities,
+    /// Where the endpoints' secrets come from (`entropy.source`): the
+    /// variant name of `entropy::Source`.
+    pub entropy_source: &'static str,
     pub device_blocks: Vec<u64>,
     pub normal_blocks: Vec<u64>,
 }
@@ -302,7 +305,12 @@ pub const KNOWN_KEYS: &[&str] = &[
     "net.udp_port",
     "net.peer_ip",
     "net.peer_mac",
+    "entropy.source",
 ];
+
+/// The entropy sources `entropy.source` may name, with the variant of
+/// `entropy::Source` each is.
+pub const ENTROPY_SOURCES: &[(&str, &str)] = &[("smccc-trng", "SmcccTrng")];
 
 impl BoardConfig {
     /// Checks a parsed board file; the error says which key is wrong and why.
@@ -522,6 +530,15 @@ impl BoardConfig {
         if udp_port == 0 || udp_port > 0xffff {
             return Err("net.udp_port must be 1..=65535".into());
         }
+        let source = b.string("entropy.source").map_err(|e| e.0)?;
+        let Some(&(_, entropy_source)) = ENTROPY_SOURCES.iter().find(|(name, _)| *name == source)
+        else {
+            let known: Vec<&str> = ENTROPY_SOURCES.iter().map(|(name, _)| *name).collect();
+            return Err(format!(
+                "entropy.source `{source}` is not one of: {} (there is no running without entropy)",
+                known.join(", ")
+            ));
+        };
         let stack_pages = int("image.stack_pages")?;
         if stack_pages == 0 || stack_pages * 4096 >= max_size {
             return Err("image.stack_pages must be > 0 and fit image.max_size".into());
@@ -572,6 +589,7 @@ impl BoardConfig {
             udp_port,
             peer,
             endpoint,
+            entropy_source,
             device_blocks,
             normal_blocks,
         })
@@ -884,6 +902,12 @@ impl BoardConfig {
             "Static peer (IP, MAC) connected at boot (`net.peer_ip`, `net.peer_mac`).",
         );
         c(
+            "ENTROPY_SOURCE",
+            "crate::entropy::Source",
+            format!("crate::entropy::Source::{}", self.entropy_source),
+            "Where the endpoints' secrets come from (`entropy.source`).",
+        );
+        c(
             "DEVICE_BLOCKS",
             "&[usize]",
             format!("&{:?}", self.device_blocks),
@@ -962,6 +986,9 @@ mod tests {
         assert!(rust.contains("pub const CORE_COUNT: usize = 16;"));
         assert!(rust.contains("pub const CORES_PER_CLUSTER: usize = 4;"));
         assert!(rust.contains("pub const CORE_RING_STRIDE: usize = 0x32000;"));
+        assert!(rust.contains(
+            "pub const ENTROPY_SOURCE: crate::entropy::Source = crate::entropy::Source::SmcccTrng;"
+        ));
         assert!(cfg
             .memory_ld()
             .contains("image : ORIGIN = 0xc0080000, LENGTH = 0x4000000"));
@@ -992,6 +1019,11 @@ mod tests {
                 "1 GiB block",
             ),
             ("rx_slots = 64", "rx_slots = 63", "power of two"),
+            (
+                "source = \"smccc-trng\"",
+                "source = \"timer\"",
+                "not one of: smccc-trng",
+            ),
             (
                 "host_queues_offset = 0x0040_0000",
                 "host_queues_offset = 0x1000",

@@ -10,6 +10,8 @@ use metaroce_host::app::{fill_pattern, READ_ONLY_INDEX, READ_ONLY_LEN};
 
 use crate::peer::{Fail, Peer, RemoteRegion, Rx};
 
+mod window;
+
 /// One compliance case.
 #[derive(Debug)]
 pub struct Case {
@@ -57,16 +59,21 @@ impl Ctx {
         Ok(p)
     }
 
-    fn peer(&mut self) -> Result<Peer, Fail> {
+    pub(crate) fn peer(&mut self) -> Result<Peer, Fail> {
         self.next_seed += 1;
         Peer::new(self.target, self.next_seed)
     }
 
     /// A connection with a fresh pattern-filled region, and its mirror.
     fn victim(&mut self) -> Result<(Peer, RemoteRegion, Mirror), Fail> {
+        self.victim_window(256)
+    }
+
+    /// [`Ctx::victim`] on a connection offering a window of `window` PSNs.
+    fn victim_window(&mut self, window: u32) -> Result<(Peer, RemoteRegion, Mirror), Fail> {
         let mut v = self.peer()?;
         let seed = u64::from(self.next_seed) * 0x1234_5678_9abc;
-        let region = v.open_with_region(seed, SLOT)?;
+        let region = v.open_with_region_window(seed, SLOT, window)?;
         Ok((v, region, Mirror::new(seed, region.len as usize)))
     }
 }
@@ -93,7 +100,7 @@ fn data(seed: u64, len: usize) -> Vec<u8> {
     d
 }
 
-fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), Fail> {
+pub(crate) fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), Fail> {
     if cond {
         Ok(())
     } else {
@@ -1241,6 +1248,12 @@ pub const CASES: &[Case] = &[
         attempts: 1,
     },
     Case {
+        name: "window: above 256 negotiated to the minimum, C + W - 1 taken, C + W not",
+        section: "3.8.1, 4.2, 4.3, 4.4",
+        run: window::window_above_256,
+        attempts: 1,
+    },
+    Case {
         name: "handshake: first packet confirms, data accepted",
         section: "4.2 (5)",
         run: confirm_then_data,
@@ -1293,6 +1306,12 @@ pub const CASES: &[Case] = &[
         section: "4.3",
         run: duplicate_acknowledged,
         attempts: 1,
+    },
+    Case {
+        name: "ack: SACK Offset at the newest arrivals beyond 256",
+        section: "3.5, 3.6, 4.5",
+        run: window::sack_offset_newest,
+        attempts: 3,
     },
     Case {
         name: "congestion: CE counted in Path CE Count",
@@ -1406,6 +1425,12 @@ pub const CASES: &[Case] = &[
         name: "bad input: inconsistent WRITE_IMM -> PROTOCOL_ERROR",
         section: "3.4.5, 3.7, 4.7.2",
         run: inconsistent_message,
+        attempts: 1,
+    },
+    Case {
+        name: "secrets: tokens unpredictable (no SplitMix64 state recovery)",
+        section: "5.1.2, 5.1.6",
+        run: crate::secrets::tokens_unpredictable,
         attempts: 1,
     },
 ];

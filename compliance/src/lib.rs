@@ -18,3 +18,4 @@ pub mod cases;
 pub mod peer;
 pub mod protect;
 pub mod report;
+pub mod secrets;

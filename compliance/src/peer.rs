@@ -252,6 +252,7 @@ impl Peer {
                 path_rx_count: 0,
                 path_ce_count: 0,
                 rate_hint_mbps: 0,
+                sack_offset: 0,
                 sack,
             }),
             payload_len: 0,
@@ -386,6 +387,11 @@ impl Peer {
     /// Full handshake: CONNECT, ACCEPT, then a KEEPALIVE to confirm.
     pub fn connect(&mut self) -> Result<ConnectRepr, Fail> {
         self.connect_with(1024, 4, 256)
+    }
+
+    /// [`Peer::connect`] offering a window of `window` PSNs.
+    pub fn connect_window(&mut self, window: u32) -> Result<ConnectRepr, Fail> {
+        self.connect_with(1024, 4, window)
     }
 
     /// [`Peer::connect`] offering `mtu`, `paths` and `window`.
@@ -591,7 +597,17 @@ impl Peer {
     /// Opens the connection and asks the serve profile for a region:
     /// announce (SEND) with `seed`, answer (SEND from the target) parsed.
     pub fn open_with_region(&mut self, seed: u64, size: u32) -> Result<RemoteRegion, Fail> {
-        self.connect()?;
+        self.open_with_region_window(seed, size, 256)
+    }
+
+    /// [`Peer::open_with_region`] on a connection offering `window` PSNs.
+    pub fn open_with_region_window(
+        &mut self,
+        seed: u64,
+        size: u32,
+        window: u32,
+    ) -> Result<RemoteRegion, Fail> {
+        self.connect_window(window)?;
         let announce = Message::Announce {
             op: Operation::Read,
             seed,

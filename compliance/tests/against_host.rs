@@ -102,10 +102,12 @@ fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
                     String::new(),
                     String::new(),
                 );
+                let mut offset = String::new();
                 match repr.body {
                     Body::Ack(a) => {
                         cum = a.cumulative.to_string();
                         hint = a.rate_hint_mbps.to_string();
+                        offset = a.sack_offset.to_string();
                         sack = a
                             .sack
                             .iter_set()
@@ -120,7 +122,7 @@ fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
                     _ => {}
                 }
                 rows.push(format!(
-                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{sack}\t{reason}\t{nak_psn}\t1",
+                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{offset}\t{sack}\t{reason}\t{nak_psn}\t1",
                     h.psn, h.path, h.flags.0
                 ));
             }
@@ -159,6 +161,8 @@ fn tshark_rows(pcap: &Path) -> Result<Vec<String>, String> {
             "metaroce.ack.cumulative",
             "-e",
             "metaroce.ack.rate_hint",
+            "-e",
+            "metaroce.ack.sack_offset",
         ])
         .args(["-e", "metaroce.ack.sack_bits", "-e", "metaroce.nak.reason"])
         .args(["-e", "metaroce.nak.psn", "-e", "metaroce.crc_ok"])
@@ -204,7 +208,7 @@ fn compliance_against_host_and_dissector_decodes_the_capture() {
     let got = tshark_rows(&pcap).unwrap();
     let _ = std::fs::remove_file(&pcap);
     assert_eq!(got.len(), want.len(), "frame count");
-    let (mut sacks, mut hints, mut checked) = (0, 0, 0);
+    let (mut sacks, mut hints, mut offsets, mut checked) = (0, 0, 0, 0);
     for (g, w) in got.iter().zip(&want) {
         if w.ends_with("\tbad-crc") {
             assert!(g.ends_with("\t0"), "bad CRC not flagged: {g}");
@@ -215,13 +219,16 @@ fn compliance_against_host_and_dissector_decodes_the_capture() {
         }
         assert_eq!(g, w, "tshark vs core");
         let cols: Vec<&str> = w.split('\t').collect();
-        sacks += usize::from(!cols[7].is_empty());
+        sacks += usize::from(!cols[8].is_empty());
+        offsets += usize::from(!cols[7].is_empty() && cols[7] != "0");
         hints += usize::from(!cols[6].is_empty() && cols[6] != "0");
         checked += 1;
     }
     assert!(sacks > 0 && hints > 0, "no SACK bits or rate hints decoded");
+    assert!(offsets > 0, "no ACK with a SACK Offset decoded");
     println!(
         "dissector: {checked} packets decoded identically by tshark and the core \
-         ({sacks} ACKs with SACK bits, {hints} with a rate hint, {bad_crc} bad CRC flagged)"
+         ({sacks} ACKs with SACK bits, {offsets} with a SACK Offset, {hints} with a rate hint, \
+         {bad_crc} bad CRC flagged)"
     );
 }

@@ -109,7 +109,7 @@ def extension(f):
     if t == "ACK":
         return struct.pack(">IIIHHHHI", f["cumulative"], f["echo_psn"], f["echo_timestamp"],
                            f["echo_path"], f["path_rx_count"],
-                           f["path_ce_count"], f.get("_ack_reserved", 0),
+                           f["path_ce_count"], f.get("sack_offset", 0),
                            f["rate_hint_mbps"]) + sack_bytes(f["sack"])
     if t == "NAK":
         reserved = f.get("_nak_reserved", b"\0\0\0")
@@ -312,7 +312,7 @@ def valid_cases():
              payload=b"end"))
     # ACK (spec 3.5, 3.6)
     ack = dict(type="ACK", cumulative=1001, echo_psn=1003, echo_timestamp=0x11223344, echo_path=3,
-               path_rx_count=500, path_ce_count=17, rate_hint_mbps=25000)
+               path_rx_count=500, path_ce_count=17, rate_hint_mbps=25000, sack_offset=0)
     add("ack_sparse_sack", "ACK with SACK bits 0, 9, 255 (first, second byte, last)",
         dict(ack, **hdr(psn=0), sack=[0, 9, 255]),
         dict(V6_ENCAP))
@@ -324,6 +324,15 @@ def valid_cases():
              echo_psn=0xFFFFFFFF))
     add("ack_word_edges", "ACK with SACK bits at 64-bit word and byte edges",
         dict(ack, **hdr(psn=0), sack=[1, 7, 8, 63, 64, 127, 128, 191, 192, 254]))
+    # SACK Offset (spec 3.5, 3.6): a window above 256 PSNs, the block at
+    # the newest arrivals, far beyond the cumulative PSN.
+    add("ack_sack_offset", "ACK whose SACK block starts 5000 PSNs after C + 1 "
+        "(bits for PSNs 6002, 6003, 6257)",
+        dict(ack, **hdr(psn=0), sack_offset=5000, echo_psn=6257, sack=[0, 1, 255]))
+    add("ack_sack_offset_max", "ACK with the largest SACK Offset (65535), PSNs wrapping "
+        "through zero",
+        dict(ack, **hdr(psn=0), cumulative=0xFFFFFF00, sack_offset=0xFFFF, echo_psn=0x0000FF00,
+             sack=[0, 64, 200]))
     # NAK (spec 3.7): every reason code
     for i, (reason, code) in enumerate(NAK_REASONS.items()):
         add("nak_" + reason_snake(reason), "NAK " + reason + " (code %d)" % code,
@@ -352,6 +361,13 @@ def valid_cases():
              window=128, reply_port=4795, initial_psn=0x10000000,
              timer_profile="DataCenter", suite="Aes256Gcm", key_id=0x00000007,
              cookie=bytes(32)))
+    add("accept_window_above_256", "ACCEPT negotiating a long-haul window of 30000 PSNs "
+        "(spec 4.4: beyond one SACK bitvector)",
+        dict(type="ACCEPT", **hdr(dst_conn=0x00000043, token=0x1122334455667788, psn=0x7FFFFFF0,
+                                  path=0),
+             src_conn=0x0000009A, src_token=0x0102030405060708, mtu=4096, max_paths=16,
+             window=30000, reply_port=4795, initial_psn=0x7FFFFFF0,
+             timer_profile="DataCenter", suite="None", key_id=0, cookie=bytes(32)))
     # RETRY (spec 3.8.4)
     add("retry", "RETRY carrying a cookie, addressed by the initiator's id and token",
         dict(type="RETRY", **hdr(dst_conn=0x00001234, token=0x1122334455667788, psn=0,
@@ -455,10 +471,6 @@ def malformed_cases():
         "Reserved")
     add("err_flag_on_keepalive", "KEEPALIVE with ACK_REQUEST",
         packet(dict(type="KEEPALIVE", **hdr(flags=FLAG_ACK_REQUEST))), "Reserved")
-    add("err_ack_reserved", "ACK with its reserved 16 bits nonzero",
-        packet(dict(type="ACK", **hdr(psn=0), cumulative=5, echo_psn=5, echo_timestamp=1, echo_path=0,
-                    path_rx_count=1, path_ce_count=0, rate_hint_mbps=0, sack=[],
-                    _ack_reserved=0x0100)), "Reserved")
     add("err_nak_reserved", "NAK with a reserved byte nonzero",
         packet(dict(type="NAK", **hdr(), cumulative=1, nak_psn=1, reason="InvalidKey",
                     _nak_reserved=b"\0\0\x01")), "Reserved")
@@ -585,7 +597,7 @@ FIELD_ORDER = [
     "msg_id", "msg_offset", "msg_len", "key", "addr", "recv_index", "imm",
     "len", "source_key", "source_addr", "sink_key", "sink_addr",
     "cumulative", "echo_psn", "echo_timestamp", "echo_path", "path_rx_count", "path_ce_count",
-    "rate_hint_mbps", "sack", "nak_psn", "reason", "reason_code",
+    "rate_hint_mbps", "sack_offset", "sack", "nak_psn", "reason", "reason_code",
     "src_conn", "src_token", "mtu", "max_paths", "window", "reply_port", "initial_psn",
     "timer_profile", "suite", "key_id", "cookie",
 ]

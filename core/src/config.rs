@@ -4,9 +4,20 @@ use core::time::Duration;
 
 use crate::wire::DEFAULT_UDP_PORT;
 
-/// PSNs the sender may have outstanding beyond the cumulative ACK at most:
-/// exactly what one 256-bit SACK describes (spec 4.4).
-pub const MAX_WINDOW: usize = 256;
+/// PSNs a sender may have outstanding beyond the cumulative ACK at most
+/// (spec 4.4): what the window field of CONNECT and ACCEPT can carry.
+pub const MAX_WINDOW: u32 = crate::wire::packet::MAX_WINDOW_WIRE;
+
+/// The window `Config::default()` offers: enough for a data-centre round
+/// trip (100 Gbit/s x 10 us is 31 packets of 4 KiB) many times over,
+/// and exactly one SACK bitvector, so that a SACK block always starts at
+/// the cumulative PSN. Long paths are configured with more (up to
+/// [`MAX_WINDOW`]).
+pub const DEFAULT_WINDOW: u32 = 256;
+
+/// The window `Config::for_emulation()` offers: a 10 ms round trip at
+/// 1 Gbit/s in 1 KiB packets three times over.
+pub const EMULATION_WINDOW: u32 = 4096;
 
 /// Which protection domain an accepted connection gets (spec 5.1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,8 +144,9 @@ pub struct Config {
     pub mtu: u16,
     /// Logical paths per connection offered (at most the endpoint's `P`).
     pub paths: u16,
-    /// Window offered (at most [`MAX_WINDOW`]).
-    pub window: u16,
+    /// Window offered, in PSNs (1 to [`MAX_WINDOW`]); the connection uses
+    /// the smaller of both ends' offers.
+    pub window: u32,
     /// Link rate in Mbit/s: the sender's starting and maximum rate, and what
     /// the receiver divides among its active senders.
     pub link_rate_mbps: u32,
@@ -158,6 +170,12 @@ pub struct Config {
     /// (incast), before the receiver's rate hint reaches them (spec
     /// 4.10.5). 0 turns it off.
     pub initial_window_bytes: u32,
+    /// The round trip `initial_window_bytes` is sized for. On a path whose
+    /// minimum round trip is k times longer, every acknowledged byte adds k
+    /// bytes to the start-up window instead of one, so a long path reaches
+    /// its (k times larger) bandwidth-delay product in as many round trips
+    /// as a data-centre path (spec 4.10.6).
+    pub initial_window_rtt: Duration,
     /// ACK after this many unacknowledged reliable packets.
     pub ack_every: u8,
     /// ... or after this delay, whichever comes first.
@@ -237,7 +255,7 @@ impl Default for Config {
             accept_domain: AcceptDomain::Shared(0),
             mtu: 4096,
             paths: 16,
-            window: MAX_WINDOW as u16,
+            window: DEFAULT_WINDOW,
             link_rate_mbps: 100_000,
             rate_hints: true,
             active_sender_window: Duration::from_micros(100),
@@ -248,6 +266,9 @@ impl Default for Config {
             // Four 4 KiB packets: 63 senders' first round trip (1008 KiB)
             // fits one 1 MiB switch output buffer.
             initial_window_bytes: 16 * 1024,
+            // About a data-centre round trip at 100 Gbit/s (the simulator's
+            // leaf-spine: 8 to 12 us), so data-centre paths grow as before.
+            initial_window_rtt: Duration::from_micros(20),
             ack_every: 4,
             ack_delay: Duration::from_micros(2),
             rto_initial: Duration::from_micros(500),
@@ -308,6 +329,14 @@ impl Config {
             sender_linger: Duration::from_millis(200),
             cc_additive_increase_mbps: 20,
             cc_min_rate_mbps: 10,
+            // A few milliseconds at 1 Gbit/s of 1 KiB packets is already
+            // more than 256 in flight (10 ms: 1,220): emulated links and
+            // the internet paths a host endpoint crosses need the long
+            // window (spec 4.4).
+            window: EMULATION_WINDOW,
+            // Emulated round trips are milliseconds: one more like them
+            // grows as a data-centre one does, a long-haul one faster.
+            initial_window_rtt: Duration::from_millis(2),
             ..Config::default()
         }
     }

@@ -26,6 +26,12 @@ pub struct ConnStats {
     pub bytes_received: u64,
     /// Reliable packets received again (already had them): re-ACKed, not placed.
     pub duplicates_received: u64,
+    /// Out-of-order packets dropped: the receive-bitmap pool had no room
+    /// to record them (spec 4.14.3).
+    pub reorder_refused: u64,
+    /// The most PSNs this end had outstanding at once (sent and not
+    /// cumulatively acknowledged, what the window of spec 4.4 bounds).
+    pub max_in_flight: u64,
     /// Data packets that arrived CE-marked.
     pub ce_received: u64,
     /// Reliable packets outside the receive window: dropped.

@@ -68,7 +68,7 @@ fn extension_fields(body: &Body) -> Vec<(&'static str, usize, Show)> {
             ("Echo Path ID", 2, Show::Dec),
             ("Path RX Count", 2, Show::Dec),
             ("Path CE Count", 2, Show::Dec),
-            ("Reserved", 2, Show::Dec),
+            ("SACK Offset", 2, Show::Dec),
             ("Rate Hint", 4, Show::Dec),
             ("SACK bitvector", 32, Show::Sack),
         ],
@@ -171,6 +171,7 @@ fn examples() -> Vec<Example> {
                     path_rx_count: 17,
                     path_ce_count: 2,
                     rate_hint_mbps: 50_000,
+                    sack_offset: 0,
                     sack,
                 }),
                 payload_len: 0,
@@ -215,6 +216,32 @@ fn examples() -> Vec<Example> {
             repr: Repr {
                 header: header(Flags::NONE, 0x5678, 0xfedc_ba98_7654_3210, 0, 0, 0x0bad_cafe),
                 body: Body::Retry(RetryRepr { cookie }),
+                payload_len: 0,
+            },
+            payload: b"",
+        },
+        Example {
+            title: "A.7 ACK with a SACK Offset",
+            text: "A long-haul connection (window 30000): PSN 0x100 is still missing and thousands of later PSNs have arrived. The ACK triggered by PSN 0x2000, the newest arrival, ends its SACK block there: SACK Offset 0x1e00 = 7680, so bit i stands for PSN 0x100 + 1 + 7680 + i = 0x1f01 + i. Every PSN from 0x1f01 to 0x2000 was received except 0x1f80 (bit 127), which the sender will declare lost (3.5, 3.6, 4.5, 4.6.2).",
+            repr: Repr {
+                header: header(Flags::NONE, 0x5678, 0xfedc_ba98_7654_3210, 0x43, 5, 0x1122_4000),
+                body: Body::Ack(AckRepr {
+                    cumulative: 0x100,
+                    echo_psn: 0x2000,
+                    echo_timestamp: 0x1122_3f00,
+                    echo_path: 5,
+                    path_rx_count: 515,
+                    path_ce_count: 0,
+                    rate_hint_mbps: 25_000,
+                    sack_offset: 0x1e00,
+                    sack: {
+                        let mut s = SackBits::default();
+                        for bit in (0..256).filter(|&b| b != 127) {
+                            s.set(bit);
+                        }
+                        s
+                    },
+                }),
                 payload_len: 0,
             },
             payload: b"",

@@ -378,6 +378,7 @@ fn expected(v: &Vector) -> Check<(Repr, Vec<u8>)> {
                 path_rx_count: v.int("path_rx_count")?,
                 path_ce_count: v.int("path_ce_count")?,
                 rate_hint_mbps: v.int("rate_hint_mbps")?,
+                sack_offset: v.int("sack_offset")?,
                 sack,
             })
         }

@@ -755,3 +755,34 @@ fn peers_of_another_timer_profile_wait_as_long_as_the_peer_expects() {
         Duration::from_millis(300)
     );
 }
+
+#[test]
+fn an_initiator_short_of_cookie_slots_takes_a_later_retry() {
+    // One cookie slot for four handshakes at once: the RETRYs that find it
+    // taken are not taken (counted), the CONNECTs are repeated, and every
+    // connection comes up.
+    let config = Config::default();
+    let mut c: Cluster = Cluster::new(2, config, Impairments::default(), 21);
+    let layout = metaroce_core::Layout {
+        cookies: 1,
+        ..metaroce_core::Layout::for_connections(8)
+    };
+    c.nodes[0].ep = metaroce_core::Endpoint::new(
+        config,
+        storage(&layout),
+        metaroce_core::rng::seed_from_u64(22),
+    );
+    let (now, peer) = (c.now, c.addr(1));
+    let handles: Vec<ConnHandle> = (0..4)
+        .map(|_| c.nodes[0].ep.connect(now, peer, 0).unwrap())
+        .collect();
+    let until = c.now + Duration::from_millis(200);
+    let ok = c.run_until(until, |c| {
+        handles
+            .iter()
+            .all(|h| c.nodes[0].ep.state(*h) == Some(ConnState::Established))
+    });
+    assert!(ok, "{:?}", c.nodes[0].ep.pool_refusals());
+    assert!(c.nodes[0].ep.pool_refusals().cookies >= 3);
+    assert_eq!(c.nodes[1].ep.live_connections(), 4);
+}

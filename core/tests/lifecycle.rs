@@ -568,3 +568,17 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
     assert_eq!(d.a.state(h), Some(ConnState::Established));
     let _: Option<&Endpoint<TestHeap, PATHS>> = None;
 }
+
+/// Issue 11's budget: an idle established 16-path connection (its table
+/// slot and its share of the index) takes at most 512 bytes.
+#[test]
+fn an_idle_16_path_connection_fits_512_bytes() {
+    let f = metaroce_core::Endpoint::<metaroce_core::Borrowed<'static>, 16>::footprint();
+    assert!(
+        f.idle_connection <= 512,
+        "an idle 16-path connection takes {} B (slot {} + index {})",
+        f.idle_connection,
+        f.slot,
+        f.index_share
+    );
+}

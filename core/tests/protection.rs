@@ -404,6 +404,7 @@ fn forged_sack_bits_stall_only_an_unprotected_transfer() {
                 echo_path: 0,
                 path_rx_count: 0,
                 path_ce_count: 0,
+                sack_offset: 0,
                 rate_hint_mbps: 0,
                 sack,
             });

@@ -186,8 +186,12 @@ fn body() -> impl Strategy<Value = (Body, Vec<u8>)> {
             Body::ReadResponse(ReadResponseRepr { msg, target }),
             p
         )),
-        (any::<[u32; 3]>(), any::<[u16; 3]>(), sack()).prop_map(
-            move |([cumulative, echo_psn, echo_timestamp], [echo_path, rx, ce], sack)| {
+        (any::<[u32; 3]>(), any::<[u16; 4]>(), sack()).prop_map(
+            move |(
+                [cumulative, echo_psn, echo_timestamp],
+                [echo_path, rx, ce, sack_offset],
+                sack,
+            )| {
                 no_payload(Body::Ack(AckRepr {
                     cumulative,
                     echo_psn,
@@ -196,6 +200,7 @@ fn body() -> impl Strategy<Value = (Body, Vec<u8>)> {
                     path_rx_count: rx,
                     path_ce_count: ce,
                     rate_hint_mbps: echo_timestamp.rotate_left(7) ^ cumulative,
+                    sack_offset,
                     sack,
                 }))
             }

@@ -32,7 +32,7 @@
 
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags};
@@ -496,14 +496,23 @@ impl Sockets {
         }
     }
 
-    /// Waits until a datagram is queued or `timeout` passed.
-    pub fn wait(&self, timeout: Duration) {
+    /// Waits until a datagram is queued, `also` (an eventfd another
+    /// thread writes to wake this one) is readable, or `timeout` passed.
+    pub fn wait(&self, timeout: Duration, also: Option<BorrowedFd<'_>>) {
         if self.rx.slot < self.rx.filled {
             return;
         }
-        let mut fds = [PollFd::new(self.main.socket.as_fd(), PollFlags::POLLIN)];
+        let socket = PollFd::new(self.main.socket.as_fd(), PollFlags::POLLIN);
         let ts = TimeSpec::from_duration(timeout);
-        let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
+        match also {
+            Some(fd) => {
+                let mut fds = [socket, PollFd::new(fd, PollFlags::POLLIN)];
+                let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
+            }
+            None => {
+                let _ = nix::poll::ppoll(&mut [socket], Some(ts), None);
+            }
+        }
     }
 }
 
@@ -527,7 +536,7 @@ mod tests {
             if got.len() >= want {
                 break;
             }
-            s.wait(Duration::from_millis(10));
+            s.wait(Duration::from_millis(10), None);
         }
         got
     }

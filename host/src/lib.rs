@@ -29,6 +29,7 @@ pub mod node;
 pub mod pcap;
 pub mod protection;
 pub mod session;
+pub mod shard;
 
 /// The application protocol of `serve` (its own `no_std` crate, shared
 /// with the firmware's serve role).

@@ -14,13 +14,15 @@ use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RecvRequest, RxMeta, 
 use metaroce_core::config::{AcceptDomain, SourceLimits};
 use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
-use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
+use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout, Shard};
+use metaroce_platform::entropy::{seed_from, EntropyError, Seed};
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::IpAddress;
 
 use crate::io::Sockets;
 use crate::memory::Arenas;
 use crate::pcap::PcapRecorder;
+use crate::shard::steer::Steering;
 use crate::HostError;
 
 /// Connections a serving endpoint holds by default (`--connections`).
@@ -61,8 +63,9 @@ pub struct NodeConfig {
     /// many per connection; 0: the core's default layout).
     pub receives_per_connection: u32,
     /// Seed of the endpoint's generator (tokens, ids, PSNs, keys): `None`
-    /// takes 32 bytes from the operating system, as every real run must; a
-    /// number makes a test repeatable and its secrets guessable.
+    /// takes 32 bytes from the operating system and reseeds from it (spec
+    /// 5.1.6), as every real run must; a number makes a test repeatable
+    /// and its secrets guessable (and is never reseeded).
     pub seed: Option<u64>,
     /// How long a connection rides through an outage (retransmitting
     /// without progress) and a handshake keeps repeating CONNECT; `None`:
@@ -141,6 +144,9 @@ pub struct SocketLink {
     pub io: IoStats,
     /// Set while [`Node::flush`] polls: sends only, nothing is received.
     receive_held: bool,
+    /// On an engine thread of a sharded node: what brings each datagram
+    /// to the thread owning its connection ([`crate::shard`]).
+    pub steer: Option<Steering>,
 }
 
 impl DatagramLink for SocketLink {
@@ -152,23 +158,43 @@ impl DatagramLink for SocketLink {
         if self.receive_held {
             return None;
         }
+        // A sharded node's thread takes what the other threads forwarded
+        // in turn with its socket.
+        if let Some(steer) = self.steer.as_mut() {
+            if steer.rings_first() {
+                if let Some((from, ecn, bytes)) = steer.take_forwarded() {
+                    return Some(f(&rx_meta(from, ecn), bytes));
+                }
+            }
+        }
         let local = self.sockets.local_addr();
-        let (r, bytes) = self.sockets.next_received()?;
-        self.io.rx_datagrams += 1;
-        self.io.rx_bytes += r.len as u64;
-        if r.ecn != ecn::NOT_ECT {
-            self.io.rx_ecn_capable += 1;
+        let mut steered = 0;
+        loop {
+            let Some((r, bytes)) = self.sockets.next_received() else {
+                // The socket is empty: the rings may not be.
+                let (from, ecn, bytes) = self.steer.as_mut()?.take_forwarded()?;
+                return Some(f(&rx_meta(from, ecn), bytes));
+            };
+            self.io.rx_datagrams += 1;
+            self.io.rx_bytes += r.len as u64;
+            if r.ecn != ecn::NOT_ECT {
+                self.io.rx_ecn_capable += 1;
+            }
+            self.io.rx_ce += u64::from(r.ecn == ecn::CE);
+            if let Some(p) = self.pcap.as_mut() {
+                p.record(r.from, local, r.ecn, bytes, false);
+            }
+            if let Some(steer) = self.steer.as_mut() {
+                if steer.steer_away(r.from, r.ecn, bytes) {
+                    steered += 1;
+                    if steered >= steer.steered_per_receive() {
+                        return None;
+                    }
+                    continue;
+                }
+            }
+            return Some(f(&rx_meta(r.from, r.ecn), bytes));
         }
-        let ce = r.ecn == ecn::CE;
-        self.io.rx_ce += u64::from(ce);
-        if let Some(p) = self.pcap.as_mut() {
-            p.record(r.from, local, r.ecn, bytes, false);
-        }
-        let meta = RxMeta {
-            source: peer_of(r.from),
-            ce,
-        };
-        Some(f(&meta, bytes))
     }
 
     fn transmit_ready(&mut self) -> bool {
@@ -200,6 +226,9 @@ impl SocketLink {
     /// the counters.
     pub fn flush(&mut self) {
         self.sockets.flush();
+        if let Some(steer) = self.steer.as_mut() {
+            steer.wake_receivers();
+        }
         let batch = self.sockets.stats();
         self.io.tx_datagrams = batch.sent;
         self.io.tx_errors = batch.refused;
@@ -211,6 +240,32 @@ impl SocketLink {
     /// What the kernel granted for the receive socket's buffers.
     pub fn buffer_sizes(&self) -> crate::io::BufferSizes {
         self.sockets.buffer_sizes()
+    }
+
+    /// Waits until a datagram is queued (on the socket, or forwarded by
+    /// another engine thread) or `timeout` passed.
+    fn wait(&mut self, timeout: Duration) {
+        match &self.steer {
+            None => self.sockets.wait(timeout, None),
+            Some(steer) => {
+                if steer.has_forwarded() {
+                    return;
+                }
+                let waker = steer.waker(steer.thread());
+                self.sockets.wait(timeout, waker.map(|w| w.fd()));
+                if let Some(w) = waker {
+                    w.clear();
+                }
+            }
+        }
+    }
+}
+
+/// The core's view of a received datagram.
+fn rx_meta(from: SocketAddr, ecn_bits: u8) -> RxMeta {
+    RxMeta {
+        source: peer_of(from),
+        ce: ecn_bits == ecn::CE,
     }
 }
 
@@ -249,6 +304,14 @@ pub fn socket_of(peer: PeerAddr) -> SocketAddr {
 impl Node {
     /// Binds the sockets and creates the endpoint.
     pub fn bind(config: &NodeConfig) -> Result<Node, HostError> {
+        Node::bind_shard(config, None)
+    }
+
+    /// Binds the sockets and creates an endpoint that is `shard` of a
+    /// connection table split between several (one per engine thread):
+    /// its `config.connections` slots start at `shard.first_slot`, and the
+    /// ids it hands out name it ([`Shard::owner`]).
+    pub fn bind_shard(config: &NodeConfig, shard: Option<Shard>) -> Result<Node, HostError> {
         if !(1..=MAX_PATHS as u16).contains(&config.paths) {
             return Err(HostError::Usage(format!(
                 "--paths must be 1..={MAX_PATHS}, got {}",
@@ -271,14 +334,15 @@ impl Node {
                 config.connections
             )));
         }
+        let mut engine = Engine::for_datagrams();
         let seed = match config.seed {
             Some(n) => metaroce_core::rng::seed_from_u64(n),
             None => {
-                let mut seed = [0u8; 32];
-                getrandom::fill(&mut seed).map_err(|e| {
-                    HostError::Bind(format!("no entropy from the operating system: {e}"))
-                })?;
-                seed
+                // Reseeded from the same source as the core's policy says.
+                engine.set_entropy_source(os_entropy);
+                seed_from(os_entropy).map_err(|e| {
+                    HostError::Bind(format!("no entropy from the operating system: {e:?}"))
+                })?
             }
         };
         let mut layout = Layout::for_connections(config.connections);
@@ -287,7 +351,10 @@ impl Node {
                 .connections
                 .saturating_mul(config.receives_per_connection),
         );
-        let mut ep = Box::new(HostEndpoint::new(core, layout.heap_storage(), seed));
+        let mut ep = Box::new(match shard {
+            Some(shard) => HostEndpoint::new_shard(core, layout.heap_storage(), seed, shard),
+            None => HostEndpoint::new(core, layout.heap_storage(), seed),
+        });
         if let Some(p) = &config.protection {
             ep.add_psk(p.key_id, &p.psk)
                 .map_err(|e| HostError::Usage(format!("--key-id {}: {e:?}", p.key_id)))?;
@@ -300,8 +367,9 @@ impl Node {
                 pcap: None,
                 io: IoStats::default(),
                 receive_held: false,
+                steer: None,
             },
-            engine: Engine::for_datagrams(),
+            engine,
             queues: Box::new(Queues::new()),
             origin: std::time::Instant::now(),
             completions: VecDeque::new(),
@@ -412,7 +480,7 @@ impl Node {
             None => max_wait,
         };
         if !wait.is_zero() {
-            self.link.sockets.wait(wait);
+            self.link.wait(wait);
         }
         self.run_engine();
         self.link.io.rx_datagrams > received
@@ -447,4 +515,9 @@ impl Node {
         self.link.receive_held = false;
         self.collect();
     }
+}
+
+/// The host's entropy source: the operating system's (`getrandom`).
+fn os_entropy(out: &mut Seed) -> Result<(), EntropyError> {
+    getrandom::fill(out).map_err(|_| EntropyError::Failed)
 }

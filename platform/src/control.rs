@@ -65,6 +65,8 @@ pub struct ConnCounters {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub ce_received: u64,
+    /// The most PSNs the connection had outstanding at once (spec 4.4).
+    pub max_in_flight: u64,
 }
 
 /// The control operations of a transport endpoint (see the module docs).
@@ -215,6 +217,7 @@ impl<B: Backing, const P: usize> HostControl for Endpoint<B, P> {
             bytes_sent: s.bytes_sent,
             bytes_received: s.bytes_received,
             ce_received: s.ce_received,
+            max_in_flight: s.max_in_flight,
         })
     }
 

@@ -15,7 +15,12 @@
 //!    port, the sender's path entropy, go into [`RxMeta`]); transport
 //!    packets go to [`Transport::handle_packet`] with a [`DmaMemory`] that
 //!    places payload by DMA; ARP and ICMP echo are answered by [`crate::net`].
-//! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed.
+//! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed;
+//!    then **entropy**: when the transport's policy says fresh entropy is
+//!    due ([`Transport::reseed_due`], spec 5.1.6), 32 bytes from the
+//!    platform's source ([`Engine::set_entropy_source`]) go to
+//!    [`Transport::reseed`]. The same step on every platform; only the
+//!    source differs.
 //! 4. **Completions** into the completion ring, then its doorbell.
 //! 5. **TX**: [`Transport::poll_transmit`] until the device is full; the
 //!    headers are wrapped in Ethernet/IP/UDP (`EncapRepr::emit`) directly in
@@ -42,6 +47,7 @@ use smoltcp::wire::{
 use crate::device::{FrameDevice, FRAME_SLOT_LEN};
 use crate::dma::{DmaCopy, DmaMemory};
 use crate::doorbell::Doorbell;
+use crate::entropy::{EntropySource, EntropyStep};
 use crate::host::{AdminCommand, AdminResult, EnginePort, RecvQueueEntry, SendQueueEntry};
 use crate::link::{DatagramLink, DatagramTarget};
 use crate::net::{self, Control, NeighborCache, NetConfig};
@@ -119,6 +125,11 @@ pub struct EngineStats {
     pub timeouts: u64,
     /// DMA copies refused (outside the DMA window).
     pub dma_faults: u64,
+    /// Fresh entropy folded into the transport's generator.
+    pub reseeds: u64,
+    /// Reseeds the source could not serve (retried after
+    /// [`crate::entropy::RETRY_NANOS`]; the generator goes on with its key).
+    pub entropy_failures: u64,
 }
 
 /// What one poll did.
@@ -175,6 +186,9 @@ pub struct Engine<const NEIGHBORS: usize = 16> {
     parked_recvs: Deque<RecvQueueEntry, PARKED>,
     /// The transport's deadline as of the end of the last poll.
     deadline: Option<Instant>,
+    /// Fresh entropy for the transport (none configured: never
+    /// reseeded, as in simulations).
+    entropy: EntropyStep,
 }
 
 impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
@@ -192,7 +206,14 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             parked_sends: Deque::new(),
             parked_recvs: Deque::new(),
             deadline: None,
+            entropy: EntropyStep::NONE,
         }
+    }
+
+    /// The platform's entropy source: from now on every poll reseeds the
+    /// transport from it when the transport's policy says so (step 3).
+    pub fn set_entropy_source(&mut self, source: EntropySource) {
+        self.entropy = EntropyStep::new(source);
     }
 
     /// A loop for [`Engine::poll_datagrams`] only: the link's owner has the
@@ -373,6 +394,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             self.stats.timeouts += 1;
             busy = true;
         }
+        self.entropy.refresh(now, transport, &mut self.stats);
         busy |= self.write_completions(transport, port);
         busy
     }

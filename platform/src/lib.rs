@@ -3,7 +3,8 @@
 //! The platform layer between a transport engine and hardware: small traits
 //! for DMA descriptor rings ([`ring`]), doorbells ([`doorbell`]), a
 //! monotonic clock ([`clock`]), DMA copies between host memory and packet
-//! buffers ([`dma`]), random numbers ([`random`]), frame devices
+//! buffers ([`dma`]), random numbers ([`random`]), entropy sources for
+//! the endpoint's secrets ([`entropy`]), frame devices
 //! ([`device`]) and datagram links ([`link`], where a kernel or simulator
 //! owns Ethernet/IP/UDP); the host interface a host driver uses ([`host`]: send,
 //! receive, completion and admin queues as rings, each with a doorbell);
@@ -41,6 +42,7 @@ pub mod device;
 pub mod dma;
 pub mod doorbell;
 pub mod engine;
+pub mod entropy;
 pub mod host;
 pub mod hostif;
 pub mod link;

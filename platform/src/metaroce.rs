@@ -77,6 +77,14 @@ impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
         self.config().udp_port
     }
 
+    fn reseed_due(&self, now: Instant) -> bool {
+        Endpoint::reseed_due(self, now)
+    }
+
+    fn reseed(&mut self, now: Instant, entropy: [u8; 32]) {
+        Endpoint::reseed(self, now, entropy);
+    }
+
     fn finish_packet(&self, tx: &Transmit, _encap: Option<&EncapRepr>, packet: &mut [u8]) {
         // Seals a protected packet (spec 5.3), then writes the CRC.
         Endpoint::finish_transmit(self, tx, packet);

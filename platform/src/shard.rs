@@ -294,22 +294,30 @@ fn classify_inner(frame: &[u8], udp_port: u16, cores: usize) -> Option<FrameClas
     match proto {
         IP_PROTO_ICMP if *frame.get(l4)? == ICMP_ECHO_REPLY => Some(FrameClass::Reply),
         IP_PROTO_UDP if be16(frame, l4 + 2)? == udp_port => {
-            let packet = frame.get(l4 + UDP_LEN..)?;
-            if packet.len() < HEADER_LEN {
-                return None;
-            }
-            if PacketType::from(packet[field::TYPE]) == PacketType::Connect {
-                let src_conn = be32(packet, HEADER_LEN + field::connect::SRC_CONN.start)?;
-                return Some(FrameClass::Connect {
-                    core: connect_core(src_ip, src_conn, cores),
-                });
-            }
-            Some(FrameClass::Connection {
-                dst_conn: be32(packet, field::DST_CONN.start)?,
-            })
+            classify_packet(frame.get(l4 + UDP_LEN..)?, src_ip, cores)
         }
         _ => None,
     }
+}
+
+/// Classifies a MetaRoCE packet (a UDP payload, as a host's sockets
+/// deliver it) from `src_ip` (4 or 16 bytes): a CONNECT by the hash of its
+/// source ([`connect_core`]), anything else by its destination id. `None`
+/// if it is too short to tell; it never panics and checks nothing else
+/// (the owning core's endpoint does).
+pub fn classify_packet(packet: &[u8], src_ip: &[u8], cores: usize) -> Option<FrameClass> {
+    if packet.len() < HEADER_LEN {
+        return None;
+    }
+    if PacketType::from(packet[field::TYPE]) == PacketType::Connect {
+        let src_conn = be32(packet, HEADER_LEN + field::connect::SRC_CONN.start)?;
+        return Some(FrameClass::Connect {
+            core: connect_core(src_ip, src_conn, cores),
+        });
+    }
+    Some(FrameClass::Connection {
+        dst_conn: be32(packet, field::DST_CONN.start)?,
+    })
 }
 
 /// The connection id a sent frame announces: the source id of a MetaRoCE

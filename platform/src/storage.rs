@@ -30,12 +30,14 @@ pub unsafe fn init_slice<'a, T: Clone, const N: usize>(
 
 /// Defines `fn $name() -> Option<Storage<Borrowed<'static>, $paths>>` over
 /// statics of the given sizes; it returns `Some` the first time only.
+/// `reorder_words` (the receivers' out-of-order bitmaps) may be left out:
+/// it then defaults to `metaroce_core::storage::DEFAULT_REORDER_WORDS`;
 /// `key_slots` (protected connections, spec 5.3) may be left out: 0.
 ///
 /// ```ignore
 /// metaroce_platform::static_endpoint_storage!(take_storage, 8,
 ///     connections: 1024, work_entries: 4096, recv_entries: 4096,
-///     senders: 256, inflight_records: 8192, regions: 2048);
+///     senders: 256, inflight_records: 8192, reorder_words: 4096, regions: 2048);
 /// ```
 #[macro_export]
 macro_rules! static_endpoint_storage {
@@ -43,13 +45,33 @@ macro_rules! static_endpoint_storage {
      connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
      senders: $s:expr, inflight_records: $i:expr, regions: $g:expr) => {
         $crate::static_endpoint_storage!($name, $paths,
-            connections: $c, work_entries: $w, recv_entries: $r,
-            senders: $s, inflight_records: $i, regions: $g, key_slots: 0);
+            connections: $c, work_entries: $w, recv_entries: $r, senders: $s,
+            inflight_records: $i,
+            reorder_words: $crate::__core::storage::DEFAULT_REORDER_WORDS,
+            regions: $g, key_slots: 0);
+    };
+    ($name:ident, $paths:expr,
+     connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
+     senders: $s:expr, inflight_records: $i:expr, reorder_words: $b:expr,
+     regions: $g:expr) => {
+        $crate::static_endpoint_storage!($name, $paths,
+            connections: $c, work_entries: $w, recv_entries: $r, senders: $s,
+            inflight_records: $i, reorder_words: $b, regions: $g, key_slots: 0);
     };
     ($name:ident, $paths:expr,
      connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
      senders: $s:expr, inflight_records: $i:expr, regions: $g:expr,
      key_slots: $k:expr) => {
+        $crate::static_endpoint_storage!($name, $paths,
+            connections: $c, work_entries: $w, recv_entries: $r, senders: $s,
+            inflight_records: $i,
+            reorder_words: $crate::__core::storage::DEFAULT_REORDER_WORDS,
+            regions: $g, key_slots: $k);
+    };
+    ($name:ident, $paths:expr,
+     connections: $c:expr, work_entries: $w:expr, recv_entries: $r:expr,
+     senders: $s:expr, inflight_records: $i:expr, reorder_words: $b:expr,
+     regions: $g:expr, key_slots: $k:expr) => {
         fn $name() -> ::core::option::Option<
             $crate::__core::Storage<$crate::__core::Borrowed<'static>, { $paths }>,
         > {
@@ -68,8 +90,10 @@ macro_rules! static_endpoint_storage {
                 recv_entries: $r,
                 senders: $s,
                 inflight_records: $i,
+                reorder_words: $b,
                 regions: $g,
                 sources: Layout::sources_for($c),
+                cookies: Layout::cookies_for($c),
                 key_slots: $k,
             };
             const C: usize = LAYOUT.connections as usize;
@@ -79,8 +103,11 @@ macro_rules! static_endpoint_storage {
             const S: usize = LAYOUT.senders as usize;
             const I: usize = LAYOUT.inflight_records_used();
             const N: usize = LAYOUT.inflight_nodes();
+            const BW: usize = LAYOUT.reorder_words_used();
+            const BN: usize = LAYOUT.reorder_nodes();
             const G: usize = LAYOUT.regions as usize;
             const Q: usize = LAYOUT.sources as usize;
+            const J: usize = LAYOUT.cookies as usize;
             const K: usize = LAYOUT.key_slots as usize;
             static TAKEN: AtomicBool = AtomicBool::new(false);
             static mut CONNECTIONS: MaybeUninit<[ConnSlot<{ $paths }>; C]> = MaybeUninit::uninit();
@@ -91,8 +118,11 @@ macro_rules! static_endpoint_storage {
                 MaybeUninit::uninit();
             static mut RECORDS: MaybeUninit<[InflightRecord; I]> = MaybeUninit::uninit();
             static mut NODES: MaybeUninit<[BuddyNode; N]> = MaybeUninit::uninit();
+            static mut REORDER_WORDS: MaybeUninit<[u64; BW]> = MaybeUninit::uninit();
+            static mut REORDER_NODES: MaybeUninit<[BuddyNode; BN]> = MaybeUninit::uninit();
             static mut REGIONS: MaybeUninit<[RegionSlot; G]> = MaybeUninit::uninit();
             static mut SOURCES: MaybeUninit<[SourceBucket; Q]> = MaybeUninit::uninit();
+            static mut COOKIES: MaybeUninit<[PoolEntry<[u8; 32]>; J]> = MaybeUninit::uninit();
             static mut KEYS: MaybeUninit<[KeySlot; K]> = MaybeUninit::uninit();
             if TAKEN.swap(true, Ordering::AcqRel) {
                 return None;
@@ -127,10 +157,19 @@ macro_rules! static_endpoint_storage {
                         addr_of_mut!(NODES),
                         BuddyNode::INIT,
                     ),
+                    reorder_words: $crate::storage::init_slice(addr_of_mut!(REORDER_WORDS), 0),
+                    reorder_nodes: $crate::storage::init_slice(
+                        addr_of_mut!(REORDER_NODES),
+                        BuddyNode::INIT,
+                    ),
                     regions: $crate::storage::init_slice(addr_of_mut!(REGIONS), RegionSlot::VACANT),
                     sources: $crate::storage::init_slice(
                         addr_of_mut!(SOURCES),
                         SourceBucket::EMPTY,
+                    ),
+                    cookies: $crate::storage::init_slice(
+                        addr_of_mut!(COOKIES),
+                        PoolEntry::vacant([0; 32]),
                     ),
                     key_slots: $crate::storage::init_slice(addr_of_mut!(KEYS), KeySlot::VACANT),
                 })
@@ -157,6 +196,8 @@ mod tests {
             128,
             "per-source buckets for 100 connections"
         );
+        assert_eq!(s.reorder_words.len(), 16_384, "the default");
+        assert_eq!(s.reorder_nodes.len(), 1024);
         assert!(take().is_none(), "never twice");
         let ep = metaroce_core::Endpoint::new(
             metaroce_core::Config::default(),

@@ -28,7 +28,8 @@ pub trait PostError {
 ///
 /// Calling order per poll, as the loop does it: `handle_packet` for each
 /// received packet, the posts from the host queues, `handle_timeout` when
-/// `poll_timeout` has passed, `poll_completion` until `None`, then
+/// `poll_timeout` has passed, `reseed` when `reseed_due` says so and the
+/// platform has an entropy source, `poll_completion` until `None`, then
 /// `poll_transmit` until `None` (or the device is full). Time never goes
 /// backwards between calls.
 pub trait Transport {
@@ -59,6 +60,13 @@ pub trait Transport {
     fn poll_completion(&mut self) -> Option<Completion>;
     /// The UDP port this endpoint receives on.
     fn udp_port(&self) -> u16;
+    /// Whether the transport's generator wants fresh entropy at `now`
+    /// (spec 5.1.6). A transport without secrets never does.
+    fn reseed_due(&self, _now: Instant) -> bool {
+        false
+    }
+    /// Folds 32 bytes of fresh entropy into the transport's generator.
+    fn reseed(&mut self, _now: Instant, _entropy: [u8; 32]) {}
     /// Writes the protocol's trailer into the last bytes of `packet` (the
     /// whole UDP payload of `tx`: headers, gathered payload, trailer space).
     /// `encap` is the Ethernet/IP/UDP wrapping, for trailers that cover it

@@ -1,6 +1,7 @@
 //! A [`FrameDevice`] over a virtio-net device, using `virtio-drivers`'
-//! heap-free `VirtIONetRaw`, plus [`PoolHal`], a DMA `Hal` backed by a
-//! static page pool.
+//! heap-free `VirtIONetRaw`; [`VirtioEntropy`], the entropy source over a
+//! virtio-rng device (`VirtIORng`); and [`PoolHal`], a DMA `Hal` backed by
+//! a static page pool.
 //!
 //! Buffers: `Q` receive and `Q` transmit buffers of [`NET_BUF_LEN`] bytes in
 //! a caller-provided [`NetBuffers`] (a `static` in firmware). Every receive
@@ -16,10 +17,12 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use heapless::Vec;
 use virtio_drivers::device::net::VirtIONetRaw;
+use virtio_drivers::device::rng::VirtIORng;
 use virtio_drivers::transport::Transport as VirtioTransport;
 use virtio_drivers::{BufferDirection, Hal, PhysAddr, PAGE_SIZE};
 
 use crate::device::{FrameDevice, MAX_FRAME_LEN};
+use crate::entropy::{EntropyError, Seed};
 
 /// Bytes per DMA frame buffer: the virtio-net header (at most 12 bytes)
 /// plus a full frame, rounded up.
@@ -216,6 +219,53 @@ impl<H: Hal, T: VirtioTransport, const Q: usize> FrameDevice for VirtioNetDevice
                 let _ = self.tx_free.push(index);
                 None
             }
+        }
+    }
+}
+
+/// Device round trips [`VirtioEntropy::fill`] makes at most for 32 bytes
+/// (a device may return fewer bytes than asked).
+const ENTROPY_REQUESTS: usize = 8;
+
+/// The virtio-rng device as an entropy source (spec 5.1.6): QEMU's
+/// `virtio-rng-device`, whose default back end is the host's
+/// `getrandom`.
+pub struct VirtioEntropy<H: Hal, T: VirtioTransport> {
+    rng: VirtIORng<H, T>,
+}
+
+impl<H: Hal, T: VirtioTransport> core::fmt::Debug for VirtioEntropy<H, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("VirtioEntropy")
+    }
+}
+
+impl<H: Hal, T: VirtioTransport> VirtioEntropy<H, T> {
+    /// Initialises the device on `transport`.
+    pub fn new(transport: T) -> Result<Self, EntropyError> {
+        VirtIORng::new(transport)
+            .map(|rng| VirtioEntropy { rng })
+            .map_err(|_| EntropyError::Failed)
+    }
+
+    /// Fills `out` from the device, asking again while it returns fewer
+    /// bytes than still missing (at most [`ENTROPY_REQUESTS`] times).
+    pub fn fill(&mut self, out: &mut Seed) -> Result<(), EntropyError> {
+        let mut filled = 0;
+        for _ in 0..ENTROPY_REQUESTS {
+            let Some(rest) = out.get_mut(filled..).filter(|r| !r.is_empty()) else {
+                break;
+            };
+            let got = self
+                .rng
+                .request_entropy(rest)
+                .map_err(|_| EntropyError::Failed)?;
+            filled += got.min(rest.len());
+        }
+        if filled == out.len() {
+            Ok(())
+        } else {
+            Err(EntropyError::Failed)
         }
     }
 }

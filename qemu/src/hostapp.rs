@@ -200,7 +200,7 @@ pub fn run(o: &HostAppOptions) -> Result<bool, String> {
         _ => "idle",
     };
     println!(
-        "METAROCE-RESULT node={} role={role} transport=metaroce bytes={} elapsed_us={elapsed_us} goodput_mbps={:.2} completions={} errors={} retransmits={} timeouts={} ce={} rate_hint_mbps={} host={} ops_per_s={:.0} lat_p50_us={:.0} lat_p99_us={:.0} integrity={}",
+        "METAROCE-RESULT node={} role={role} transport=metaroce bytes={} elapsed_us={elapsed_us} goodput_mbps={:.2} completions={} errors={} retransmits={} timeouts={} ce={} max_in_flight={} rate_hint_mbps={} host={} ops_per_s={:.0} lat_p50_us={:.0} lat_p99_us={:.0} integrity={}",
         o.node,
         report.bytes,
         report.bytes as f64 * 8.0 / elapsed_us as f64,
@@ -209,6 +209,7 @@ pub fn run(o: &HostAppOptions) -> Result<bool, String> {
         counters.transport_retransmissions,
         counters.transport_timeouts,
         counters.transport_ce_received,
+        counters.transport_max_in_flight,
         report.min_hint.unwrap_or(counters.device_rate_hint_mbps),
         std::process::id(),
         report.ops as f64 * 1e6 / elapsed_us as f64,

@@ -273,7 +273,7 @@ impl RunReport {
         let mut s = String::new();
         let hosted = self.nodes.iter().any(|n| n.host.is_some());
         s.push_str(&format!(
-            "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
+            "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
             "node",
             "role",
             "bytes",
@@ -281,6 +281,7 @@ impl RunReport {
             "compl",
             "retx",
             "rto",
+            "infl",
             "ce_rx",
             "drop_rand",
             "drop_brst",
@@ -305,7 +306,7 @@ impl RunReport {
                 n.field("integrity").to_owned()
             };
             s.push_str(&format!(
-                "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
+                "{:<4} {:<8} {:>10} {:>9} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9} {:>7} {:>6} {:>5} {:<9}",
                 n.node,
                 n.field("role"),
                 n.field("bytes"),
@@ -313,6 +314,7 @@ impl RunReport {
                 n.field("completions"),
                 n.field("retransmits"),
                 n.field("timeouts"),
+                n.field("max_in_flight"),
                 n.field("ce"),
                 n.port.dropped_random,
                 n.port.dropped_burst,
@@ -342,7 +344,7 @@ impl RunReport {
             self.nodes.iter().map(|n| n.port.dropped()).sum::<u64>(),
             self.wall.as_secs_f64()
         ));
-        s.push_str("drops and dup count frames toward the node; ce_rx = CE-marked frames the node received; hint = receiver's fair-share rate hint (Mbit/s)\n");
+        s.push_str("infl = the most PSNs one of the node's connections had outstanding at once (sent, not cumulatively acknowledged: what the window bounds); drops and dup count frames toward the node; ce_rx = CE-marked frames the node received; hint = receiver's fair-share rate hint (Mbit/s)\n");
         if hosted {
             s.push_str("host = pid of the host process driving the node through the host library (shared memory, ivshmem); ops/s and p50/p99 post-to-completion latency measured by that process (senders)\n");
             for n in &self.nodes {

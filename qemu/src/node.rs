@@ -78,6 +78,11 @@ fn base_args(elf: &Path, spec: &NodeSpec, port: &PortAddrs, console: &Path) -> V
         ),
         "-device".into(),
         format!("virtio-net-device,netdev=net0,mac={}", mac_string(&spec.mac)),
+        // The entropy source of the node's secrets (its default back end,
+        // rng-builtin, reads the host's getrandom); the firmware refuses
+        // to run without it.
+        "-device".into(),
+        "virtio-rng-device".into(),
         "-fw_cfg".into(),
         format!("name=opt/metaroce/config,string={}", spec.config),
     ];

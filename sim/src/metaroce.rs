@@ -85,14 +85,17 @@ pub struct MetaRoce<const P: usize = PATHS> {
     max_in_flight: u64,
 }
 
-/// The storage of a simulated host's endpoint with `connections`: every
-/// connection may hold a full 256-PSN window in flight at once, so the
-/// pools never shape the protocol's behaviour in an experiment.
-pub fn layout(connections: u32) -> Layout {
+/// The storage of a simulated host's endpoint with `connections` of
+/// `window` PSNs: every connection may hold a full window in flight and a
+/// full out-of-order bitmap at once, so the pools never shape the
+/// protocol's behaviour in an experiment.
+pub fn layout(connections: u32, window: u32) -> Layout {
     let connections = connections.max(1);
+    let (records, words) = Layout::per_connection_window(window);
     Layout {
         senders: connections,
-        inflight_records: connections.saturating_mul(256).max(4096),
+        inflight_records: connections.saturating_mul(records).max(4096),
+        reorder_words: connections.saturating_mul(words),
         ..Layout::for_connections(connections)
     }
 }
@@ -175,7 +178,7 @@ impl<const P: usize> MetaRoce<P> {
             next_timeout: None,
             endpoint: Box::new(Endpoint::new(
                 config,
-                layout(connections).heap_storage(),
+                layout(connections, config.window).heap_storage(),
                 metaroce_core::rng::seed_from_u64(seed),
             )),
             engine,

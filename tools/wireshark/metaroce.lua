@@ -77,7 +77,7 @@ local f = {
     echo_path = ProtoField.uint16("metaroce.ack.echo_path", "Echo Path ID", base.DEC),
     path_rx_count = ProtoField.uint16("metaroce.ack.path_rx_count", "Path RX Count", base.DEC),
     path_ce_count = ProtoField.uint16("metaroce.ack.path_ce_count", "Path CE Count", base.DEC),
-    ack_reserved = ProtoField.uint16("metaroce.ack.reserved", "Reserved", base.HEX),
+    sack_offset = ProtoField.uint16("metaroce.ack.sack_offset", "SACK Offset", base.DEC),
     rate_hint = ProtoField.uint32("metaroce.ack.rate_hint", "Rate Hint (Mbit/s)", base.DEC),
     sack = ProtoField.bytes("metaroce.ack.sack", "SACK bitvector"),
     sack_bits = ProtoField.string("metaroce.ack.sack_bits", "SACK bits set"),
@@ -170,7 +170,9 @@ local function dissect_ack(t, tvb, o)
     t:add(f.echo_path, tvb(o + 12, 2))
     t:add(f.path_rx_count, tvb(o + 14, 2))
     t:add(f.path_ce_count, tvb(o + 16, 2))
-    t:add(f.ack_reserved, tvb(o + 18, 2))
+    -- Bit 0 of the bitvector is PSN cum + 1 + SACK Offset (3.6).
+    local offset = tvb(o + 18, 2):uint()
+    t:add(f.sack_offset, tvb(o + 18, 2))
     t:add(f.rate_hint, tvb(o + 20, 4))
     local st = t:add(f.sack, tvb(o + 24, 32))
     -- Bit i is in byte i/8 under mask 0x80 >> (i mod 8) (3.6).
@@ -180,12 +182,15 @@ local function dissect_ack(t, tvb, o)
         if band(byte, rshift(0x80, i % 8)) ~= 0 then
             n = n + 1
             bits[#bits + 1] = tostring(i)
-            psns[#psns + 1] = tostring((cum + 1 + i) % 0x100000000)
+            psns[#psns + 1] = tostring((cum + 1 + offset + i) % 0x100000000)
         end
     end
     st:add(f.sack_bits, tvb(o + 24, 32), table.concat(bits, ","))
     st:add(f.sack_psns, tvb(o + 24, 32), table.concat(psns, ","))
     st:add(f.sack_count, tvb(o + 24, 32), n)
+    if offset ~= 0 then
+        return string.format(" cum=%d sack=%d at +%d", cum, n, offset)
+    end
     return string.format(" cum=%d sack=%d", cum, n)
 end
 

@@ -142,6 +142,9 @@ struct Scenario {
     /// Cores per node: above 1 the summary must show each node's
     /// dispatcher (the harness itself checks every core's part).
     cores: usize,
+    /// A node must have had more than this many PSNs outstanding on one
+    /// connection (the summary's `infl` column); 0: not checked.
+    more_in_flight_than: u64,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -150,30 +153,35 @@ const SCENARIOS: &[Scenario] = &[
         args: &["--loss", "0", "--reorder", "5", "--duplicate", "2"],
         needs_ce: false,
         cores: 1,
+        more_in_flight_than: 0,
     },
     Scenario {
         name: "2 nodes, 5% loss, reorder + dup",
         args: &["--loss", "5", "--reorder", "5", "--duplicate", "2"],
         needs_ce: false,
         cores: 1,
+        more_in_flight_than: 0,
     },
     Scenario {
         name: "2 nodes, 20% loss, reorder + dup",
         args: &["--loss", "20", "--reorder", "5", "--duplicate", "2"],
         needs_ce: false,
         cores: 1,
+        more_in_flight_than: 0,
     },
     Scenario {
         name: "2 nodes, ECN marking (50 Mbit/s, mark above 4 KiB)",
         args: &["--loss", "0", "--rate-mbps", "50", "--ecn-kib", "4"],
         needs_ce: true,
         cores: 1,
+        more_in_flight_than: 0,
     },
     Scenario {
         name: "3 nodes incast (fair-share hints)",
         args: &["--nodes", "3", "--topology", "incast", "--loss", "1"],
         needs_ce: false,
         cores: 1,
+        more_in_flight_than: 0,
     },
 ];
 
@@ -184,6 +192,10 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "2 nodes x 4 cores, 2% loss, reorder + dup",
         args: &[
+            // Several cores run the workload role (a task per core); the
+            // host role drives one engine.
+            "--driver",
+            "firmware",
             "--cores",
             "4",
             "--loss",
@@ -195,10 +207,15 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
         ],
         needs_ce: false,
         cores: 4,
+        more_in_flight_than: 0,
     },
     Scenario {
         name: "2 nodes x 4 cores, 10% loss, reorder + dup",
         args: &[
+            // Several cores run the workload role (a task per core); the
+            // host role drives one engine.
+            "--driver",
+            "firmware",
             "--cores",
             "4",
             "--loss",
@@ -210,17 +227,132 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
         ],
         needs_ce: false,
         cores: 4,
+        more_in_flight_than: 0,
     },
 ];
 
+/// The long-haul run (issue 17): 5 ms one way (a 10 ms round trip), 1 %
+/// loss, 16 messages of 64 KiB in flight: the window must let one
+/// connection keep more than the 256 PSNs of one SACK bitvector
+/// outstanding (spec 4.4), with every byte intact.
+const LONGHAUL_SCENARIOS: &[Scenario] = &[Scenario {
+    name: "2 nodes, 5 ms one way, 1% loss: more than 256 PSNs in flight",
+    args: &[
+        "--delay-us",
+        "5000",
+        "--jitter-us",
+        "0",
+        "--reorder",
+        "0",
+        "--loss",
+        "1",
+        "--depth",
+        "16",
+    ],
+    needs_ce: false,
+    cores: 1,
+    more_in_flight_than: 256,
+}];
+
+/// Test step `qemu-longhaul`: the long-haul run, integrity and the
+/// packets in flight checked.
+pub fn longhaul_step(ctx: &mut Context) -> Result<(), Error> {
+    run_scenarios(
+        ctx,
+        LONGHAUL_SCENARIOS,
+        &["--size", "65536", "--count", "32"],
+        "longhaul",
+    )
+}
+
 /// Test step `qemu-runs`: every scenario, each one test in the tally.
 pub fn runs_step(ctx: &mut Context) -> Result<(), Error> {
+    let entropy = entropy_required(ctx);
     run_scenarios(
         ctx,
         SCENARIOS,
         &["--size", "16384", "--count", "32"],
         "test",
-    )
+    )?;
+    entropy
+}
+
+/// How long a node without an entropy source may take to give up.
+const NO_ENTROPY_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// One case of `qemu-runs`: booted without a virtio-rng device, a serve
+/// node must stop at once with its `METAROCE-ERROR no entropy source`
+/// line and exit status 1, never run on a guessable seed (spec 5.1.6).
+fn entropy_required(ctx: &mut Context) -> Result<(), Error> {
+    ensure_qemu()?;
+    let elf = build_firmware()?;
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| Error::new(format!("{}: {e}", dir.display())))?;
+    let console = dir.join("no-entropy.console");
+    let mut cmd = Command::new("qemu-system-aarch64");
+    cmd.args([
+        "-M",
+        "virt",
+        "-cpu",
+        "cortex-a72",
+        "-m",
+        "256M",
+        "-nodefaults",
+    ])
+    .args(["-display", "none", "-monitor", "none"])
+    .args(["-semihosting-config", "enable=on,target=native"])
+    .arg("-serial")
+    .arg(format!("file:{}", console.display()))
+    .arg("-kernel")
+    .arg(&elf)
+    // A network device, as every node has; no virtio-rng-device.
+    .args([
+        "-netdev",
+        "user,id=n0",
+        "-device",
+        "virtio-net-device,netdev=n0",
+    ])
+    .args([
+        "-fw_cfg",
+        "name=opt/metaroce/config,string=node=0 ip=198.18.0.1 mac=02:00:00:00:00:01 role=serve",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    println!("$ {}", util::display(&cmd));
+    let started = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::new(format!("qemu-system-aarch64: {e}")))?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if started.elapsed() > NO_ENTROPY_WAIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let text = std::fs::read_to_string(&console).unwrap_or_default();
+    let refused = text.contains("METAROCE-ERROR no entropy source")
+        && status.is_some_and(|s| s.code() == Some(1));
+    println!(
+        "qemu: a node without an entropy device refuses to run ... {} ({})",
+        if refused { "ok" } else { "FAILED" },
+        util::fmt_duration(started.elapsed())
+    );
+    ctx.ran_tests = true;
+    if refused {
+        ctx.tally.passed += 1;
+        Ok(())
+    } else {
+        ctx.tally.failed += 1;
+        Err(Error::new(format!(
+            "without a virtio-rng device the node did not stop with its METAROCE-ERROR line (exit {status:?}; console {})",
+            console.display()
+        )))
+    }
 }
 
 /// Test step `qemu-multicore`: every core of 2 nodes x 4 cores handles
@@ -278,7 +410,15 @@ fn run_scenarios(
         })?;
         let ce_ok = !s.needs_ce || ce_marks(&summary) > 0;
         let cores_ok = s.cores <= 1 || dispatchers(&summary) == 2;
-        let passed = ok && ce_ok && cores_ok;
+        let in_flight = max_in_flight(&summary);
+        let in_flight_ok = in_flight > s.more_in_flight_than || s.more_in_flight_than == 0;
+        if s.more_in_flight_than > 0 {
+            println!(
+                "qemu: most PSNs outstanding on one connection: {in_flight} (must exceed {})",
+                s.more_in_flight_than
+            );
+        }
+        let passed = ok && ce_ok && cores_ok && in_flight_ok;
         println!(
             "qemu: {} ... {} ({})",
             s.name,
@@ -386,6 +526,23 @@ fn passed_failed(line: &str) -> Option<(u64, u64)> {
 }
 
 /// The fabric's CE-mark count from a summary.
+/// The largest `infl` of the summary's node rows (0 without the column).
+fn max_in_flight(summary: &str) -> u64 {
+    let mut column = None;
+    let mut most = 0;
+    for line in summary.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first() == Some(&"node") && words.get(1) == Some(&"role") {
+            column = words.iter().position(|w| *w == "infl");
+        } else if let (Some(c), Some(first)) = (column, words.first()) {
+            if first.parse::<u32>().is_ok() {
+                most = most.max(words.get(c).and_then(|w| w.parse().ok()).unwrap_or(0));
+            }
+        }
+    }
+    most
+}
+
 fn ce_marks(summary: &str) -> u64 {
     summary
         .lines()
@@ -405,6 +562,16 @@ mod tests {
     fn passed_failed_lines_are_read() {
         assert_eq!(passed_failed("30 passed, 0 failed"), Some((30, 0)));
         assert_eq!(passed_failed("ok   post WRITE"), None);
+    }
+
+    #[test]
+    fn in_flight_is_read_from_the_summary() {
+        let s = "node role          bytes    Mbit/s  compl    retx     rto   infl   ce_rx\n\
+                 0    sender      2097152     98.52     34      20       0    462     131\n\
+                 1    receiver    1572864     96.52     18       4       0    232     504\n\
+                 fabric: 2237 frames delivered, 635 CE-marked, 0 reordered, 25 dropped\n";
+        assert_eq!(max_in_flight(s), 462);
+        assert_eq!(max_in_flight("nothing"), 0);
     }
 
     #[test]

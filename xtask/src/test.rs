@@ -73,7 +73,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "compliance",
-        what: "compliance suite against metaroce serve on loopback (cargo xtask compliance --target host)",
+        what: "compliance suite against metaroce serve on loopback, 1 and 2 engine threads (cargo xtask compliance --target host, host-threads)",
         run: crate::compliance::compliance_step,
     },
     Step {
@@ -115,6 +115,11 @@ pub const STEPS: &[Step] = &[
         name: "qemu-runs",
         what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
         run: crate::qemu::runs_step,
+    },
+    Step {
+        name: "qemu-longhaul",
+        what: "QEMU run of 2 nodes 5 ms apart (10 ms round trip), 1% loss: integrity, and one connection with more than 256 PSNs outstanding (windows beyond one SACK bitvector)",
+        run: crate::qemu::longhaul_step,
     },
     Step {
         name: "qemu-multicore",

@@ -1,5 +1,6 @@
 //! Elba hardware: identity map, boot glue, exception level, console,
-//! generic timer, GICv3, PSCI and the critical-section implementation.
+//! generic timer, GICv3, PSCI, the TRNG conduit and the critical-section
+//! implementation.
 //! Every `unsafe` of the firmware binary is here. Addresses come from
 //! `board.toml` through [`board`].
 //!
@@ -39,11 +40,13 @@ use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
 use board_pensando_elba::board;
 use board_pensando_elba::cores;
+use board_pensando_elba::entropy::{Conduit, Source};
 use board_pensando_elba::shm::{FrameDescriptor, Notify, ShmRing};
 use board_pensando_elba::uart16550::{Mmio, Uart16550};
 use critical_section::{Mutex, RawRestoreState};
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
+use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::spinlock::{CoreLock, Locked};
 
 use crate::node::Queues;
@@ -508,6 +511,30 @@ pub fn psci_version() -> Option<(u16, u16)> {
     smccc::psci::version::<smccc::Smc>()
         .ok()
         .map(|v| (v.major, v.minor))
+}
+
+// ----- entropy -----------------------------------------------------------
+
+/// SMCCC calls into the secure firmware through `smc` (the TRNG service,
+/// `board_pensando_elba::entropy`).
+#[derive(Debug, Clone, Copy)]
+pub struct SmcConduit;
+
+impl Conduit for SmcConduit {
+    fn call(&mut self, function: u32, args: [u64; 3]) -> [u64; 4] {
+        let mut regs = [0u64; 17];
+        regs[..3].copy_from_slice(&args);
+        let r = smccc::smc64(function, regs);
+        [r[0], r[1], r[2], r[3]]
+    }
+}
+
+/// The board's entropy source (`board.toml` `[entropy]`): 256 bits from
+/// the secure firmware's TRNG service, for the engine's reseeds.
+pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
+    match board::ENTROPY_SOURCE {
+        Source::SmcccTrng => board_pensando_elba::entropy::fill(&mut SmcConduit, out),
+    }
 }
 
 // ----- shared memory ---------------------------------------------------

@@ -3,8 +3,9 @@
 //! What of the Elba firmware runs, and is tested, on the host too: the
 //! board constants generated from `board.toml` ([`board`]), the 16550
 //! console driver ([`uart16550`]) and the shared-memory descriptor rings,
-//! doorbells and frame device the engine loop runs over ([`shm`]), and
-//! where each core's share of them lies ([`cores`]).
+//! doorbells and frame device the engine loop runs over ([`shm`]),
+//! where each core's share of them lies ([`cores`]), and the seeding of
+//! the endpoints' secrets from the board's entropy source ([`entropy`]).
 //!
 //! It is **not** the firmware: boot, MMU, GICv3, timer, logging and the
 //! main loop are in the binary (`src/main.rs`, bare-metal only). `no_std`,
@@ -26,5 +27,6 @@ pub mod board {
 }
 
 pub mod cores;
+pub mod entropy;
 pub mod shm;
 pub mod uart16550;

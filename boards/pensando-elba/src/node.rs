@@ -21,7 +21,8 @@ use metaroce_platform::{Doorbell, Engine, HostQueues};
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
 
 use board_pensando_elba::shm::{ShmDoorbell, ShmFrameDevice};
-use board_pensando_elba::{board, cores};
+use board_pensando_elba::{board, cores, entropy};
+use metaroce_platform::entropy::EntropyError;
 
 use crate::hw::{self, BarrierNotify, BootInfo};
 use crate::println;
@@ -163,7 +164,17 @@ fn run_core(core: usize, wait: &mut dyn FnMut(Instant)) -> ! {
         mtu: 1024,
         ..Config::default()
     };
-    let seed = metaroce_core::rng::seed_from_u64(hw::now().as_nanos() ^ (hw::mpidr() << 32));
+    // The endpoint's secrets from the board's entropy source, reseeded by
+    // the engine loop from the same source; no entropy, no endpoint.
+    let seed = match entropy::seed(board::ENTROPY_SOURCE, &mut hw::SmcConduit) {
+        Ok(seed) => seed,
+        Err(EntropyError::Missing) => fail(
+            "no entropy source: the secure firmware has no Arm TRNG interface (board.toml [entropy])",
+        ),
+        Err(EntropyError::Failed) => fail("the TRNG gave no entropy"),
+        Err(EntropyError::Stuck) => fail("the TRNG is stuck (constant output)"),
+    };
+    engine.set_entropy_source(hw::entropy);
     let Some(share) = take_share(core) else {
         fail("no endpoint storage for this core")
     };

@@ -12,7 +12,7 @@
 //! | `expect` | number of senders this node receives from | 0 |
 //! | `workload` | `mixed`, `write`, `send` or `read` | `mixed` |
 //! | `size`, `count`, `depth` | bytes per message, messages, in flight | 65536, 32, 8 |
-//! | `seed` | pattern and endpoint seed | 1 |
+//! | `seed` | seed of the workload's data patterns only (what a run must repeat); the endpoint's secrets always come from the virtio-rng device | 1 |
 //! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |

@@ -1,5 +1,6 @@
 //! QEMU `virt` hardware: memory map, boot glue, console, semihosting,
-//! generic timer, GICv2, fw_cfg and virtio-mmio probing. Every `unsafe` of
+//! generic timer, GICv2, fw_cfg, virtio-mmio probing and the virtio-rng
+//! entropy source. Every `unsafe` of
 //! the firmware is here, except what concerns several cores (secondary
 //! start, per-core GIC state, the critical section), which is in `smp`, and
 //! the PCIe side (ECAM, BAR assignment, the remapped first GiB), in `pci`.
@@ -21,8 +22,10 @@ use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use critical_section::Mutex;
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
+use metaroce_platform::entropy::{EntropyError, Seed};
+use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
-use virtio_drivers::transport::{DeviceType, Transport as _};
+use virtio_drivers::transport::DeviceType;
 
 /// PL011 UART0.
 const UART_BASE: usize = 0x0900_0000;
@@ -326,21 +329,75 @@ pub fn fw_cfg_file(name: &str, out: &mut [u8]) -> Option<usize> {
 
 // ----- virtio-mmio -----------------------------------------------------
 
-/// The first virtio-net device: its transport and slot number.
-pub fn find_virtio_net() -> Option<(MmioTransport<'static>, usize)> {
+/// "virt" in little-endian: the magic value of a virtio-mmio block.
+const VIRTIO_MAGIC: u32 = 0x7472_6976;
+/// Offset of the device id register (virtio 1.1, 4.2.2; 0: empty slot).
+const VIRTIO_DEVICE_ID: usize = 0x008;
+
+/// The first virtio device of type `kind`: its transport and slot number.
+/// Only that slot gets a transport: dropping one resets its device, so
+/// probing must not make (and drop) transports of the others.
+fn find_virtio(kind: DeviceType) -> Option<(MmioTransport<'static>, usize)> {
     for slot in 0..VIRTIO_SLOTS {
-        let header = NonNull::new((VIRTIO_BASE + slot * VIRTIO_STRIDE) as *mut VirtIOHeader)?;
+        let base = VIRTIO_BASE + slot * VIRTIO_STRIDE;
         // SAFETY: every slot is a mapped virtio-mmio register block of
-        // VIRTIO_STRIDE bytes; a transport is kept for the network device
-        // only, so no two live transports share a slot.
-        let Ok(transport) = (unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }) else {
-            continue;
+        // VIRTIO_STRIDE bytes; reading its magic and device id registers
+        // has no side effects.
+        let (magic, id) = unsafe {
+            (
+                core::ptr::read_volatile(base as *const u32),
+                core::ptr::read_volatile((base + VIRTIO_DEVICE_ID) as *const u32),
+            )
         };
-        if transport.device_type() == DeviceType::Network {
-            return Some((transport, slot));
+        if magic != VIRTIO_MAGIC || id != kind as u32 {
+            continue;
         }
+        let header = NonNull::new(base as *mut VirtIOHeader)?;
+        // SAFETY: as above; the caller keeps this transport for the one
+        // device of its kind it drives (net, rng), so no two live
+        // transports share a slot.
+        let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }.ok()?;
+        return Some((transport, slot));
     }
     None
+}
+
+/// The first virtio-net device: its transport and slot number.
+pub fn find_virtio_net() -> Option<(MmioTransport<'static>, usize)> {
+    find_virtio(DeviceType::Network)
+}
+
+// ----- virtio-rng: the entropy source -----------------------------------
+
+type EntropyDevice = VirtioEntropy<PoolHal, MmioTransport<'static>>;
+
+/// The entropy device, shared by every core (each core's engine reseeds
+/// its endpoint from it) behind the critical section.
+static ENTROPY: Mutex<RefCell<Option<SendEntropy>>> = Mutex::new(RefCell::new(None));
+
+/// The device, movable into the static.
+struct SendEntropy(EntropyDevice);
+
+// SAFETY: the device (its MMIO block and its virtqueue's DMA pages) is
+// reached only through `ENTROPY`, under the critical section, so only one
+// core drives it at a time, whichever core that is.
+unsafe impl Send for SendEntropy {}
+
+/// Finds and initialises the virtio-rng device (`-device
+/// virtio-rng-device`, which the harness adds). `Missing` without one.
+pub fn init_entropy() -> Result<(), EntropyError> {
+    let (transport, _) = find_virtio(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
+    let device = VirtioEntropy::new(transport)?;
+    critical_section::with(|cs| *ENTROPY.borrow_ref_mut(cs) = Some(SendEntropy(device)));
+    Ok(())
+}
+
+/// The platform's entropy source: 32 bytes from the virtio-rng device.
+pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
+    critical_section::with(|cs| match ENTROPY.borrow_ref_mut(cs).as_mut() {
+        Some(device) => device.0.fill(out),
+        None => Err(EntropyError::Missing),
+    })
 }
 
 // ----- performance monitors ---------------------------------------------

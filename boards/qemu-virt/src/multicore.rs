@@ -393,9 +393,10 @@ fn shard_loop(
         mtu: 1024,
         ..Config::for_emulation()
     };
-    let seed = metaroce_core::rng::seed_from_u64(
-        cfg.seed ^ (u64::from(cfg.node) << 32) ^ ((core as u64) << 40) ^ hw::now().as_nanos(),
-    );
+    // Each core's endpoint has its own seed from the virtio-rng device and
+    // reseeds from it (the device is shared under the critical section).
+    let seed = crate::node::secret_seed();
+    engine.set_entropy_source(hw::entropy);
     let mut endpoint = CoreEndpoint::new_shard(config, storage, seed, shard);
     let memory_len = memory.len();
     let mut window = HostWindow::new(HOST_BASE, memory);
@@ -529,6 +530,7 @@ impl NodeServices for CoreServices<'_> {
             if let Some(s) = self.endpoint.stats(h) {
                 c.retransmits += s.retransmissions;
                 c.timeouts += s.timeouts;
+                c.max_in_flight = c.max_in_flight.max(s.max_in_flight);
             }
         }
         c

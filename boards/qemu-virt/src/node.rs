@@ -11,6 +11,7 @@ use metaroce_core::wire::CloseReason;
 use metaroce_core::{Borrowed, CommandError, Config, Endpoint, Event, Instant};
 use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::dma::HostWindow;
+use metaroce_platform::entropy::EntropyError;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::virtio::{NetBuffers, PoolHal, VirtioNetDevice};
 use metaroce_platform::{Engine, EnginePort, HostQueues, PollOutcome, Transport};
@@ -73,6 +74,20 @@ pub(crate) fn fail(msg: &str) -> ! {
     hw::exit(1)
 }
 
+/// 32 fresh bytes from the virtio-rng device for a generator that keeps
+/// secrets (an endpoint's, the serve task's); the node stops with a
+/// `METAROCE-ERROR` line rather than run on a guessable seed.
+pub(crate) fn secret_seed() -> [u8; 32] {
+    match metaroce_platform::entropy::seed_from(hw::entropy) {
+        Ok(seed) => seed,
+        Err(EntropyError::Missing) => fail(
+            "no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)",
+        ),
+        Err(EntropyError::Failed) => fail("the virtio-rng device gave no entropy"),
+        Err(EntropyError::Stuck) => fail("the virtio-rng device is stuck (constant output)"),
+    }
+}
+
 pub fn main() -> ! {
     println!("metaroce qemu-virt firmware {}", env!("CARGO_PKG_VERSION"));
     let mut text = [0u8; 2048];
@@ -93,6 +108,10 @@ pub fn main() -> ! {
         crate::bench::run()
     }
     defmt::info!("node {=u8} up, transport {}", cfg.node, cfg.transport);
+    // Secrets come from the virtio-rng device or the node does not run.
+    if hw::init_entropy().is_err() {
+        fail("no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)")
+    }
     let mut irq = hw::Interrupts::new();
     let Some((transport, slot)) = hw::find_virtio_net() else {
         fail("no virtio-net device")
@@ -116,13 +135,14 @@ pub fn main() -> ! {
         mac: EthernetAddress(cfg.mac),
         ip: cfg.ip,
     });
+    engine.set_entropy_source(hw::entropy);
     if let Some(gateway) = cfg.gateway {
         engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
     }
     let window = HostWindow::new(HOST_BASE, host_memory);
-    let seed = metaroce_core::rng::seed_from_u64(
-        cfg.seed ^ (u64::from(cfg.node) << 32) ^ hw::now().as_nanos(),
-    );
+    // The endpoint's secrets (tokens, ids, PSNs, keys) from the device;
+    // `seed=` drives only the workload's data patterns.
+    let seed = secret_seed();
     match cfg.transport {
         TransportKind::MetaRoce if cfg.role == Role::Host => {
             let shm = match crate::pci::ivshmem_memory() {
@@ -171,7 +191,7 @@ pub fn main() -> ! {
                 fail("endpoint storage taken twice")
             };
             let mut endpoint = NodeEndpoint::new(config, storage, seed);
-            serve(&cfg, &mut endpoint, engine, net, irq, window, seed)
+            serve(&cfg, &mut endpoint, engine, net, irq, window)
         }
         TransportKind::MetaRoce => {
             let config = Config {
@@ -234,6 +254,7 @@ impl NodeTransport for NodeEndpoint {
             if let Some(s) = self.stats(h) {
                 c.retransmits += s.retransmissions;
                 c.timeouts += s.timeouts;
+                c.max_in_flight = c.max_in_flight.max(s.max_in_flight);
             }
         }
         c
@@ -434,13 +455,13 @@ fn serve(
     mut net: NetDevice,
     mut irq: hw::Interrupts,
     mut window: HostWindow<'static>,
-    seed: [u8; 32],
 ) -> ! {
     let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };
-    let mut task = Serve::new(cfg, host, hw::now(), seed);
+    // The task's own generator (tickets), seeded apart from the endpoint's.
+    let mut task = Serve::new(cfg, host, hw::now(), secret_seed());
     let mut next_stats = hw::now();
     loop {
         let now = hw::now();

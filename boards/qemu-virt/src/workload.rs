@@ -212,6 +212,8 @@ pub struct Counters {
     /// connection it does not have (a frame steered to the wrong core).
     pub conns: u32,
     pub misrouted: u64,
+    /// The most PSNs one connection had outstanding at once (spec 4.4).
+    pub max_in_flight: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -947,6 +949,7 @@ impl Report {
         c.tx_packets += o.tx_packets;
         c.conns += o.conns;
         c.misrouted += o.misrouted;
+        c.max_in_flight = c.max_in_flight.max(o.max_in_flight);
         self.ping_rtt_us = self.ping_rtt_us.max(other.ping_rtt_us);
         self.ok &= other.ok;
         self.role = match (self.role, other.role) {
@@ -962,7 +965,7 @@ impl Report {
         let (mbps, frac) = self.goodput();
         let c = &self.counters;
         println!(
-            "METAROCE-RESULT node={} role={} transport={} bytes={} elapsed_us={} goodput_mbps={}.{:02} completions={} errors={} retransmits={} timeouts={} ce={} rate_hint_mbps={} tx_frames={} rx_frames={} ping_rtt_us={} integrity={}",
+            "METAROCE-RESULT node={} role={} transport={} bytes={} elapsed_us={} goodput_mbps={}.{:02} completions={} errors={} retransmits={} timeouts={} ce={} max_in_flight={} rate_hint_mbps={} tx_frames={} rx_frames={} ping_rtt_us={} integrity={}",
             self.node,
             self.role,
             self.transport,
@@ -975,6 +978,7 @@ impl Report {
             c.retransmits,
             c.timeouts,
             c.ce,
+            c.max_in_flight,
             self.rate_hint_mbps,
             c.tx_frames,
             c.rx_frames,

@@ -31,6 +31,9 @@ impl<const P: usize> Connection<P> {
         blame: Blame,
         res: &mut Resources<B, P>,
     ) {
+        // No reliable packet is taken from now on (spec 4.7.2 answers
+        // them from the sticky NAK alone): the receive bitmap goes back.
+        self.release_receiver(res);
         let mut marked = false;
         let mut first = true;
         let mut cursor = self.send.queue.head();

@@ -5,12 +5,24 @@ use super::{Blame, ConnState, Connection, Negotiated, Pending, PendingEvents, Re
 use crate::api::{Status, Transmit};
 use crate::config::Config;
 use crate::rng::Rng;
+use crate::storage::list::OptIndex;
 use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
 use crate::wire::encap::ecn;
 use crate::wire::{
-    Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr, RetryRepr, SackBits, COOKIE_LEN,
+    Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr, RetryRepr, COOKIE_LEN,
 };
+
+/// What an initiator did with a RETRY (spec 4.2 step 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryOutcome {
+    /// Taken: the CONNECT goes out again with its cookie.
+    Taken,
+    /// Not taken: no cookie slot free; a later RETRY may be.
+    NoRoom,
+    /// Dropped: not Connecting, a second RETRY, or an all-zero cookie.
+    Ignored,
+}
 
 impl<const P: usize> Connection<P> {
     /// Initiator: queue the CONNECT and arm the handshake timer.
@@ -32,35 +44,53 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The cookie of the RETRY taken in this handshake (all zero before
-    /// one). While the initiator is Connecting its receive side is unused
-    /// (nothing reliable arrives before ACCEPT), so the cookie is kept in
-    /// the SACK bitmap's 32 bytes and costs the connection nothing;
-    /// [`Connection::adopt_peer`] clears it.
-    fn retry_cookie(&self) -> [u8; COOKIE_LEN] {
-        if self.state == ConnState::Connecting {
-            self.recv.sack.to_bytes()
-        } else {
-            [0; COOKIE_LEN]
+    /// one). It is kept in the endpoint's cookie pool from the RETRY until
+    /// the connection leaves Connecting (the endpoint gives it back then),
+    /// so an idle connection pays only the index.
+    fn retry_cookie<B: Backing>(&self, res: &Resources<B, P>) -> [u8; COOKIE_LEN] {
+        match self.cookie.get() {
+            Some(i) if self.state == ConnState::Connecting => *res.cookies.get(i),
+            _ => [0; COOKIE_LEN],
         }
     }
 
     /// Initiator: a RETRY addressed with our CONNECT's id and token (the
     /// endpoint checked both and the source). Taken once per handshake and
     /// only while Connecting: the CONNECT goes out again at once with the
-    /// cookie, and the connect timeout starts again. Returns whether it
-    /// was taken.
-    pub(crate) fn on_retry(&mut self, now: Instant, r: &RetryRepr, config: &Config) -> bool {
+    /// cookie, and the connect timeout starts again. A RETRY that finds the
+    /// cookie pool empty is not taken (a later one may be: the CONNECT is
+    /// repeated on the handshake timer).
+    pub(crate) fn on_retry<B: Backing>(
+        &mut self,
+        now: Instant,
+        r: &RetryRepr,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> RetryOutcome {
         if self.state != ConnState::Connecting
-            || self.retry_cookie() != [0; COOKIE_LEN]
+            || self.cookie.is_some()
             || r.cookie == [0; COOKIE_LEN]
         {
-            return false;
+            return RetryOutcome::Ignored;
         }
-        self.recv.sack = SackBits::from_bytes(&r.cookie);
+        let Some(i) = res.cookies.alloc(r.cookie) else {
+            res.refusals.cookies += 1;
+            return RetryOutcome::NoRoom;
+        };
+        self.cookie = OptIndex::some(i);
         self.ctrl.last_heard = now;
         self.pending.set(Pending::CONNECT);
         self.ctrl.deadline = MaybeInstant::some(now + self.handshake_interval(config));
-        true
+        RetryOutcome::Taken
+    }
+
+    /// Gives the RETRY's cookie back to the pool once the connection is no
+    /// longer Connecting (or is freed).
+    pub(crate) fn drop_cookie<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+        if let Some(i) = self.cookie.get() {
+            res.cookies.free(i);
+            self.cookie = OptIndex::NONE;
+        }
     }
 
     pub(crate) fn connect_repr(&self, config: &Config) -> ConnectRepr {
@@ -69,15 +99,16 @@ impl<const P: usize> Connection<P> {
             src_token: self.local_token,
             mtu: self.params.mtu,
             max_paths: self.params.paths,
-            window: u32::from(self.params.window),
+            window: self.params.window,
             // Before any reliable packet, the next PSN is the initial one.
             initial_psn: self.send.una.get(),
             reply_port: config.udp_port,
             timer_profile: config.timer_profile,
             suite: self.protection.suite(),
             key_id: self.protection.key_id(),
-            // CONNECT: the RETRY's cookie, if one came; ACCEPT: zero.
-            cookie: self.retry_cookie(),
+            // ACCEPT: zero; a CONNECT gets the RETRY's cookie when it is
+            // sent (`poll_control`).
+            cookie: [0; COOKIE_LEN],
         }
     }
 
@@ -101,19 +132,18 @@ impl<const P: usize> Connection<P> {
         self.remote_token = c.src_token;
         self.peer_profile = c.timer_profile;
         // The receive side starts here (it held the RETRY cookie).
-        self.recv.sack = SackBits::EMPTY;
+        // STUB
         let paths = self.params.paths.min(c.max_paths).max(1);
         let redraw = paths != self.params.paths;
         self.params = Negotiated {
             mtu: self.params.mtu.min(c.mtu),
             paths,
-            // Ours is at most MAX_WINDOW: the smaller fits.
-            window: c.window.min(u32::from(self.params.window)) as u16,
+            window: c.window.min(self.params.window).max(1),
         };
         if redraw {
             self.draw_all_entropy(config, rng);
         }
-        self.recv.cum = crate::psn::Psn(c.initial_psn);
+        self.recv.win.cum = crate::psn::Psn(c.initial_psn);
     }
 
     /// Initiator: the ACCEPT's protection does not meet our policy or
@@ -307,10 +337,11 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The next control packet, if one is pending.
-    pub(crate) fn poll_control(
+    pub(crate) fn poll_control<B: Backing>(
         &mut self,
         now: Instant,
         buf: &mut [u8],
+        res: &Resources<B, P>,
         config: &Config,
     ) -> Option<Transmit> {
         let pending = self.pending;
@@ -319,11 +350,11 @@ impl<const P: usize> Connection<P> {
             let mut h = self.header(now, self.send.una.get(), 0, Flags::NONE);
             h.dst_conn = 0;
             h.token = 0;
-            (
-                Pending::CONNECT,
-                h,
-                Body::Connect(self.connect_repr(config)),
-            )
+            let c = ConnectRepr {
+                cookie: self.retry_cookie(res),
+                ..self.connect_repr(config)
+            };
+            (Pending::CONNECT, h, Body::Connect(c))
         } else if pending.has(Pending::ACCEPT) {
             let h = self.header(now, self.send.una.get(), 0, Flags::NONE);
             (Pending::ACCEPT, h, Body::Accept(self.connect_repr(config)))

@@ -21,6 +21,7 @@ mod completion;
 mod handshake;
 mod recovery;
 mod recv;
+pub mod reorder;
 mod send;
 pub mod sender;
 mod timers;
@@ -38,10 +39,13 @@ use crate::storage::list::OptIndex;
 use crate::storage::pool::{Pool, PoolEntry, Queue};
 use crate::storage::{Backing, Slice};
 use crate::time::{Instant, MaybeInstant};
-use crate::wire::{Body, CloseReason, MemoryTarget, NakRepr, SackBits};
+use crate::wire::{Body, CloseReason, MemoryTarget, NakRepr};
 
 pub(crate) use completion::Blame;
+pub(crate) use handshake::RetryOutcome;
 pub(crate) use recv::ReliableOutcome;
+use reorder::ReceiveWindow;
+pub use reorder::ReorderPool;
 pub use sender::{InflightPool, InflightRecord, PathSender, SenderState};
 
 /// Connection states (spec 4.1).
@@ -81,7 +85,8 @@ impl ConnState {
 pub struct Negotiated {
     pub mtu: u16,
     pub paths: u16,
-    pub window: u16,
+    /// PSNs outstanding at most (spec 4.4), 1 to 65,536.
+    pub window: u32,
 }
 
 /// Events an endpoint reports to the application about its connections.
@@ -255,17 +260,25 @@ pub struct PoolRefusals {
     pub senders: u64,
     /// Times a connection waited for in-flight records.
     pub inflight_records: u64,
+    /// Out-of-order packets dropped: no receive bitmap could be taken or
+    /// grown to record them (spec 4.14.3); the sender resends them.
+    pub reorder_words: u64,
+    /// RETRYs an initiator could not take: the cookie pool was empty (it
+    /// repeats its CONNECT and takes a later one, spec 4.2).
+    pub cookies: u64,
 }
 
 impl PoolRefusals {
     /// Every pool with its refusals, for summaries and telemetry export.
-    pub fn by_pool(&self) -> [(&'static str, u64); 5] {
+    pub fn by_pool(&self) -> [(&'static str, u64); 7] {
         [
             ("work_entries", self.work_entries),
             ("recv_entries", self.recv_entries),
             ("read_jobs", self.read_jobs),
             ("senders", self.senders),
             ("inflight_records", self.inflight_records),
+            ("reorder_words", self.reorder_words),
+            ("cookies", self.cookies),
         ]
     }
 }
@@ -276,6 +289,8 @@ pub struct Resources<B: Backing, const P: usize> {
     pub(crate) recvs: Pool<Slice<B, PoolEntry<RecvEntry>>>,
     pub(crate) senders: Pool<Slice<B, PoolEntry<SenderState<P>>>>,
     pub(crate) inflight: InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>,
+    /// The receivers' out-of-order bitmaps.
+    pub(crate) reorder: ReorderPool<Slice<B, u64>, Slice<B, BuddyNode>>,
     pub(crate) regions: RegionTable<Slice<B, crate::memory::RegionSlot>>,
     pub(crate) rng: Rng,
     /// READ-response jobs in use, endpoint-wide.
@@ -289,6 +304,8 @@ pub struct Resources<B: Backing, const P: usize> {
     /// Key slots of protected connections, the pre-shared keys, the
     /// protection counters (spec 5.3).
     pub(crate) keys: crate::crypto::KeyPool<B>,
+    /// Initiators' RETRY cookies while they are Connecting (spec 4.2).
+    pub(crate) cookies: Pool<Slice<B, PoolEntry<[u8; crate::wire::COOKIE_LEN]>>>,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
@@ -298,6 +315,7 @@ impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
             .field("recv_free", &self.recvs.available())
             .field("senders_free", &self.senders.available())
             .field("inflight_free", &self.inflight.free_records())
+            .field("reorder_free", &self.reorder.free_words())
             .field("read_jobs", &self.read_jobs)
             .field("refusals", &self.refusals)
             .finish()
@@ -362,8 +380,8 @@ pub(crate) struct SendSide {
 /// The receiver's state (spec 4.5, 4.8).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecvSide<const P: usize> {
-    pub cum: Psn,
-    pub sack: SackBits,
+    /// The cumulative PSN and what arrived beyond it.
+    pub win: ReceiveWindow,
     pub queue: Queue,
     pub base: u32,
     pub ack_pending: u8,
@@ -408,6 +426,11 @@ pub(crate) struct Counters {
     pub rnr_naks_received: u32,
     pub packets_received: u32,
     pub duplicates_received: u32,
+    /// Out-of-order packets dropped for want of a receive bitmap.
+    pub reorder_refused: u32,
+    /// The most PSNs outstanding at once (sent, not cumulatively
+    /// acknowledged): what the window bounds.
+    pub max_in_flight: u32,
     pub ce_received: u32,
     pub out_of_window: u32,
     pub invalid_dropped: u32,
@@ -444,6 +467,9 @@ pub struct Connection<const P: usize> {
     /// The timer profile the peer announced (spec 4.11); our own until
     /// its CONNECT or ACCEPT is heard.
     pub(crate) peer_profile: crate::wire::TimerProfile,
+    /// Initiator: the RETRY's cookie in the endpoint's cookie pool, while
+    /// Connecting after a RETRY (spec 4.2).
+    pub(crate) cookie: OptIndex,
     pub(crate) counters: Counters,
     /// Packet protection: suite, Key ID and key slot (spec 5.3).
     pub(crate) protection: crate::crypto::ConnProtection,
@@ -483,8 +509,7 @@ impl<const P: usize> Connection<P> {
             had_sender: false,
         },
         recv: RecvSide {
-            cum: Psn(0),
-            sack: SackBits::EMPTY,
+            win: ReceiveWindow::EMPTY,
             queue: Queue::EMPTY,
             base: 0,
             ack_pending: 0,
@@ -510,6 +535,7 @@ impl<const P: usize> Connection<P> {
         events: PendingEvents(0),
         fail_status: Status::Flushed,
         peer_profile: crate::wire::TimerProfile::DataCenter,
+        cookie: OptIndex::NONE,
         counters: Counters {
             packets_sent: 0,
             bytes_sent: 0,
@@ -526,6 +552,8 @@ impl<const P: usize> Connection<P> {
             rnr_naks_received: 0,
             packets_received: 0,
             duplicates_received: 0,
+            reorder_refused: 0,
+            max_in_flight: 0,
             ce_received: 0,
             out_of_window: 0,
             invalid_dropped: 0,
@@ -559,7 +587,7 @@ impl<const P: usize> Connection<P> {
             params: Negotiated {
                 mtu: config.mtu,
                 paths,
-                window: config.window.clamp(1, crate::config::MAX_WINDOW as u16),
+                window: config.window.clamp(1, crate::config::MAX_WINDOW),
             },
             peer_profile: config.timer_profile,
             ..Self::VACANT
@@ -620,6 +648,8 @@ impl<const P: usize> Connection<P> {
             packets_received: u64::from(c.packets_received),
             bytes_received: c.bytes_received,
             duplicates_received: u64::from(c.duplicates_received),
+            reorder_refused: u64::from(c.reorder_refused),
+            max_in_flight: u64::from(c.max_in_flight),
             ce_received: u64::from(c.ce_received),
             out_of_window: u64::from(c.out_of_window),
             invalid_dropped: u64::from(c.invalid_dropped),
@@ -794,7 +824,7 @@ impl<const P: usize> Connection<P> {
         config: &Config,
     ) -> Option<Transmit> {
         if self.pending.any() {
-            if let Some(t) = self.poll_control(now, buf, config) {
+            if let Some(t) = self.poll_control(now, buf, res, config) {
                 return Some(t);
             }
         }
@@ -805,7 +835,7 @@ impl<const P: usize> Connection<P> {
             return None;
         }
         if self.ack_ready() {
-            return self.emit_ack(now, buf, rate_hint_mbps);
+            return self.emit_ack(now, buf, rate_hint_mbps, res);
         }
         self.poll_data(now, buf, res, config)
     }

@@ -6,7 +6,7 @@
 use core::time::Duration;
 
 use super::recv::status_of;
-use super::sender::{InflightRecord, SenderState, Slot, ONE};
+use super::sender::{SenderState, Slot, ONE};
 use super::{Blame, Connection, Resources};
 use crate::cc::CongestionControl;
 use crate::config::Config;
@@ -62,32 +62,31 @@ impl<const P: usize> Connection<P> {
             if r.transmissions() > 1 && r.sent_ts != ack.echo_timestamp {
                 self.counters.spurious_retransmissions += 1;
                 st.paths[usize::from(r.path) % P].spurious += 1;
+                // The loss was misjudged: the path that delivered the
+                // original late (the echoed one) reorders.
+                st.paths[usize::from(ack.echo_path) % P].reordering_seen = true;
             }
         }
+        let una = self.send.una;
         let mut newly = 0u32;
         if cum_ahead > 0 {
-            let mut psn = self.send.una;
+            let mut psn = una;
             while psn != cum {
-                newly += self.deliver(&mut st, res.inflight.get_mut(extent, psn));
-                psn = psn.next();
-            }
-        }
-        for i in ack.sack.iter_set() {
-            let psn = cum + (1 + i as u32);
-            if !psn.is_within(self.send.una, span) {
-                continue;
-            }
-            let r = res.inflight.get_mut(extent, psn);
-            if matches!(r.slot(), Slot::InFlight | Slot::Lost) {
-                newly += self.deliver(&mut st, r);
-            }
-        }
-        if cum_ahead > 0 {
-            let mut psn = self.send.una;
-            while psn != cum {
+                newly += self.deliver(&mut st, res, extent, una, psn);
                 res.inflight.get_mut(extent, psn).set_slot(Slot::Free);
                 psn = psn.next();
             }
+        }
+        // The SACK block (spec 3.6): PSNs from `sack_base`; bits for PSNs
+        // not sent are ignored, and those before C_s are free already.
+        let base = Psn(ack.sack_base());
+        for i in ack.sack.iter_set() {
+            let psn = base + i as u32;
+            if psn.is_within(una, span) {
+                newly += self.deliver(&mut st, res, extent, una, psn);
+            }
+        }
+        if cum_ahead > 0 {
             self.send.una = cum;
         }
         if let Some(rtt) = rtt_sample {
@@ -106,9 +105,12 @@ impl<const P: usize> Connection<P> {
         // hint is corrected by the next ACK).
         st.rate_hint_mbps = ack.rate_hint_mbps;
         if newly > 0 {
-            st.startup_window = st
-                .startup_window
-                .saturating_add(newly.saturating_mul(u32::from(self.params.mtu)));
+            let growth = startup_growth(self.send.rtt.min_ns(), config);
+            st.startup_window = st.startup_window.saturating_add(
+                newly
+                    .saturating_mul(u32::from(self.params.mtu))
+                    .saturating_mul(growth),
+            );
             st.rto_backoff = 0;
             st.progress_at = now;
             st.rto_deadline = if self.send.una == self.send.nxt {
@@ -127,8 +129,17 @@ impl<const P: usize> Connection<P> {
         *res.senders.get_mut(s) = st;
     }
 
-    /// Marks a record delivered; returns 1 if it was not already.
-    fn deliver(&mut self, st: &mut SenderState<P>, r: &mut InflightRecord) -> u32 {
+    /// Marks PSN `psn`'s record delivered, taking it off its list; returns
+    /// 1 if it was not already. `una`: the window's start before this ACK.
+    fn deliver<B: Backing>(
+        &mut self,
+        st: &mut SenderState<P>,
+        res: &mut Resources<B, P>,
+        extent: Extent,
+        una: Psn,
+        psn: Psn,
+    ) -> u32 {
+        let r = res.inflight.get(extent, psn);
         let state = r.slot();
         if matches!(state, Slot::Acked | Slot::Free) {
             return 0;
@@ -136,16 +147,28 @@ impl<const P: usize> Connection<P> {
         let path = &mut st.paths[usize::from(r.path) % P];
         if state == Slot::InFlight {
             path.in_flight = path.in_flight.saturating_sub(1);
+            res.inflight.unlink(&mut st.outstanding, extent, una, psn);
         } else {
             // Declared lost but it arrived: not retransmitted yet, so cancel.
-            st.lost_pending = st.lost_pending.saturating_sub(1);
+            res.inflight.unlink(&mut st.lost, extent, una, psn);
         }
         path.on_delivered();
+        // A first transmission delivered after a later one of its own path
+        // (or after it was declared lost): the path reorders.
+        if r.transmissions() == 1
+            && path.rack_valid
+            && Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) < 0
+        {
+            path.reordering_seen = true;
+        }
+        if state == Slot::Lost && r.transmissions() == 1 {
+            path.reordering_seen = true;
+        }
         if !path.rack_valid || Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) > 0 {
             path.rack_xmit_ts = r.sent_ts;
             path.rack_valid = true;
         }
-        r.set_slot(Slot::Acked);
+        res.inflight.get_mut(extent, psn).set_slot(Slot::Acked);
         self.counters.packets_acked += 1;
         1
     }
@@ -171,6 +194,13 @@ impl<const P: usize> Connection<P> {
     /// it *on the same path* was delivered and a reordering window has passed
     /// since it was sent. Comparing within a path only is what keeps
     /// multipath skew from looking like loss.
+    ///
+    /// Only the outstanding list is walked, oldest transmission first, and
+    /// only while its packets are old enough to be judged: the walk stops at
+    /// the first packet sent at or after the newest delivered one (no
+    /// evidence yet for it or anything later) or too recently for any
+    /// path's deadline to have passed. A window of tens of thousands of
+    /// PSNs costs no more per ACK than one of a few.
     pub(crate) fn detect_losses<B: Backing>(
         &mut self,
         now: Instant,
@@ -181,9 +211,6 @@ impl<const P: usize> Connection<P> {
         st.rack_deadline = None;
         let now_ts = now.wire_timestamp();
         let active = usize::from(self.params.paths);
-        // The latest send time delivered on any path: a packet sent at or
-        // after it cannot be declared lost yet, and PSNs are handed out in
-        // send order, so the scan stops at the first such first transmission.
         let Some(newest_delivered) = st.paths[..active]
             .iter()
             .filter(|p| p.rack_valid)
@@ -205,50 +232,83 @@ impl<const P: usize> Connection<P> {
             .max()
             .unwrap_or(0)
             .max(self.send.rtt.rttvar_ns());
-        let mut psn = self.send.una;
-        while psn != self.send.nxt {
+        let estimate = |p: &super::sender::PathSender| {
+            if p.rtt.has_estimate() {
+                (p.rtt.srtt_ns(), p.rtt.rttvar_ns())
+            } else {
+                (slowest_srtt, slowest_var)
+            }
+        };
+        // The shortest time after its send at which any packet can be
+        // declared lost: no later-sent packet can be due before it.
+        let soonest = st.paths[..active]
+            .iter()
+            .map(|p| {
+                let (rtt, var) = estimate(p);
+                rtt.saturating_add(p.same_path_allowance(rtt, var).max(1_000))
+            })
+            .min()
+            .unwrap_or(0);
+        let una = self.send.una;
+        let mut at = st.outstanding.front();
+        while let Some(psn) = at {
             let r = res.inflight.get(extent, psn);
-            if r.is_first_in_flight() && Psn(r.sent_ts).offset_from(newest_delivered) >= 0 {
+            let next = res.inflight.next_on(&st.outstanding, extent, una, psn);
+            if Psn(r.sent_ts).offset_from(newest_delivered) >= 0 {
                 break;
             }
-            if r.slot() == Slot::InFlight {
-                let path = &st.paths[usize::from(r.path) % P];
-                // Evidence on the packet's own path allows a short
-                // reordering window; evidence only from other paths (the
-                // chooser may have stopped using this one) waits for this
-                // path's own round trip plus a wider allowance. Either way
-                // the packet's own path RTT sets the clock, so skew between
-                // paths is never taken for loss (spec 4.6.2).
-                let same_path =
-                    path.rack_valid && Psn(path.rack_xmit_ts).offset_from(Psn(r.sent_ts)) > 0;
-                let (rtt, var) = if path.rtt.has_estimate() {
-                    (path.rtt.srtt_ns(), path.rtt.rttvar_ns())
-                } else {
-                    (slowest_srtt, slowest_var)
-                };
-                let reo = if same_path {
-                    rtt / 4 + var
-                } else {
-                    rtt / 2 + 2 * var
-                };
-                let deadline = r.sent_ts.wrapping_add(rtt).wrapping_add(reo.max(1_000));
-                if Psn(now_ts).offset_from(Psn(deadline)) >= 0 {
-                    self.mark_lost(st, res.inflight.get_mut(extent, psn));
-                } else {
-                    let at = now + Duration::from_nanos(u64::from(deadline.wrapping_sub(now_ts)));
-                    st.rack_deadline = Some(st.rack_deadline.map_or(at, |d| d.min(at)));
-                }
+            if Psn(now_ts).offset_from(Psn(r.sent_ts.wrapping_add(soonest))) < 0 {
+                // Too recent for any path: wake when the first could be due.
+                let due = now
+                    + Duration::from_nanos(u64::from(
+                        r.sent_ts.wrapping_add(soonest).wrapping_sub(now_ts),
+                    ));
+                st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
+                break;
             }
-            psn = psn.next();
+            let path = &st.paths[usize::from(r.path) % P];
+            // Evidence on the packet's own path allows a short
+            // reordering window; evidence only from other paths (the
+            // chooser may have stopped using this one) waits for this
+            // path's own round trip plus a wider allowance. Either way
+            // the packet's own path RTT sets the clock, so skew between
+            // paths is never taken for loss (spec 4.6.2).
+            let same_path =
+                path.rack_valid && Psn(path.rack_xmit_ts).offset_from(Psn(r.sent_ts)) > 0;
+            let (rtt, var) = estimate(path);
+            let reo = if same_path {
+                path.same_path_allowance(rtt, var)
+            } else {
+                rtt / 2 + 2 * var
+            };
+            let deadline = r.sent_ts.wrapping_add(rtt).wrapping_add(reo.max(1_000));
+            if Psn(now_ts).offset_from(Psn(deadline)) >= 0 {
+                self.mark_lost(st, res, extent, psn);
+            } else {
+                let due = now + Duration::from_nanos(u64::from(deadline.wrapping_sub(now_ts)));
+                st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
+            }
+            at = next;
         }
     }
 
-    pub(crate) fn mark_lost(&mut self, st: &mut SenderState<P>, r: &mut InflightRecord) {
+    /// Declares PSN `psn` (in flight) lost: off the outstanding list, onto
+    /// the lost list for its retransmission.
+    pub(crate) fn mark_lost<B: Backing>(
+        &mut self,
+        st: &mut SenderState<P>,
+        res: &mut Resources<B, P>,
+        extent: Extent,
+        psn: Psn,
+    ) {
+        let una = self.send.una;
+        let r = res.inflight.get_mut(extent, psn);
+        r.set_slot(Slot::Lost);
         let path = &mut st.paths[usize::from(r.path) % P];
         path.in_flight = path.in_flight.saturating_sub(1);
         path.on_lost();
-        r.set_slot(Slot::Lost);
-        st.lost_pending += 1;
+        res.inflight.unlink(&mut st.outstanding, extent, una, psn);
+        res.inflight.push_back(&mut st.lost, extent, psn);
         self.counters.packets_lost += 1;
     }
 
@@ -287,9 +347,8 @@ impl<const P: usize> Connection<P> {
             if let Some(s) = self.send.state.get() {
                 let mut st = *res.senders.get(s);
                 if let Some(extent) = st.extent {
-                    let r = res.inflight.get_mut(extent, psn);
-                    if r.slot() == Slot::InFlight {
-                        self.mark_lost(&mut st, r);
+                    if res.inflight.get(extent, psn).slot() == Slot::InFlight {
+                        self.mark_lost(&mut st, res, extent, psn);
                     }
                 }
                 st.rnr_until = now + config.rnr_delay;
@@ -325,24 +384,24 @@ impl<const P: usize> Connection<P> {
         }
         st.cc.on_timeout(now);
         if let Some(extent) = st.extent {
-            // Everything sent more than one (un-backed-off) timeout ago is lost.
+            // Everything sent more than one (un-backed-off) timeout ago is
+            // lost: the outstanding list's front, which is in send order.
             let age = Duration::from_nanos(
                 (self.rto(&st, config).as_nanos() >> st.rto_backoff.min(16)) as u64,
             );
             let cutoff = Psn((now - age).wire_timestamp());
-            let mut psn = self.send.una;
             let mut any = false;
-            while psn != self.send.nxt {
-                let r = res.inflight.get_mut(extent, psn);
-                if r.slot() == Slot::InFlight && cutoff.offset_from(Psn(r.sent_ts)) >= 0 {
-                    self.mark_lost(&mut st, r);
-                    any = true;
+            while let Some(psn) = st.outstanding.front() {
+                if cutoff.offset_from(Psn(res.inflight.get(extent, psn).sent_ts)) < 0 {
+                    break;
                 }
-                psn = psn.next();
+                self.mark_lost(&mut st, res, extent, psn);
+                any = true;
             }
-            let first = res.inflight.get_mut(extent, self.send.una);
-            if !any && self.send.una != self.send.nxt && first.slot() == Slot::InFlight {
-                self.mark_lost(&mut st, first);
+            if !any {
+                if let Some(psn) = st.outstanding.front() {
+                    self.mark_lost(&mut st, res, extent, psn);
+                }
             }
         }
         st.rto_deadline = if self.send.una == self.send.nxt {
@@ -426,3 +485,17 @@ impl<const P: usize> Connection<P> {
         rerolled
     }
 }
+
+/// How much faster than doubling per round trip the start-up window
+/// grows (spec 4.10.6): the path's minimum round trip over the one the
+/// initial window was sized for, at least 1. A path k times longer than
+/// the data centre's has a k times larger bandwidth-delay product, and
+/// with its window growing by k bytes per byte acknowledged it reaches it
+/// in as few round trips as a data-centre path does.
+pub(crate) fn startup_growth(min_rtt_ns: u32, config: &Config) -> u32 {
+    let reference = config.initial_window_rtt.as_nanos().max(1);
+    (u128::from(min_rtt_ns) / reference).clamp(1, u128::from(MAX_STARTUP_GROWTH)) as u32
+}
+
+/// Bound of [`startup_growth`] (a 20 ms round trip over a 10 us reference).
+const MAX_STARTUP_GROWTH: u32 = 4096;

@@ -46,6 +46,12 @@ impl<const P: usize> Connection<P> {
         Ok(())
     }
 
+    /// Gives the out-of-order bitmap back (the connection takes no more
+    /// reliable packets).
+    pub(crate) fn release_receiver<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+        self.recv.win.discard(&mut res.reorder);
+    }
+
     /// A reliable packet whose connection id and token matched (spec 4.7.1
     /// from the state check on).
     #[allow(clippy::too_many_arguments)]
@@ -63,7 +69,7 @@ impl<const P: usize> Connection<P> {
         if let Some((nak_psn, reason)) = self.recv.sticky_nak {
             // Sticky error: every later packet hears the same NAK (spec 4.7.2).
             self.recv.nak_pending = Some(NakRepr {
-                cumulative: self.recv.cum.get(),
+                cumulative: self.recv.win.cum.get(),
                 nak_psn,
                 reason,
             });
@@ -75,8 +81,8 @@ impl<const P: usize> Connection<P> {
             return ReliableOutcome::Dropped;
         }
         let psn = Psn(h.psn);
-        let d = psn.offset_from(self.recv.cum);
-        if d < 0 || (d > 0 && self.recv.sack.get(d as usize - 1)) {
+        let d = psn.offset_from(self.recv.win.cum);
+        if d < 0 || (d > 0 && self.recv.win.received(&res.reorder, psn)) {
             self.counters.duplicates_received += 1;
             self.count_on_path(h.path, ce);
             self.note_echo(h);
@@ -84,14 +90,22 @@ impl<const P: usize> Connection<P> {
             return ReliableOutcome::Duplicate;
         }
         // Spec 4.3: only PSNs inside the negotiated window are accepted.
-        if d as u32 >= u32::from(self.params.window) {
+        if d as u32 >= self.params.window {
             self.counters.out_of_window += 1;
             res.rx_refusals.out_of_window += 1;
             return ReliableOutcome::Dropped;
         }
+        // Room to record it comes before placement: a packet that cannot
+        // be recorded must not be placed either (spec 4.14.3), or its
+        // retransmission would be placed a second time unseen.
+        if d > 0 && self.recv.win.reserve(&mut res.reorder, d as u32).is_err() {
+            self.counters.reorder_refused += 1;
+            res.refusals.reorder_words += 1;
+            return ReliableOutcome::Dropped;
+        }
         if let Err(reason) = self.place(repr, payload, res, mem, config) {
             let nak = NakRepr {
-                cumulative: self.recv.cum.get(),
+                cumulative: self.recv.win.cum.get(),
                 nak_psn: h.psn,
                 reason,
             };
@@ -105,14 +119,8 @@ impl<const P: usize> Connection<P> {
             }
             return ReliableOutcome::Refused;
         }
-        // Accepted: record it (spec 4.5).
-        if d == 0 {
-            let run = self.recv.sack.leading_run();
-            self.recv.cum += 1 + run as u32;
-            self.recv.sack.shift_down(1 + run);
-        } else {
-            self.recv.sack.set(d as usize - 1);
-        }
+        // Accepted: record it (spec 4.3); room was reserved above.
+        let _ = self.recv.win.record(&mut res.reorder, psn, d as u32);
         self.counters.packets_received += 1;
         self.counters.bytes_received += payload.len() as u64;
         self.recv.last_data_rx = MaybeInstant::some(now);
@@ -120,7 +128,7 @@ impl<const P: usize> Connection<P> {
         self.note_echo(h);
         self.recv.ack_pending = self.recv.ack_pending.saturating_add(1);
         if d != 0
-            || !self.recv.sack.is_empty()
+            || self.recv.win.has_gap()
             || ce
             || h.flags.contains(Flags::ACK_REQUEST)
             || self.recv.ack_pending >= config.ack_every
@@ -289,26 +297,32 @@ impl<const P: usize> Connection<P> {
     }
 
     /// An ACK now (spec 4.5), carrying `rate_hint_mbps`.
-    pub(crate) fn emit_ack(
+    pub(crate) fn emit_ack<B: Backing>(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         rate_hint_mbps: u32,
+        res: &Resources<B, P>,
     ) -> Option<Transmit> {
         let path = (self.recv.echo_path as usize % P) as u8;
+        let (sack_offset, sack) = self
+            .recv
+            .win
+            .sack_block(&res.reorder, Psn(self.recv.echo_psn));
         let repr = Repr {
             // The PSN field of an ACK is informational: the next PSN this
             // end will send (spec 3.2.4).
             header: self.header(now, self.send.nxt.get(), path, Flags::NONE),
             body: Body::Ack(AckRepr {
-                cumulative: self.recv.cum.get(),
+                cumulative: self.recv.win.cum.get(),
                 echo_psn: self.recv.echo_psn,
                 echo_timestamp: self.recv.echo_ts,
                 echo_path: u16::from(path),
                 path_rx_count: self.recv.rx_count[usize::from(path)],
                 path_ce_count: self.recv.ce_count[usize::from(path)],
                 rate_hint_mbps,
-                sack: self.recv.sack,
+                sack_offset,
+                sack,
             }),
             payload_len: 0,
         };

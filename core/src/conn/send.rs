@@ -141,7 +141,7 @@ impl<const P: usize> Connection<P> {
         }
         if let Some(s) = self.send.state.get() {
             let st = res.senders.get(s);
-            if st.lost_pending > 0 {
+            if st.lost_pending() > 0 {
                 return true;
             }
             if !self.may_send_new(st) {
@@ -152,17 +152,15 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Whether one more new packet fits the PSN window and the start-up
-    /// window. The in-flight count is summed over the paths only while the
-    /// span of outstanding PSNs could exceed the start-up window (the first
-    /// round trips), so a grown connection pays nothing for it.
+    /// window (new packets in flight, spec 4.10.6).
     pub(crate) fn may_send_new(&self, st: &SenderState<P>) -> bool {
         let span = self.send.nxt.distance_from(self.send.una);
-        if span >= u32::from(self.params.window) {
+        if span >= self.params.window {
             return false;
         }
         let mtu = u32::from(self.params.mtu).max(1);
         let allowed = (st.startup_window / mtu).max(2);
-        span < allowed || st.in_flight_total(self.params.paths) < allowed
+        span < allowed || st.in_flight_total() < allowed
     }
 
     /// Takes a sender state from the pool if the connection has none.
@@ -274,17 +272,9 @@ impl<const P: usize> Connection<P> {
         if now < st.rnr_until || now < st.next_send_at {
             return None;
         }
-        // Retransmissions before new data.
-        let (psn, retransmission) = if st.lost_pending > 0 {
-            let e = st.extent?;
-            let mut psn = self.send.una;
-            while psn != self.send.nxt && res.inflight.get(e, psn).slot() != Slot::Lost {
-                psn = psn.next();
-            }
-            if psn == self.send.nxt {
-                res.senders.get_mut(s).lost_pending = 0;
-                return None;
-            }
+        // Retransmissions before new data, in the order they were declared
+        // lost (spec 4.6.3).
+        let (psn, retransmission) = if let Some(psn) = st.lost.front() {
             (psn, true)
         } else {
             if !self.may_send_new(&st) {
@@ -307,10 +297,12 @@ impl<const P: usize> Connection<P> {
                 Some(i) => (i, psn.distance_from(res.work.get(i).first_psn)),
                 None => {
                     // Its message already failed and left the queue.
-                    let e = res.senders.get(s).extent?;
-                    res.inflight.get_mut(e, psn).set_slot(Slot::Acked);
                     let st = res.senders.get_mut(s);
-                    st.lost_pending = st.lost_pending.saturating_sub(1);
+                    let e = st.extent?;
+                    let mut lost = st.lost;
+                    res.inflight.unlink(&mut lost, e, self.send.una, psn);
+                    res.inflight.get_mut(e, psn).set_slot(Slot::Acked);
+                    res.senders.get_mut(s).lost = lost;
                     return None;
                 }
             }
@@ -331,7 +323,7 @@ impl<const P: usize> Connection<P> {
             flags = flags.with(Flags::RETRANSMISSION).with(Flags::ACK_REQUEST);
         }
         let window_nearly_full =
-            self.send.nxt.distance_from(self.send.una) + 1 >= u32::from(self.params.window);
+            self.send.nxt.distance_from(self.send.una) + 1 >= self.params.window;
         // Ask for an immediate ACK when this packet ends a message and
         // nothing else is queued behind it (the sender is about to go idle
         // and waits for completions), or when the window is about to fill.
@@ -397,26 +389,40 @@ impl<const P: usize> Connection<P> {
             payload_len,
         };
         let t = self.transmit(now, &repr, buf, path, ecn::ECT0, payload)?;
-        // Commit the send.
-        let e = res.senders.get(s).extent?;
-        let record = res.inflight.get_mut(e, psn);
-        let transmissions = (record.transmissions() + 1).min(63);
-        *record = super::sender::InflightRecord {
-            sent_ts: now.wire_timestamp(),
-            path,
-            meta: (transmissions << 2) | Slot::InFlight as u8,
-        };
+        // Commit the send: the record goes to the outstanding list's end
+        // (the newest transmission), from the lost list if resent.
+        let una = self.send.una;
         let st = res.senders.get_mut(s);
+        let e = st.extent?;
+        let (mut outstanding, mut lost) = (st.outstanding, st.lost);
+        if retransmission {
+            res.inflight.unlink(&mut lost, e, una, psn);
+        }
+        let record = res.inflight.get_mut(e, psn);
+        // A new PSN reuses a ring slot whose last PSN is gone: it starts
+        // counting afresh.
+        let transmissions = if retransmission {
+            (record.transmissions() + 1).min(63)
+        } else {
+            1
+        };
+        record.sent_ts = now.wire_timestamp();
+        record.path = path;
+        record.meta = (transmissions << 2) | Slot::InFlight as u8;
+        res.inflight.push_back(&mut outstanding, e, psn);
+        let st = res.senders.get_mut(s);
+        (st.outstanding, st.lost) = (outstanding, lost);
         st.on_sent(path, retransmission);
         st.idle_since = None;
         if retransmission {
-            st.lost_pending -= 1;
             self.counters.retransmissions += 1;
         } else {
             self.send.nxt = self.send.nxt.next();
             res.work.get_mut(entry_index).started += 1;
             self.counters.packets_sent += 1;
             self.counters.bytes_sent += u64::from(chunk);
+            let span = self.send.nxt.distance_from(self.send.una);
+            self.counters.max_in_flight = self.counters.max_in_flight.max(span);
         }
         if st.rto_deadline.is_none() {
             // Nothing was outstanding: the ride-through clock starts now.

@@ -3,6 +3,15 @@
 //! and the in-flight records of its window. It comes from endpoint-wide
 //! pools when the connection has data to send and goes back once it has
 //! been idle for a while, so an idle connection costs only its fixed part.
+//!
+//! The in-flight records of a window are a ring indexed by PSN, and two
+//! lists run through them so that no per-ACK step scans the window, which
+//! may hold tens of thousands of PSNs (spec 4.4): the **outstanding** list
+//! holds the packets in flight (sent, neither acknowledged nor declared
+//! lost) in the order they were sent, oldest first, so RACK (spec 4.6.2)
+//! looks only at packets old enough to be judged, as Linux's RACK walks
+//! its send-time ordered queue; the **lost** list holds the packets
+//! declared lost and not yet resent, in the order they were declared.
 
 use crate::cc::Controller;
 use crate::config::Config;
@@ -24,6 +33,11 @@ pub struct PathSender {
     /// Send timestamp of the latest-sent packet delivered on this path (RACK).
     pub(crate) rack_xmit_ts: u32,
     pub(crate) rack_valid: bool,
+    /// Packets of this path were seen to arrive out of the order they were
+    /// sent (a first transmission delivered after a later one of the path,
+    /// or a spurious retransmission): its reordering allowance is then
+    /// RACK's quarter round trip, and nothing before (spec 4.6.2).
+    pub(crate) reordering_seen: bool,
     /// The echoed receiver counters were seen at least once since this
     /// state was set up (the first echo is the baseline, not a delta).
     pub(crate) echo_valid: bool,
@@ -50,6 +64,7 @@ impl PathSender {
         rtt: RttEstimator::seeded(0, 0),
         rack_xmit_ts: 0,
         rack_valid: false,
+        reordering_seen: false,
         echo_valid: false,
         strikes: 0,
         in_flight: 0,
@@ -67,6 +82,19 @@ impl PathSender {
         ce_echoed: 0,
         rerolls: 0,
     };
+
+    /// The reordering allowance on evidence from this path itself (spec
+    /// 4.6.2), for its round-trip estimate `rtt` and variation `var`: as
+    /// RFC 8985 for a connection, none while the path has shown no
+    /// reordering (one path follows one route, in order), a quarter
+    /// round trip plus the variation once it has.
+    pub(crate) fn same_path_allowance(&self, rtt: u32, var: u32) -> u32 {
+        if self.reordering_seen {
+            rtt / 4 + var
+        } else {
+            0
+        }
+    }
 
     /// Weight for the path choice: marks and losses shift traffic away.
     pub(crate) fn weight(&self) -> u32 {
@@ -139,8 +167,10 @@ pub struct SenderState<const P: usize> {
     pub(crate) cc: Controller,
     /// The in-flight records of the window, if any are allocated.
     pub(crate) extent: Option<Extent>,
+    /// Packets in flight, oldest transmission first.
+    pub(crate) outstanding: RecordList,
     /// Packets declared lost and not yet retransmitted.
-    pub(crate) lost_pending: u32,
+    pub(crate) lost: RecordList,
     /// Start-up window, bytes (spec 4.10.6).
     pub(crate) startup_window: u32,
     pub(crate) next_send_at: Instant,
@@ -166,7 +196,8 @@ impl<const P: usize> SenderState<P> {
         paths: [PathSender::IDLE; P],
         cc: Controller::Fixed(crate::cc::FixedRate::new(0)),
         extent: None,
-        lost_pending: 0,
+        outstanding: RecordList::EMPTY,
+        lost: RecordList::EMPTY,
         startup_window: 0,
         next_send_at: Instant::ZERO,
         rnr_until: Instant::ZERO,
@@ -203,12 +234,14 @@ impl<const P: usize> SenderState<P> {
         }
     }
 
-    /// Packets in flight over the `active` paths.
-    pub(crate) fn in_flight_total(&self, active: u16) -> u32 {
-        self.paths[..usize::from(active)]
-            .iter()
-            .map(|p| p.in_flight)
-            .sum()
+    /// Packets in flight (on every path): the outstanding list's length.
+    pub(crate) fn in_flight_total(&self) -> u32 {
+        self.outstanding.len
+    }
+
+    /// Packets declared lost and not yet resent.
+    pub(crate) fn lost_pending(&self) -> u32 {
+        self.lost.len
     }
 
     /// The path for the next packet: least in-flight per unit of weight,
@@ -265,13 +298,20 @@ pub(crate) enum Slot {
     Lost = 3,
 }
 
-/// One PSN's sender record: 8 bytes.
+/// One PSN's sender record: 12 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InflightRecord {
     pub(crate) sent_ts: u32,
     pub(crate) path: u8,
     /// Low 2 bits: [`Slot`]; high 6 bits: transmissions (saturating).
     pub(crate) meta: u8,
+    /// Neighbours in the list the record is on (the outstanding list while
+    /// in flight, the lost list while lost), as the low 16 bits of their
+    /// PSNs: every PSN on a list lies within 65,536 of the cumulative ACK
+    /// (the window's bound), which restores the rest, and a list survives
+    /// the extent growing because it names PSNs, not places.
+    pub(crate) prev: u16,
+    pub(crate) next: u16,
 }
 
 impl InflightRecord {
@@ -279,6 +319,8 @@ impl InflightRecord {
         sent_ts: 0,
         path: 0,
         meta: 0,
+        prev: 0,
+        next: 0,
     };
 
     pub(crate) fn slot(self) -> Slot {
@@ -297,12 +339,33 @@ impl InflightRecord {
     pub(crate) fn set_slot(&mut self, s: Slot) {
         self.meta = (self.meta & !3) | s as u8;
     }
+}
 
-    /// A first transmission in flight (the loss scan stops at the first
-    /// one sent after the newest delivered packet).
-    pub(crate) fn is_first_in_flight(self) -> bool {
-        self.meta == (1 << 2) | Slot::InFlight as u8
+/// A doubly linked list of in-flight records (by PSN) of one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordList {
+    pub head: Psn,
+    pub tail: Psn,
+    pub len: u32,
+}
+
+impl RecordList {
+    pub const EMPTY: RecordList = RecordList {
+        head: Psn(0),
+        tail: Psn(0),
+        len: 0,
+    };
+
+    /// The first record's PSN.
+    pub fn front(&self) -> Option<Psn> {
+        (self.len > 0).then_some(self.head)
     }
+}
+
+/// The PSN a 16-bit link names: the one within 65,536 at or after `una`.
+#[inline]
+fn linked(una: Psn, link: u16) -> Psn {
+    una + u32::from(link.wrapping_sub(una.get() as u16))
 }
 
 /// The endpoint-wide in-flight records and their allocator.
@@ -361,6 +424,39 @@ where
     #[inline]
     pub(crate) fn get_mut(&mut self, e: Extent, psn: Psn) -> &mut InflightRecord {
         &mut self.records[Self::index(e, psn)]
+    }
+
+    /// Appends PSN `psn`'s record to `list`.
+    pub(crate) fn push_back(&mut self, list: &mut RecordList, e: Extent, psn: Psn) {
+        if list.len == 0 {
+            list.head = psn;
+        } else {
+            let tail = list.tail;
+            self.get_mut(e, tail).next = psn.get() as u16;
+            self.get_mut(e, psn).prev = tail.get() as u16;
+        }
+        list.tail = psn;
+        list.len += 1;
+    }
+
+    /// Takes PSN `psn`'s record off `list` (it must be on it).
+    pub(crate) fn unlink(&mut self, list: &mut RecordList, e: Extent, una: Psn, psn: Psn) {
+        let r = self.get(e, psn);
+        match (list.head == psn, list.tail == psn) {
+            (true, true) => {}
+            (true, false) => list.head = linked(una, r.next),
+            (false, true) => list.tail = linked(una, r.prev),
+            (false, false) => {
+                self.get_mut(e, linked(una, r.prev)).next = r.next;
+                self.get_mut(e, linked(una, r.next)).prev = r.prev;
+            }
+        }
+        list.len -= 1;
+    }
+
+    /// The PSN after `psn` on `list`, if `psn` is not its last.
+    pub(crate) fn next_on(&self, list: &RecordList, e: Extent, una: Psn, psn: Psn) -> Option<Psn> {
+        (list.len > 0 && list.tail != psn).then(|| linked(una, self.get(e, psn).next))
     }
 
     /// Moves the records of `[una, nxt)` from `old` into a new extent of at

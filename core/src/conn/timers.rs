@@ -50,7 +50,7 @@ impl<const P: usize> Connection<P> {
             return;
         };
         let busy = self.send.una != self.send.nxt
-            || res.senders.get(s).lost_pending > 0
+            || res.senders.get(s).lost_pending() > 0
             || self.first_unsent(res).is_some();
         let st = res.senders.get_mut(s);
         if busy {

@@ -4,7 +4,7 @@ use super::admission::{CookieCheck, SourceRefusal};
 use super::{ConnSlot, Endpoint, StatelessBody, StatelessReply};
 use crate::api::{Memory, PeerAddr, RxMeta};
 use crate::config::{AcceptDomain, AddressValidation, PER_CONNECTION_DOMAINS};
-use crate::conn::{ConnState, Connection, PendingEvents};
+use crate::conn::{ConnState, Connection, PendingEvents, RetryOutcome};
 use crate::storage::Backing;
 use crate::time::Instant;
 use crate::wire::{self, Body, CloseReason, ConnectRepr};
@@ -70,10 +70,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if let Body::Retry(r) = &repr.body {
             // Addressed with our CONNECT's id and token, so it answers our
             // CONNECT; taken once per handshake (spec 4.2).
-            if conn.on_retry(now, r, &config) {
-                self.refresh(i as u32, now, false);
-            } else {
-                self.drops.retry_ignored += 1;
+            match conn.on_retry(now, r, &mut self.res, &config) {
+                RetryOutcome::Taken => self.refresh(i as u32, now, false),
+                // Counted with the pool refusals.
+                RetryOutcome::NoRoom => {}
+                RetryOutcome::Ignored => self.drops.retry_ignored += 1,
             }
             return;
         }

@@ -71,7 +71,7 @@ use crate::conn::sender::InflightPool;
 use crate::conn::{ConnState, Connection, PathSender, PoolRefusals, Resources};
 use crate::memory::{RegionError, RegionTable};
 use crate::path::PathStats;
-use crate::rng::{Rng, Seed};
+use crate::rng::{ReseedPolicy, Rng, Seed};
 use crate::stats::{ConnStats, DropStats};
 use crate::storage::index::HashIndex;
 use crate::storage::list::{Fifo, List};
@@ -179,6 +179,9 @@ pub struct Footprint {
     pub recv_entry: usize,
     /// One in-flight packet record (pooled), allocator share included.
     pub inflight_record: usize,
+    /// One 64-bit word of out-of-order bitmap (pooled, 64 PSNs of a
+    /// receive window), allocator share included.
+    pub reorder_word: usize,
 }
 
 /// Pool use now: (in use, capacity).
@@ -190,6 +193,8 @@ pub struct PoolUsage {
     pub recv_entries: (u32, u32),
     pub senders: (u32, u32),
     pub inflight_records: (u64, u64),
+    /// Out-of-order bitmap words.
+    pub reorder_words: (u64, u64),
     pub regions: (u32, u32),
 }
 
@@ -299,7 +304,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let mut rng = Rng::new(seed);
         let hash_key = (rng.next_u64(), rng.next_u64());
         let source_key = (rng.next_u64(), rng.next_u64());
-        let cookies = admission::CookieKeys::new(&mut rng);
+        let cookie_keys = admission::CookieKeys::new(&mut rng);
         let Storage {
             mut connections,
             connection_index,
@@ -308,8 +313,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             senders,
             inflight_records,
             inflight_nodes,
+            reorder_words,
+            reorder_nodes,
             regions,
             sources,
+            cookies,
             key_slots,
         } = storage;
         let capacity = connections.len().min(1 << 24);
@@ -334,6 +342,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 recvs: Pool::new(recv_entries),
                 senders: Pool::new(senders),
                 inflight: InflightPool::new(inflight_records, inflight_nodes),
+                reorder: crate::conn::ReorderPool::new(reorder_words, reorder_nodes),
                 regions: RegionTable::new(regions),
                 rng,
                 read_jobs: 0,
@@ -341,6 +350,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 refusals: PoolRefusals::default(),
                 rx_refusals: crate::stats::RefusalStats::default(),
                 keys: crate::crypto::KeyPool::new(key_slots),
+                cookies: Pool::new(cookies),
             },
             wheel: TimerWheel::new(),
             free,
@@ -351,7 +361,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             active: List::EMPTY,
             stateless: Deque::new(),
             hash_key,
-            cookies,
+            cookies: cookie_keys,
             sources: admission::SourceTable::new(sources, source_key),
             half_open: 0,
             live: 0,
@@ -369,10 +379,26 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         &self.config
     }
 
-    /// Folds fresh entropy into the generator (the platform calls this
-    /// periodically; spec 5.1.2).
-    pub fn reseed(&mut self, entropy: Seed) {
-        self.res.rng.reseed(entropy);
+    /// Whether the generator wants fresh entropy at `now` (spec 5.1.6):
+    /// the platform's engine loop asks after every poll and answers with
+    /// [`Endpoint::reseed`].
+    pub fn reseed_due(&self, now: Instant) -> bool {
+        self.res.rng.reseed_due(now)
+    }
+
+    /// Folds 32 bytes of fresh entropy into the generator (spec 5.1.6).
+    pub fn reseed(&mut self, now: Instant, entropy: Seed) {
+        self.res.rng.reseed(now, entropy);
+    }
+
+    /// When fresh entropy is due (default [`ReseedPolicy::DEFAULT`]).
+    pub fn set_reseed_policy(&mut self, policy: ReseedPolicy) {
+        self.res.rng.set_policy(policy);
+    }
+
+    /// Reseeds so far.
+    pub fn reseeds(&self) -> u64 {
+        self.res.rng.reseeds()
     }
 
     // ----- Memory regions -------------------------------------------------
@@ -463,9 +489,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.leave_half_open(i);
         let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
+        conn.drop_cookie(&mut self.res);
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
         self.res.keys.release(&mut conn.protection);
+        conn.release_receiver(&mut self.res);
         if s.indexed {
             let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
             let h = self.hash_peer(&ip, id, token);
@@ -673,6 +701,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 self.res.inflight.total_records() - self.res.inflight.free_records(),
                 self.res.inflight.total_records(),
             ),
+            reorder_words: (
+                self.res.reorder.total_words() - self.res.reorder.free_words(),
+                self.res.reorder.total_words(),
+            ),
             regions: (
                 self.res.regions.len() as u32,
                 self.res.regions.capacity() as u32,
@@ -751,6 +783,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             work_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::WorkEntry>>(),
             recv_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::RecvEntry>>(),
             inflight_record: size_of::<crate::conn::InflightRecord>()
+                + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
+            reorder_word: size_of::<u64>()
                 + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
         }
     }

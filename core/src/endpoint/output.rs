@@ -35,6 +35,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
+        if conn.cookie.is_some() && conn.state != ConnState::Connecting {
+            // The handshake is over: its RETRY cookie goes back.
+            conn.drop_cookie(&mut self.res);
+        }
         if conn.state.is_terminal() || s.released {
             conn.release_sender(&mut self.res);
         } else {

@@ -58,6 +58,17 @@ impl Extent {
     pub const fn order(self) -> u8 {
         self.order
     }
+
+    /// First minimum block.
+    pub const fn block(self) -> u32 {
+        self.block
+    }
+
+    /// The extent of `block` and `order`, as [`Extent::block`] and
+    /// [`Extent::order`] gave them (a handle stored in fewer bytes).
+    pub(crate) const fn from_parts(block: u32, order: u8) -> Extent {
+        Extent { block, order }
+    }
 }
 
 /// The smallest order whose extent holds `units`.

@@ -48,7 +48,12 @@ impl<S: DerefMut<Target = [u32]>> HashIndex<S> {
         if self.slots.is_empty() {
             0
         } else {
-            (self.mask + 1) / 8 * 7
+            // Seven eighths, rounded down, of the slots (at least one slot
+            // stays empty so probes end): `/ 8 * 7` made it 0 for tables of
+            // up to 7 slots, so an endpoint of 2 or 3 connections indexed
+            // none and took a repeated CONNECT for a new connection.
+            let slots = self.mask + 1;
+            (slots - slots.div_ceil(8)).max(1).min(slots - 1)
         }
     }
 
@@ -140,6 +145,14 @@ mod tests {
     /// Keys collide often on purpose: the hash is the key's low byte.
     fn h(key: u32) -> u64 {
         u64::from(key % 7) << 32
+    }
+
+    #[test]
+    fn small_tables_index_most_of_their_slots() {
+        for (slots, capacity) in [(2, 1), (4, 3), (8, 7), (16, 14), (1024, 896)] {
+            let index = HashIndex::new(std::vec![0u32; slots]);
+            assert_eq!(index.capacity(), capacity, "{slots} slots");
+        }
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub mod field {
         pub const ECHO_PATH: Field = 12..14;
         pub const PATH_RX_COUNT: Field = 14..16;
         pub const PATH_CE_COUNT: Field = 16..18;
-        pub const RESERVED: Field = 18..20;
+        pub const SACK_OFFSET: Field = 18..20;
         pub const RATE_HINT: Field = 20..24;
         pub const SACK: Field = 24..56;
     }
@@ -727,8 +727,22 @@ pub struct AckRepr {
     pub path_ce_count: u16,
     /// Fair-share rate hint for this sender in Mbit/s; 0 = no hint.
     pub rate_hint_mbps: u32,
-    /// PSNs after `cumulative` received.
+    /// Where the SACK block starts, in PSNs after `cumulative + 1`
+    /// (spec 3.5): bit `i` of `sack` is PSN `cumulative + 1 +
+    /// sack_offset + i`. Always 0 while the window is at most 256 PSNs.
+    pub sack_offset: u16,
+    /// Which of the 256 PSNs from `cumulative + 1 + sack_offset` were
+    /// received.
     pub sack: SackBits,
+}
+
+impl AckRepr {
+    /// The PSN bit 0 of the SACK bitvector stands for.
+    pub fn sack_base(&self) -> u32 {
+        self.cumulative
+            .wrapping_add(1)
+            .wrapping_add(u32::from(self.sack_offset))
+    }
 }
 
 /// NAK fields (spec 3.7).
@@ -1051,7 +1065,6 @@ impl Repr {
             }
             PacketType::Ack => {
                 use field::ack as f;
-                check_zero(&ext[f::RESERVED])?;
                 let mut sack = [0u8; 32];
                 sack.copy_from_slice(&ext[f::SACK]);
                 Body::Ack(AckRepr {
@@ -1062,6 +1075,7 @@ impl Repr {
                     path_rx_count: read_u16(ext, f::PATH_RX_COUNT),
                     path_ce_count: read_u16(ext, f::PATH_CE_COUNT),
                     rate_hint_mbps: read_u32(ext, f::RATE_HINT),
+                    sack_offset: read_u16(ext, f::SACK_OFFSET),
                     sack: SackBits::from_bytes(&sack),
                 })
             }
@@ -1189,7 +1203,7 @@ impl Repr {
                 write_u16(ext, f::ECHO_PATH, a.echo_path);
                 write_u16(ext, f::PATH_RX_COUNT, a.path_rx_count);
                 write_u16(ext, f::PATH_CE_COUNT, a.path_ce_count);
-                write_u16(ext, f::RESERVED, 0);
+                write_u16(ext, f::SACK_OFFSET, a.sack_offset);
                 write_u32(ext, f::RATE_HINT, a.rate_hint_mbps);
                 ext[f::SACK].copy_from_slice(&a.sack.to_bytes());
             }

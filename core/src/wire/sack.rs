@@ -1,7 +1,9 @@
 //! The 256-bit selective acknowledgment bitvector (spec 3.6).
 //!
-//! Bit `i` set means PSN `cumulative_ack + 1 + i` has been received; the PSN
-//! equal to `cumulative_ack` itself is by definition missing. On the wire bit
+//! Bit `i` set means PSN `cumulative_ack + 1 + sack_offset + i` has been
+//! received (the ACK's SACK Offset says where the 256 PSNs start, 0 unless
+//! the window exceeds 256); the PSN equal to `cumulative_ack` itself is by
+//! definition missing. On the wire bit
 //! `i` is byte `i / 8`, mask `0x80 >> (i % 8)` (most significant bit first, as
 //! drawn in the spec's diagrams).
 //!
@@ -45,6 +47,13 @@ impl defmt::Format for SackBits {
 impl SackBits {
     /// All bits clear.
     pub const EMPTY: SackBits = SackBits { words: [0; 4] };
+
+    /// From four words, bit `i` of the vector being bit `i % 64` of word
+    /// `i / 64`.
+    #[inline]
+    pub const fn from_words(words: [u64; 4]) -> SackBits {
+        SackBits { words }
+    }
 
     /// Whether bit `i` is set. Bits at or past 256 read as clear.
     #[inline]

@@ -39,8 +39,11 @@ pub fn storage<const P: usize>(layout: &Layout) -> Storage<TestHeap, P> {
         senders: vec![PoolEntry::vacant(SenderState::VACANT); layout.senders as usize],
         inflight_records: vec![InflightRecord::EMPTY; layout.inflight_records_used()],
         inflight_nodes: vec![BuddyNode::INIT; layout.inflight_nodes()],
+        reorder_words: vec![0; layout.reorder_words_used()],
+        reorder_nodes: vec![BuddyNode::INIT; layout.reorder_nodes()],
         regions: vec![RegionSlot::VACANT; layout.regions as usize],
         sources: vec![metaroce_core::SourceBucket::EMPTY; layout.sources as usize],
+        cookies: vec![PoolEntry::vacant([0; 32]); layout.cookies as usize],
         key_slots: vec![metaroce_core::crypto::KeySlot::VACANT; layout.key_slots as usize],
     }
 }
@@ -227,14 +230,32 @@ impl<const P: usize> Cluster<P> {
         imp: Impairments,
         seed: u64,
     ) -> Self {
-        let nodes = (0..n)
-            .map(|i| Node {
-                ep: endpoint(
-                    config,
-                    capacity,
-                    seed.wrapping_mul(31).wrapping_add(i as u64 + 1),
+        let layout = Layout::for_connections(capacity);
+        Self::with_nodes(&vec![config; n], layout, ARENA_LEN, imp, seed)
+    }
+
+    /// One node per configuration, each with storage of `layout` and an
+    /// arena of `arena_len` bytes.
+    pub fn with_nodes(
+        configs: &[Config],
+        layout: Layout,
+        arena_len: usize,
+        imp: Impairments,
+        seed: u64,
+    ) -> Self {
+        let n = configs.len();
+        let nodes = configs
+            .iter()
+            .enumerate()
+            .map(|(i, config)| Node {
+                ep: Endpoint::new(
+                    *config,
+                    storage(&layout),
+                    metaroce_core::rng::seed_from_u64(
+                        seed.wrapping_mul(31).wrapping_add(i as u64 + 1),
+                    ),
                 ),
-                mem: Arena::new(ARENA_BASE, ARENA_LEN),
+                mem: Arena::new(ARENA_BASE, arena_len),
                 ip: Ipv4Address::new(10, 0, 0, i as u8 + 1),
                 completions: Vec::new(),
                 events: Vec::new(),

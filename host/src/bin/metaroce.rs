@@ -11,6 +11,8 @@ use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
@@ -19,8 +21,10 @@ use metaroce_host::app::Operation;
 use metaroce_host::pcap::PcapRecorder;
 use metaroce_host::protection::{read_psk_file, Protection};
 use metaroce_host::session::{
-    run_client, run_hold, ClientOptions, HoldOptions, PeerBudget, Progress, Server, Summary,
+    run_client, run_hold, ClientOptions, Crowd, CrowdOptions, HoldOptions, PeerBudget, Progress,
+    Server, ServerReport, Sources, Summary,
 };
+use metaroce_host::shard::{self, ShardedConfig, ShardedServer, ThreadOutcome, MAX_THREADS};
 use metaroce_host::{HostError, Node, NodeConfig};
 
 const EXIT_CODES: &str = "Exit codes: 0 success, 1 integrity check failed, 2 usage error, \
@@ -45,6 +49,49 @@ enum Command {
     Read(ClientArgs),
     /// Open many connections at once and check the server answers on each.
     Hold(HoldArgs),
+    /// Many clients at once, some misbehaving (bad keys, huge or repeated
+    /// announcements, abandoned handshakes, silence, too many
+    /// connections); check the well-behaved ones are all served.
+    Crowd(CrowdArgs),
+}
+
+#[derive(Args, Debug)]
+struct CrowdArgs {
+    /// The server's address and port.
+    #[arg(long)]
+    peer: String,
+    /// Every client from this address (as through a gateway); the budget
+    /// probes (huge announcements, hogs, too many connections) are left
+    /// out. Default: each group from its own address in 127.0.0.0/24.
+    #[arg(long)]
+    single_source: Option<std::net::IpAddr>,
+    /// Well-behaved clients.
+    #[arg(long, default_value_t = 40)]
+    well_behaved: usize,
+    /// Their bytes per message.
+    #[arg(long, default_value_t = 8192)]
+    size: u32,
+    /// Their messages each.
+    #[arg(long, default_value_t = 32)]
+    count: u64,
+    /// The server's largest message size.
+    #[arg(long, default_value_t = metaroce_host::app::MAX_MESSAGE)]
+    max_message: u32,
+    /// Message size the hogs announce.
+    #[arg(long, default_value_t = 1 << 20)]
+    hog_size: u32,
+    /// Connections the greedy client opens.
+    #[arg(long, default_value_t = 10)]
+    greedy: usize,
+    /// Seconds any one step (handshake, answer) may take.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Seconds the holding and silent clients stay after the others are done.
+    #[arg(long, default_value_t = 0.0)]
+    hold: f64,
+    /// One JSON object instead of the text report.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -145,7 +192,8 @@ struct ServeArgs {
     /// Exit after the first connection ends (exit code 1 if its data was corrupt).
     #[arg(long)]
     once: bool,
-    /// Exit after this many seconds.
+    /// Exit after this many seconds (SIGINT or SIGTERM also stops it, with
+    /// the summary).
     #[arg(long)]
     duration: Option<f64>,
     /// Connections served at once (each costs about 0.5 KiB while idle).
@@ -171,6 +219,10 @@ struct ServeArgs {
     /// address may hold; more are refused. 0: no limit.
     #[arg(long, default_value_t = metaroce_core::Config::default().source_limits.half_open)]
     half_open_per_peer: u32,
+    /// Engine threads, each serving its own shard of the connection table
+    /// on its own UDP port (named in its ACCEPTs); up to the CPUs.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     #[command(flatten)]
     common: Common,
 }
@@ -274,6 +326,17 @@ fn node_config(
     })
 }
 
+/// A serving node's settings: the common ones and the per-source limits
+/// on incoming connections (spec 4.2.3).
+fn serve_node_config(a: &ServeArgs, bind: SocketAddr) -> Result<NodeConfig, HostError> {
+    let mut config = node_config(bind, &a.common, true, a.connections)?;
+    config.source_limits = Some(metaroce_core::config::SourceLimits {
+        connects_per_second: a.connects_per_second_per_peer,
+        half_open: a.half_open_per_peer,
+    });
+    Ok(config)
+}
+
 /// Prints a line; a closed stdout (the reader went away) does not stop
 /// the server.
 fn say(line: &str) {
@@ -282,14 +345,37 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-fn serve(a: &ServeArgs) -> Result<(), HostError> {
-    let bind = parse_addr("--bind", &a.bind)?;
-    let mut config = node_config(bind, &a.common, true, a.connections)?;
-    config.source_limits = Some(metaroce_core::config::SourceLimits {
-        connects_per_second: a.connects_per_second_per_peer,
-        half_open: a.half_open_per_peer,
+/// SIGINT and SIGTERM, taken by a thread of their own: the first asks the
+/// server to stop (it prints its summary and exits), a second ends the
+/// process at once. Called before any other thread exists, so every
+/// thread inherits the blocked mask and only that thread takes them.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, HostError> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals
+        .thread_block()
+        .map_err(|e| HostError::Usage(format!("cannot block SIGINT/SIGTERM: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        while let Ok(signal) = signals.wait() {
+            if flag.swap(true, Ordering::Relaxed) {
+                std::process::exit(128 + signal as i32);
+            }
+        }
     });
-    let mut node = Node::bind(&config)?;
+    Ok(stop)
+}
+
+fn serve(a: &ServeArgs) -> Result<(), HostError> {
+    let signalled = stop_on_signals()?;
+    if a.threads != 1 {
+        return serve_sharded(a, &signalled);
+    }
+    let bind = parse_addr("--bind", &a.bind)?;
+    let mut node = Node::bind(&serve_node_config(a, bind)?)?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
@@ -312,13 +398,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         .map(|d| seconds("--duration", d))
         .transpose()?
         .map(|d| Instant::now() + d);
-    let budget = PeerBudget {
-        connections_per_peer: a.connections_per_peer,
-        bytes_per_peer: a.mib_per_peer << 20,
-        bytes_total: a.mib_total << 20,
-        regions_per_peer: a.regions_per_peer,
-    };
-    let mut server = Server::with_budget(node, budget);
+    let mut server = Server::with_budget(node, serve_budget(a));
     server.protection = protect;
     let mut printed = 0;
     let mut corrupt = false;
@@ -327,29 +407,12 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     server.run(|s| {
         for r in &s.finished[printed..] {
             corrupt |= !r.integrity_ok;
-            if json {
-                say(&serde_json::to_string(r).unwrap_or_default());
-            } else {
-                say(&format!(
-                    "connection from {} ({}): {} {} messages of {} B verified, {} corrupt, {} B, \
-                     {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
-                    r.peer,
-                    r.suite,
-                    r.operation,
-                    r.verified,
-                    r.message_size,
-                    r.corrupt,
-                    r.bytes,
-                    r.packets_received,
-                    r.duplicates_received,
-                    r.ce_received,
-                    r.closed,
-                    if r.integrity_ok { "OK" } else { "FAILED" }
-                ));
-            }
+            say_report(r, json, false);
         }
         printed = s.finished.len();
-        (once && printed > 0) || until.is_some_and(|t| Instant::now() >= t)
+        (once && printed > 0)
+            || until.is_some_and(|t| Instant::now() >= t)
+            || signalled.load(Ordering::Relaxed)
     })?;
     print_serve_summary(&server, json);
     if let Some(p) = server.node.link.pcap.take() {
@@ -361,23 +424,134 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     Ok(())
 }
 
-/// What the server did and refused, by reason.
-fn print_serve_summary(server: &Server, json: bool) {
-    let c = server.counters;
-    let ep = &server.node.ep;
+/// The budgets `serve` was given.
+fn serve_budget(a: &ServeArgs) -> PeerBudget {
+    PeerBudget {
+        connections_per_peer: a.connections_per_peer,
+        bytes_per_peer: a.mib_per_peer << 20,
+        bytes_total: a.mib_total << 20,
+        regions_per_peer: a.regions_per_peer,
+    }
+}
+
+/// One finished connection's line (or JSON object); `sharded`: say which
+/// engine thread served it.
+fn say_report(r: &ServerReport, json: bool, sharded: bool) {
+    if json {
+        say(&serde_json::to_string(r).unwrap_or_default());
+        return;
+    }
+    let thread = if sharded {
+        format!(" (thread {}, slot {})", r.thread, r.slot)
+    } else {
+        String::new()
+    };
+    say(&format!(
+        "connection from {}{thread} ({}): {} {} messages of {} B verified, {} corrupt, {} B, \
+         {} packets, {} duplicates, {} CE, closed {} -> integrity {}",
+        r.peer,
+        r.suite,
+        r.operation,
+        r.verified,
+        r.message_size,
+        r.corrupt,
+        r.bytes,
+        r.packets_received,
+        r.duplicates_received,
+        r.ce_received,
+        r.closed,
+        if r.integrity_ok { "OK" } else { "FAILED" }
+    ));
+}
+
+/// `serve --threads N` (N > 1): the same server on N engine threads, each
+/// with its shard of the connection table ([`metaroce_host::shard`]).
+fn serve_sharded(a: &ServeArgs, signalled: &AtomicBool) -> Result<(), HostError> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if a.threads == 0 || a.threads > cpus.min(MAX_THREADS) {
+        return Err(HostError::Usage(format!(
+            "--threads must be 1..={} (the CPUs of this machine, at most {MAX_THREADS}), got {}",
+            cpus.min(MAX_THREADS),
+            a.threads
+        )));
+    }
+    if a.common.pcap.is_some() {
+        return Err(HostError::Usage(
+            "--pcap records one engine thread's sockets: use it with --threads 1".into(),
+        ));
+    }
+    let bind = parse_addr("--bind", &a.bind)?;
+    let sharded = ShardedServer::bind(&ShardedConfig {
+        node: serve_node_config(a, bind)?,
+        threads: a.threads,
+        budget: serve_budget(a),
+    })?;
+    let local = sharded.local_addr();
+    let ports: Vec<u16> = sharded.thread_addrs().iter().map(|t| t.port()).collect();
+    let json = a.common.json;
+    if json {
+        say(&serde_json::json!({
+            "listening": local.to_string(),
+            "paths": a.common.paths,
+            "threads": a.threads,
+            "thread_ports": ports,
+        })
+        .to_string());
+    } else {
+        // The address comes last, as without threads (scripts read it).
+        say(&format!(
+            "metaroce serve: {} engine threads (ports {}), listening on {local}",
+            a.threads,
+            ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let until = a
+        .duration
+        .map(|d| seconds("--duration", d))
+        .transpose()?
+        .map(|d| Instant::now() + d);
+    let corrupt = AtomicBool::new(false);
+    let once = a.once;
+    let outcomes = sharded.run(
+        |r| {
+            corrupt.fetch_or(!r.integrity_ok, Ordering::Relaxed);
+            say_report(r, json, true);
+            once
+        },
+        || until.is_some_and(|t| Instant::now() >= t) || signalled.load(Ordering::Relaxed),
+    )?;
+    print_sharded_summary(&outcomes, json);
+    if corrupt.load(Ordering::Relaxed) {
+        return Err(HostError::Integrity("a client's data differed".into()));
+    }
+    Ok(())
+}
+
+/// What every engine thread did and refused, added up, and what each
+/// served.
+fn print_sharded_summary(outcomes: &[ThreadOutcome], json: bool) {
+    let c = shard::total_counters(outcomes);
+    let open: usize = outcomes.iter().map(|o| o.server.open_connections()).sum();
+    let threads = shard::thread_summaries(outcomes);
+    let steering = shard::total_steering(outcomes);
+    let nodes = shard::nodes(outcomes);
+    let live: u32 = nodes.iter().map(|n| n.ep.live_connections()).sum();
+    let half_open: u32 = nodes.iter().map(|n| n.ep.half_open()).sum();
     if json {
         say(&serde_json::json!({
             "summary": {
                 "connections": c.connections,
-                "open": server.open_connections(),
-                "live": ep.live_connections(),
-                "half_open": ep.half_open(),
+                "open": open,
+                "live": live,
+                "half_open": half_open,
                 "server": c,
-                "endpoint": metaroce_host::counters::json(ep),
-                "protection": {
-                    "policy": server.protection,
-                    "counters": metaroce_host::protection::json(&ep.protection_stats()),
-                },
+                "endpoint": metaroce_host::counters::json_sum(&nodes),
+                "steering": steering,
+                "threads": threads,
             }
         })
         .to_string());
@@ -387,10 +561,10 @@ fn print_serve_summary(server: &Server, json: bool) {
         "serve summary: {} connections ({} open, {} joins, {} in the table, {} half open); refused: {} over the peer's connection budget, \
          {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
         c.connections,
-        server.open_connections(),
+        open,
         c.joins,
-        ep.live_connections(),
-        ep.half_open(),
+        live,
+        half_open,
         c.refused_peer_connections,
         c.refused_no_buffers,
         c.refused_bad_size,
@@ -398,11 +572,81 @@ fn print_serve_summary(server: &Server, json: bool) {
         c.refused_bad_ticket,
         c.refused_second_announce
     ));
-    say(&format!("endpoint: {}", metaroce_host::counters::line(ep)));
+    for t in &threads {
+        say(&format!(
+            "  thread {} (port {}): {} connections ({} open); forwarded {} CONNECTs and {} packets \
+             to other threads, received {} from them, {} dropped on a full ring",
+            t.thread,
+            t.port,
+            t.connections,
+            t.open,
+            t.steering.connects_forwarded,
+            t.steering.packets_forwarded,
+            t.steering.received_forwarded,
+            t.steering.ring_full
+        ));
+    }
+    say(&format!(
+        "endpoint: {}",
+        metaroce_host::counters::line_sum(&nodes)
+    ));
+}
+
+/// What the server did and refused, by reason (docs/counters.md).
+fn print_serve_summary(server: &Server, json: bool) {
+    let c = server.counters;
+    let node = &server.node;
+    if json {
+        say(&serde_json::json!({
+            "summary": {
+                "connections": c.connections,
+                "open": server.open_connections(),
+                "live": node.ep.live_connections(),
+                "half_open": node.ep.half_open(),
+                "server": c,
+                "endpoint": metaroce_host::counters::json(node),
+                "reseeds": node.engine_stats().reseeds,
+                "protection": {
+                    "policy": server.protection,
+                    "counters": metaroce_host::protection::json(&node.ep.protection_stats()),
+                },
+            }
+        })
+        .to_string());
+        return;
+    }
+    say(&format!(
+        "serve summary: {} connections ({} open, {} in the table, {} half open, {} closed ({} idle timeouts), {} failed, {} joins); refused: \
+         {} over the peer's connection budget, {} without buffers, {} bad size, {} second announce, \
+         {} bad ticket, {} over budget ({} peer bytes, {} total bytes, {} peer regions, {} no keys)",
+        c.connections,
+        server.open_connections(),
+        node.ep.live_connections(),
+        node.ep.half_open(),
+        c.closed,
+        c.idle_timeouts,
+        c.failed,
+        c.joins,
+        c.refused_peer_connections,
+        c.refused_no_buffers,
+        c.refused_bad_size,
+        c.refused_second_announce,
+        c.refused_bad_ticket,
+        c.refused_over_budget,
+        c.refused_peer_bytes,
+        c.refused_total_bytes,
+        c.refused_peer_regions,
+        c.refused_no_keys,
+    ));
+    say(&format!(
+        "dropped or refused by reason: {}; {} reseeds",
+        metaroce_host::counters::line(node),
+        node.engine_stats().reseeds
+    ));
     say(&format!(
         "protection: {}: {}",
         server.protection,
-        metaroce_host::protection::line(&ep.protection_stats())
+        metaroce_host::protection::line(&node.ep.protection_stats())
     ));
 }
 
@@ -552,6 +796,69 @@ fn hold(a: &HoldArgs) -> Result<(), HostError> {
     }
 }
 
+/// `metaroce crowd`: well-behaved and misbehaving clients at once.
+fn crowd(a: &CrowdArgs) -> Result<(), HostError> {
+    let peer = parse_addr("--peer", &a.peer)?;
+    let timeout = seconds("--timeout", a.timeout)?;
+    let opts = CrowdOptions {
+        peer,
+        sources: match a.single_source {
+            Some(ip) => Sources::Single(ip),
+            None => Sources::PerGroup(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+        },
+        well_behaved: a.well_behaved,
+        size: a.size,
+        count: a.count,
+        max_message: a.max_message,
+        hog_size: a.hog_size,
+        greedy_connections: a.greedy,
+        timeout,
+    };
+    let mut crowd = Crowd::start(&opts);
+    let settled = crowd.settle(timeout * 3);
+    std::thread::sleep(seconds("--hold", a.hold)?);
+    let r = crowd.finish();
+    settled?;
+    if a.json {
+        say(&serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        say(&format!(
+            "crowd {peer}: {} clients in {:.1} s: {} of {} well-behaved served with integrity; \
+             refused as they must be: {} bad key, {} cross key, {} bad size, {} second announce \
+             (then served), {} huge; {} abandoned, {} silent; hogs {} granted {} refused; \
+             greedy {} up {} rejected",
+            r.clients,
+            r.seconds,
+            r.well_behaved_ok,
+            r.well_behaved,
+            r.bad_key_refused,
+            r.cross_key_refused,
+            r.bad_size_refused,
+            r.twice_refused_then_served,
+            r.huge_refused,
+            r.abandoned,
+            r.silent,
+            r.hogs_granted,
+            r.hogs_refused,
+            r.greedy_up,
+            r.greedy_rejected
+        ));
+        for p in &r.problems {
+            say(&format!("  problem: {p}"));
+        }
+    }
+    if r.ok() {
+        Ok(())
+    } else {
+        Err(HostError::Transfer(format!(
+            "{} of {} well-behaved clients served, {} problems",
+            r.well_behaved_ok,
+            r.well_behaved,
+            r.problems.len()
+        )))
+    }
+}
+
 /// CPU time (user and system) this process has used.
 fn cpu_time() -> Duration {
     use nix::sys::resource::{getrusage, UsageWho};
@@ -678,6 +985,7 @@ fn main() -> ExitCode {
         Command::Write(a) => client(a, Operation::Write, Some(64), None),
         Command::Read(a) => client(a, Operation::Read, Some(64), None),
         Command::Hold(a) => hold(a),
+        Command::Crowd(a) => crowd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

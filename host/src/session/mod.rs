@@ -1,14 +1,20 @@
 //! What `metaroce serve` and `metaroce bench|write|read` do over a
 //! [`Node`](crate::node::Node): the server side that verifies what it
 //! receives ([`server`]), and the client that moves data and summarises it
-//! ([`client`]), speaking the application protocol of [`crate::app`].
+//! ([`client`]), speaking the application protocol of [`crate::app`]; and
+//! the checks of a server's capacity (`hold`) and of its robustness
+//! against misbehaving clients (`crowd`).
 
 mod client;
+mod crowd;
 mod hold;
+mod ledger;
 mod server;
 
 pub use client::{run_client, ClientOptions, PathRow, Progress, Summary};
+pub use crowd::{Crowd, CrowdOptions, CrowdReport, Sources};
 pub use hold::{run_hold, HoldOptions, HoldSummary};
+pub use ledger::Ledger;
 pub use server::{PeerBudget, Server, ServerCounters, ServerReport};
 
 use std::time::Duration;

@@ -9,9 +9,15 @@
 //! refused on the wire (`CLOSE` with `REJECTED` for a connection, `REGION`
 //! with `REGION_OVER_BUDGET` for an announcement) and counted by reason,
 //! and the server goes on serving everyone else.
+//!
+//! The budgets and tickets are kept in a [`Ledger`] the engine threads of
+//! a sharded server share (`serve --threads N`, [`crate::shard`]): each
+//! thread runs a `Server` over its own shard of the connection table, and
+//! the limits hold for the node.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant as WallInstant};
 
 use metaroce_core::api::{Access, Completion, ConnHandle, Opcode, Region, Status};
@@ -19,6 +25,7 @@ use metaroce_core::wire::CloseReason;
 use metaroce_core::{CommandError, Event};
 use serde::Serialize;
 
+use super::ledger::{Ledger, Memory, Refusal, RegionShare};
 use super::{Control, IDLE_TURN};
 use crate::app::{self, Message, Operation, SLOTS};
 use crate::node::Node;
@@ -65,20 +72,41 @@ pub struct ServerCounters {
     pub refused_no_buffers: u64,
     /// Announcements refused: size out of range.
     pub refused_bad_size: u64,
-    /// Announcements or joins refused: over the peer's or the server's
-    /// budget of bytes or regions.
+    /// Announcements or joins refused with `REGION_OVER_BUDGET`: the sum
+    /// of the four reasons below.
     pub refused_over_budget: u64,
+    /// ... because the peer address's bytes would pass its budget.
+    pub refused_peer_bytes: u64,
+    /// ... because every peer's bytes together would pass the server's.
+    pub refused_total_bytes: u64,
+    /// ... because the peer address's regions would pass its budget (or
+    /// the connection already reaches a region).
+    pub refused_peer_regions: u64,
+    /// ... because the endpoint's region table is full.
+    pub refused_no_keys: u64,
     /// Joins whose ticket named no region.
     pub refused_bad_ticket: u64,
     /// Announcements on a connection that already has a region.
     pub refused_second_announce: u64,
     pub joins: u64,
+    /// Connections that ended closed (by either side, for any reason).
+    pub closed: u64,
+    /// ... of which closed because the peer went silent for the idle
+    /// timeout (a client that stopped answering).
+    pub idle_timeouts: u64,
+    /// Connections that failed: idle timeout (a peer that went silent),
+    /// retries exhausted, or an error.
+    pub failed: u64,
 }
 
 /// What the server reports about one finished connection.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ServerReport {
     pub peer: String,
+    /// The engine thread that served it (0 unless sharded) and its index
+    /// in the connection table (which names that thread's shard).
+    pub thread: usize,
+    pub slot: u32,
     pub operation: String,
     pub message_size: u32,
     /// WRITE_IMM messages received and checked against the pattern.
@@ -106,15 +134,6 @@ struct Keys {
     ro_key: u32,
 }
 
-/// Memory an announcement allocated: the data region and the read-only
-/// page; owned by the announcing connection.
-#[derive(Debug, Clone, Copy)]
-struct Memory {
-    base: u64,
-    len: u64,
-    ro_base: u64,
-}
-
 #[derive(Debug)]
 struct ServerConn {
     control: Control,
@@ -127,21 +146,15 @@ struct ServerConn {
     owns_memory: bool,
     /// The ticket of its own region (0: none).
     ticket: u64,
-    /// Connections that joined its region (their keys go when it ends).
-    joiners: Vec<ConnHandle>,
+    /// The ticket it joined (0: none), and whether the region's arenas
+    /// were attached here from another thread.
+    joined: u64,
+    attached: bool,
     op: Option<Operation>,
     seed: u64,
     size: u32,
     verified: u64,
     corrupt: u64,
-    bytes: u64,
-}
-
-/// What one peer address holds.
-#[derive(Debug, Clone, Copy, Default)]
-struct PeerUsage {
-    connections: u32,
-    regions: u32,
     bytes: u64,
 }
 
@@ -151,9 +164,10 @@ pub struct Server {
     pub node: Node,
     pub budget: PeerBudget,
     conns: HashMap<ConnHandle, ServerConn>,
-    peers: HashMap<IpAddr, PeerUsage>,
-    tickets: HashMap<u64, ConnHandle>,
-    bytes_total: u64,
+    /// Budgets and tickets, node-wide.
+    ledger: Arc<Ledger>,
+    /// This server's engine thread (0 unless sharded).
+    thread: usize,
     /// Connections that closed or failed, with how and when to release
     /// them (their last completions must be taken first).
     ending: Vec<(ConnHandle, String, WallInstant)>,
@@ -172,13 +186,18 @@ impl Server {
 
     /// A server with `budget`.
     pub fn with_budget(node: Node, budget: PeerBudget) -> Server {
+        Server::sharded(node, Ledger::new(budget, 1, None), 0)
+    }
+
+    /// Engine thread `thread` of a sharded server, whose budgets and
+    /// tickets `ledger` keeps for all its threads.
+    pub fn sharded(node: Node, ledger: Arc<Ledger>, thread: usize) -> Server {
         Server {
             node,
-            budget,
+            budget: ledger.budget(),
             conns: HashMap::new(),
-            peers: HashMap::new(),
-            tickets: HashMap::new(),
-            bytes_total: 0,
+            ledger,
+            thread,
             ending: Vec::new(),
             finished: Vec::new(),
             counters: ServerCounters::default(),
@@ -207,9 +226,12 @@ impl Server {
             match e {
                 Event::Incoming { conn, peer } => self.adopt(conn, crate::node::socket_of(peer)),
                 Event::Closed { conn, reason } => {
+                    self.counters.closed += 1;
+                    self.counters.idle_timeouts += u64::from(reason == CloseReason::IdleTimeout);
                     self.ending.push((conn, format!("{reason:?}"), now));
                 }
                 Event::Failed { conn, status } => {
+                    self.counters.failed += 1;
                     // Stays a while to answer the peer's later packets with
                     // its fatal NAK, unless room is short.
                     let ep = &self.node.ep;
@@ -222,6 +244,9 @@ impl Server {
         }
         while let Some(c) = self.node.completions.pop_front() {
             self.on_completion(&c);
+        }
+        for h in self.ledger.take_revoked(self.thread) {
+            self.revoke(h);
         }
         let ending = std::mem::take(&mut self.ending);
         for (h, how, at) in ending {
@@ -239,8 +264,17 @@ impl Server {
         Ok(())
     }
 
-    fn usage(&mut self, peer: SocketAddr) -> &mut PeerUsage {
-        self.peers.entry(peer.ip()).or_default()
+    /// The ledger this server books into.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// Counts an announcement or join refused with `REGION_OVER_BUDGET`
+    /// for `reason` and answers it.
+    fn refuse_over_budget(&mut self, h: ConnHandle, reason: fn(&mut ServerCounters) -> &mut u64) {
+        self.counters.refused_over_budget += 1;
+        *reason(&mut self.counters) += 1;
+        self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
     }
 
     /// Closes a connection the server will not serve, with `REJECTED`.
@@ -253,7 +287,7 @@ impl Server {
     /// receives; otherwise refused.
     fn adopt(&mut self, h: ConnHandle, peer: SocketAddr) {
         self.counters.connections += 1;
-        if self.usage(peer).connections >= self.budget.connections_per_peer {
+        if self.ledger.adopt(peer.ip()).is_err() {
             self.counters.refused_peer_connections += 1;
             self.refuse(h);
             return;
@@ -261,13 +295,13 @@ impl Server {
         let control = match Control::new(&mut self.node, h) {
             Ok(c) => c,
             Err(_) => {
+                self.ledger.release_connection(peer.ip());
                 self.counters.refused_no_buffers += 1;
                 self.refuse(h);
                 return;
             }
         };
         let _ = control.post_recvs(&mut self.node, h);
-        self.usage(peer).connections += 1;
         self.conns.insert(
             h,
             ServerConn {
@@ -277,7 +311,8 @@ impl Server {
                 memory: None,
                 owns_memory: false,
                 ticket: 0,
-                joiners: Vec::new(),
+                joined: 0,
+                attached: false,
                 op: None,
                 seed: 0,
                 size: 0,
@@ -327,10 +362,10 @@ impl Server {
                     return;
                 }
                 conn.bytes += size as u64;
-                match self.node.mem.slice(m.base + slot, size) {
-                    Some(data) if app::check_pattern(conn.seed, u64::from(index), data) => {
-                        conn.verified += 1;
-                    }
+                let seed = conn.seed;
+                let check = |data: &[u8]| app::check_pattern(seed, u64::from(index), data);
+                match self.node.mem.with(m.base + slot, size, check) {
+                    Some(true) => conn.verified += 1,
                     _ => conn.corrupt += 1,
                 }
             }
@@ -395,14 +430,15 @@ impl Server {
         let len = u64::from(size) * u64::from(SLOTS);
         let footprint = len + u64::from(app::READ_ONLY_LEN);
         let peer = conn.peer;
-        let usage = *self.usage(peer);
-        if usage.bytes + footprint > self.budget.bytes_per_peer
-            || self.bytes_total + footprint > self.budget.bytes_total
-            || usage.regions + 2 > self.budget.regions_per_peer
-        {
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+        match self.ledger.reserve_region(peer.ip(), footprint) {
+            Ok(()) => {}
+            Err(Refusal::PeerBytes) => {
+                return self.refuse_over_budget(h, |c| &mut c.refused_peer_bytes)
+            }
+            Err(Refusal::TotalBytes) => {
+                return self.refuse_over_budget(h, |c| &mut c.refused_total_bytes)
+            }
+            Err(_) => return self.refuse_over_budget(h, |c| &mut c.refused_peer_regions),
         }
         let base = self.node.mem.alloc(len as usize, 0);
         let ro_base = self.node.mem.alloc(app::READ_ONLY_LEN as usize, 0);
@@ -425,16 +461,24 @@ impl Server {
         let Some(keys) = self.register_keys(h, memory) else {
             self.node.mem.free(base);
             self.node.mem.free(ro_base);
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+            self.ledger.release_region(peer.ip(), footprint);
+            return self.refuse_over_budget(h, |c| &mut c.refused_no_keys);
         };
-        let ticket = self.new_ticket();
-        self.tickets.insert(ticket, h);
-        let usage = self.usage(peer);
-        usage.bytes += footprint;
-        usage.regions += 2;
-        self.bytes_total += footprint;
+        // With several engine threads, shareable, so that a connection on
+        // another thread can join it (only the threads using it lock it).
+        let arenas = if self.ledger.threads() > 1 {
+            self.node.mem.share(base).zip(self.node.mem.share(ro_base))
+        } else {
+            None
+        };
+        let ticket = self.ledger.publish(RegionShare {
+            memory,
+            op: Some(op),
+            seed,
+            size,
+            thread: self.thread,
+            arenas,
+        });
         let conn = self.conns.get_mut(&h).expect("present above");
         conn.keys = Some(keys);
         conn.memory = Some(memory);
@@ -458,56 +502,50 @@ impl Server {
         );
     }
 
-    /// A random ticket (unguessable: it is a capability).
-    fn new_ticket(&self) -> u64 {
-        loop {
-            let mut b = [0u8; 8];
-            if getrandom::fill(&mut b).is_err() {
-                continue;
-            }
-            let t = u64::from_le_bytes(b);
-            if t != 0 && !self.tickets.contains_key(&t) {
-                return t;
-            }
-        }
-    }
-
-    /// `JOIN`: keys on `h` for the region the ticket names.
+    /// `JOIN`: keys on `h` for the region the ticket names, which may
+    /// belong to a connection of another engine thread.
     fn on_join(&mut self, h: ConnHandle, ticket: u64) {
-        let owner = self.tickets.get(&ticket).copied();
-        let found = owner
-            .and_then(|o| self.conns.get(&o))
-            .and_then(|o| Some((o.memory?, o.op, o.seed, o.size)));
-        let Some((owner, (memory, op, seed, size))) = owner.zip(found) else {
-            self.counters.refused_bad_ticket += 1;
-            self.answer(h, &Message::region_refused(app::REGION_NO_TICKET));
-            return;
-        };
         let Some(conn) = self.conns.get(&h) else {
             return;
         };
         let peer = conn.peer;
-        if conn.memory.is_some() || self.usage(peer).regions + 2 > self.budget.regions_per_peer {
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+        if conn.memory.is_some() {
+            return self.refuse_over_budget(h, |c| &mut c.refused_peer_regions);
+        }
+        let share = match self.ledger.join(ticket, self.thread, h, peer.ip()) {
+            Ok(share) => share,
+            Err(Refusal::BadTicket) => {
+                self.counters.refused_bad_ticket += 1;
+                self.answer(h, &Message::region_refused(app::REGION_NO_TICKET));
+                return;
+            }
+            Err(_) => return self.refuse_over_budget(h, |c| &mut c.refused_peer_regions),
+        };
+        let memory = share.memory;
+        // Another thread's region: its bytes become reachable here too
+        // (a region published by another thread is always shared).
+        let attached = share.thread != self.thread;
+        if let (true, Some((data, read_only))) = (attached, &share.arenas) {
+            self.node.mem.attach(memory.base, data);
+            self.node.mem.attach(memory.ro_base, read_only);
         }
         let Some(keys) = self.register_keys(h, memory) else {
-            self.counters.refused_over_budget += 1;
-            self.answer(h, &Message::region_refused(app::REGION_OVER_BUDGET));
-            return;
+            if attached {
+                self.node.mem.detach(memory.base);
+                self.node.mem.detach(memory.ro_base);
+            }
+            self.ledger.leave(ticket, self.thread, h, peer.ip());
+            return self.refuse_over_budget(h, |c| &mut c.refused_no_keys);
         };
-        self.usage(peer).regions += 2;
         self.counters.joins += 1;
-        if let Some(o) = self.conns.get_mut(&owner) {
-            o.joiners.push(h);
-        }
         let conn = self.conns.get_mut(&h).expect("present above");
         conn.keys = Some(keys);
         conn.memory = Some(memory);
-        conn.op = op;
-        conn.seed = seed;
-        conn.size = size;
+        conn.joined = ticket;
+        conn.attached = attached;
+        conn.op = share.op;
+        conn.seed = share.seed;
+        conn.size = share.size;
         self.answer(
             h,
             &Message::Region {
@@ -523,6 +561,26 @@ impl Server {
         );
     }
 
+    /// A joiner of this thread loses what it joined (the region's owner
+    /// ended): its keys first, then its hold on the bytes. The ledger has
+    /// already given its regions back.
+    fn revoke(&mut self, h: ConnHandle) {
+        let Some(conn) = self.conns.get_mut(&h) else {
+            return;
+        };
+        let keys = conn.keys.take();
+        let memory = conn.memory.take();
+        let attached = std::mem::take(&mut conn.attached);
+        conn.joined = 0;
+        if let Some(keys) = keys {
+            self.drop_keys(keys);
+        }
+        if let (true, Some(m)) = (attached, memory) {
+            self.node.mem.detach(m.base);
+            self.node.mem.detach(m.ro_base);
+        }
+    }
+
     fn finish(&mut self, h: ConnHandle, how: &str) {
         let Some(conn) = self.conns.remove(&h) else {
             return;
@@ -535,37 +593,26 @@ impl Server {
         if let Some(keys) = conn.keys {
             self.drop_keys(keys);
         }
-        let usage = self.usage(conn.peer);
-        usage.connections = usage.connections.saturating_sub(1);
-        if conn.keys.is_some() {
-            usage.regions = usage.regions.saturating_sub(2);
+        let peer = conn.peer.ip();
+        self.ledger.release_connection(peer);
+        if conn.joined != 0 {
+            self.ledger.leave(conn.joined, self.thread, h, peer);
+        }
+        if let (true, Some(m)) = (conn.attached, conn.memory) {
+            self.node.mem.detach(m.base);
+            self.node.mem.detach(m.ro_base);
         }
         if let (true, Some(m)) = (conn.owns_memory, conn.memory) {
             // Whoever joined loses its keys first: nothing may reach the
-            // memory once it is freed.
-            for j in &conn.joiners {
-                let keys = self.conns.get_mut(j).and_then(|c| {
-                    c.memory = None;
-                    c.keys.take()
-                });
-                if let Some(keys) = keys {
-                    self.drop_keys(keys);
-                }
+            // memory once it is freed (joiners on other threads lose theirs
+            // on their thread's next turn; the bytes live until then).
+            for j in self.ledger.withdraw(conn.ticket, self.thread) {
+                self.revoke(j);
             }
             self.node.mem.free(m.base);
             self.node.mem.free(m.ro_base);
             let footprint = m.len + u64::from(app::READ_ONLY_LEN);
-            let usage = self.usage(conn.peer);
-            usage.bytes = usage.bytes.saturating_sub(footprint);
-            self.bytes_total = self.bytes_total.saturating_sub(footprint);
-            self.tickets.remove(&conn.ticket);
-        }
-        if self
-            .peers
-            .get(&conn.peer.ip())
-            .is_some_and(|u| u.connections == 0 && u.regions == 0 && u.bytes == 0)
-        {
-            self.peers.remove(&conn.peer.ip());
+            self.ledger.release_region(peer, footprint);
         }
         let _ = self.node.ep.deregister_region(conn.control.key());
         self.node.mem.free(conn.control.base());
@@ -576,6 +623,8 @@ impl Server {
         };
         self.finished.push(ServerReport {
             peer: conn.peer.to_string(),
+            thread: self.thread,
+            slot: h.index,
             operation: operation.into(),
             message_size: conn.size,
             verified: conn.verified,

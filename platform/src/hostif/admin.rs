@@ -362,6 +362,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         c.transport_bytes_sent = 0;
         c.transport_bytes_received = 0;
         c.transport_ce_received = 0;
+        c.transport_max_in_flight = 0;
         for e in self
             .conns
             .iter()
@@ -376,6 +377,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 c.transport_bytes_sent += t.bytes_sent;
                 c.transport_bytes_received += t.bytes_received;
                 c.transport_ce_received += t.ce_received;
+                c.transport_max_in_flight = c.transport_max_in_flight.max(t.max_in_flight);
             }
         }
         c.device_rx_frames = engine.rx_frames;

@@ -25,7 +25,7 @@ Options:
   --long-haul-links N parallel long-haul links (default 2)
   --bdps X            transfer size in bandwidth-delay products (default 8;
                       at least 64 MiB)
-  --window-bdps X     window offered, in BDPs (default 1.5)
+  --window-bdps X     window posted and offered, in BDPs (default 3)
   --seed N            the seed (default 1)
   --share-rtt-ms X    shared scenario: long-haul round trip (default 10)
   --intra-flows N     shared scenario: data-centre flows (default 3)
@@ -177,7 +177,7 @@ fn sweep(o: &Options, progress: &mut impl FnMut(usize, usize)) -> Result<u64, St
     );
     println!(
         "windows: {} BDPs (at least {} MiB) posted in {} WRITEs; RoCEv2 sends all of it, \
-         MetaRoCE is offered as many packets and its core caps them at {} PSNs",
+         MetaRoCE is offered as many packets (at most {} PSNs)",
         c.tuning.window_bdps,
         c.tuning.min_window_bytes >> 20,
         c.tuning.messages_in_flight,

@@ -155,8 +155,8 @@ pub fn timeseries_csv(rows: &[LongHaulRow]) -> String {
 }
 
 /// Goodput against round trip: one line per protocol and loss, plus the
-/// line rate and the ceiling of a 256-PSN window (256 packets per round
-/// trip).
+/// line rate and the ceiling of the 256-PSN window MetaRoCE had before
+/// issue 17 (256 packets per round trip), for comparison.
 pub fn goodput_series(rows: &[LongHaulRow]) -> Vec<Series> {
     let mut losses: Vec<f64> = rows.iter().map(|r| r.loss).collect();
     losses.dedup();
@@ -190,7 +190,7 @@ pub fn goodput_series(rows: &[LongHaulRow]) -> Vec<Series> {
             .collect(),
     });
     series.push(Series {
-        name: "256 PSNs x 4 KiB per round trip".into(),
+        name: "before: 256 PSNs x 4 KiB per round trip".into(),
         points: rtts
             .iter()
             .map(|&(rtt, rate)| {

@@ -9,7 +9,7 @@
 //! [`Tuning::metaroce`] / [`Tuning::roce`] at the long round trip, the
 //! site-B hosts (the data-centre senders and the receiver) at the
 //! data-centre round trip; each sender posts the window of its own path
-//! ([`Tuning::window_bytes`]: 1.5 BDPs, at least 1 MiB). An endpoint's timers are endpoint-wide, so a
+//! ([`Tuning::window_bytes`]: 3 BDPs, at least 1 MiB). An endpoint's timers are endpoint-wide, so a
 //! host that talked to both kinds of peer could not be configured for
 //! both: here none has to.
 
@@ -151,7 +151,18 @@ pub fn shared_bottleneck(
         sample_every: (long.rtt / 8).max(Duration::from_micros(10)),
         data_seed: cfg.seed ^ 0xda7a,
     };
-    let plan = |h: HostId| if h < per_site { long } else { intra };
+    // Site A's sender and the shared receiver offer the long path's
+    // window (the receiver takes connections of both kinds); site B's
+    // senders run and offer the data-centre settings.
+    let plan = |h: HostId| {
+        if h < per_site {
+            (long, long)
+        } else if h == dst {
+            (intra, long)
+        } else {
+            (intra, intra)
+        }
+    };
     let mut rows = Vec::new();
     for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
         let report = run_protocol(
