@@ -99,6 +99,9 @@ impl NodeConfig {
             // Silence the connection survives: at least the outage it
             // rides through.
             idle_timeout: base.idle_timeout.max(ride_through),
+            // A cookie outlives the handshakes of clients that retry as
+            // long as this node does (spec 4.2.2).
+            cookie_lifetime: base.cookie_lifetime.max(ride_through * 2),
             source_limits: self.source_limits.unwrap_or(base.source_limits),
             protection: self
                 .protection

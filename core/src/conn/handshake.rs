@@ -85,7 +85,9 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Gives the RETRY's cookie back to the pool once the connection is no
-    /// longer Connecting (or is freed).
+    /// longer Connecting (or is freed). Once per handshake: out of line.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn drop_cookie<B: Backing>(&mut self, res: &mut Resources<B, P>) {
         if let Some(i) = self.cookie.get() {
             res.cookies.free(i);

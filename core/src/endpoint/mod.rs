@@ -450,6 +450,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     }
 
     /// Slot `i` leaves the half-open count (it left Accepting, or is freed).
+    /// Once per accepted connection: kept out of line.
+    #[cold]
+    #[inline(never)]
     fn leave_half_open(&mut self, i: u32) {
         let s = &mut self.slots[i as usize];
         if !s.half_open {
