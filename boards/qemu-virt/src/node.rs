@@ -31,7 +31,7 @@ pub(crate) type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'sta
 /// Paths per connection.
 const PATHS: usize = 8;
 /// A node's MetaRoCE endpoint: connections of 8 paths over static storage.
-type NodeEndpoint = Endpoint<Borrowed<'static>, PATHS>;
+pub(crate) type NodeEndpoint = Endpoint<Borrowed<'static>, PATHS>;
 
 // The workload role's storage: a few connections (one per peer and role).
 metaroce_platform::static_endpoint_storage!(workload_storage, PATHS,
@@ -65,6 +65,35 @@ fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u
             &mut *addr_of_mut!(HOST_MEMORY),
         )
     })
+}
+
+/// The emulated host memory (the bench role's).
+pub(crate) fn host_memory() -> Option<&'static mut [u8]> {
+    take_statics().map(|(_, memory)| memory)
+}
+
+/// Endpoint storage for the bench role's two endpoints.
+pub(crate) fn bench_storage() -> Option<metaroce_core::storage::Storage<Borrowed<'static>, PATHS>> {
+    workload_storage()
+}
+
+pub(crate) type LinkDevice = metaroce_platform::device::MemFrameDevice<'static, 128>;
+pub(crate) type NodePort<'a> = NodeEnginePort<'a>;
+
+pub(crate) fn link_device(d: LinkDevice) -> LinkDevice {
+    d
+}
+
+#[inline(never)]
+pub(crate) fn poll_link(
+    engine: &mut Engine,
+    now: Instant,
+    endpoint: &mut NodeEndpoint,
+    device: &mut LinkDevice,
+    port: &mut NodeEnginePort<'_>,
+    window: &mut HostWindow<'static>,
+) -> PollOutcome {
+    engine.poll(now, endpoint, device, port, window)
 }
 
 pub(crate) fn fail(msg: &str) -> ! {
