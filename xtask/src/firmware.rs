@@ -22,7 +22,7 @@ use std::process::Command;
 
 use crate::image::{self, Board};
 use crate::no_alloc;
-use crate::project::FIRMWARE_TARGET;
+use crate::project::{FIRMWARE_PROFILE, FIRMWARE_TARGET};
 use crate::util::{self, Error};
 
 /// How a board's firmware is compiled for its cores.
@@ -104,13 +104,14 @@ pub fn cargo_for(board: &Board, args: &[&str]) -> Command {
     cargo_with_flags(args, &board.cpu.rustflags())
 }
 
-/// `cargo build --release` of a board's firmware; returns the ELF cargo
-/// wrote.
+/// `cargo build --profile firmware` of a board's firmware; returns the
+/// ELF cargo wrote.
 pub fn build(board: &Board, flags: &[String]) -> Result<PathBuf, Error> {
     let mut cmd = cargo_with_flags(
         &[
             "build",
-            "--release",
+            "--profile",
+            FIRMWARE_PROFILE,
             "-p",
             board.package,
             "--target",
@@ -120,10 +121,15 @@ pub fn build(board: &Board, flags: &[String]) -> Result<PathBuf, Error> {
     );
     cmd.env("DEFMT_LOG", "info");
     util::run(&mut cmd)?;
-    Ok(util::target_dir()
+    Ok(elf_path(board.package))
+}
+
+/// Where cargo writes the ELF of a board's firmware `package`.
+pub fn elf_path(package: &str) -> PathBuf {
+    util::target_dir()
         .join(FIRMWARE_TARGET)
-        .join("release")
-        .join(board.package))
+        .join(FIRMWARE_PROFILE)
+        .join(package)
 }
 
 // ----- size breakdown ---------------------------------------------------

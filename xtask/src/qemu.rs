@@ -18,12 +18,14 @@ use std::time::Instant;
 
 use crate::firmware;
 use crate::image;
-use crate::project::FIRMWARE_TARGET;
+use crate::project::{FIRMWARE_PROFILE, FIRMWARE_TARGET};
 use crate::system;
 use crate::test::Context;
 use crate::util::{self, Error};
 
 const BOARD: &str = "board-qemu-virt";
+/// The crate that holds its engine loop, compiled for speed.
+const ENGINE: &str = "board-qemu-virt-engine";
 const HARNESS: &str = "metaroce-qemu";
 
 /// Entry point: `cargo xtask qemu [HARNESS ARGS]`.
@@ -97,9 +99,12 @@ pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
         board()?,
         &[
             "clippy",
-            "--release",
+            "--profile",
+            FIRMWARE_PROFILE,
             "-p",
             BOARD,
+            "-p",
+            ENGINE,
             "-p",
             "metaroce-platform",
             "--features",
@@ -245,10 +250,7 @@ fn run_scenarios(
     dir_prefix: &str,
 ) -> Result<(), Error> {
     ensure_qemu()?;
-    let elf = util::target_dir()
-        .join(FIRMWARE_TARGET)
-        .join("release")
-        .join(BOARD);
+    let elf = firmware::elf_path(BOARD);
     if !elf.exists() {
         build_firmware()?;
     }

@@ -45,13 +45,16 @@ use metaroce_core::{Config, Event, Instant};
 use metaroce_platform::device::MemLink;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
-use metaroce_platform::{Engine, HostQueues};
+use metaroce_platform::Engine;
 use smoltcp::wire::{EthernetAddress, IpAddress};
 
+use crate::engine::{
+    self, NodeDevice, NodeEndpoint, NodeEnginePort, NodeHostPort, NodeMemory, NodeQueues,
+    LINK_SLOTS,
+};
 use crate::hw;
-use crate::node::{self, NodeEndpoint};
 use crate::println;
-use crate::workload::{Port, HOST_BASE};
+use crate::workload::HOST_BASE;
 
 /// Packets per measurement: enough that the loop's own cost and the
 /// counters' start/stop vanish in the average.
@@ -64,8 +67,6 @@ const PAYLOAD: u32 = 1024;
 const DEPTH: u32 = 32;
 /// WRITEs completed before counting starts (handshake, window opening).
 const WARMUP: u64 = 256;
-/// Frames per direction of the link between the two engines.
-const LINK_SLOTS: usize = 128;
 /// Polls of both engines without a completion before giving up.
 const STALL_POLLS: u32 = 1_000_000;
 
@@ -73,9 +74,9 @@ static LINK: MemLink<LINK_SLOTS> = MemLink::new();
 
 /// Runs the measurements and exits QEMU with status 0 (1 if the engine
 /// measurement could not run).
-pub fn run() -> ! {
+pub fn run(host_memory: &'static mut [u8]) -> ! {
     crc();
-    match engine() {
+    match engine_cycle(host_memory) {
         Ok(()) => hw::exit(0),
         Err(why) => {
             println!("METAROCE-ERROR bench: {}", why);
@@ -116,23 +117,23 @@ fn crc() {
 struct Side<'a> {
     engine: Engine,
     endpoint: NodeEndpoint,
-    device: node::LinkDevice,
+    device: NodeDevice,
     window: HostWindow<'static>,
-    host: Port<'a>,
-    port: node::NodePort<'a>,
+    host: NodeHostPort<'a>,
+    port: NodeEnginePort<'a>,
     key: Option<u32>,
     conn: Option<ConnHandle>,
 }
 
 impl Side<'_> {
     fn poll(&mut self, now: Instant) -> bool {
-        let polled = node::poll_link(
+        let polled = engine::poll(
             &mut self.engine,
             now,
             &mut self.endpoint,
             &mut self.device,
             &mut self.port,
-            &mut self.window,
+            NodeMemory::Window(&mut self.window),
         );
         if self.key.is_none() {
             if let Some(result) = self.host.poll_admin() {
@@ -153,9 +154,9 @@ const RECEIVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const SENDER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const RECEIVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
-fn engine() -> Result<(), &'static str> {
-    let (Some((sender_end, receiver_end)), Some(memory), Some(storage)) =
-        (LINK.ends(), node::host_memory(), node::bench_storage())
+fn engine_cycle(memory: &'static mut [u8]) -> Result<(), &'static str> {
+    let (Some((sender_end, receiver_end)), Some(storage)) =
+        (LINK.ends(), crate::multicore::core_storage())
     else {
         return Err("statics taken twice");
     };
@@ -170,12 +171,12 @@ fn engine() -> Result<(), &'static str> {
     let seed = metaroce_core::rng::seed_from_u64(1);
     let half = memory.len() / 2;
     let (sender_memory, receiver_memory) = memory.split_at_mut(half);
-    let mut shares = storage.into_shares::<2>(2).into_iter();
+    let mut shares = storage.into_iter();
     let (Some(sender_storage), Some(receiver_storage)) = (shares.next(), shares.next()) else {
         return Err("endpoint storage does not split");
     };
-    let sender_queues = HostQueues::new();
-    let receiver_queues = HostQueues::new();
+    let sender_queues = NodeQueues::new();
+    let receiver_queues = NodeQueues::new();
     let (Some((sender_host, sender_port)), Some((receiver_host, receiver_port))) =
         (sender_queues.split(), receiver_queues.split())
     else {
@@ -204,7 +205,7 @@ fn engine() -> Result<(), &'static str> {
         RECEIVER_IP,
         RECEIVER_MAC,
         sender_storage,
-        node::link_device(sender_end),
+        NodeDevice::Link(sender_end),
         sender_memory,
         sender_host,
         sender_port,
@@ -215,7 +216,7 @@ fn engine() -> Result<(), &'static str> {
         SENDER_IP,
         SENDER_MAC,
         receiver_storage,
-        node::link_device(receiver_end),
+        NodeDevice::Link(receiver_end),
         receiver_memory,
         receiver_host,
         receiver_port,

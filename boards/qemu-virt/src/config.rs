@@ -13,12 +13,12 @@
 //! | `workload` | `mixed`, `write`, `send` or `read` | `mixed` |
 //! | `size`, `count`, `depth` | bytes per message, messages, in flight | 65536, 32, 8 |
 //! | `seed` | pattern and endpoint seed | 1 |
-//! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
+//! | `streams` | connections a sender opens to its target (per core), each with its own data | 1 |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
 //! | `role` | `workload` (the node-to-node run above), `serve` (the serve profile of `metaroce serve`, until stopped), `host` (driven by host processes through the shared-memory host interface in the ivshmem BAR, until stopped) or `bench` (the per-packet CRC counted by the PMU, then exit; needs no `ip`/`mac`) | `workload` |
 //! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
-//! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role and MetaRoCE only | 1 |
+//! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role only | 1 |
 
 use core::net::Ipv4Addr;
 use core::str::FromStr;
@@ -27,6 +27,8 @@ use heapless::Vec;
 
 /// Most peers a node knows.
 pub const MAX_PEERS: usize = 8;
+/// Most connections a sender opens to its target (per core).
+pub const MAX_STREAMS: usize = 16;
 
 /// What the sender posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
@@ -36,14 +38,6 @@ pub enum WorkloadKind {
     Write,
     Send,
     Read,
-}
-
-/// Which transport the node runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
-pub enum TransportKind {
-    MetaRoce,
-    /// The platform's unreliable bring-up transport.
-    Datagram,
 }
 
 /// What the node does.
@@ -82,7 +76,8 @@ pub struct NodeConfig {
     pub count: u32,
     pub depth: u32,
     pub seed: u64,
-    pub transport: TransportKind,
+    /// Connections a sender opens to its target (per core).
+    pub streams: u8,
     pub port: u16,
     pub paths: u16,
     pub progress_ms: u32,
@@ -143,7 +138,7 @@ impl NodeConfig {
             count: 32,
             depth: 8,
             seed: 1,
-            transport: TransportKind::MetaRoce,
+            streams: 1,
             port: metaroce_core::wire::DEFAULT_UDP_PORT,
             paths: 8,
             progress_ms: 500,
@@ -204,13 +199,7 @@ impl NodeConfig {
                 "count" => cfg.count = parse(key, value).map_err(|_| bad)?,
                 "depth" => cfg.depth = parse(key, value).map_err(|_| bad)?,
                 "seed" => cfg.seed = parse(key, value).map_err(|_| bad)?,
-                "transport" => {
-                    cfg.transport = match value {
-                        "metaroce" => TransportKind::MetaRoce,
-                        "datagram" => TransportKind::Datagram,
-                        _ => return Err(bad),
-                    }
-                }
+                "streams" => cfg.streams = parse(key, value).map_err(|_| bad)?,
                 "port" => cfg.port = parse(key, value).map_err(|_| bad)?,
                 "paths" => cfg.paths = parse(key, value).map_err(|_| bad)?,
                 "progress_ms" => cfg.progress_ms = parse(key, value).map_err(|_| bad)?,
@@ -240,13 +229,12 @@ impl NodeConfig {
         if cfg.size == 0 || cfg.count == 0 || cfg.depth == 0 {
             return Err(ConfigError { key: "size" });
         }
-        if cfg.role != Role::Workload && cfg.transport != TransportKind::MetaRoce {
-            return Err(ConfigError { key: "role" });
+        if cfg.streams == 0 || usize::from(cfg.streams) > MAX_STREAMS {
+            return Err(ConfigError { key: "streams" });
         }
         if cfg.cores == 0
             || usize::from(cfg.cores) > crate::smp::MAX_CORES
-            || (cfg.cores > 1
-                && (cfg.role != Role::Workload || cfg.transport != TransportKind::MetaRoce))
+            || (cfg.cores > 1 && cfg.role != Role::Workload)
         {
             return Err(ConfigError { key: "cores" });
         }

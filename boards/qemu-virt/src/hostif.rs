@@ -10,12 +10,12 @@
 
 use core::time::Duration;
 
-use metaroce_core::{Borrowed, Endpoint};
 use metaroce_platform::hostif::{DeviceInfo, HostInterface};
 use metaroce_platform::shmem::SharedMemory;
-use metaroce_platform::{Engine, HostQueues};
+use metaroce_platform::Engine;
 
 use crate::config::NodeConfig;
+use crate::engine::{self, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
@@ -28,18 +28,14 @@ const POLL_MAX: Duration = Duration::from_micros(200);
 const STATS_PERIOD: Duration = Duration::from_secs(5);
 
 /// Serves the host interface in `shm` until QEMU is stopped.
-pub fn run<D>(
+pub fn run(
     cfg: &NodeConfig,
-    endpoint: &mut Endpoint<Borrowed<'static>, 8>,
+    endpoint: &mut NodeEndpoint,
     mut engine: Engine,
-    mut net: D,
+    mut device: NodeDevice,
     irq: &mut hw::Interrupts,
     shm: SharedMemory<'static>,
-    mut ack_net: impl FnMut(&mut D),
-) -> !
-where
-    D: metaroce_platform::FrameDevice,
-{
+) -> ! {
     for peer in &cfg.peers {
         engine.add_static_neighbor(peer.ip, smoltcp::wire::EthernetAddress(peer.mac));
     }
@@ -57,12 +53,11 @@ where
             hw::exit(1)
         }
     };
-    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let queues = NodeQueues::new();
     let Some((mut host, mut port)) = queues.split() else {
         println!("METAROCE-ERROR host queues split twice");
         hw::exit(1)
     };
-    let mut dma = shm;
     println!(
         "METAROCE-HOSTIF node={} shm={} sets={} ip={} port={}",
         cfg.node,
@@ -77,7 +72,14 @@ where
         let now = hw::now();
         let stats = engine.stats();
         let mut busy = hostif.fetch(now, endpoint, &mut host, &stats);
-        let polled = engine.poll(now, endpoint, &mut net, &mut port, &mut dma);
+        let polled = engine::poll(
+            &mut engine,
+            now,
+            endpoint,
+            &mut device,
+            &mut port,
+            NodeMemory::Shared(shm),
+        );
         busy |= polled.busy;
         busy |= hostif.deliver(endpoint, &mut host);
         if now >= next_stats {
@@ -94,7 +96,7 @@ where
             deadline = deadline.min(t);
         }
         if deadline > hw::now() {
-            irq.wait(deadline, || ack_net(&mut net));
+            irq.wait(deadline, &mut || device.ack_interrupt());
         }
         backoff = (backoff * 2).min(POLL_MAX);
     }

@@ -266,7 +266,7 @@ impl Interrupts {
 
     /// Sleeps until an interrupt or `deadline`; `on_net` runs (to
     /// acknowledge the device) if the network interrupt fired.
-    pub fn wait(&mut self, deadline: Instant, mut on_net: impl FnMut()) {
+    pub fn wait(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).

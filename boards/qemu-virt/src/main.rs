@@ -34,6 +34,9 @@
 mod bench;
 #[cfg(target_os = "none")]
 mod config;
+/// The per-packet code, compiled for speed in a crate of its own.
+#[cfg(target_os = "none")]
+use board_qemu_virt_engine as engine;
 #[cfg(target_os = "none")]
 mod hostif;
 #[cfg(target_os = "none")]
@@ -46,6 +49,8 @@ mod multicore;
 mod node;
 #[cfg(target_os = "none")]
 mod pci;
+#[cfg(target_os = "none")]
+mod report;
 #[cfg(target_os = "none")]
 mod serve;
 #[cfg(target_os = "none")]

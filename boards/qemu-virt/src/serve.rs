@@ -43,8 +43,9 @@ use metaroce_platform::dma::HostWindow;
 use smoltcp::wire::IpAddress;
 
 use crate::config::NodeConfig;
+use crate::engine::NodeHostPort as Port;
 use crate::println;
-use crate::workload::{Port, HOST_BASE, HOST_MEMORY_LEN};
+use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
 
 /// Connections the serve role holds at once.
 pub const SERVE_CONNECTIONS: usize = 1024;

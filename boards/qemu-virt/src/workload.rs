@@ -5,18 +5,23 @@
 //! Protocol between nodes, all in RDMA operations:
 //! 1. both: register one region over all host memory (admin queue), ping
 //!    the peers (ARP and ICMP through the engine loop and the fabric);
-//! 2. a sender opens a connection to its target and posts one receive for
-//!    the target's *hello*; a receiver, for each connection it accepts,
-//!    posts a receive for every SEND / WRITE_IMM that sender will make plus
-//!    one for its *done* message, then SENDs the hello: its region key and
-//!    the sender's slot (where in its memory that sender writes);
-//! 3. the sender posts `count` messages (`mixed`: WRITE, WRITE_IMM, SEND,
+//! 2. a sender opens `streams` connections to its target, each with a
+//!    receive posted for the target's *hello*; a receiver, for each
+//!    connection it accepts, posts a receive for every SEND / WRITE_IMM
+//!    that stream will make plus one for its *done* message, then SENDs
+//!    the hello: its region key and the stream's slot (where in its memory
+//!    that stream writes);
+//! 3. each stream posts `count` messages (`mixed`: WRITE, WRITE_IMM, SEND,
 //!    READ in turn), at most `depth` in flight, each source filled with a
 //!    pattern derived from (seed, receiver, slot, message); it checks every
 //!    READ against the receiver's pattern, then SENDs *done*;
-//! 4. on *done* the receiver checks every byte that sender placed (WRITE
+//! 4. on *done* the receiver checks every byte that stream placed (WRITE
 //!    and WRITE_IMM targets, SEND receive buffers) by hash against the
 //!    pattern. Both print a `METAROCE-RESULT` line.
+//!
+//! Every stream is a connection of its own with its own sources, READ
+//! sinks and, at the receiver, its own slot of WRITE targets and receive
+//! buffers, so every connection's data is checked on its own.
 
 use core::time::Duration;
 
@@ -28,24 +33,37 @@ use metaroce_core::wire::MemoryTarget;
 use metaroce_core::Instant;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::random::{RandomSource, XorShiftRng};
-use metaroce_platform::HostPort;
 use smoltcp::wire::IpAddress;
 
-use crate::config::{NodeConfig, WorkloadKind, MAX_PEERS};
+use crate::config::{NodeConfig, WorkloadKind, MAX_PEERS, MAX_STREAMS};
+use crate::engine::NodeHostPort;
 use crate::println;
+use crate::report::{Counters, Report};
 
 /// Where the emulated host memory sits in the host address space.
 pub const HOST_BASE: u64 = 0x10_0000_0000;
 /// Bytes of emulated host memory.
 pub const HOST_MEMORY_LEN: usize = 64 << 20;
+/// Most connections one task accepts (a core of a multi-core node may be
+/// handed every incoming connection of its node).
+pub const MAX_SLOTS: usize = 48;
 
-pub type Port<'a> = HostPort<'a, 64, 64, 128, 4>;
-
+/// The control messages' buffers, 64 bytes apart, at the start of host
+/// memory: the streams' hello receives and done sends, the slots' done
+/// receives and hello sends.
 const CTRL_LEN: u64 = 64 * 1024;
+const CTRL_STRIDE: u64 = 64;
+const HELLO_RECV: u64 = HOST_BASE;
+const DONE_RECV: u64 = HOST_BASE + 0x1000;
+const HELLO_SEND: u64 = HOST_BASE + 0x2000;
+const DONE_SEND: u64 = HOST_BASE + 0x3000;
+const _: () = assert!(MAX_SLOTS as u64 * CTRL_STRIDE <= 0x1000);
+const _: () = assert!(MAX_STREAMS as u64 * CTRL_STRIDE <= 0x1000);
+const _: () = assert!(DONE_SEND + 0x1000 <= HOST_BASE + CTRL_LEN);
 const HELLO_MAGIC: u32 = 0x4d52_4831; // "MRH1"
 const DONE_MAGIC: u32 = 0x4d52_4431; // "MRD1"
 const CTRL_MSG_LEN: u32 = 16;
-/// wr_id of the sender's hello receive and of the receivers' done receives.
+/// wr_id of the streams' hello receives and of the receivers' done receives.
 const HELLO_WR: u64 = u64::MAX - 1;
 const DONE_WR: u64 = u64::MAX - 2;
 /// imm of the done message.
@@ -70,16 +88,19 @@ fn consumes_receive(op: Opcode) -> bool {
     matches!(op, Opcode::WriteImm | Opcode::Send)
 }
 
-/// Addresses of every buffer; identical on every node.
+/// Addresses of every buffer. What a peer writes or reads comes first
+/// (READ sources, WRITE targets), at addresses that depend only on `size`
+/// and `count`, which every node shares; then this task's own areas, sized
+/// by its streams and slots.
 #[derive(Debug, Clone, Copy)]
 struct Layout {
     size: u64,
     count: u64,
-    src: u64,
-    read_sink: u64,
     read_source: u64,
     write_sink: u64,
     recv_bufs: u64,
+    src: u64,
+    read_sink: u64,
 }
 
 impl Layout {
@@ -88,25 +109,27 @@ impl Layout {
         let count = u64::from(cfg.count);
         let area = size.checked_mul(count)?;
         let slots = u64::from(cfg.expect.max(1));
-        let src = HOST_BASE + CTRL_LEN;
-        let read_sink = src + area;
-        let read_source = read_sink + area;
+        let streams = u64::from(cfg.streams.max(1));
+        let read_source = HOST_BASE + CTRL_LEN;
         let write_sink = read_source + area;
         let recv_bufs = write_sink + area.checked_mul(slots)?;
-        let end = recv_bufs + area.checked_mul(slots)?;
+        let src = recv_bufs + area.checked_mul(slots)?;
+        let read_sink = src + area.checked_mul(streams)?;
+        let end = read_sink + area.checked_mul(streams)?;
         (end - HOST_BASE <= memory_len as u64).then_some(Layout {
             size,
             count,
-            src,
-            read_sink,
             read_source,
             write_sink,
             recv_bufs,
+            src,
+            read_sink,
         })
     }
 
-    fn at(&self, base: u64, slot: u32, i: u32) -> u64 {
-        base + u64::from(slot) * self.size * self.count + u64::from(i) * self.size
+    /// Message `i` of area `index` (a slot or a stream) from `base`.
+    fn at(&self, base: u64, index: usize, i: u32) -> u64 {
+        base + index as u64 * self.size * self.count + u64::from(i) * self.size
     }
 }
 
@@ -176,8 +199,7 @@ fn get_u32s(mem: &HostWindow<'_>, addr: u64) -> Option<[u32; 4]> {
 
 /// What the workload asks of the node around it (connections, pings,
 /// counters): the parts of a host driver that are not rings yet. Taken as
-/// `dyn`: a few calls per step, and one copy of the workload in the
-/// firmware instead of one per transport.
+/// `dyn`: a few calls per step.
 pub trait NodeServices {
     fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle>;
     fn poll_accepted(&mut self) -> Option<ConnHandle>;
@@ -188,30 +210,10 @@ pub trait NodeServices {
     fn counters(&self, now: Instant) -> Counters;
     /// This task accepted an incoming connection (a node whose cores
     /// share the incoming connections counts them node-wide).
-    fn on_incoming_accepted(&mut self) {}
-    /// Whether every sender this node expects has connected, given that
-    /// this task accepted `accepted_here` of the `expect` it can take.
-    fn incoming_complete(&self, accepted_here: u8, expect: u8) -> bool {
-        accepted_here >= expect
-    }
-}
-
-/// Transport and loop counters for the result line.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Counters {
-    pub retransmits: u64,
-    pub timeouts: u64,
-    pub ce: u64,
-    pub rate_hint_mbps: u32,
-    pub tx_frames: u64,
-    pub rx_frames: u64,
-    /// MetaRoCE packets the engine took in and sent (per-core lines).
-    pub rx_packets: u64,
-    pub tx_packets: u64,
-    /// Connections of the endpoint, and packets it dropped for a
-    /// connection it does not have (a frame steered to the wrong core).
-    pub conns: u32,
-    pub misrouted: u64,
+    fn on_incoming_accepted(&mut self);
+    /// Whether every connection this node expects has arrived (on this
+    /// core or another).
+    fn incoming_complete(&self) -> bool;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,24 +225,23 @@ enum Phase {
     Linger(Instant),
 }
 
-#[derive(Debug, Default)]
+/// One stream: a connection this task opened to its target, its messages
+/// and their checks.
+#[derive(Debug, Default, Clone, Copy)]
 struct Sender {
     conn: Option<ConnHandle>,
     remote_key: Option<u32>,
     slot: u32,
     next: u32,
-    in_flight: u32,
     completed: u32,
     failed: u32,
-    reads_checked: u32,
     reads_bad: u32,
     bytes: u64,
     done_posted: bool,
     done: bool,
-    first_post: Option<Instant>,
-    last_completion: Option<Instant>,
 }
 
+/// One accepted connection: a remote stream's receives, hello and checks.
 #[derive(Debug, Default, Clone, Copy)]
 struct Slot {
     conn: Option<ConnHandle>,
@@ -255,17 +256,10 @@ struct Slot {
     bytes: u64,
 }
 
-/// The workload's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    Failed,
-}
-
 pub struct Workload<'a> {
     cfg: NodeConfig,
     layout: Layout,
-    port: Port<'a>,
+    port: NodeHostPort<'a>,
     phase: Phase,
     registration_posted: bool,
     key: Option<u32>,
@@ -273,9 +267,9 @@ pub struct Workload<'a> {
     last_ping: Option<Instant>,
     ping_seq: u16,
     ping_rtt_ns: u64,
-    sender: Sender,
-    slots: [Slot; MAX_PEERS],
-    accepted: u8,
+    senders: [Sender; MAX_STREAMS],
+    slots: [Slot; MAX_SLOTS],
+    accepted: usize,
     completions: u64,
     started: Instant,
     first_data: Option<Instant>,
@@ -284,14 +278,24 @@ pub struct Workload<'a> {
     next_hint_sample: Instant,
     min_rate_hint: Option<u32>,
     memory_len: usize,
-    /// Every expected sender has connected (to this core or another).
+    /// Every expected connection has arrived (to this core or another).
     incoming_complete: bool,
 }
 
 impl<'a> Workload<'a> {
     /// `None` if the configured sizes do not fit host memory.
     /// `memory_len`: bytes of host memory from `HOST_BASE` this task owns.
-    pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant, memory_len: usize) -> Option<Self> {
+    /// `cfg.expect` is the connections this task may accept (at most
+    /// [`MAX_SLOTS`]), `cfg.streams` those it opens.
+    pub fn new(
+        cfg: &NodeConfig,
+        port: NodeHostPort<'a>,
+        now: Instant,
+        memory_len: usize,
+    ) -> Option<Self> {
+        if usize::from(cfg.expect) > MAX_SLOTS || usize::from(cfg.streams) > MAX_STREAMS {
+            return None;
+        }
         Some(Workload {
             layout: Layout::new(cfg, memory_len)?,
             cfg: cfg.clone(),
@@ -303,8 +307,8 @@ impl<'a> Workload<'a> {
             last_ping: None,
             ping_seq: 0,
             ping_rtt_ns: 0,
-            sender: Sender::default(),
-            slots: [Slot::default(); MAX_PEERS],
+            senders: [Sender::default(); MAX_STREAMS],
+            slots: [Slot::default(); MAX_SLOTS],
             accepted: 0,
             completions: 0,
             started: now,
@@ -326,6 +330,20 @@ impl<'a> Workload<'a> {
         self.cfg.expect > 0
     }
 
+    /// This task's streams (none unless it has a target).
+    fn streams(&self) -> &[Sender] {
+        let n = if self.is_sender() {
+            usize::from(self.cfg.streams)
+        } else {
+            0
+        };
+        &self.senders[..n]
+    }
+
+    fn accepted_slots(&self) -> &[Slot] {
+        &self.slots[..self.accepted]
+    }
+
     /// Peers this node pings: its target, and as a receiver all peers.
     fn ping_targets(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.cfg.peers.len())
@@ -340,16 +358,16 @@ impl<'a> Workload<'a> {
         node: &mut dyn NodeServices,
     ) -> Option<Report> {
         self.drain_completions(now, mem);
-        self.incoming_complete = node.incoming_complete(self.accepted, self.cfg.expect);
+        self.incoming_complete = node.incoming_complete();
         match self.phase {
             Phase::Register => self.register(now, mem),
             Phase::Ping => {
-                self.open_sender(now, node);
+                self.open_streams(now, node);
                 self.ping(now, node);
             }
             Phase::Connect | Phase::Run => {
                 self.connect(now, mem, node);
-                self.run_sender(now, mem);
+                self.run_streams(now, mem);
                 if self.finished() {
                     defmt::info!("workload done; lingering");
                     self.phase =
@@ -367,7 +385,7 @@ impl<'a> Workload<'a> {
             // once they go quiet).
             self.next_hint_sample = now + Duration::from_millis(5);
             let hint = node.counters(now).rate_hint_mbps;
-            if hint > 0 && self.slots.iter().any(|s| s.conn.is_some() && !s.done) {
+            if hint > 0 && self.accepted_slots().iter().any(|s| !s.done) {
                 self.min_rate_hint = Some(self.min_rate_hint.map_or(hint, |m| m.min(hint)));
             }
         }
@@ -410,7 +428,8 @@ impl<'a> Workload<'a> {
     }
 
     fn bytes(&self) -> u64 {
-        self.sender.bytes + self.slots.iter().map(|s| s.bytes).sum::<u64>()
+        self.streams().iter().map(|s| s.bytes).sum::<u64>()
+            + self.accepted_slots().iter().map(|s| s.bytes).sum::<u64>()
     }
 
     fn register(&mut self, now: Instant, mem: &mut HostWindow<'_>) {
@@ -484,56 +503,62 @@ impl<'a> Workload<'a> {
         }
     }
 
-    /// A sender opens its connection and posts the receive for the hello
-    /// before it pings, so the hello (sent by the receiver once the ping
-    /// answered, a round trip later) always finds it.
-    fn open_sender(&mut self, now: Instant, node: &mut dyn NodeServices) {
-        let Some(key) = self.key else { return };
-        if let Some(target) = self.cfg.target {
-            if self.sender.conn.is_none() {
-                if let Some(conn) = node.open(now, usize::from(target)) {
-                    self.sender.conn = Some(conn);
-                    let hello = RecvRequest {
-                        id: HELLO_WR,
-                        local: LocalBuf {
-                            key,
-                            addr: HOST_BASE,
-                            len: CTRL_MSG_LEN,
-                        },
-                    };
-                    let _ = self.port.post_recv(conn, hello);
-                    defmt::info!("connecting to peer {=u8}", target);
-                }
+    /// A sender opens its streams' connections and posts the receive for
+    /// each one's hello before it pings, so the hello (sent by the
+    /// receiver once the ping answered, a round trip later) always finds
+    /// it.
+    fn open_streams(&mut self, now: Instant, node: &mut dyn NodeServices) {
+        let (Some(key), Some(target)) = (self.key, self.cfg.target) else {
+            return;
+        };
+        for k in 0..self.streams().len() {
+            if self.senders[k].conn.is_some() || self.port.recv_free() == 0 {
+                continue;
             }
+            let Some(conn) = node.open(now, usize::from(target)) else {
+                return;
+            };
+            self.senders[k].conn = Some(conn);
+            let hello = RecvRequest {
+                id: HELLO_WR,
+                local: LocalBuf {
+                    key,
+                    addr: HELLO_RECV + CTRL_STRIDE * k as u64,
+                    len: CTRL_MSG_LEN,
+                },
+            };
+            let _ = self.port.post_recv(conn, hello);
+            defmt::info!("stream {=usize}: connecting to peer {=u8}", k, target);
         }
     }
 
     fn connect(&mut self, now: Instant, mem: &mut HostWindow<'_>, node: &mut dyn NodeServices) {
         let Some(key) = self.key else { return };
-        self.open_sender(now, node);
+        self.open_streams(now, node);
         while let Some(conn) = node.poll_accepted() {
-            if Some(conn) == self.sender.conn || self.accepted >= self.cfg.expect {
+            if self.streams().iter().any(|s| s.conn == Some(conn))
+                || self.accepted >= usize::from(self.cfg.expect)
+            {
                 continue;
             }
-            let slot = &mut self.slots[usize::from(self.accepted)];
-            slot.conn = Some(conn);
+            self.slots[self.accepted].conn = Some(conn);
             node.on_incoming_accepted();
             defmt::info!(
-                "accepted connection {=u32} as slot {=u8}",
+                "accepted connection {=u32} as slot {=usize}",
                 conn.index,
                 self.accepted
             );
             self.accepted += 1;
         }
-        // Receives and hello for each accepted sender.
-        for s in 0..usize::from(self.accepted) {
+        // Receives and hello for each accepted stream.
+        for s in 0..self.accepted {
             let slot = self.slots[s];
             let Some(conn) = slot.conn else { continue };
             let mut next = slot.next_recv;
             while next < self.cfg.count && self.port.recv_free() > 0 {
                 let op = op_of(self.cfg.workload, next);
                 if consumes_receive(op) {
-                    let addr = self.layout.at(self.layout.recv_bufs, s as u32, next);
+                    let addr = self.layout.at(self.layout.recv_bufs, s, next);
                     let rr = RecvRequest {
                         id: u64::from(next),
                         local: LocalBuf {
@@ -557,7 +582,7 @@ impl<'a> Workload<'a> {
                     id: DONE_WR,
                     local: LocalBuf {
                         key,
-                        addr: HOST_BASE + 4096 + 64 * s as u64,
+                        addr: DONE_RECV + CTRL_STRIDE * s as u64,
                         len: CTRL_MSG_LEN,
                     },
                 };
@@ -567,7 +592,7 @@ impl<'a> Workload<'a> {
                 self.slots[s].done_recv_posted = true;
             }
             if !slot.hello_sent && self.port.send_free() > 0 {
-                let addr = HOST_BASE + 8192 + 64 * s as u64;
+                let addr = HELLO_SEND + CTRL_STRIDE * s as u64;
                 put_u32s(
                     mem,
                     addr,
@@ -588,97 +613,92 @@ impl<'a> Workload<'a> {
                 }
             }
         }
-        if self.phase == Phase::Connect && (!self.is_sender() || self.sender.remote_key.is_some()) {
+        if self.phase == Phase::Connect && self.streams().iter().all(|s| s.remote_key.is_some()) {
             self.phase = Phase::Run;
         }
     }
 
-    fn run_sender(&mut self, now: Instant, mem: &mut HostWindow<'_>) {
-        let (Some(conn), Some(rkey), Some(key), Some(target)) = (
-            self.sender.conn,
-            self.sender.remote_key,
-            self.key,
-            self.cfg.target,
-        ) else {
+    fn run_streams(&mut self, now: Instant, mem: &mut HostWindow<'_>) {
+        let (Some(key), Some(target)) = (self.key, self.cfg.target) else {
             return;
         };
-        let receiver = self
-            .cfg
-            .peers
-            .get(usize::from(target))
-            .map_or(0, |_| target_node(&self.cfg, target));
+        let receiver = target_node(&self.cfg, target);
+        for k in 0..self.streams().len() {
+            self.run_stream(now, mem, key, receiver, k);
+        }
+    }
+
+    /// Posts what stream `k` may post: its messages up to `depth` in
+    /// flight, then its done message.
+    fn run_stream(
+        &mut self,
+        now: Instant,
+        mem: &mut HostWindow<'_>,
+        key: u32,
+        receiver: u8,
+        k: usize,
+    ) {
+        let stream = self.senders[k];
+        let (Some(conn), Some(rkey)) = (stream.conn, stream.remote_key) else {
+            return;
+        };
         let l = self.layout;
-        while self.sender.next < self.cfg.count
-            && self.sender.in_flight < self.cfg.depth
+        let slot = stream.slot as usize;
+        let mut next = stream.next;
+        while next < self.cfg.count
+            && next - stream.completed < self.cfg.depth
             && self.port.send_free() > 0
         {
-            let i = self.sender.next;
-            let slot = self.sender.slot;
+            let i = next;
             let op = op_of(self.cfg.workload, i);
-            let local_src = LocalBuf {
+            let local = LocalBuf {
                 key,
-                addr: l.at(l.src, 0, i),
+                addr: l.at(l.src, k, i),
                 len: self.cfg.size,
             };
-            let target_at = MemoryTarget {
+            let remote = MemoryTarget {
                 key: rkey,
                 addr: l.at(l.write_sink, slot, i),
             };
-            let wr = match op {
-                Opcode::Write => WorkRequest {
-                    id: u64::from(i),
-                    op: Op::Write { remote: target_at },
-                    local: local_src,
-                },
-                Opcode::WriteImm => WorkRequest {
-                    id: u64::from(i),
-                    op: Op::WriteImm {
-                        remote: target_at,
-                        imm: i,
-                    },
-                    local: local_src,
-                },
-                Opcode::Send => WorkRequest {
-                    id: u64::from(i),
-                    op: Op::Send,
-                    local: local_src,
-                },
-                _ => WorkRequest {
-                    id: u64::from(i),
-                    op: Op::Read {
+            let wr = WorkRequest {
+                id: u64::from(i),
+                op: match op {
+                    Opcode::Write => Op::Write { remote },
+                    Opcode::WriteImm => Op::WriteImm { remote, imm: i },
+                    Opcode::Send => Op::Send,
+                    _ => Op::Read {
                         remote: MemoryTarget {
                             key: rkey,
                             addr: l.at(l.read_source, 0, i),
                         },
                     },
-                    local: LocalBuf {
-                        key,
-                        addr: l.at(l.read_sink, 0, i),
-                        len: self.cfg.size,
-                    },
+                },
+                local: if op == Opcode::Read {
+                    LocalBuf {
+                        addr: l.at(l.read_sink, k, i),
+                        ..local
+                    }
+                } else {
+                    local
                 },
             };
             if op != Opcode::Read {
                 fill_pattern(
                     mem,
-                    local_src.addr,
+                    local.addr,
                     l.size,
-                    pattern_seed(self.cfg.seed, receiver, u64::from(slot), i),
+                    pattern_seed(self.cfg.seed, receiver, slot as u64, i),
                 );
             }
             if self.port.post_send(conn, wr).is_err() {
                 break;
             }
-            self.sender.first_post.get_or_insert(now);
             self.first_data.get_or_insert(now);
-            self.sender.next += 1;
-            self.sender.in_flight += 1;
+            next += 1;
         }
-        if self.sender.completed == self.cfg.count
-            && !self.sender.done_posted
-            && self.port.send_free() > 0
-        {
-            let addr = HOST_BASE + 12288;
+        self.senders[k].next = next;
+        if stream.completed == self.cfg.count && !stream.done_posted && self.port.send_free() > 0 {
+            let addr = DONE_SEND + CTRL_STRIDE * k as u64;
             put_u32s(
                 mem,
                 addr,
@@ -686,7 +706,7 @@ impl<'a> Workload<'a> {
                     DONE_MAGIC,
                     u32::from(self.cfg.node),
                     self.cfg.count,
-                    self.sender.failed,
+                    stream.failed,
                 ],
             );
             let wr = WorkRequest {
@@ -699,22 +719,30 @@ impl<'a> Workload<'a> {
                 },
             };
             if self.port.post_send(conn, wr).is_ok() {
-                self.sender.done_posted = true;
-                defmt::info!("all {=u32} messages complete; done sent", self.cfg.count);
+                self.senders[k].done_posted = true;
+                defmt::info!(
+                    "stream {=usize}: all {=u32} messages complete; done sent",
+                    k,
+                    self.cfg.count
+                );
             }
         }
     }
 
-    /// Every expected sender connected, and every one on this task is done.
+    /// Every expected connection arrived, and every one on this task is
+    /// done.
     fn receiver_complete(&self) -> bool {
-        self.incoming_complete
-            && self.slots[..usize::from(self.accepted)]
-                .iter()
-                .all(|s| s.done)
+        self.incoming_complete && self.accepted_slots().iter().all(|s| s.done)
+    }
+
+    fn streams_complete(&self) -> bool {
+        self.streams()
+            .iter()
+            .all(|s| s.done && s.completed == self.cfg.count)
     }
 
     fn finished(&self) -> bool {
-        let sender_done = !self.is_sender() || self.sender.done;
+        let sender_done = self.streams().iter().all(|s| s.done);
         let receiver_done = !self.is_receiver() || self.receiver_complete();
         sender_done && receiver_done && self.phase == Phase::Run
     }
@@ -736,62 +764,12 @@ impl<'a> Workload<'a> {
                 self.cfg.node, c.wr_id, c.status
             );
         }
-        if Some(c.conn) == self.sender.conn {
-            match (c.opcode, c.wr_id) {
-                (Opcode::Recv, HELLO_WR) => {
-                    if let Some([HELLO_MAGIC, slot, key, _]) =
-                        get_u32s(mem, HOST_BASE).filter(|_| ok)
-                    {
-                        self.sender.slot = slot;
-                        self.sender.remote_key = Some(key);
-                        defmt::info!("hello: slot {=u32}, remote key {=u32:#x}", slot, key);
-                    }
-                    return;
-                }
-                (Opcode::Send, DONE_WR) => {
-                    self.sender.done = true;
-                    if !ok {
-                        self.sender.failed += 1;
-                    }
-                    return;
-                }
-                (Opcode::Write | Opcode::WriteImm | Opcode::Send | Opcode::Read, i)
-                    if i < u64::from(self.cfg.count) =>
-                {
-                    self.sender.in_flight = self.sender.in_flight.saturating_sub(1);
-                    self.sender.completed += 1;
-                    self.sender.last_completion = Some(now);
-                    self.last_data = Some(now);
-                    if !ok {
-                        self.sender.failed += 1;
-                        return;
-                    }
-                    self.sender.bytes += u64::from(self.cfg.size);
-                    if c.opcode == Opcode::Read {
-                        let target = self.cfg.target.unwrap_or(0);
-                        let seed = pattern_seed(
-                            self.cfg.seed,
-                            target_node(&self.cfg, target),
-                            READ_SOURCE,
-                            i as u32,
-                        );
-                        self.sender.reads_checked += 1;
-                        if !matches_pattern(
-                            mem,
-                            self.layout.at(self.layout.read_sink, 0, i as u32),
-                            self.layout.size,
-                            seed,
-                        ) {
-                            self.sender.reads_bad += 1;
-                            println!("METAROCE-WARN node={} read {} corrupt", self.cfg.node, i);
-                        }
-                    }
-                    return;
-                }
-                _ => {}
-            }
+        if let Some(k) = self.streams().iter().position(|s| s.conn == Some(c.conn)) {
+            self.on_stream_completion(now, mem, k, &c, ok);
+            return;
         }
-        let Some(s) = self.slots[..usize::from(self.accepted)]
+        let Some(s) = self
+            .accepted_slots()
             .iter()
             .position(|s| s.conn == Some(c.conn))
         else {
@@ -814,7 +792,70 @@ impl<'a> Workload<'a> {
         }
     }
 
-    /// Checks every byte the sender of slot `s` placed.
+    fn on_stream_completion(
+        &mut self,
+        now: Instant,
+        mem: &mut HostWindow<'_>,
+        k: usize,
+        c: &Completion,
+        ok: bool,
+    ) {
+        let count = self.cfg.count;
+        let size = self.cfg.size;
+        let seed = self.cfg.seed;
+        let receiver = target_node(&self.cfg, self.cfg.target.unwrap_or(0));
+        let read_sink = self.layout.read_sink;
+        let layout = self.layout;
+        let node = self.cfg.node;
+        let stream = &mut self.senders[k];
+        match (c.opcode, c.wr_id) {
+            (Opcode::Recv, HELLO_WR) => {
+                if let Some([HELLO_MAGIC, slot, key, _]) =
+                    get_u32s(mem, HELLO_RECV + CTRL_STRIDE * k as u64).filter(|_| ok)
+                {
+                    stream.slot = slot;
+                    stream.remote_key = Some(key);
+                    defmt::info!(
+                        "stream {=usize} hello: slot {=u32}, remote key {=u32:#x}",
+                        k,
+                        slot,
+                        key
+                    );
+                }
+            }
+            (Opcode::Send, DONE_WR) => {
+                stream.done = true;
+                if !ok {
+                    stream.failed += 1;
+                }
+            }
+            (Opcode::Write | Opcode::WriteImm | Opcode::Send | Opcode::Read, i)
+                if i < u64::from(count) =>
+            {
+                stream.completed += 1;
+                self.last_data = Some(now);
+                if !ok {
+                    stream.failed += 1;
+                    return;
+                }
+                stream.bytes += u64::from(size);
+                if c.opcode == Opcode::Read {
+                    let seed = pattern_seed(seed, receiver, READ_SOURCE, i as u32);
+                    let addr = layout.at(read_sink, k, i as u32);
+                    if !matches_pattern(mem, addr, layout.size, seed) {
+                        stream.reads_bad += 1;
+                        println!(
+                            "METAROCE-WARN node={} stream={} read {} corrupt",
+                            node, k, i
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks every byte the stream of slot `s` placed.
     fn verify_slot(&mut self, s: usize, mem: &HostWindow<'_>) {
         let l = self.layout;
         let mut bad = 0;
@@ -824,8 +865,8 @@ impl<'a> Workload<'a> {
             let op = op_of(self.cfg.workload, i);
             let seed = pattern_seed(self.cfg.seed, self.cfg.node, s as u64, i);
             let addr = match op {
-                Opcode::Write | Opcode::WriteImm => l.at(l.write_sink, s as u32, i),
-                Opcode::Send => l.at(l.recv_bufs, s as u32, i),
+                Opcode::Write | Opcode::WriteImm => l.at(l.write_sink, s, i),
+                Opcode::Send => l.at(l.recv_bufs, s, i),
                 _ => continue,
             };
             expected_receives += u32::from(consumes_receive(op));
@@ -854,12 +895,13 @@ impl<'a> Workload<'a> {
 
     fn report(&self, now: Instant, node: &dyn NodeServices) -> Report {
         let counters = node.counters(now);
-        let errors = self.sender.failed
-            + self.sender.reads_bad
-            + self.slots.iter().map(|s| s.bad).sum::<u32>();
-        let complete = (!self.is_sender()
-            || (self.sender.done && self.sender.completed == self.cfg.count))
-            && (!self.is_receiver() || self.receiver_complete());
+        let errors = self
+            .streams()
+            .iter()
+            .map(|s| s.failed + s.reads_bad)
+            .sum::<u32>()
+            + self.accepted_slots().iter().map(|s| s.bad).sum::<u32>();
+        let complete = self.streams_complete() && (!self.is_receiver() || self.receiver_complete());
         let ok = errors == 0 && complete && self.phase != Phase::Register;
         let role = match (self.is_sender(), self.is_receiver()) {
             (true, true) => "both",
@@ -870,10 +912,8 @@ impl<'a> Workload<'a> {
         Report {
             node: self.cfg.node,
             role,
-            transport: match self.cfg.transport {
-                crate::config::TransportKind::MetaRoce => "metaroce",
-                crate::config::TransportKind::Datagram => "datagram",
-            },
+            streams: self.streams().len() as u32,
+            accepted: self.accepted as u32,
             bytes: self.bytes(),
             start: self.first_data.unwrap_or(self.started),
             end: self.last_data.unwrap_or(now),
@@ -884,130 +924,6 @@ impl<'a> Workload<'a> {
             ping_rtt_us: self.ping_rtt_ns / 1000,
             ok,
         }
-    }
-}
-
-/// What a workload task did, for its result line.
-#[derive(Debug, Clone, Copy)]
-pub struct Report {
-    pub node: u8,
-    pub role: &'static str,
-    pub transport: &'static str,
-    /// Verified payload bytes, between the first and last data event.
-    pub bytes: u64,
-    pub start: Instant,
-    pub end: Instant,
-    pub completions: u64,
-    pub errors: u32,
-    pub rate_hint_mbps: u32,
-    pub counters: Counters,
-    pub ping_rtt_us: u64,
-    /// Every byte verified, every completion successful, nothing missing.
-    pub ok: bool,
-}
-
-impl Report {
-    pub fn outcome(&self) -> Outcome {
-        if self.ok {
-            Outcome::Ok
-        } else {
-            Outcome::Failed
-        }
-    }
-
-    fn elapsed_us(&self) -> u64 {
-        self.end
-            .saturating_duration_since(self.start)
-            .as_micros()
-            .max(1) as u64
-    }
-
-    /// Goodput in Mbit/s as whole and hundredths.
-    fn goodput(&self) -> (u64, u64) {
-        let us = self.elapsed_us();
-        (self.bytes * 8 / us, (self.bytes * 8 % us) * 100 / us)
-    }
-
-    /// Adds another core's report to this node's.
-    pub fn merge(&mut self, other: &Report) {
-        self.bytes += other.bytes;
-        self.start = self.start.min(other.start);
-        self.end = self.end.max(other.end);
-        self.completions += other.completions;
-        self.errors += other.errors;
-        self.rate_hint_mbps = match (self.rate_hint_mbps, other.rate_hint_mbps) {
-            (0, h) | (h, 0) => h,
-            (a, b) => a.min(b),
-        };
-        let (c, o) = (&mut self.counters, &other.counters);
-        c.retransmits += o.retransmits;
-        c.timeouts += o.timeouts;
-        c.ce += o.ce;
-        c.rx_packets += o.rx_packets;
-        c.tx_packets += o.tx_packets;
-        c.conns += o.conns;
-        c.misrouted += o.misrouted;
-        self.ping_rtt_us = self.ping_rtt_us.max(other.ping_rtt_us);
-        self.ok &= other.ok;
-        self.role = match (self.role, other.role) {
-            (a, b) if a == b => a,
-            ("idle", b) => b,
-            (a, "idle") => a,
-            _ => "both",
-        };
-    }
-
-    /// The node's `METAROCE-RESULT` line, which the harness reads.
-    pub fn print_result(&self) {
-        let (mbps, frac) = self.goodput();
-        let c = &self.counters;
-        println!(
-            "METAROCE-RESULT node={} role={} transport={} bytes={} elapsed_us={} goodput_mbps={}.{:02} completions={} errors={} retransmits={} timeouts={} ce={} rate_hint_mbps={} tx_frames={} rx_frames={} ping_rtt_us={} integrity={}",
-            self.node,
-            self.role,
-            self.transport,
-            self.bytes,
-            self.elapsed_us(),
-            mbps,
-            frac,
-            self.completions,
-            self.errors,
-            c.retransmits,
-            c.timeouts,
-            c.ce,
-            self.rate_hint_mbps,
-            c.tx_frames,
-            c.rx_frames,
-            self.ping_rtt_us,
-            if self.ok { "OK" } else { "FAIL" }
-        );
-    }
-
-    /// One core's `METAROCE-CORE` line: its share of the node's work and
-    /// the frames and packets its engine moved.
-    pub fn print_core(&self, core: usize) {
-        let (mbps, frac) = self.goodput();
-        let c = &self.counters;
-        println!(
-            "METAROCE-CORE node={} core={} role={} bytes={} goodput_mbps={}.{:02} completions={} errors={} conns={} rx_frames={} tx_frames={} rx_packets={} tx_packets={} retransmits={} timeouts={} misrouted={} integrity={}",
-            self.node,
-            core,
-            self.role,
-            self.bytes,
-            mbps,
-            frac,
-            self.completions,
-            self.errors,
-            c.conns,
-            c.rx_frames,
-            c.tx_frames,
-            c.rx_packets,
-            c.tx_packets,
-            c.retransmits,
-            c.timeouts,
-            c.misrouted,
-            if self.ok { "OK" } else { "FAIL" }
-        );
     }
 }
 
