@@ -140,7 +140,7 @@ impl Side<'_> {
                 self.key = result.result.ok();
             }
         }
-        while let Some(event) = self.endpoint.poll_event() {
+        while let Some(event) = engine::poll_event(&mut self.endpoint) {
             if let Event::Incoming { conn, .. } | Event::Connected(conn) = event {
                 self.conn = Some(conn);
             }
@@ -236,9 +236,7 @@ fn engine_cycle(memory: &'static mut [u8]) -> Result<(), &'static str> {
         ip: IpAddress::Ipv4(RECEIVER_IP),
         port: DEFAULT_UDP_PORT,
     };
-    let conn = sender
-        .endpoint
-        .connect(hw::now(), peer, 0)
+    let conn = engine::connect(&mut sender.endpoint, hw::now(), peer, 0)
         .map_err(|_| "connect refused")?;
     let (mut posted, mut completed) = (0u64, 0u64);
     let mut stalled = 0u32;

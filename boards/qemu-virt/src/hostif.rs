@@ -15,7 +15,7 @@ use metaroce_platform::shmem::SharedMemory;
 use metaroce_platform::Engine;
 
 use crate::config::NodeConfig;
-use crate::engine::{self, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues};
+use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
@@ -71,7 +71,7 @@ pub fn run(
     loop {
         let now = hw::now();
         let stats = engine.stats();
-        let mut busy = hostif.fetch(now, endpoint, &mut host, &stats);
+        let mut busy = hostif.fetch(now, &mut NodeControl(endpoint), &mut host, &stats);
         let polled = engine::poll(
             &mut engine,
             now,
@@ -81,7 +81,7 @@ pub fn run(
             NodeMemory::Shared(shm),
         );
         busy |= polled.busy;
-        busy |= hostif.deliver(endpoint, &mut host);
+        busy |= hostif.deliver(&NodeControl(endpoint), &mut host);
         if now >= next_stats {
             next_stats = now + STATS_PERIOD;
             defmt::info!("engine: {}", engine.stats());

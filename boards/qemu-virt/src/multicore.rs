@@ -489,15 +489,14 @@ fn shard_loop(
         let sent_before = engine.stats().tx_frames;
         // The node-wide fair share: this core's active senders out, the
         // other cores' in.
-        let senders = endpoint.active_senders(now);
-        SENDERS[core].store(senders, Ordering::Relaxed);
         let others: u32 = SENDERS
             .iter()
             .enumerate()
             .filter(|&(c, _)| c != core)
             .map(|(_, n)| n.load(Ordering::Relaxed))
             .sum();
-        endpoint.set_other_shards_senders(others);
+        let senders = engine::active_senders(&mut endpoint, now, others);
+        SENDERS[core].store(senders, Ordering::Relaxed);
         let polled = engine::poll(
             &mut engine,
             now,
@@ -558,13 +557,11 @@ struct CoreServices<'a> {
 
 impl NodeServices for CoreServices<'_> {
     fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle> {
-        self.endpoint
-            .connect(now, workload::peer_addr(self.cfg, peer_index)?, 0)
-            .ok()
+        engine::connect(self.endpoint, now, workload::peer_addr(self.cfg, peer_index)?, 0).ok()
     }
 
     fn poll_accepted(&mut self) -> Option<ConnHandle> {
-        while let Some(event) = self.endpoint.poll_event() {
+        while let Some(event) = engine::poll_event(self.endpoint) {
             match event {
                 Event::Incoming { conn, .. } => return Some(conn),
                 Event::Connected(h) => defmt::info!("connection {=u32} up", h.index),

@@ -174,11 +174,11 @@ struct ServeServices<'a> {
 
 impl ServeNode for ServeServices<'_> {
     fn poll_event(&mut self) -> Option<Event> {
-        self.endpoint.poll_event()
+        engine::poll_event(self.endpoint)
     }
 
     fn release(&mut self, h: ConnHandle) -> Result<(), CommandError> {
-        self.endpoint.release(h)
+        engine::release(self.endpoint, h)
     }
 
     fn set_pd(&mut self, h: ConnHandle, pd: u32) -> Result<(), CommandError> {
@@ -186,7 +186,7 @@ impl ServeNode for ServeServices<'_> {
     }
 
     fn close_with(&mut self, h: ConnHandle, reason: CloseReason) -> Result<(), CommandError> {
-        self.endpoint.close_with(hw::now(), h, reason)
+        engine::close_with(self.endpoint, hw::now(), h, reason)
     }
 }
 

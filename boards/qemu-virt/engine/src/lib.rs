@@ -27,8 +27,11 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+use metaroce_core::api::{ConnHandle, PeerAddr, Region};
 use metaroce_core::storage::Storage;
-use metaroce_core::{Borrowed, Endpoint, Instant};
+use metaroce_core::wire::CloseReason;
+use metaroce_core::{Borrowed, CommandError, Endpoint, Event, Instant};
+use metaroce_platform::control::{ConnCounters, ControlError, ControlEvent, HostControl};
 use metaroce_platform::device::{MemFrameDevice, MAX_FRAME_LEN};
 use metaroce_platform::dma::{DmaCopy, DmaError, HostWindow};
 use metaroce_platform::shard::{AuditedShards, Dispatcher, Round};
@@ -197,4 +200,121 @@ pub fn dispatch_transmit(
     budget: u32,
 ) -> Round {
     dispatcher.transmit(net, rings, budget)
+}
+
+// ----- the endpoint's control operations ---------------------------------
+//
+// What the tasks ask of the endpoint besides the data path (connections
+// opened, closed and released, their events, the host interface's
+// control operations), compiled here beside the loop: these share the
+// endpoint's scheduling code (`refresh` and what it calls) with the loop,
+// which would otherwise be compiled a second time, for size, in the board.
+
+/// Opens a connection (see [`Endpoint::connect`]).
+pub fn connect(
+    endpoint: &mut NodeEndpoint,
+    now: Instant,
+    peer: PeerAddr,
+    pd: u32,
+) -> Result<ConnHandle, CommandError> {
+    endpoint.connect(now, peer, pd)
+}
+
+/// Closes a connection with `reason` (see [`Endpoint::close_with`]).
+pub fn close_with(
+    endpoint: &mut NodeEndpoint,
+    now: Instant,
+    conn: ConnHandle,
+    reason: CloseReason,
+) -> Result<(), CommandError> {
+    endpoint.close_with(now, conn, reason)
+}
+
+/// Gives an ended connection's slot back (see [`Endpoint::release`]).
+pub fn release(endpoint: &mut NodeEndpoint, conn: ConnHandle) -> Result<(), CommandError> {
+    endpoint.release(conn)
+}
+
+/// The next connection event (see [`Endpoint::poll_event`]).
+pub fn poll_event(endpoint: &mut NodeEndpoint) -> Option<Event> {
+    endpoint.poll_event()
+}
+
+/// This endpoint's active senders, after telling it those of the node's
+/// other cores (the node-wide fair share).
+pub fn active_senders(endpoint: &mut NodeEndpoint, now: Instant, other_cores: u32) -> u32 {
+    endpoint.set_other_shards_senders(other_cores);
+    endpoint.active_senders(now)
+}
+
+/// The endpoint as the host interface controls it: every operation
+/// forwarded to [`HostControl`] for the endpoint, compiled here.
+#[derive(Debug)]
+pub struct NodeControl<'a>(pub &'a mut NodeEndpoint);
+
+impl HostControl for NodeControl<'_> {
+    fn register_region(&mut self, region: Region) -> Result<u32, ControlError> {
+        HostControl::register_region(self.0, region)
+    }
+
+    fn deregister_region(&mut self, key: u32) -> Result<(), ControlError> {
+        HostControl::deregister_region(self.0, key)
+    }
+
+    fn connect(
+        &mut self,
+        now: Instant,
+        peer: PeerAddr,
+        pd: u32,
+    ) -> Result<ConnHandle, ControlError> {
+        HostControl::connect(self.0, now, peer, pd)
+    }
+
+    fn accept(&mut self, now: Instant, conn: ConnHandle, pd: u32) -> Result<(), ControlError> {
+        HostControl::accept(self.0, now, conn, pd)
+    }
+
+    fn close(&mut self, now: Instant, conn: ConnHandle) -> Result<(), ControlError> {
+        HostControl::close(self.0, now, conn)
+    }
+
+    fn release(&mut self, conn: ConnHandle) -> Result<(), ControlError> {
+        HostControl::release(self.0, conn)
+    }
+
+    fn poll_event(&mut self) -> Option<ControlEvent> {
+        HostControl::poll_event(self.0)
+    }
+
+    fn peer(&self, conn: ConnHandle) -> Option<PeerAddr> {
+        HostControl::peer(self.0, conn)
+    }
+
+    fn has_ended(&self, conn: ConnHandle) -> bool {
+        HostControl::has_ended(self.0, conn)
+    }
+
+    fn slot(&self, conn: ConnHandle) -> usize {
+        HostControl::slot(self.0, conn)
+    }
+
+    fn counters(&self, conn: ConnHandle) -> Option<ConnCounters> {
+        HostControl::counters(self.0, conn)
+    }
+
+    fn rate_hint(&self, now: Instant) -> u32 {
+        HostControl::rate_hint(self.0, now)
+    }
+
+    fn incoming_domain(&self) -> Option<u32> {
+        HostControl::incoming_domain(self.0)
+    }
+
+    fn max_connections(&self) -> usize {
+        HostControl::max_connections(self.0)
+    }
+
+    fn max_regions(&self) -> usize {
+        HostControl::max_regions(self.0)
+    }
 }
