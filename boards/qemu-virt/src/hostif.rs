@@ -49,21 +49,24 @@ pub fn run(
     let mut hostif = match HostInterface::<SERVE_CONNECTIONS>::format(shm, info, regions) {
         Ok(h) => h,
         Err(e) => {
-            println!("METAROCE-ERROR host interface: {:?}", e);
-            hw::exit(1)
+            defmt::error!("host interface: {}", e);
+            crate::node::fail("the host interface does not fit the shared memory")
         }
     };
     let queues = NodeQueues::new();
     let Some((mut host, mut port)) = queues.split() else {
-        println!("METAROCE-ERROR host queues split twice");
-        hw::exit(1)
+        crate::node::fail("host queues split twice")
     };
+    let [a, b, c, d] = cfg.ip.octets();
     println!(
-        "METAROCE-HOSTIF node={} shm={} sets={} ip={} port={}",
+        "METAROCE-HOSTIF node={} shm={} sets={} ip={}.{}.{}.{} port={}",
         cfg.node,
         shm.len(),
         QUEUE_SETS,
-        cfg.ip,
+        a,
+        b,
+        c,
+        d,
         cfg.port
     );
     let mut backoff = POLL_MIN;

@@ -20,7 +20,7 @@ use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use critical_section::Mutex;
 use metaroce_core::Instant;
-use metaroce_platform::clock::ticks_to_instant;
+use metaroce_platform::clock::{instant_to_ticks, ticks_to_instant};
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
 use virtio_drivers::transport::{DeviceType, Transport as _};
 
@@ -201,8 +201,7 @@ pub fn now() -> Instant {
 
 /// Arms this core's EL1 virtual timer (banked per core) for `deadline`.
 pub fn arm_timer(deadline: Instant) {
-    let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
-    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
+    let ticks = instant_to_ticks(deadline, timer_hz());
     // SAFETY: programs the EL1 virtual timer (compare value, enabled and
     // unmasked); no memory effects.
     unsafe {

@@ -371,9 +371,9 @@ impl Dispatching {
         }
         let s = self.dispatcher.stats();
         let owners = self.dispatcher.owner();
-        let ns_per_frame = (u128::from(self.ticks) * 1_000_000_000
-            / u128::from(hw::timer_hz().max(1))
-            / u128::from(self.timed_frames.max(1))) as u64;
+        let ns_per_frame = metaroce_platform::clock::ticks_to_instant(self.ticks, hw::timer_hz())
+            .as_nanos()
+            / self.timed_frames.max(1);
         println!(
             "METAROCE-DISPATCH node={} cores={} rx_frames={} tx_frames={} by_conn={} connects={} replies={} control={} unroutable={} ring_full={} announced={} conflicts={} owners_full={} ns_per_frame={}",
             self.node,

@@ -135,8 +135,8 @@ pub fn main() -> ! {
         let shm = match crate::pci::ivshmem_memory() {
             Ok(shm) => shm,
             Err(e) => {
-                println!("METAROCE-ERROR host interface memory: {:?}", e);
-                hw::exit(1)
+                defmt::error!("host interface memory: {}", e);
+                fail("no host interface memory (ivshmem)")
             }
         };
         crate::hostif::run(&cfg, &mut endpoint, engine, device, &mut irq, shm)

@@ -758,10 +758,10 @@ impl<'a> Workload<'a> {
     fn on_completion(&mut self, now: Instant, mem: &mut HostWindow<'_>, c: Completion) {
         let ok = c.status == Status::Success;
         if !ok {
-            defmt::warn!("completion wr {=u64} failed", c.wr_id);
+            defmt::warn!("completion wr {=u64} failed: {}", c.wr_id, c.status);
             println!(
-                "METAROCE-WARN node={} wr={} status={:?}",
-                self.cfg.node, c.wr_id, c.status
+                "METAROCE-WARN node={} wr={} failed",
+                self.cfg.node, c.wr_id
             );
         }
         if let Some(k) = self.streams().iter().position(|s| s.conn == Some(c.conn)) {
