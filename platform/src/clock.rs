@@ -94,11 +94,17 @@ mod tests {
                     assert_eq!(u128::from(got), exact, "{ticks} ticks at {hz} Hz");
                 }
                 let back = instant_to_ticks(Instant::from_nanos(got), hz);
-                assert!(back <= ticks, "{ticks} ticks at {hz} Hz came back as {back}");
+                assert!(
+                    back <= ticks,
+                    "{ticks} ticks at {hz} Hz came back as {back}"
+                );
             }
         }
         assert_eq!(ticks_to_instant(5, 0), Instant::ZERO);
-        assert_eq!(instant_to_ticks(Instant::from_nanos(1_500_000_000), 62_500_000), 93_750_000);
+        assert_eq!(
+            instant_to_ticks(Instant::from_nanos(1_500_000_000), 62_500_000),
+            93_750_000
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@ use crate::test::Context;
 use crate::util::{self, Error};
 
 const BOARD: &str = "board-qemu-virt";
-/// The crate that holds its engine loop, compiled for speed.
+/// Its code: the node (compiled for size) and the engine loop (for speed).
+const NODE: &str = "board-qemu-virt-node";
 const ENGINE: &str = "board-qemu-virt-engine";
 const HARNESS: &str = "metaroce-qemu";
 
@@ -103,6 +104,8 @@ pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
             FIRMWARE_PROFILE,
             "-p",
             BOARD,
+            "-p",
+            NODE,
             "-p",
             ENGINE,
             "-p",

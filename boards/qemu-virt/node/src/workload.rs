@@ -759,10 +759,7 @@ impl<'a> Workload<'a> {
         let ok = c.status == Status::Success;
         if !ok {
             defmt::warn!("completion wr {=u64} failed: {}", c.wr_id, c.status);
-            println!(
-                "METAROCE-WARN node={} wr={} failed",
-                self.cfg.node, c.wr_id
-            );
+            println!("METAROCE-WARN node={} wr={} failed", self.cfg.node, c.wr_id);
         }
         if let Some(k) = self.streams().iter().position(|s| s.conn == Some(c.conn)) {
             self.on_stream_completion(now, mem, k, &c, ok);

@@ -557,7 +557,13 @@ struct CoreServices<'a> {
 
 impl NodeServices for CoreServices<'_> {
     fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle> {
-        engine::connect(self.endpoint, now, workload::peer_addr(self.cfg, peer_index)?, 0).ok()
+        engine::connect(
+            self.endpoint,
+            now,
+            workload::peer_addr(self.cfg, peer_index)?,
+            0,
+        )
+        .ok()
     }
 
     fn poll_accepted(&mut self) -> Option<ConnHandle> {

@@ -236,8 +236,8 @@ fn engine_cycle(memory: &'static mut [u8]) -> Result<(), &'static str> {
         ip: IpAddress::Ipv4(RECEIVER_IP),
         port: DEFAULT_UDP_PORT,
     };
-    let conn = engine::connect(&mut sender.endpoint, hw::now(), peer, 0)
-        .map_err(|_| "connect refused")?;
+    let conn =
+        engine::connect(&mut sender.endpoint, hw::now(), peer, 0).map_err(|_| "connect refused")?;
     let (mut posted, mut completed) = (0u64, 0u64);
     let mut stalled = 0u32;
     let mut counting: Option<(u64, u64, u64)> = None;

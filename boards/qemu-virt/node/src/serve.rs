@@ -451,7 +451,11 @@ impl<'a> Serve<'a> {
         self.connections += 1;
         self.open += 1;
         self.mark(i);
-        defmt::info!("serve: connection {=u32} from port {=u16} adopted", h.index, peer.port);
+        defmt::info!(
+            "serve: connection {=u32} from port {=u16} adopted",
+            h.index,
+            peer.port
+        );
     }
 
     fn finish(&mut self, h: ConnHandle, how: &str, release_at: Instant) {
