@@ -12,9 +12,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
-use aarch64_rt::{
-    entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
-};
+use aarch64_rt::{entry, initial_pagetable, InitialPagetable};
 use arm_gic::gicv2::GicV2;
 use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
@@ -73,16 +71,85 @@ initial_pagetable!(
     MAIR.0
 );
 
-struct Exceptions;
-impl ExceptionHandlers for Exceptions {}
-exception_handlers!(Exceptions);
-
 // 1 MiB boot stack: the MetaRoCE endpoint lives in `main`'s frame.
 entry!(boot, 256);
 
 fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
+    install_vectors();
     init_console();
     crate::node::main()
+}
+
+// ----- exceptions ------------------------------------------------------
+//
+// Every exception is fatal here: IRQs stay masked (a core waits with `wfi`
+// and acknowledges its interrupts itself), so an exception is a fault.
+// One vector table serves whichever EL the firmware runs at (EL1 when QEMU
+// loads it, EL2 under U-Boot): each of its 16 entries puts its number in
+// x0 and branches to `exception`, which reports and exits. (aarch64-rt's
+// `exceptions` feature puts one table per EL in the image, EL1, EL2 and
+// EL3, each entry saving and restoring the volatile registers around a
+// handler that can only panic: 6 KiB of code.)
+
+core::arch::global_asm!(
+    ".section .text.vectors, \"ax\"",
+    ".balign 0x800",
+    ".global metaroce_vectors",
+    "metaroce_vectors:",
+    ".irp entry, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+    ".balign 0x80",
+    "mov x0, #\\entry",
+    "b {exception}",
+    ".endr",
+    exception = sym exception,
+);
+
+/// Points this core's VBAR (of the EL it runs at) at the vector table.
+/// Each core calls it before anything else.
+pub fn install_vectors() {
+    let el: u64;
+    let table: usize;
+    // SAFETY: reads CurrentEL and the table's address; no side effects.
+    unsafe {
+        asm!("mrs {el}, CurrentEL", "adr {table}, metaroce_vectors",
+             el = out(reg) el, table = out(reg) table, options(nomem, nostack));
+    }
+    // SAFETY: the table is in the image (mapped executable at its link
+    // address by the identity map) and every entry is a valid handler.
+    unsafe {
+        match (el >> 2) & 3 {
+            1 => asm!("msr vbar_el1, {}", "isb", in(reg) table, options(nomem, nostack)),
+            2 => asm!("msr vbar_el2, {}", "isb", in(reg) table, options(nomem, nostack)),
+            _ => {}
+        }
+    }
+}
+
+/// An exception was taken: which (vector entry: current EL with SP0 or
+/// SPx, lower EL AArch64 or AArch32; synchronous, IRQ, FIQ, SError in
+/// turn), why (ESR), where (ELR) and what address (FAR), then exit.
+extern "C" fn exception(entry: u64) -> ! {
+    let (el, esr, elr, far): (u64, u64, u64, u64);
+    // SAFETY: reads this EL's exception syndrome registers; no side effects.
+    unsafe {
+        asm!("mrs {}, CurrentEL", out(reg) el, options(nomem, nostack));
+        if (el >> 2) & 3 == 2 {
+            asm!("mrs {}, esr_el2", "mrs {}, elr_el2", "mrs {}, far_el2",
+                 out(reg) esr, out(reg) elr, out(reg) far, options(nomem, nostack));
+        } else {
+            asm!("mrs {}, esr_el1", "mrs {}, elr_el1", "mrs {}, far_el1",
+                 out(reg) esr, out(reg) elr, out(reg) far, options(nomem, nostack));
+        }
+    }
+    crate::println!(
+        "METAROCE-PANIC exception {} at EL{}: esr={:#x} elr={:#x} far={:#x}",
+        entry,
+        (el >> 2) & 3,
+        esr,
+        elr,
+        far
+    );
+    exit(101)
 }
 
 // The critical-section implementation (DAIF mask plus a spinlock shared
