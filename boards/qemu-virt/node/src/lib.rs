@@ -37,6 +37,7 @@ use board_qemu_virt_engine as engine;
 pub mod hostif;
 pub mod hw;
 pub mod logger;
+pub mod memcpy;
 pub mod multicore;
 pub mod node;
 pub mod pci;
