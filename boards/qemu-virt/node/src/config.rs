@@ -21,7 +21,6 @@
 //! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role only | 1 |
 
 use core::net::Ipv4Addr;
-use core::str::FromStr;
 
 use heapless::Vec;
 
@@ -104,7 +103,7 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for byte in &mut mac {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+        *byte = number(parts.next()?, 16)?;
     }
     parts.next().is_none().then_some(mac)
 }
@@ -115,7 +114,7 @@ fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
     let mut parts = s.split('.');
     for octet in &mut octets {
-        *octet = parts.next()?.parse().ok()?;
+        *octet = number(parts.next()?, 10)?;
     }
     parts.next().is_none().then_some(Ipv4Addr::from(octets))
 }
@@ -129,9 +128,18 @@ fn parse_peer(value: &str) -> Option<Peer> {
     })
 }
 
-fn parse<T: FromStr>(key: &str, value: &str) -> Result<T, ()> {
-    let _ = key;
-    value.parse().map_err(|_| ())
+/// A number in `radix` (10 or 16) that fits `T`: one digit loop for
+/// every key (`str::parse` is a parser per integer type).
+fn number<T: TryFrom<u64>>(value: &str, radix: u32) -> Option<T> {
+    if value.is_empty() {
+        return None;
+    }
+    let mut n = 0u64;
+    for c in value.chars() {
+        let digit = u64::from(c.to_digit(radix)?);
+        n = n.checked_mul(u64::from(radix))?.checked_add(digit)?;
+    }
+    T::try_from(n).ok()
 }
 
 impl NodeConfig {
@@ -172,7 +180,7 @@ impl NodeConfig {
             };
             let bad = ConfigError { key };
             match key {
-                "node" => cfg.node = parse(key, value).map_err(|_| bad)?,
+                "node" => cfg.node = number(value, 10).ok_or(bad)?,
                 "ip" => {
                     cfg.ip = parse_ipv4(value).ok_or(bad)?;
                     have_ip = true;
@@ -195,8 +203,8 @@ impl NodeConfig {
                         _ => return Err(bad),
                     }
                 }
-                "target" => cfg.target = Some(parse(key, value).map_err(|_| bad)?),
-                "expect" => cfg.expect = parse(key, value).map_err(|_| bad)?,
+                "target" => cfg.target = Some(number(value, 10).ok_or(bad)?),
+                "expect" => cfg.expect = number(value, 10).ok_or(bad)?,
                 "workload" => {
                     cfg.workload = match value {
                         "mixed" => WorkloadKind::Mixed,
@@ -206,18 +214,18 @@ impl NodeConfig {
                         _ => return Err(bad),
                     }
                 }
-                "size" => cfg.size = parse(key, value).map_err(|_| bad)?,
-                "count" => cfg.count = parse(key, value).map_err(|_| bad)?,
-                "depth" => cfg.depth = parse(key, value).map_err(|_| bad)?,
-                "seed" => cfg.seed = parse(key, value).map_err(|_| bad)?,
-                "streams" => cfg.streams = parse(key, value).map_err(|_| bad)?,
-                "port" => cfg.port = parse(key, value).map_err(|_| bad)?,
-                "paths" => cfg.paths = parse(key, value).map_err(|_| bad)?,
-                "progress_ms" => cfg.progress_ms = parse(key, value).map_err(|_| bad)?,
-                "linger_ms" => cfg.linger_ms = parse(key, value).map_err(|_| bad)?,
-                "cores" => cfg.cores = parse(key, value).map_err(|_| bad)?,
+                "size" => cfg.size = number(value, 10).ok_or(bad)?,
+                "count" => cfg.count = number(value, 10).ok_or(bad)?,
+                "depth" => cfg.depth = number(value, 10).ok_or(bad)?,
+                "seed" => cfg.seed = number(value, 10).ok_or(bad)?,
+                "streams" => cfg.streams = number(value, 10).ok_or(bad)?,
+                "port" => cfg.port = number(value, 10).ok_or(bad)?,
+                "paths" => cfg.paths = number(value, 10).ok_or(bad)?,
+                "progress_ms" => cfg.progress_ms = number(value, 10).ok_or(bad)?,
+                "linger_ms" => cfg.linger_ms = number(value, 10).ok_or(bad)?,
+                "cores" => cfg.cores = number(value, 10).ok_or(bad)?,
                 "peer_connections" => {
-                    cfg.peer_connections = parse(key, value).map_err(|_| bad)?;
+                    cfg.peer_connections = number(value, 10).ok_or(bad)?;
                 }
                 _ => return Err(bad),
             }

@@ -25,6 +25,7 @@
 
 use core::time::Duration;
 
+use metaroce_app as app;
 use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
     WorkRequest,
@@ -32,7 +33,6 @@ use metaroce_core::api::{
 use metaroce_core::wire::MemoryTarget;
 use metaroce_core::Instant;
 use metaroce_platform::dma::HostWindow;
-use metaroce_platform::random::{RandomSource, XorShiftRng};
 use smoltcp::wire::IpAddress;
 
 use crate::config::{NodeConfig, WorkloadKind, MAX_PEERS, MAX_STREAMS};
@@ -133,51 +133,26 @@ impl Layout {
     }
 }
 
-fn pattern_seed(seed: u64, receiver: u8, slot: u64, i: u32) -> u64 {
-    seed ^ (u64::from(receiver) << 56) ^ (slot << 40) ^ u64::from(i)
+/// The pattern of message `i` that `receiver`'s slot `slot` receives
+/// (`metaroce_app`'s, as the serve role's): the seed here, the message
+/// index there.
+fn pattern_seed(seed: u64, receiver: u8, slot: u64) -> u64 {
+    seed ^ (u64::from(receiver) << 56) ^ (slot << 40)
 }
 
-/// FNV-1a over bytes, for comparing a region with its expected pattern.
-struct Fnv(u64);
-
-impl Fnv {
-    fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-}
-
-/// Fills `[addr, addr + len)` with the pattern of `seed`.
-fn fill_pattern(mem: &mut HostWindow<'_>, addr: u64, len: u64, seed: u64) -> bool {
+/// Fills `[addr, addr + len)` with message `i`'s pattern under `seed`.
+fn fill_pattern(mem: &mut HostWindow<'_>, addr: u64, len: u64, seed: u64, i: u32) -> bool {
     let Ok(bytes) = mem.slice_mut(addr, len as usize) else {
         return false;
     };
-    let mut rng = XorShiftRng::new(seed);
-    for chunk in bytes.chunks_mut(256) {
-        rng.fill_bytes(chunk);
-    }
+    app::fill_pattern(seed, u64::from(i), bytes);
     true
 }
 
-/// Whether `[addr, addr + len)` hashes like the pattern of `seed`.
-fn matches_pattern(mem: &HostWindow<'_>, addr: u64, len: u64, seed: u64) -> bool {
-    let Ok(bytes) = mem.slice(addr, len as usize) else {
-        return false;
-    };
-    let (mut got, mut want) = (Fnv::new(), Fnv::new());
-    let mut rng = XorShiftRng::new(seed);
-    let mut expected = [0u8; 256];
-    for chunk in bytes.chunks(256) {
-        let e = &mut expected[..chunk.len()];
-        rng.fill_bytes(e);
-        got.update(chunk);
-        want.update(e);
-    }
-    got.0 == want.0
+/// Whether `[addr, addr + len)` holds message `i`'s pattern under `seed`.
+fn matches_pattern(mem: &HostWindow<'_>, addr: u64, len: u64, seed: u64, i: u32) -> bool {
+    mem.slice(addr, len as usize)
+        .is_ok_and(|bytes| app::check_pattern(seed, u64::from(i), bytes))
 }
 
 fn put_u32s(mem: &mut HostWindow<'_>, addr: u64, words: [u32; 4]) {
@@ -443,12 +418,13 @@ impl<'a> Workload<'a> {
                     // The READ sources this node serves as a receiver.
                     if self.is_receiver() {
                         for i in 0..self.cfg.count {
-                            let seed = pattern_seed(self.cfg.seed, self.cfg.node, READ_SOURCE, i);
+                            let seed = pattern_seed(self.cfg.seed, self.cfg.node, READ_SOURCE);
                             fill_pattern(
                                 mem,
                                 self.layout.at(self.layout.read_source, 0, i),
                                 self.layout.size,
                                 seed,
+                                i,
                             );
                         }
                     }
@@ -687,7 +663,8 @@ impl<'a> Workload<'a> {
                     mem,
                     local.addr,
                     l.size,
-                    pattern_seed(self.cfg.seed, receiver, slot as u64, i),
+                    pattern_seed(self.cfg.seed, receiver, slot as u64),
+                    i,
                 );
             }
             if self.port.post_send(conn, wr).is_err() {
@@ -837,9 +814,9 @@ impl<'a> Workload<'a> {
                 }
                 stream.bytes += u64::from(size);
                 if c.opcode == Opcode::Read {
-                    let seed = pattern_seed(seed, receiver, READ_SOURCE, i as u32);
+                    let seed = pattern_seed(seed, receiver, READ_SOURCE);
                     let addr = layout.at(read_sink, k, i as u32);
-                    if !matches_pattern(mem, addr, layout.size, seed) {
+                    if !matches_pattern(mem, addr, layout.size, seed, i as u32) {
                         stream.reads_bad += 1;
                         println!(
                             "METAROCE-WARN node={} stream={} read {} corrupt",
@@ -860,14 +837,14 @@ impl<'a> Workload<'a> {
         let mut expected_receives = 0;
         for i in 0..self.cfg.count {
             let op = op_of(self.cfg.workload, i);
-            let seed = pattern_seed(self.cfg.seed, self.cfg.node, s as u64, i);
+            let seed = pattern_seed(self.cfg.seed, self.cfg.node, s as u64);
             let addr = match op {
                 Opcode::Write | Opcode::WriteImm => l.at(l.write_sink, s, i),
                 Opcode::Send => l.at(l.recv_bufs, s, i),
                 _ => continue,
             };
             expected_receives += u32::from(consumes_receive(op));
-            if matches_pattern(mem, addr, l.size, seed) {
+            if matches_pattern(mem, addr, l.size, seed, i) {
                 bytes += l.size;
             } else {
                 bad += 1;
