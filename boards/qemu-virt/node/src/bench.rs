@@ -102,7 +102,7 @@ fn crc() {
     }
     let counts = hw::pmu_read();
     println!(
-        "METAROCE-BENCH crc32 bytes={} packets={} instructions_x10={} cycles_x10={} crc={} aes={} check={:08x}",
+        "METAROCE-BENCH crc32 bytes={} packets={} instructions_x10={} cycles_x10={} crc={} aes={} check={}",
         COVERED,
         PACKETS,
         counts.instructions * 10 / PACKETS,

@@ -1,4 +1,5 @@
-//! `memcpy` for the Cortex-A72, replacing compiler-builtins' portable one.
+//! `memcpy` for the Cortex-A72, replacing compiler-builtins' portable one,
+//! and a small `memmove` beside it.
 //!
 //! The engine's payload moves (the DMA gather of a packet's payload into
 //! its frame, the placement of a received payload) are `memcpy` calls,
@@ -17,7 +18,14 @@
 //!
 //! `memcpy(dst, src, n)`: x0 = dst, x1 = src, x2 = n; returns dst. The
 //! regions do not overlap (callers with overlap use `memmove`). The
-//! strong definition here takes the place of compiler-builtins' weak one.
+//! strong definitions here take the place of compiler-builtins' weak ones.
+//!
+//! `memmove` (overlapping copies: `copy_within`, shifting slices) is rare
+//! and short in the firmware; compiler-builtins' is a kilobyte of code.
+//! Copying forwards is safe whenever `dst <= src` (each block is loaded
+//! before any byte of it is overwritten), so that case is `memcpy`; a
+//! destination above the source is copied backwards, 8 bytes at a time,
+//! then byte by byte.
 
 // SAFETY (of the definition): it reads `n` bytes at `src` and writes `n`
 // bytes at `dst` and nothing else, touches only the caller-saved
@@ -65,4 +73,30 @@ core::arch::global_asm!(
     "7:",
     "ret",
     ".size memcpy, . - memcpy",
+    "",
+    ".section .text.memmove, \"ax\"",
+    ".global memmove",
+    ".type memmove, %function",
+    ".balign 16",
+    "memmove:",
+    "cmp x0, x1",
+    "b.ls memcpy",
+    "add x3, x0, x2",
+    "add x1, x1, x2",
+    "8:",
+    "cmp x2, #8",
+    "b.lo 9f",
+    "ldr x4, [x1, #-8]!",
+    "str x4, [x3, #-8]!",
+    "sub x2, x2, #8",
+    "b 8b",
+    "9:",
+    "cbz x2, 10f",
+    "ldrb w4, [x1, #-1]!",
+    "strb w4, [x3, #-1]!",
+    "sub x2, x2, #1",
+    "b 9b",
+    "10:",
+    "ret",
+    ".size memmove, . - memmove",
 );

@@ -358,7 +358,7 @@ impl Dispatching {
             for (id, owner) in self.dispatcher.owner().learned.iter() {
                 if owner == core {
                     let sep = if ids.is_empty() { "" } else { "," };
-                    let _ = core::fmt::write(&mut ids, format_args!("{sep}{id:#x}"));
+                    let _ = core::fmt::write(&mut ids, format_args!("{sep}{id}"));
                 }
             }
             println!(
@@ -570,8 +570,8 @@ impl NodeServices for CoreServices<'_> {
         while let Some(event) = engine::poll_event(self.endpoint) {
             match event {
                 Event::Incoming { conn, .. } => return Some(conn),
-                Event::Connected(h) => defmt::info!("connection {=u32} up", h.index),
-                Event::Closed { conn, .. } => defmt::info!("connection {=u32} closed", conn.index),
+                Event::Connected(h) => defmt::debug!("connection {=u32} up", h.index),
+                Event::Closed { conn, .. } => defmt::debug!("connection {=u32} closed", conn.index),
                 Event::Failed { conn, status } => {
                     defmt::warn!("connection {=u32} failed: {}", conn.index, status)
                 }

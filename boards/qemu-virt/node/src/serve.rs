@@ -354,9 +354,10 @@ impl<'a> Serve<'a> {
         }
         if !self.ready && self.controls_registered == SERVE_CONNECTIONS {
             self.ready = true;
+            let [a, b, c, d] = self.ip.octets();
             println!(
-                "METAROCE-READY node={} role=serve ip={} port={} connections={} max_message={}",
-                self.node, self.ip, self.udp_port, SERVE_CONNECTIONS, MAX_SERVE_MESSAGE
+                "METAROCE-READY node={} role=serve ip={}.{}.{}.{} port={} connections={} max_message={}",
+                self.node, a, b, c, d, self.udp_port, SERVE_CONNECTIONS, MAX_SERVE_MESSAGE
             );
         }
     }
@@ -451,7 +452,7 @@ impl<'a> Serve<'a> {
         self.connections += 1;
         self.open += 1;
         self.mark(i);
-        defmt::info!(
+        defmt::debug!(
             "serve: connection {=u32} from port {=u16} adopted",
             h.index,
             peer.port

@@ -428,7 +428,7 @@ impl<'a> Workload<'a> {
                             );
                         }
                     }
-                    defmt::info!("region registered, key {=u32:#x}", key);
+                    defmt::debug!("region registered, key {=u32:#x}", key);
                     self.phase = Phase::Ping;
                 }
                 Err(_) => {
@@ -504,7 +504,7 @@ impl<'a> Workload<'a> {
                 },
             };
             let _ = self.port.post_recv(conn, hello);
-            defmt::info!("stream {=usize}: connecting to peer {=u8}", k, target);
+            defmt::debug!("stream {=usize}: connecting to peer {=u8}", k, target);
         }
     }
 
@@ -519,7 +519,7 @@ impl<'a> Workload<'a> {
             }
             self.slots[self.accepted].conn = Some(conn);
             node.on_incoming_accepted();
-            defmt::info!(
+            defmt::debug!(
                 "accepted connection {=u32} as slot {=usize}",
                 conn.index,
                 self.accepted
@@ -585,7 +585,7 @@ impl<'a> Workload<'a> {
                 };
                 if self.port.post_send(conn, wr).is_ok() {
                     self.slots[s].hello_sent = true;
-                    defmt::info!("hello sent to slot {=usize}", s);
+                    defmt::debug!("hello sent to slot {=usize}", s);
                 }
             }
         }
@@ -697,7 +697,7 @@ impl<'a> Workload<'a> {
             };
             if self.port.post_send(conn, wr).is_ok() {
                 self.senders[k].done_posted = true;
-                defmt::info!(
+                defmt::debug!(
                     "stream {=usize}: all {=u32} messages complete; done sent",
                     k,
                     self.cfg.count
@@ -789,7 +789,7 @@ impl<'a> Workload<'a> {
                 {
                     stream.slot = slot;
                     stream.remote_key = Some(key);
-                    defmt::info!(
+                    defmt::debug!(
                         "stream {=usize} hello: slot {=u32}, remote key {=u32:#x}",
                         k,
                         slot,
@@ -864,7 +864,7 @@ impl<'a> Workload<'a> {
         }
         slot.bad = bad + slot.failed;
         slot.bytes = bytes;
-        defmt::info!("slot {=usize} verified: {=u32} bad", s, slot.bad);
+        defmt::debug!("slot {=usize} verified: {=u32} bad", s, slot.bad);
     }
 
     fn report(&self, now: Instant, node: &dyn NodeServices) -> Report {
