@@ -5,7 +5,6 @@
 //! the PCIe side (ECAM, BAR assignment, the remapped first GiB), in `pci`.
 
 use core::arch::asm;
-use core::cell::RefCell;
 use core::fmt::Write;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +15,6 @@ use aarch64_rt::{entry, initial_pagetable, InitialPagetable};
 use arm_gic::gicv2::GicV2;
 use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
-use critical_section::Mutex;
 use metaroce_core::Instant;
 use metaroce_platform::clock::{instant_to_ticks, ticks_to_instant};
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
@@ -76,7 +74,6 @@ entry!(boot, 256);
 
 fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
     install_vectors();
-    init_console();
     crate::node::main()
 }
 
@@ -157,25 +154,24 @@ extern "C" fn exception(entry: u64) -> ! {
 
 // ----- console ---------------------------------------------------------
 
-static CONSOLE: Mutex<RefCell<Option<Uart<'static>>>> = Mutex::new(RefCell::new(None));
-
-fn init_console() {
-    // SAFETY: UART0 is mapped as device memory by the identity map and this
-    // is the only reference to it (taken once, at boot).
-    let regs =
-        unsafe { UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers)) };
-    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Uart::new(regs)));
-}
-
 /// Writes formatted text and a newline to the console as one line: the
 /// critical section (a lock shared by every core) keeps other cores' lines
 /// out of the middle of it.
 pub fn console_write_line(args: core::fmt::Arguments<'_>) {
-    critical_section::with(|cs| {
-        if let Some(uart) = CONSOLE.borrow_ref_mut(cs).as_mut() {
-            let _ = uart.write_fmt(args);
-            let _ = uart.write_str("\n");
-        }
+    critical_section::with(|_| {
+        // SAFETY: UART0 is mapped as device memory by the identity map, and
+        // inside the critical section (which excludes every other core and
+        // context) this is the only pointer to its registers in use: a
+        // panic while a line is written prints its own line from the
+        // panic handler, which never returns to the line it interrupted.
+        // The driver keeps no state of its own, so one per line is the
+        // same driver.
+        let regs = unsafe {
+            UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers))
+        };
+        let mut uart = Uart::new(regs);
+        let _ = uart.write_fmt(args);
+        let _ = uart.write_str("\n");
     });
 }
 

@@ -1,5 +1,5 @@
 //! `memcpy` for the Cortex-A72, replacing compiler-builtins' portable one,
-//! and a small `memmove` beside it.
+//! and small `memmove` and `memset` beside it.
 //!
 //! The engine's payload moves (the DMA gather of a packet's payload into
 //! its frame, the placement of a received payload) are `memcpy` calls,
@@ -25,12 +25,12 @@
 //! Copying forwards is safe whenever `dst <= src` (each block is loaded
 //! before any byte of it is overwritten), so that case is `memcpy`; a
 //! destination above the source is copied backwards, 8 bytes at a time,
-//! then byte by byte.
+//! then byte by byte. `memset` stores 16 bytes at a time, then the tail.
 
-// SAFETY (of the definition): it reads `n` bytes at `src` and writes `n`
-// bytes at `dst` and nothing else, touches only the caller-saved
-// registers x3-x7 besides its arguments, and returns `dst`, as the C
-// `memcpy` contract its callers rely on requires.
+// SAFETY (of the definitions): each reads `n` bytes at `src` (`memset`:
+// none) and writes `n` bytes at `dst` and nothing else, touches only the
+// caller-saved registers x3-x7 besides its arguments, and returns `dst`,
+// as the C contracts their callers rely on require.
 core::arch::global_asm!(
     ".section .text.memcpy, \"ax\"",
     ".global memcpy",
@@ -99,4 +99,28 @@ core::arch::global_asm!(
     "10:",
     "ret",
     ".size memmove, . - memmove",
+    "",
+    ".section .text.memset, \"ax\"",
+    ".global memset",
+    ".type memset, %function",
+    ".balign 16",
+    "memset:",
+    "mov x3, x0",
+    "and x1, x1, #0xff",
+    "mov x4, #0x0101010101010101",
+    "mul x1, x1, x4",
+    "11:",
+    "cmp x2, #16",
+    "b.lo 12f",
+    "stp x1, x1, [x3], #16",
+    "sub x2, x2, #16",
+    "b 11b",
+    "12:",
+    "cbz x2, 13f",
+    "strb w1, [x3], #1",
+    "sub x2, x2, #1",
+    "b 12b",
+    "13:",
+    "ret",
+    ".size memset, . - memset",
 );

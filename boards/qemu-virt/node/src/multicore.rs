@@ -32,7 +32,7 @@
 //! (`METAROCE-OWNERS`), the dispatcher's counters and cost
 //! (`METAROCE-DISPATCH`) and the node's `METAROCE-RESULT`, and exits.
 
-use core::cell::RefCell;
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 use core::time::Duration;
 
@@ -88,8 +88,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 static LINKS: [MemLink<LINK_SLOTS>; MAX_CORES] = [const { MemLink::new() }; MAX_CORES];
 /// Each core's report, once its task is done.
-static REPORTS: Mutex<RefCell<[Option<Report>; MAX_CORES]>> =
-    Mutex::new(RefCell::new([None; MAX_CORES]));
+static REPORTS: Mutex<Cell<[Option<Report>; MAX_CORES]>> =
+    Mutex::new(Cell::new([None; MAX_CORES]));
 /// Incoming connections accepted by any core of this node.
 static ACCEPTED: AtomicU32 = AtomicU32::new(0);
 /// Each core's active senders, so every core's fair-share hint divides the
@@ -263,7 +263,12 @@ impl CoreRole for Single {
 /// core 0 to merge.
 fn publish(core: usize, report: Report) {
     report.print_core(core);
-    critical_section::with(|cs| REPORTS.borrow_ref_mut(cs)[core] = Some(report));
+    critical_section::with(|cs| {
+        let reports = REPORTS.borrow(cs);
+        let mut all = reports.get();
+        all[core] = Some(report);
+        reports.set(all);
+    });
 }
 
 /// Core 0: the device, the dispatcher and the node's result.
@@ -313,7 +318,7 @@ impl CoreRole for Dispatching {
             return true;
         }
         let reported = critical_section::with(|cs| {
-            REPORTS.borrow_ref(cs)[..self.cores]
+            REPORTS.borrow(cs).get()[..self.cores]
                 .iter()
                 .all(Option::is_some)
         });
@@ -342,7 +347,7 @@ impl CoreRole for Dispatching {
 impl Dispatching {
     /// Every core reported: the node's lines, then exit.
     fn finish(&mut self) -> ! {
-        let reports = critical_section::with(|cs| *REPORTS.borrow_ref(cs));
+        let reports = critical_section::with(|cs| REPORTS.borrow(cs).get());
         let mut node: Option<Report> = None;
         for report in reports[..self.cores].iter().flatten() {
             match node.as_mut() {
