@@ -190,7 +190,7 @@ const SCENARIOS: &[Scenario] = &[
 /// of its own, whatever the CONNECT hash does with the incoming ones).
 const MULTICORE_SCENARIOS: &[Scenario] = &[
     Scenario {
-        name: "2 nodes x 4 cores, 2% loss, reorder + dup",
+        name: "2 nodes x 4 cores x 8 streams (64 connections), 2% loss, reorder + dup",
         args: &[
             "--cores",
             "4",
@@ -205,7 +205,7 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
         cores: 4,
     },
     Scenario {
-        name: "2 nodes x 4 cores, 10% loss, reorder + dup",
+        name: "2 nodes x 4 cores x 8 streams (64 connections), 10% loss, reorder + dup",
         args: &[
             "--cores",
             "4",
@@ -233,13 +233,15 @@ pub fn runs_step(ctx: &mut Context) -> Result<(), Error> {
 
 /// Test step `qemu-multicore`: every core of 2 nodes x 4 cores handles
 /// its own connections (one endpoint per core behind core 0's frame
-/// dispatcher), under loss and reordering; integrity, per-core traffic and
-/// single ownership of every connection id checked by the harness.
+/// dispatcher), under loss and reordering: each core opens 8 connections
+/// (streams) to the other node, 64 in all, each with its own data checked
+/// end to end; integrity, per-core traffic and single ownership of every
+/// connection id checked by the harness.
 pub fn multicore_step(ctx: &mut Context) -> Result<(), Error> {
     run_scenarios(
         ctx,
         MULTICORE_SCENARIOS,
-        &["--size", "16384", "--count", "16"],
+        &["--size", "8192", "--count", "8", "--streams", "8"],
         "multicore",
     )
 }

@@ -88,8 +88,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 static LINKS: [MemLink<LINK_SLOTS>; MAX_CORES] = [const { MemLink::new() }; MAX_CORES];
 /// Each core's report, once its task is done.
-static REPORTS: Mutex<Cell<[Option<Report>; MAX_CORES]>> =
-    Mutex::new(Cell::new([None; MAX_CORES]));
+static REPORTS: Mutex<Cell<[Option<Report>; MAX_CORES]>> = Mutex::new(Cell::new([None; MAX_CORES]));
 /// Incoming connections accepted by any core of this node.
 static ACCEPTED: AtomicU32 = AtomicU32::new(0);
 /// Each core's active senders, so every core's fair-share hint divides the
@@ -363,7 +362,7 @@ impl Dispatching {
             for (id, owner) in self.dispatcher.owner().learned.iter() {
                 if owner == core {
                     let sep = if ids.is_empty() { "" } else { "," };
-                    let _ = core::fmt::write(&mut ids, format_args!("{sep}{id}"));
+                    let _ = core::fmt::write(&mut ids, format_args!("{sep}{id:#x}"));
                 }
             }
             println!(
