@@ -30,18 +30,18 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod bench;
-pub mod config;
+mod bench;
+mod config;
 /// The per-packet code, compiled for speed in a crate of its own.
 use board_qemu_virt_engine as engine;
-pub mod hostif;
-pub mod hw;
-pub mod logger;
-pub mod memcpy;
-pub mod multicore;
-pub mod node;
-pub mod pci;
-pub mod report;
-pub mod serve;
-pub mod smp;
-pub mod workload;
+mod hostif;
+mod hw;
+mod logger;
+mod memcpy;
+mod multicore;
+mod node;
+mod pci;
+mod report;
+mod serve;
+mod smp;
+mod workload;
