@@ -1,8 +1,10 @@
-//! # board-qemu-virt
+//! # board-qemu-virt-node
 //!
 //! MetaRoCE firmware for QEMU `virt` (`-cpu cortex-a72`): one image for
-//! every node. It boots on `aarch64-rt` (identity map, exception vectors,
-//! PSCI), brings up the PL011 console, the GICv2, the generic timer and the
+//! every node (the `board-qemu-virt` crate links this one into it; the
+//! per-packet code is in `board-qemu-virt-engine`, compiled for speed,
+//! while this crate is compiled for size). It boots on `aarch64-rt`
+//! (identity map, PSCI; its own exception vectors, `hw`), brings up the PL011 console, the GICv2, the generic timer and the
 //! first virtio-net device, reads its role from QEMU's fw_cfg file
 //! `opt/metaroce/config`, and runs the platform's engine loop with a
 //! workload task that plays a host application: it registers memory and
@@ -24,6 +26,8 @@
 //! share of the workload; core 0 also owns the virtio-net device and
 //! steers each received frame to the core that owns its connection
 //! (`multicore`, `smp`, `metaroce_platform::shard`).
+//! With `role=bench` it measures the CRC and the engine loop per packet
+//! with the PMU and exits (`bench`).
 //! It is **not** a general OS: polling plus `wfi`, no heap.
 
 #![no_std]

@@ -1,7 +1,8 @@
-//! The multi-core node (`cores=N`, QEMU `-smp N`): one engine loop per
-//! core, each with its own MetaRoCE endpoint, host queues, host memory and
-//! share of the workload, and core 0 steering frames between the one
-//! virtio-net device and the cores.
+//! The workload role on `cores=N` cores (QEMU `-smp N`): one engine loop
+//! per core, each with its own MetaRoCE endpoint, host queues, host memory
+//! and share of the workload, and core 0 steering frames between the one
+//! virtio-net device and the cores. With one core (`Single`) the same loop
+//! drives the virtio-net device itself and its report is the node's.
 //!
 //! ```text
 //!            virtio-net (core 0 owns it)

@@ -1,6 +1,7 @@
-//! The node: hardware bring-up, the transport chosen by the configuration,
-//! and the main loop that alternates the engine loop and the workload task
-//! and sleeps (`wfi`) when neither has work.
+//! The node: hardware bring-up, the role chosen by the configuration (the
+//! workload role on one or more cores is `multicore`'s, the host role
+//! `hostif`'s), and the serve role's loop, which alternates the engine
+//! loop and the serve task and sleeps (`wfi`) when neither has work.
 
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicBool, Ordering};

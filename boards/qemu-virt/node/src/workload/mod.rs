@@ -25,7 +25,6 @@
 
 use core::time::Duration;
 
-use metaroce_app as app;
 use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
     WorkRequest,
@@ -40,26 +39,13 @@ use crate::engine::NodeHostPort;
 use crate::println;
 use crate::report::{Counters, Report};
 
-/// Where the emulated host memory sits in the host address space.
-pub const HOST_BASE: u64 = 0x10_0000_0000;
-/// Bytes of emulated host memory.
-pub const HOST_MEMORY_LEN: usize = 64 << 20;
-/// Most connections one task accepts (a core of a multi-core node may be
-/// handed every incoming connection of its node).
-pub const MAX_SLOTS: usize = 48;
+mod memory;
+mod verify;
 
-/// The control messages' buffers, 64 bytes apart, at the start of host
-/// memory: the streams' hello receives and done sends, the slots' done
-/// receives and hello sends.
-const CTRL_LEN: u64 = 64 * 1024;
-const CTRL_STRIDE: u64 = 64;
-const HELLO_RECV: u64 = HOST_BASE;
-const DONE_RECV: u64 = HOST_BASE + 0x1000;
-const HELLO_SEND: u64 = HOST_BASE + 0x2000;
-const DONE_SEND: u64 = HOST_BASE + 0x3000;
-const _: () = assert!(MAX_SLOTS as u64 * CTRL_STRIDE <= 0x1000);
-const _: () = assert!(MAX_STREAMS as u64 * CTRL_STRIDE <= 0x1000);
-const _: () = assert!(DONE_SEND + 0x1000 <= HOST_BASE + CTRL_LEN);
+use memory::{fill_pattern, pattern_seed, put_u32s, Layout};
+use memory::{CTRL_STRIDE, DONE_RECV, DONE_SEND, HELLO_RECV, HELLO_SEND};
+pub use memory::{HOST_BASE, HOST_MEMORY_LEN, MAX_SLOTS};
+
 const HELLO_MAGIC: u32 = 0x4d52_4831; // "MRH1"
 const DONE_MAGIC: u32 = 0x4d52_4431; // "MRD1"
 const CTRL_MSG_LEN: u32 = 16;
@@ -86,90 +72,6 @@ fn op_of(kind: WorkloadKind, i: u32) -> Opcode {
 
 fn consumes_receive(op: Opcode) -> bool {
     matches!(op, Opcode::WriteImm | Opcode::Send)
-}
-
-/// Addresses of every buffer. What a peer writes or reads comes first
-/// (READ sources, WRITE targets), at addresses that depend only on `size`
-/// and `count`, which every node shares; then this task's own areas, sized
-/// by its streams and slots.
-#[derive(Debug, Clone, Copy)]
-struct Layout {
-    size: u64,
-    count: u64,
-    read_source: u64,
-    write_sink: u64,
-    recv_bufs: u64,
-    src: u64,
-    read_sink: u64,
-}
-
-impl Layout {
-    fn new(cfg: &NodeConfig, memory_len: usize) -> Option<Layout> {
-        let size = u64::from(cfg.size);
-        let count = u64::from(cfg.count);
-        let area = size.checked_mul(count)?;
-        let slots = u64::from(cfg.expect.max(1));
-        let streams = u64::from(cfg.streams.max(1));
-        let read_source = HOST_BASE + CTRL_LEN;
-        let write_sink = read_source + area;
-        let recv_bufs = write_sink + area.checked_mul(slots)?;
-        let src = recv_bufs + area.checked_mul(slots)?;
-        let read_sink = src + area.checked_mul(streams)?;
-        let end = read_sink + area.checked_mul(streams)?;
-        (end - HOST_BASE <= memory_len as u64).then_some(Layout {
-            size,
-            count,
-            read_source,
-            write_sink,
-            recv_bufs,
-            src,
-            read_sink,
-        })
-    }
-
-    /// Message `i` of area `index` (a slot or a stream) from `base`.
-    fn at(&self, base: u64, index: usize, i: u32) -> u64 {
-        base + index as u64 * self.size * self.count + u64::from(i) * self.size
-    }
-}
-
-/// The pattern of message `i` that `receiver`'s slot `slot` receives
-/// (`metaroce_app`'s, as the serve role's): the seed here, the message
-/// index there.
-fn pattern_seed(seed: u64, receiver: u8, slot: u64) -> u64 {
-    seed ^ (u64::from(receiver) << 56) ^ (slot << 40)
-}
-
-/// Fills `[addr, addr + len)` with message `i`'s pattern under `seed`.
-fn fill_pattern(mem: &mut HostWindow<'_>, addr: u64, len: u64, seed: u64, i: u32) -> bool {
-    let Ok(bytes) = mem.slice_mut(addr, len as usize) else {
-        return false;
-    };
-    app::fill_pattern(seed, u64::from(i), bytes);
-    true
-}
-
-/// Whether `[addr, addr + len)` holds message `i`'s pattern under `seed`.
-fn matches_pattern(mem: &HostWindow<'_>, addr: u64, len: u64, seed: u64, i: u32) -> bool {
-    mem.slice(addr, len as usize)
-        .is_ok_and(|bytes| app::check_pattern(seed, u64::from(i), bytes))
-}
-
-fn put_u32s(mem: &mut HostWindow<'_>, addr: u64, words: [u32; 4]) {
-    if let Ok(bytes) = mem.slice_mut(addr, 16) {
-        for (chunk, w) in bytes.chunks_mut(4).zip(words) {
-            chunk.copy_from_slice(&w.to_be_bytes());
-        }
-    }
-}
-
-fn get_u32s(mem: &HostWindow<'_>, addr: u64) -> Option<[u32; 4]> {
-    let bytes = mem.slice(addr, 16).ok()?;
-    let mut words = [0u32; 4];
-    for (w, chunk) in words.iter_mut().zip(bytes.chunks(4)) {
-        *w = u32::from_be_bytes(chunk.try_into().ok()?);
-    }
-    Some(words)
 }
 
 /// What the workload asks of the node around it (connections, pings,
@@ -764,107 +666,6 @@ impl<'a> Workload<'a> {
             }
             _ => {}
         }
-    }
-
-    fn on_stream_completion(
-        &mut self,
-        now: Instant,
-        mem: &mut HostWindow<'_>,
-        k: usize,
-        c: &Completion,
-        ok: bool,
-    ) {
-        let count = self.cfg.count;
-        let size = self.cfg.size;
-        let seed = self.cfg.seed;
-        let receiver = target_node(&self.cfg, self.cfg.target.unwrap_or(0));
-        let read_sink = self.layout.read_sink;
-        let layout = self.layout;
-        let node = self.cfg.node;
-        let stream = &mut self.senders[k];
-        match (c.opcode, c.wr_id) {
-            (Opcode::Recv, HELLO_WR) => {
-                if let Some([HELLO_MAGIC, slot, key, _]) =
-                    get_u32s(mem, HELLO_RECV + CTRL_STRIDE * k as u64).filter(|_| ok)
-                {
-                    stream.slot = slot;
-                    stream.remote_key = Some(key);
-                    defmt::debug!(
-                        "stream {=usize} hello: slot {=u32}, remote key {=u32:#x}",
-                        k,
-                        slot,
-                        key
-                    );
-                }
-            }
-            (Opcode::Send, DONE_WR) => {
-                stream.done = true;
-                if !ok {
-                    stream.failed += 1;
-                }
-            }
-            (Opcode::Write | Opcode::WriteImm | Opcode::Send | Opcode::Read, i)
-                if i < u64::from(count) =>
-            {
-                stream.completed += 1;
-                self.last_data = Some(now);
-                if !ok {
-                    stream.failed += 1;
-                    return;
-                }
-                stream.bytes += u64::from(size);
-                if c.opcode == Opcode::Read {
-                    let seed = pattern_seed(seed, receiver, READ_SOURCE);
-                    let addr = layout.at(read_sink, k, i as u32);
-                    if !matches_pattern(mem, addr, layout.size, seed, i as u32) {
-                        stream.reads_bad += 1;
-                        println!(
-                            "METAROCE-WARN node={} stream={} read {} corrupt",
-                            node, k, i
-                        );
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Checks every byte the stream of slot `s` placed.
-    fn verify_slot(&mut self, s: usize, mem: &HostWindow<'_>) {
-        let l = self.layout;
-        let mut bad = 0;
-        let mut bytes = 0;
-        let mut expected_receives = 0;
-        for i in 0..self.cfg.count {
-            let op = op_of(self.cfg.workload, i);
-            let seed = pattern_seed(self.cfg.seed, self.cfg.node, s as u64);
-            let addr = match op {
-                Opcode::Write | Opcode::WriteImm => l.at(l.write_sink, s, i),
-                Opcode::Send => l.at(l.recv_bufs, s, i),
-                _ => continue,
-            };
-            expected_receives += u32::from(consumes_receive(op));
-            if matches_pattern(mem, addr, l.size, seed, i) {
-                bytes += l.size;
-            } else {
-                bad += 1;
-                println!(
-                    "METAROCE-WARN node={} slot={} message={} corrupt",
-                    self.cfg.node, s, i
-                );
-            }
-        }
-        let slot = &mut self.slots[s];
-        if slot.receives != expected_receives {
-            println!(
-                "METAROCE-WARN node={} slot={} receives={} expected={}",
-                self.cfg.node, s, slot.receives, expected_receives
-            );
-            bad += 1;
-        }
-        slot.bad = bad + slot.failed;
-        slot.bytes = bytes;
-        defmt::debug!("slot {=usize} verified: {=u32} bad", s, slot.bad);
     }
 
     fn report(&self, now: Instant, node: &dyn NodeServices) -> Report {
