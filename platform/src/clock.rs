@@ -46,20 +46,66 @@ impl Clock for ManualClock {
     }
 }
 
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
 /// A clock from a free-running tick counter and its frequency, such as the
 /// AArch64 generic timer (`cntpct_el0`, `cntfrq_el0`).
 pub fn ticks_to_instant(ticks: u64, hz: u64) -> Instant {
     if hz == 0 {
         return Instant::ZERO;
     }
-    // 128-bit intermediate: no overflow for any 64-bit tick count.
-    let nanos = u128::from(ticks) * 1_000_000_000 / u128::from(hz);
-    Instant::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    Instant::from_nanos(scale(ticks, NANOS_PER_SEC, hz))
+}
+
+/// The tick count of a counter running at `hz` when the clock of
+/// [`ticks_to_instant`] reads `at` (rounded down): a deadline for a timer
+/// compare register.
+pub fn instant_to_ticks(at: Instant, hz: u64) -> u64 {
+    scale(at.as_nanos(), hz, NANOS_PER_SEC)
+}
+
+/// `value * num / den` without overflow for any `value` (saturating at
+/// `u64::MAX`) and without 128-bit division, which is a library call on
+/// 64-bit targets: whole multiples of `den` and the remainder apart.
+/// `num` and `den` are a frequency and 10^9 (either way round), so
+/// `remainder * num` fits 64 bits for any frequency below 18 GHz; above
+/// that the remainder's share is rounded down further.
+fn scale(value: u64, num: u64, den: u64) -> u64 {
+    let whole = (value / den).saturating_mul(num);
+    let rest = value % den;
+    let part = match rest.checked_mul(num) {
+        Some(p) => p / den,
+        None => rest / (den / num.max(1)).max(1),
+    };
+    whole.saturating_add(part)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_convert_both_ways_without_overflow() {
+        for hz in [1, 62_500_000, 1_000_000_000, 24_000_000_000] {
+            for ticks in [0, 1, hz - 1, hz, 3 * hz + 7, u64::MAX / 2, u64::MAX] {
+                let exact = u128::from(ticks) * 1_000_000_000 / u128::from(hz);
+                let got = ticks_to_instant(ticks, hz).as_nanos();
+                if exact <= u128::from(u64::MAX) && hz <= 18_000_000_000 {
+                    assert_eq!(u128::from(got), exact, "{ticks} ticks at {hz} Hz");
+                }
+                let back = instant_to_ticks(Instant::from_nanos(got), hz);
+                assert!(
+                    back <= ticks,
+                    "{ticks} ticks at {hz} Hz came back as {back}"
+                );
+            }
+        }
+        assert_eq!(ticks_to_instant(5, 0), Instant::ZERO);
+        assert_eq!(
+            instant_to_ticks(Instant::from_nanos(1_500_000_000), 62_500_000),
+            93_750_000
+        );
+    }
 
     #[test]
     fn manual_clock_is_monotonic() {

@@ -71,8 +71,9 @@ pub struct RunOptions {
     pub topology: Topology,
     /// `mixed`, `write`, `send` or `read`.
     pub workload: String,
-    /// `metaroce` or `datagram`.
-    pub transport: String,
+    /// Connections each sender opens to its target, per core (firmware
+    /// driver), each with its own data.
+    pub streams: u32,
     pub size: u32,
     pub count: u32,
     pub depth: u32,
@@ -205,10 +206,12 @@ impl RunReport {
             return s;
         }
         s.push_str(&format!(
-            "{:<4} {:<4} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:<9} ids\n",
+            "{:<4} {:<4} {:>5} {:>4} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:<9} ids\n",
             "node",
             "core",
             "conns",
+            "out",
+            "in",
             "bytes",
             "steered",
             "rx_frames",
@@ -227,10 +230,12 @@ impl RunReport {
                         .map_or("-".to_owned(), String::clone)
                 };
                 s.push_str(&format!(
-                    "{:<4} {:<4} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:<9} {}\n",
+                    "{:<4} {:<4} {:>5} {:>4} {:>4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:<9} {}\n",
                     n.node,
                     core,
                     get(c, "conns"),
+                    get(c, "streams"),
+                    get(c, "accepted"),
                     get(c, "bytes"),
                     get(o, "delivered"),
                     get(c, "rx_frames"),
@@ -244,6 +249,19 @@ impl RunReport {
             }
         }
         for n in &self.nodes {
+            let total = |k: &str| -> u64 {
+                n.cores
+                    .values()
+                    .filter_map(|c| c.get(k)?.parse::<u64>().ok())
+                    .sum()
+            };
+            s.push_str(&format!(
+                "node {}: {} connections opened, {} accepted, over {} cores\n",
+                n.node,
+                total("streams"),
+                total("accepted"),
+                n.cores.len()
+            ));
             if let Some(d) = &n.dispatch {
                 let get = |k: &str| d.get(k).map_or("-", String::as_str);
                 s.push_str(&format!(
@@ -264,7 +282,7 @@ impl RunReport {
                 s.push_str(&format!("node {}: {p}\n", n.node));
             }
         }
-        s.push_str("conns = connections of the core's endpoint; steered = frames the dispatcher put in its ring; rx/tx_frames = frames its engine took from and gave to its rings; rx/tx_pkts = MetaRoCE packets among them; misrt = packets for a connection the core does not have; ids = connection ids the core announced\n");
+        s.push_str("conns = connections of the core's endpoint, out = those it opened (its streams), in = those it accepted; steered = frames the dispatcher put in its ring; rx/tx_frames = frames its engine took from and gave to its rings; rx/tx_pkts = MetaRoCE packets among them; misrt = packets for a connection the core does not have; ids = connection ids the core announced\n");
         s
     }
 
@@ -420,11 +438,10 @@ pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
     (0..n)
         .map(|i| {
             let mut config = format!(
-                "node={i} ip={} mac={} workload={} transport={} size={} count={} depth={} seed={} progress_ms=500",
+                "node={i} ip={} mac={} workload={} size={} count={} depth={} seed={} progress_ms=500",
                 ip_string(&node_ip(i)),
                 mac_string(&node_mac(i)),
                 opts.workload,
-                opts.transport,
                 opts.size,
                 opts.count,
                 opts.depth,
@@ -444,6 +461,9 @@ pub fn node_specs(opts: &RunOptions) -> Vec<NodeSpec> {
             }
             if opts.cores > 1 {
                 config.push_str(&format!(" cores={}", opts.cores));
+            }
+            if opts.streams > 1 {
+                config.push_str(&format!(" streams={}", opts.streams));
             }
             let shm = (opts.driver == Driver::Host).then(|| {
                 config.push_str(" role=host");
@@ -534,9 +554,15 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             opts.cores
         )));
     }
-    if opts.cores > 1 && opts.transport != "metaroce" {
+    if opts.streams == 0 || opts.streams > MAX_STREAMS {
+        return Err(RunError::Options(format!(
+            "--streams must be 1..={MAX_STREAMS}, not {}",
+            opts.streams
+        )));
+    }
+    if opts.streams > 1 && opts.driver == Driver::Host {
         return Err(RunError::Options(
-            "--cores above 1 needs --transport metaroce".into(),
+            "--streams above 1 needs --driver firmware (a host process opens one connection per peer)".into(),
         ));
     }
     let elf = read_elf_and_make_dirs(&opts.elf, &opts.out_dir, opts.pcap.as_deref())?;
@@ -906,22 +932,32 @@ pub fn serve(
 
 /// Most cores per node: QEMU `virt`'s GICv2 serves 8.
 pub const MAX_CORES: usize = 8;
+/// Most connections a sender opens to its target per core (the
+/// firmware's `MAX_STREAMS`).
+pub const MAX_STREAMS: u32 = 16;
+/// Most connections one core's workload accepts (the firmware's
+/// `MAX_SLOTS`).
+pub const MAX_SLOTS: u64 = 48;
 
 /// Emulated host memory of a node (the firmware's `HOST_MEMORY_LEN`),
 /// split evenly between its cores.
 pub const NODE_HOST_MEMORY: u64 = 64 << 20;
 
-/// Messages per sender by default: 32, or as many as fit a core's share
-/// of host memory. A core lays out 3 areas of `size x count` (sources,
-/// READ sinks and sources) plus 2 per receive slot, and takes as many
-/// slots as its node's senders could open to it (every core of every
-/// sender, at most 8: with `nodes` nodes at most `nodes - 1` senders per
-/// receiver, times `cores`), plus 64 KiB of control buffers.
-pub fn default_count(size: u32, cores: usize, nodes: usize) -> u32 {
+/// Messages per stream by default: 32, or as many as fit a core's share
+/// of host memory. A core lays out one area of `size x count` (its READ
+/// sources), two per receive slot (WRITE targets, receive buffers) and two
+/// per stream it opens (sources, READ sinks), plus 64 KiB of control
+/// buffers; it takes as many slots as its node's senders could open to
+/// it (every stream of every core of every sender: with `nodes` nodes at
+/// most `nodes - 1` senders per receiver, times `cores` and `streams`, at
+/// most the firmware's `MAX_SLOTS`), since the connect hash may hand one
+/// core all of them.
+pub fn default_count(size: u32, cores: usize, nodes: usize, streams: u32) -> u32 {
     let cores = cores.max(1) as u64;
-    let slots = ((nodes.max(2) as u64 - 1) * cores).min(8);
+    let streams = u64::from(streams.max(1));
+    let slots = ((nodes.max(2) as u64 - 1) * cores * streams).min(MAX_SLOTS);
     let share = NODE_HOST_MEMORY / cores;
-    let areas = 3 + 2 * slots;
+    let areas = 1 + 2 * slots + 2 * streams;
     let per_area = share.saturating_sub(64 << 10) / areas;
     (per_area / u64::from(size.max(1))).clamp(1, 32) as u32
 }
@@ -967,9 +1003,10 @@ fn absorb(line: &str, report: &mut NodeReport, progress: &mut String) {
     }
 }
 
-/// The default location of the release firmware built by `cargo xtask`.
+/// The default location of the firmware built by `cargo xtask` (its
+/// `firmware` profile).
 pub fn default_elf(target_dir: &Path) -> PathBuf {
-    target_dir.join("aarch64-unknown-none/release/board-qemu-virt")
+    target_dir.join("aarch64-unknown-none/firmware/board-qemu-virt")
 }
 
 #[cfg(test)]
@@ -985,7 +1022,7 @@ mod tests {
             cores: 1,
             topology,
             workload: "mixed".into(),
-            transport: "metaroce".into(),
+            streams: 1,
             size: 4096,
             count: 8,
             depth: 4,
@@ -1078,15 +1115,19 @@ mod tests {
 
     #[test]
     fn default_count_fits_a_cores_share() {
-        assert_eq!(default_count(65536, 1, 2), 32);
-        assert_eq!(default_count(65536, 2, 2), 32);
+        assert_eq!(default_count(65536, 1, 2, 1), 32);
+        assert_eq!(default_count(65536, 2, 2, 1), 32);
         // 4 cores: 16 MiB each, 4 receive slots, 11 areas of 64 KiB x N.
-        let n = default_count(65536, 4, 2);
+        let n = default_count(65536, 4, 2, 1);
         assert!(
             n < 32 && 11 * 65536 * u64::from(n) + (64 << 10) <= 16 << 20,
             "{n}"
         );
-        assert_eq!(default_count(1 << 30, 8, 8), 1);
+        // 8 streams: 32 slots and 8 streams, 81 areas.
+        let n = default_count(8192, 4, 2, 8);
+        assert!(81 * 8192 * u64::from(n) + (64 << 10) <= 16 << 20, "{n}");
+        assert!(82 * 8192 * u64::from(n + 1) + (64 << 10) > 16 << 20, "{n}");
+        assert_eq!(default_count(1 << 30, 8, 8, 1), 1);
     }
 
     #[test]

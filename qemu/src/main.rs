@@ -69,14 +69,15 @@ struct Args {
     /// mixed, write, send or read.
     #[arg(long, default_value = "mixed")]
     workload: String,
-    /// metaroce, or datagram (the unreliable bring-up transport).
-    #[arg(long, default_value = "metaroce")]
-    transport: String,
+    /// Connections each sender opens to its target, per core, each with
+    /// its own data (firmware driver).
+    #[arg(long, default_value_t = 1)]
+    streams: u32,
     /// Bytes per message.
     #[arg(long, default_value_t = 65536)]
     size: u32,
-    /// Messages per sender (default 32, fewer where a core's share of the
-    /// node's host memory could not hold them: see --cores).
+    /// Messages per sender stream (default 32, fewer where a core's share
+    /// of the node's host memory could not hold them: see --cores).
     #[arg(long)]
     count: Option<u32>,
     /// Messages in flight per sender.
@@ -235,10 +236,10 @@ fn main() -> ExitCode {
             None => Topology::Pair,
         },
         workload: a.workload,
-        transport: a.transport,
+        streams: a.streams,
         size: a.size,
         count: a.count.unwrap_or_else(|| {
-            let fit = metaroce_qemu::default_count(a.size, a.cores, a.nodes);
+            let fit = metaroce_qemu::default_count(a.size, a.cores, a.nodes, a.streams);
             if fit < 32 {
                 eprintln!(
                     "metaroce-qemu: --count {fit}: what a core's share of host memory holds at --size {} on {} cores",

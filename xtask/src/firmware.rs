@@ -22,7 +22,7 @@ use std::process::Command;
 
 use crate::image::{self, Board};
 use crate::no_alloc;
-use crate::project::FIRMWARE_TARGET;
+use crate::project::{FIRMWARE_PROFILE, FIRMWARE_TARGET};
 use crate::util::{self, Error};
 
 /// How a board's firmware is compiled for its cores.
@@ -104,26 +104,43 @@ pub fn cargo_for(board: &Board, args: &[&str]) -> Command {
     cargo_with_flags(args, &board.cpu.rustflags())
 }
 
-/// `cargo build --release` of a board's firmware; returns the ELF cargo
-/// wrote.
+/// `cargo build --profile firmware` of a board's firmware; returns the
+/// ELF cargo wrote.
 pub fn build(board: &Board, flags: &[String]) -> Result<PathBuf, Error> {
-    let mut cmd = cargo_with_flags(
-        &[
-            "build",
-            "--release",
-            "-p",
-            board.package,
-            "--target",
-            FIRMWARE_TARGET,
-        ],
-        flags,
-    );
-    cmd.env("DEFMT_LOG", "info");
+    build_with(board, flags, &[])
+}
+
+/// [`build`] with cargo `features` of the board's package on.
+pub fn build_with(board: &Board, flags: &[String], features: &[&str]) -> Result<PathBuf, Error> {
+    let features = features.join(",");
+    let mut args = vec![
+        "build",
+        "--profile",
+        FIRMWARE_PROFILE,
+        "-p",
+        board.package,
+        "--target",
+        FIRMWARE_TARGET,
+    ];
+    if !features.is_empty() {
+        args.extend(["--features", &features]);
+    }
+    let mut cmd = cargo_with_flags(&args, flags);
+    // Warnings and errors only, unless the caller asks for more
+    // (`DEFMT_LOG=info cargo xtask qemu`): the info logs' code does not fit
+    // the 128 KiB budget beside everything a node runs.
+    let level = std::env::var("DEFMT_LOG").unwrap_or_else(|_| "warn".into());
+    cmd.env("DEFMT_LOG", level);
     util::run(&mut cmd)?;
-    Ok(util::target_dir()
+    Ok(elf_path(board.package))
+}
+
+/// Where cargo writes the ELF of a board's firmware `package`.
+pub fn elf_path(package: &str) -> PathBuf {
+    util::target_dir()
         .join(FIRMWARE_TARGET)
-        .join("release")
-        .join(board.package))
+        .join(FIRMWARE_PROFILE)
+        .join(package)
 }
 
 // ----- size breakdown ---------------------------------------------------
@@ -281,27 +298,37 @@ const SETTINGS: &[Setting] = &[
     },
 ];
 
-/// One `METAROCE-BENCH` line of the firmware's bench role.
+/// The `METAROCE-BENCH` lines of the firmware's bench role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BenchLine {
     pub bytes: u64,
     pub packets: u64,
-    /// Instructions per packet, times ten.
+    /// Instructions per packet's CRC, times ten.
     pub instructions_x10: u64,
     pub crc: bool,
     pub aes: bool,
     pub check: String,
+    /// The engine loop per 1 KiB WRITE data packet (TX -> RX -> ACK,
+    /// both engines, CRC and payload copies included), times ten; `None`
+    /// if the firmware printed no engine line.
+    pub engine_x10: Option<u64>,
 }
 
 /// Reads the bench line from the console text.
 pub fn parse_bench_line(console: &str) -> Option<BenchLine> {
-    let line = console
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("METAROCE-BENCH crc32 "))?;
-    let field = |key: &str| {
+    let find = |prefix: &str| {
+        console
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(str::to_owned))
+    };
+    let line = find("METAROCE-BENCH crc32 ")?;
+    let engine = find("METAROCE-BENCH engine ").unwrap_or_default();
+    let field_of = |line: &str, key: &str| {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_owned)
     };
+    let field = |key: &str| field_of(&line, key);
     let number = |key: &str| field(key)?.parse::<u64>().ok();
     Some(BenchLine {
         bytes: number("bytes")?,
@@ -309,7 +336,8 @@ pub fn parse_bench_line(console: &str) -> Option<BenchLine> {
         instructions_x10: number("instructions_x10")?,
         crc: field("crc")? == "1",
         aes: field("aes")? == "1",
-        check: field("check")?.to_string(),
+        check: field("check")?,
+        engine_x10: field_of(&engine, "instructions_x10").and_then(|v| v.parse().ok()),
     })
 }
 
@@ -346,7 +374,8 @@ fn run_bench(elf: &Path, out_dir: &Path, name: &str) -> Result<BenchLine, Error>
 
 /// `cargo xtask bench --firmware`: the qemu-virt firmware built for each
 /// CPU setting, its bench role run under QEMU, instructions per 4 KiB
-/// packet's CRC and `.text` printed side by side (CSV in
+/// packet's CRC, per 1 KiB packet of the whole engine loop (TX -> RX ->
+/// ACK between two engines) and `.text` printed side by side (CSV in
 /// `target/metaroce/firmware-bench.csv`).
 pub fn bench() -> Result<(), Error> {
     crate::qemu::ensure_qemu()?;
@@ -359,7 +388,7 @@ pub fn bench() -> Result<(), Error> {
             Some(flags) => flags.iter().map(|f| f.to_string()).collect(),
             None => board.cpu.rustflags(),
         };
-        let built = build(board, &flags)?;
+        let built = build_with(board, &flags, &["bench-role"])?;
         let elf = out_dir.join(format!("setting{i}.elf"));
         fs::copy(&built, &elf)?;
         let text = image::Elf::parse(&fs::read(&elf)?)?.size_report().text;
@@ -372,10 +401,12 @@ pub fn bench() -> Result<(), Error> {
         rows[0].2.bytes
     );
     println!(
-        "| setting | rustc flags | CRC path | instructions per packet | vs generic | .text bytes |"
+        "| setting | rustc flags | CRC path | instructions per packet | vs generic | engine per 1 KiB packet | .text bytes |"
     );
-    println!("|---|---|---|---:|---:|---:|");
-    let mut csv = String::from("setting,rustflags,crc_path,instructions_per_packet,text_bytes\n");
+    println!("|---|---|---|---:|---:|---:|---:|");
+    let mut csv = String::from(
+        "setting,rustflags,crc_path,instructions_per_packet,engine_instructions_per_packet,text_bytes\n",
+    );
     for (name, flags, line, text) in &rows {
         let path = match (line.crc, line.aes) {
             (false, _) => "table (crc32fast baseline)",
@@ -383,12 +414,17 @@ pub fn bench() -> Result<(), Error> {
             (true, true) => "PMULL folding",
         };
         let per_packet = line.instructions_x10 as f64 / 10.0;
+        let engine = line
+            .engine_x10
+            .map_or("-".to_string(), |e| format!("{:.1}", e as f64 / 10.0));
         println!(
-            "| {name} | `{}` | {path} | {per_packet:.1} | {:.2}x | {text} |",
+            "| {name} | `{}` | {path} | {per_packet:.1} | {:.2}x | {engine} | {text} |",
             if flags.is_empty() { "(none)" } else { flags },
             base as f64 / line.instructions_x10.max(1) as f64
         );
-        csv.push_str(&format!("{name},{flags},{path},{per_packet:.1},{text}\n"));
+        csv.push_str(&format!(
+            "{name},{flags},{path},{per_packet:.1},{engine},{text}\n"
+        ));
     }
     if rows.iter().any(|r| r.2.check != rows[0].2.check) {
         return Err(Error::new("the settings computed different CRCs"));
@@ -478,15 +514,22 @@ mod tests {
     #[test]
     fn bench_lines_are_parsed() {
         let console = "metaroce qemu-virt firmware 0.1.0\nMETAROCE-BENCH crc32 bytes=4148 packets=2000 instructions_x10=12370 cycles_x10=12370 crc=1 aes=0 check=e9a3a519\n";
+        let crc_only = BenchLine {
+            bytes: 4148,
+            packets: 2000,
+            instructions_x10: 12370,
+            crc: true,
+            aes: false,
+            check: "e9a3a519".into(),
+            engine_x10: None,
+        };
+        assert_eq!(parse_bench_line(console), Some(crc_only.clone()));
+        let both = format!("{console}METAROCE-BENCH engine payload=1024 packets=2000 instructions_x10=70618 cycles_x10=70618 acks=6 polls=12 retransmits=0\n");
         assert_eq!(
-            parse_bench_line(console),
+            parse_bench_line(&both),
             Some(BenchLine {
-                bytes: 4148,
-                packets: 2000,
-                instructions_x10: 12370,
-                crc: true,
-                aes: false,
-                check: "e9a3a519".into()
+                engine_x10: Some(70618),
+                ..crc_only
             })
         );
         assert_eq!(parse_bench_line("METAROCE-BENCH crc32 bytes=x"), None);

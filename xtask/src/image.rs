@@ -28,7 +28,7 @@ use std::process::Command;
 
 use crate::firmware::{self, Cpu, CORTEX_A72};
 use crate::no_alloc;
-use crate::project::FIRMWARE_TARGET;
+use crate::project::{FIRMWARE_PROFILE, FIRMWARE_TARGET};
 use crate::system;
 use crate::test::Context;
 use crate::util::{self, Error};
@@ -586,7 +586,8 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
         elba,
         &[
             "clippy",
-            "--release",
+            "--profile",
+            FIRMWARE_PROFILE,
             "-p",
             package,
             "--target",

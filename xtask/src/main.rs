@@ -55,7 +55,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench --firmware",
-        "qemu-virt firmware per CPU setting: instructions per 4 KiB packet's CRC under QEMU -icount, .text; CSV in target/metaroce/",
+        "qemu-virt firmware per CPU setting: instructions per 4 KiB packet's CRC and per 1 KiB packet of the engine loop under QEMU -icount, .text; CSV in target/metaroce/",
     ),
     (
         "sim <EXPERIMENT> [ARGS]",

@@ -18,12 +18,15 @@ use std::time::Instant;
 
 use crate::firmware;
 use crate::image;
-use crate::project::FIRMWARE_TARGET;
+use crate::project::{FIRMWARE_PROFILE, FIRMWARE_TARGET};
 use crate::system;
 use crate::test::Context;
 use crate::util::{self, Error};
 
 const BOARD: &str = "board-qemu-virt";
+/// Its code: the node (compiled for size) and the engine loop (for speed).
+const NODE: &str = "board-qemu-virt-node";
+const ENGINE: &str = "board-qemu-virt-engine";
 const HARNESS: &str = "metaroce-qemu";
 
 /// Entry point: `cargo xtask qemu [HARNESS ARGS]`.
@@ -93,24 +96,36 @@ fn harness(elf: &std::path::Path, args: &[String]) -> Result<Command, Error> {
 /// Test step `qemu-firmware`: lints and builds the firmware, reports its
 /// size and where it goes, and checks it holds crc32fast's `crc32x` path.
 pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
-    util::run(&mut firmware::cargo_for(
-        board()?,
-        &[
-            "clippy",
-            "--release",
-            "-p",
-            BOARD,
-            "-p",
-            "metaroce-platform",
-            "--features",
-            "metaroce-platform/virtio",
-            "--target",
-            FIRMWARE_TARGET,
-            "--",
-            "-D",
-            "warnings",
-        ],
-    ))?;
+    // Twice: the main image, and the bench image whose extra role (and PMU
+    // access) is compiled only with the `bench-role` feature.
+    for features in [
+        "metaroce-platform/virtio",
+        "metaroce-platform/virtio,bench-role",
+    ] {
+        util::run(&mut firmware::cargo_for(
+            board()?,
+            &[
+                "clippy",
+                "--profile",
+                FIRMWARE_PROFILE,
+                "-p",
+                BOARD,
+                "-p",
+                NODE,
+                "-p",
+                ENGINE,
+                "-p",
+                "metaroce-platform",
+                "--features",
+                features,
+                "--target",
+                FIRMWARE_TARGET,
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ))?;
+    }
     let elf = build_firmware()?;
     let sizes = image::Elf::parse(&std::fs::read(&elf)?)?.size_report();
     println!(
@@ -190,7 +205,7 @@ const SCENARIOS: &[Scenario] = &[
 /// of its own, whatever the CONNECT hash does with the incoming ones).
 const MULTICORE_SCENARIOS: &[Scenario] = &[
     Scenario {
-        name: "2 nodes x 4 cores, 2% loss, reorder + dup",
+        name: "2 nodes x 4 cores x 8 streams (64 connections), 2% loss, reorder + dup",
         args: &[
             // Several cores run the workload role (a task per core); the
             // host role drives one engine.
@@ -210,7 +225,7 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
         more_in_flight_than: 0,
     },
     Scenario {
-        name: "2 nodes x 4 cores, 10% loss, reorder + dup",
+        name: "2 nodes x 4 cores x 8 streams (64 connections), 10% loss, reorder + dup",
         args: &[
             // Several cores run the workload role (a task per core); the
             // host role drives one engine.
@@ -357,13 +372,15 @@ fn entropy_required(ctx: &mut Context) -> Result<(), Error> {
 
 /// Test step `qemu-multicore`: every core of 2 nodes x 4 cores handles
 /// its own connections (one endpoint per core behind core 0's frame
-/// dispatcher), under loss and reordering; integrity, per-core traffic and
-/// single ownership of every connection id checked by the harness.
+/// dispatcher), under loss and reordering: each core opens 8 connections
+/// (streams) to the other node, 64 in all, each with its own data checked
+/// end to end; integrity, per-core traffic and single ownership of every
+/// connection id checked by the harness.
 pub fn multicore_step(ctx: &mut Context) -> Result<(), Error> {
     run_scenarios(
         ctx,
         MULTICORE_SCENARIOS,
-        &["--size", "16384", "--count", "16"],
+        &["--size", "8192", "--count", "8", "--streams", "8"],
         "multicore",
     )
 }
@@ -377,10 +394,7 @@ fn run_scenarios(
     dir_prefix: &str,
 ) -> Result<(), Error> {
     ensure_qemu()?;
-    let elf = util::target_dir()
-        .join(FIRMWARE_TARGET)
-        .join("release")
-        .join(BOARD);
+    let elf = firmware::elf_path(BOARD);
     if !elf.exists() {
         build_firmware()?;
     }

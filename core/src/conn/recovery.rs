@@ -493,8 +493,11 @@ impl<const P: usize> Connection<P> {
 /// with its window growing by k bytes per byte acknowledged it reaches it
 /// in as few round trips as a data-centre path does.
 pub(crate) fn startup_growth(min_rtt_ns: u32, config: &Config) -> u32 {
-    let reference = config.initial_window_rtt.as_nanos().max(1);
-    (u128::from(min_rtt_ns) / reference).clamp(1, u128::from(MAX_STARTUP_GROWTH)) as u32
+    // 64-bit arithmetic: a 128-bit division is 780 bytes of firmware code.
+    let reference = u64::try_from(config.initial_window_rtt.as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    (u64::from(min_rtt_ns) / reference).clamp(1, u64::from(MAX_STARTUP_GROWTH)) as u32
 }
 
 /// Bound of [`startup_growth`] (a 20 ms round trip over a 10 us reference).

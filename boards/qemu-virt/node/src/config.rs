@@ -13,20 +13,21 @@
 //! | `workload` | `mixed`, `write`, `send` or `read` | `mixed` |
 //! | `size`, `count`, `depth` | bytes per message, messages, in flight | 65536, 32, 8 |
 //! | `seed` | seed of the workload's data patterns only (what a run must repeat); the endpoint's secrets always come from the virtio-rng device | 1 |
-//! | `transport` | `metaroce` or `datagram` (unreliable bring-up) | `metaroce` |
+//! | `streams` | connections a sender opens to its target (per core), each with its own data | 1 |
 //! | `port`, `paths` | UDP port, logical paths per connection | 4795, 8 |
 //! | `progress_ms`, `linger_ms` | progress line period, stay-up time after done | 500, 3000 |
 //! | `role` | `workload` (the node-to-node run above), `serve` (the serve profile of `metaroce serve`, until stopped), `host` (driven by host processes through the shared-memory host interface in the ivshmem BAR, until stopped) or `bench` (the per-packet CRC counted by the PMU, then exit; needs no `ip`/`mac`) | `workload` |
 //! | `gateway` | `IP/MAC` of the harness's host gateway: a static neighbour | none |
-//! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role and MetaRoCE only | 1 |
+//! | `cores` | cores that run an engine (1 to 8; QEMU needs `-smp` at least this); more than 1: one endpoint and workload task per core behind core 0's frame dispatcher (`multicore`), workload role only | 1 |
 
 use core::net::Ipv4Addr;
-use core::str::FromStr;
 
 use heapless::Vec;
 
 /// Most peers a node knows.
 pub const MAX_PEERS: usize = 8;
+/// Most connections a sender opens to its target (per core).
+pub const MAX_STREAMS: usize = 16;
 
 /// What the sender posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
@@ -36,14 +37,6 @@ pub enum WorkloadKind {
     Write,
     Send,
     Read,
-}
-
-/// Which transport the node runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
-pub enum TransportKind {
-    MetaRoce,
-    /// The platform's unreliable bring-up transport.
-    Datagram,
 }
 
 /// What the node does.
@@ -82,7 +75,8 @@ pub struct NodeConfig {
     pub count: u32,
     pub depth: u32,
     pub seed: u64,
-    pub transport: TransportKind,
+    /// Connections a sender opens to its target (per core).
+    pub streams: u8,
     pub port: u16,
     pub paths: u16,
     pub progress_ms: u32,
@@ -109,23 +103,43 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for byte in &mut mac {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+        *byte = number(parts.next()?, 16)?;
     }
     parts.next().is_none().then_some(mac)
+}
+
+/// A dotted-quad IPv4 address (`core`'s parser also takes forms the
+/// harness never writes, in a kilobyte of code).
+fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = s.split('.');
+    for octet in &mut octets {
+        *octet = number(parts.next()?, 10)?;
+    }
+    parts.next().is_none().then_some(Ipv4Addr::from(octets))
 }
 
 /// `IP/MAC`.
 fn parse_peer(value: &str) -> Option<Peer> {
     let (ip, mac) = value.split_once('/')?;
     Some(Peer {
-        ip: ip.parse().ok()?,
+        ip: parse_ipv4(ip)?,
         mac: parse_mac(mac)?,
     })
 }
 
-fn parse<T: FromStr>(key: &str, value: &str) -> Result<T, ()> {
-    let _ = key;
-    value.parse().map_err(|_| ())
+/// A number in `radix` (10 or 16) that fits `T`: one digit loop for
+/// every key (`str::parse` is a parser per integer type).
+fn number<T: TryFrom<u64>>(value: &str, radix: u32) -> Option<T> {
+    if value.is_empty() {
+        return None;
+    }
+    let mut n = 0u64;
+    for c in value.chars() {
+        let digit = u64::from(c.to_digit(radix)?);
+        n = n.checked_mul(u64::from(radix))?.checked_add(digit)?;
+    }
+    T::try_from(n).ok()
 }
 
 impl NodeConfig {
@@ -143,7 +157,7 @@ impl NodeConfig {
             count: 32,
             depth: 8,
             seed: 1,
-            transport: TransportKind::MetaRoce,
+            streams: 1,
             port: metaroce_core::wire::DEFAULT_UDP_PORT,
             paths: 8,
             progress_ms: 500,
@@ -166,9 +180,9 @@ impl NodeConfig {
             };
             let bad = ConfigError { key };
             match key {
-                "node" => cfg.node = parse(key, value).map_err(|_| bad)?,
+                "node" => cfg.node = number(value, 10).ok_or(bad)?,
                 "ip" => {
-                    cfg.ip = parse(key, value).map_err(|_| bad)?;
+                    cfg.ip = parse_ipv4(value).ok_or(bad)?;
                     have_ip = true;
                 }
                 "mac" => {
@@ -189,8 +203,8 @@ impl NodeConfig {
                         _ => return Err(bad),
                     }
                 }
-                "target" => cfg.target = Some(parse(key, value).map_err(|_| bad)?),
-                "expect" => cfg.expect = parse(key, value).map_err(|_| bad)?,
+                "target" => cfg.target = Some(number(value, 10).ok_or(bad)?),
+                "expect" => cfg.expect = number(value, 10).ok_or(bad)?,
                 "workload" => {
                     cfg.workload = match value {
                         "mixed" => WorkloadKind::Mixed,
@@ -200,24 +214,18 @@ impl NodeConfig {
                         _ => return Err(bad),
                     }
                 }
-                "size" => cfg.size = parse(key, value).map_err(|_| bad)?,
-                "count" => cfg.count = parse(key, value).map_err(|_| bad)?,
-                "depth" => cfg.depth = parse(key, value).map_err(|_| bad)?,
-                "seed" => cfg.seed = parse(key, value).map_err(|_| bad)?,
-                "transport" => {
-                    cfg.transport = match value {
-                        "metaroce" => TransportKind::MetaRoce,
-                        "datagram" => TransportKind::Datagram,
-                        _ => return Err(bad),
-                    }
-                }
-                "port" => cfg.port = parse(key, value).map_err(|_| bad)?,
-                "paths" => cfg.paths = parse(key, value).map_err(|_| bad)?,
-                "progress_ms" => cfg.progress_ms = parse(key, value).map_err(|_| bad)?,
-                "linger_ms" => cfg.linger_ms = parse(key, value).map_err(|_| bad)?,
-                "cores" => cfg.cores = parse(key, value).map_err(|_| bad)?,
+                "size" => cfg.size = number(value, 10).ok_or(bad)?,
+                "count" => cfg.count = number(value, 10).ok_or(bad)?,
+                "depth" => cfg.depth = number(value, 10).ok_or(bad)?,
+                "seed" => cfg.seed = number(value, 10).ok_or(bad)?,
+                "streams" => cfg.streams = number(value, 10).ok_or(bad)?,
+                "port" => cfg.port = number(value, 10).ok_or(bad)?,
+                "paths" => cfg.paths = number(value, 10).ok_or(bad)?,
+                "progress_ms" => cfg.progress_ms = number(value, 10).ok_or(bad)?,
+                "linger_ms" => cfg.linger_ms = number(value, 10).ok_or(bad)?,
+                "cores" => cfg.cores = number(value, 10).ok_or(bad)?,
                 "peer_connections" => {
-                    cfg.peer_connections = parse(key, value).map_err(|_| bad)?;
+                    cfg.peer_connections = number(value, 10).ok_or(bad)?;
                 }
                 _ => return Err(bad),
             }
@@ -240,13 +248,12 @@ impl NodeConfig {
         if cfg.size == 0 || cfg.count == 0 || cfg.depth == 0 {
             return Err(ConfigError { key: "size" });
         }
-        if cfg.role != Role::Workload && cfg.transport != TransportKind::MetaRoce {
-            return Err(ConfigError { key: "role" });
+        if cfg.streams == 0 || usize::from(cfg.streams) > MAX_STREAMS {
+            return Err(ConfigError { key: "streams" });
         }
         if cfg.cores == 0
             || usize::from(cfg.cores) > crate::smp::MAX_CORES
-            || (cfg.cores > 1
-                && (cfg.role != Role::Workload || cfg.transport != TransportKind::MetaRoce))
+            || (cfg.cores > 1 && cfg.role != Role::Workload)
         {
             return Err(ConfigError { key: "cores" });
         }

@@ -43,8 +43,9 @@ use metaroce_platform::dma::HostWindow;
 use smoltcp::wire::IpAddress;
 
 use crate::config::NodeConfig;
+use crate::engine::NodeHostPort as Port;
 use crate::println;
-use crate::workload::{Port, HOST_BASE, HOST_MEMORY_LEN};
+use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
 
 /// Connections the serve role holds at once.
 pub const SERVE_CONNECTIONS: usize = 1024;
@@ -353,9 +354,10 @@ impl<'a> Serve<'a> {
         }
         if !self.ready && self.controls_registered == SERVE_CONNECTIONS {
             self.ready = true;
+            let [a, b, c, d] = self.ip.octets();
             println!(
-                "METAROCE-READY node={} role=serve ip={} port={} connections={} max_message={}",
-                self.node, self.ip, self.udp_port, SERVE_CONNECTIONS, MAX_SERVE_MESSAGE
+                "METAROCE-READY node={} role=serve ip={}.{}.{}.{} port={} connections={} max_message={}",
+                self.node, a, b, c, d, self.udp_port, SERVE_CONNECTIONS, MAX_SERVE_MESSAGE
             );
         }
     }
@@ -450,7 +452,11 @@ impl<'a> Serve<'a> {
         self.connections += 1;
         self.open += 1;
         self.mark(i);
-        defmt::info!("serve: connection {=u32} from {} adopted", h.index, peer);
+        defmt::debug!(
+            "serve: connection {=u32} from port {=u16} adopted",
+            h.index,
+            peer.port
+        );
     }
 
     fn finish(&mut self, h: ConnHandle, how: &str, release_at: Instant) {

@@ -151,7 +151,14 @@ pub fn start_secondary<F: FnOnce() + Send + 'static>(
     // SAFETY: as above; `start_core` writes the closure at the stack's end
     // before `CPU_ON`, and the new core is the only user afterwards.
     unsafe {
-        aarch64_rt::start_core::<smccc::Hvc, F, SECONDARY_STACK_PAGES>(mpidr_of(core), stack, entry)
+        aarch64_rt::start_core::<smccc::Hvc, _, SECONDARY_STACK_PAGES>(
+            mpidr_of(core),
+            stack,
+            move || {
+                hw::install_vectors();
+                entry()
+            },
+        )
     }
     .map_err(|e| StartError::Psci(psci_code(e)))
 }

@@ -10,12 +10,12 @@
 
 use core::time::Duration;
 
-use metaroce_core::{Borrowed, Endpoint};
 use metaroce_platform::hostif::{DeviceInfo, HostInterface};
 use metaroce_platform::shmem::SharedMemory;
-use metaroce_platform::{Engine, HostQueues};
+use metaroce_platform::Engine;
 
 use crate::config::NodeConfig;
+use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
@@ -28,18 +28,14 @@ const POLL_MAX: Duration = Duration::from_micros(200);
 const STATS_PERIOD: Duration = Duration::from_secs(5);
 
 /// Serves the host interface in `shm` until QEMU is stopped.
-pub fn run<D>(
+pub fn run(
     cfg: &NodeConfig,
-    endpoint: &mut Endpoint<Borrowed<'static>, 8>,
+    endpoint: &mut NodeEndpoint,
     mut engine: Engine,
-    mut net: D,
+    mut device: NodeDevice,
     irq: &mut hw::Interrupts,
     shm: SharedMemory<'static>,
-    mut ack_net: impl FnMut(&mut D),
-) -> !
-where
-    D: metaroce_platform::FrameDevice,
-{
+) -> ! {
     for peer in &cfg.peers {
         engine.add_static_neighbor(peer.ip, smoltcp::wire::EthernetAddress(peer.mac));
     }
@@ -53,22 +49,24 @@ where
     let mut hostif = match HostInterface::<SERVE_CONNECTIONS>::format(shm, info, regions) {
         Ok(h) => h,
         Err(e) => {
-            println!("METAROCE-ERROR host interface: {:?}", e);
-            hw::exit(1)
+            defmt::error!("host interface: {}", e);
+            crate::node::fail("the host interface does not fit the shared memory")
         }
     };
-    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let queues = NodeQueues::new();
     let Some((mut host, mut port)) = queues.split() else {
-        println!("METAROCE-ERROR host queues split twice");
-        hw::exit(1)
+        crate::node::fail("host queues split twice")
     };
-    let mut dma = shm;
+    let [a, b, c, d] = cfg.ip.octets();
     println!(
-        "METAROCE-HOSTIF node={} shm={} sets={} ip={} port={}",
+        "METAROCE-HOSTIF node={} shm={} sets={} ip={}.{}.{}.{} port={}",
         cfg.node,
         shm.len(),
         QUEUE_SETS,
-        cfg.ip,
+        a,
+        b,
+        c,
+        d,
         cfg.port
     );
     let mut backoff = POLL_MIN;
@@ -76,10 +74,17 @@ where
     loop {
         let now = hw::now();
         let stats = engine.stats();
-        let mut busy = hostif.fetch(now, endpoint, &mut host, &stats);
-        let polled = engine.poll(now, endpoint, &mut net, &mut port, &mut dma);
+        let mut busy = hostif.fetch(now, &mut NodeControl(endpoint), &mut host, &stats);
+        let polled = engine::poll(
+            &mut engine,
+            now,
+            endpoint,
+            &mut device,
+            &mut port,
+            NodeMemory::Shared(shm),
+        );
         busy |= polled.busy;
-        busy |= hostif.deliver(endpoint, &mut host);
+        busy |= hostif.deliver(&NodeControl(endpoint), &mut host);
         if now >= next_stats {
             next_stats = now + STATS_PERIOD;
             defmt::info!("engine: {}", engine.stats());
@@ -94,7 +99,7 @@ where
             deadline = deadline.min(t);
         }
         if deadline > hw::now() {
-            irq.wait(deadline, || ack_net(&mut net));
+            irq.wait(deadline, &mut || device.ack_interrupt());
         }
         backoff = (backoff * 2).min(POLL_MAX);
     }

@@ -1,7 +1,8 @@
-//! The multi-core node (`cores=N`, QEMU `-smp N`): one engine loop per
-//! core, each with its own MetaRoCE endpoint, host queues, host memory and
-//! share of the workload, and core 0 steering frames between the one
-//! virtio-net device and the cores.
+//! The workload role on `cores=N` cores (QEMU `-smp N`): one engine loop
+//! per core, each with its own MetaRoCE endpoint, host queues, host memory
+//! and share of the workload, and core 0 steering frames between the one
+//! virtio-net device and the cores. With one core (`Single`) the same loop
+//! drives the virtio-net device itself and its report is the node's.
 //!
 //! ```text
 //!            virtio-net (core 0 owns it)
@@ -32,47 +33,53 @@
 //! (`METAROCE-OWNERS`), the dispatcher's counters and cost
 //! (`METAROCE-DISPATCH`) and the node's `METAROCE-RESULT`, and exits.
 
-use core::cell::RefCell;
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 use core::time::Duration;
 
 use critical_section::Mutex;
 use metaroce_core::api::ConnHandle;
-use metaroce_core::storage::Storage;
-use metaroce_core::{Borrowed, Config, Endpoint, Event, Instant, Shard};
-use metaroce_platform::device::{MemFrameDevice, MemLink};
+use metaroce_core::{Config, Event, Instant, Shard};
+use metaroce_platform::device::MemLink;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
-use metaroce_platform::shard::{AuditedShards, Dispatcher, Round, ShardMap};
-use metaroce_platform::{Engine, HostQueues};
+use metaroce_platform::shard::{Dispatcher, Round, ShardMap};
+use metaroce_platform::Engine;
 use smoltcp::wire::EthernetAddress;
 
-use crate::config::{NodeConfig, MAX_PEERS};
+use crate::config::NodeConfig;
+use crate::engine::{
+    self, LinkDevice, NetDevice, NodeDevice, NodeDispatcher, NodeEndpoint, NodeMemory, NodeQueues,
+    NodeStorage, Owners, LINK_SLOTS, PATHS,
+};
 use crate::hw;
-use crate::node::{fail, NetDevice};
+use crate::node::fail;
 use crate::println;
+use crate::report::{Counters, Report};
 use crate::smp::{self, MAX_CORES};
-use crate::workload::{self, Counters, NodeServices, Report, Workload, HOST_BASE};
+use crate::workload::{self, NodeServices, Workload, HOST_BASE, MAX_SLOTS};
 
-/// Frames per direction of each core's link to the dispatcher.
-const LINK_SLOTS: usize = 128;
-type CoreDevice = MemFrameDevice<'static, LINK_SLOTS>;
-/// Paths per connection.
-const PATHS: usize = 8;
-/// A core's endpoint: its shard of the node's table, 8 paths a connection.
-type CoreEndpoint = Endpoint<Borrowed<'static>, PATHS>;
-type CoreStorage = Storage<Borrowed<'static>, PATHS>;
-/// Table slots per core: its outgoing connections plus as many incoming
-/// ones as the workload can take.
-const SLOTS_PER_CORE: u32 = 16;
-/// Ownership by table index, every announced id checked.
-type Owners = AuditedShards<256>;
+/// Table slots per core: its outgoing connections (`streams`, at most
+/// `MAX_STREAMS`) plus as many incoming ones as its workload task can
+/// take (`MAX_SLOTS`: the connect hash may hand one core every incoming
+/// connection of its node).
+const SLOTS_PER_CORE: u32 = 64;
+const _: () = assert!(SLOTS_PER_CORE as usize >= MAX_SLOTS + crate::config::MAX_STREAMS);
 
-// The node's connection table and pools, split between the cores at boot.
+// The workload role's connection table and pools, cut into one share per
+// core at boot: per core its table slots, and pools for every stream's
+// `depth` sends and every slot's receives.
 metaroce_platform::static_endpoint_storage!(node_storage, PATHS,
     connections: SLOTS_PER_CORE * MAX_CORES as u32, work_entries: 256 * MAX_CORES as u32,
-    recv_entries: 256 * MAX_CORES as u32, senders: SLOTS_PER_CORE * MAX_CORES as u32,
+    recv_entries: 512 * MAX_CORES as u32, senders: SLOTS_PER_CORE * MAX_CORES as u32,
     inflight_records: 4096 * MAX_CORES as u32, regions: 64 * MAX_CORES as u32);
+
+/// The workload role's endpoint storage, one equal share per possible
+/// core (cores that do not run leave theirs unused); once.
+pub fn core_storage() -> Option<heapless::Vec<NodeStorage, MAX_CORES>> {
+    Some(node_storage()?.into_shares::<MAX_CORES>(MAX_CORES))
+}
+
 /// Frames the dispatcher moves per direction and round: no more than one
 /// engine poll takes from its ring (`Budget::rx_frames`), so core 0, which
 /// both fills its own ring and drains it, does not overrun it.
@@ -82,16 +89,17 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 static LINKS: [MemLink<LINK_SLOTS>; MAX_CORES] = [const { MemLink::new() }; MAX_CORES];
 /// Each core's report, once its task is done.
-static REPORTS: Mutex<RefCell<[Option<Report>; MAX_CORES]>> =
-    Mutex::new(RefCell::new([None; MAX_CORES]));
+static REPORTS: Mutex<Cell<[Option<Report>; MAX_CORES]>> = Mutex::new(Cell::new([None; MAX_CORES]));
 /// Incoming connections accepted by any core of this node.
 static ACCEPTED: AtomicU32 = AtomicU32::new(0);
 /// Each core's active senders, so every core's fair-share hint divides the
 /// node's link among all of them.
 static SENDERS: [AtomicU32; MAX_CORES] = [const { AtomicU32::new(0) }; MAX_CORES];
 
-/// Starts every core and runs core 0's part; never returns (the node
-/// exits once every core reported).
+/// Runs the workload role on `cfg.cores` cores: with one, its engine
+/// drives the virtio-net device itself; with more, core 0 starts the
+/// others and dispatches frames between the device and every core's
+/// rings. Never returns (the node exits once every core reported).
 pub fn run(
     cfg: &NodeConfig,
     net: NetDevice,
@@ -99,20 +107,36 @@ pub fn run(
     host_memory: &'static mut [u8],
 ) -> ! {
     let cores = usize::from(cfg.cores);
-    // Every core of every sender node opens one connection to this node
-    // (the harness gives every node the same core count).
-    let expected_incoming = u32::from(cfg.expect) * u32::from(cfg.cores);
+    // Every stream of every core of every sender node opens one
+    // connection to this node (the harness gives every node the same
+    // core and stream counts).
+    let expected_incoming = u32::from(cfg.expect) * u32::from(cfg.cores) * u32::from(cfg.streams);
+    let Some(storage) = core_storage() else {
+        fail("endpoint storage taken twice")
+    };
+    let mut shares = storage.into_iter();
+    let table_slots = SLOTS_PER_CORE * cores as u32;
+    if cores == 1 {
+        let Some(share) = shares.next() else {
+            fail("no storage share")
+        };
+        let shard = Shard::nth(0, 1, table_slots);
+        let mut role = Single { irq };
+        shard_loop(
+            &core_config(cfg, 0),
+            expected_incoming,
+            NodeDevice::Net(net),
+            host_memory,
+            (share, shard),
+            &mut role,
+        )
+    }
     irq.enable_wake_sgi();
     // Each core gets its own slice of host memory, seen at HOST_BASE by
     // its own engine, as separate host processes would.
     let per_core = (host_memory.len() / cores) & !0xfff;
     let mut rest = host_memory;
-    let Some(storage) = node_storage() else {
-        fail("endpoint storage taken twice")
-    };
-    let table_slots = SLOTS_PER_CORE * cores as u32;
-    let mut shares = storage.into_shares::<MAX_CORES>(cores).into_iter();
-    let mut rings: heapless::Vec<CoreDevice, MAX_CORES> = heapless::Vec::new();
+    let mut rings: heapless::Vec<LinkDevice, MAX_CORES> = heapless::Vec::new();
     let mut own = None;
     for (core, link) in LINKS.iter().enumerate().take(cores) {
         let (memory, tail) = core::mem::take(&mut rest).split_at_mut(per_core);
@@ -139,7 +163,7 @@ pub fn run(
             shard_loop(
                 &core_cfg,
                 expected_incoming,
-                core_end,
+                NodeDevice::Link(core_end),
                 memory,
                 (share, shard),
                 &mut role,
@@ -172,7 +196,7 @@ pub fn run(
     shard_loop(
         &core_cfg,
         expected_incoming,
-        core_end,
+        NodeDevice::Link(core_end),
         memory,
         (share, shard),
         &mut role,
@@ -185,11 +209,13 @@ pub fn run(
 fn core_config(cfg: &NodeConfig, core: usize) -> NodeConfig {
     let mut c = cfg.clone();
     c.core = core as u8;
-    c.expect = (usize::from(cfg.expect) * usize::from(cfg.cores)).min(MAX_PEERS) as u8;
+    let incoming = usize::from(cfg.expect) * usize::from(cfg.cores) * usize::from(cfg.streams);
+    c.expect = incoming.min(MAX_SLOTS) as u8;
     c
 }
 
-/// What a core does besides its own shard.
+/// What a core does besides its own shard. Taken as `dyn`: a few calls
+/// per loop, and one copy of the loop for every kind of core.
 trait CoreRole {
     /// Work outside the shard (core 0: moving frames between the device
     /// and the rings; received frames only when `receive`, so that core 0
@@ -200,19 +226,58 @@ trait CoreRole {
     fn transmitted(&mut self);
     /// Whether work waits that `service` would take (checked before sleeping).
     fn pending(&self) -> bool;
-    /// Sleeps until `deadline` or an interrupt.
-    fn wait(&mut self, deadline: Instant);
-    /// This core's task is done: `report` (already counted as reported).
-    fn done(&mut self, core: usize);
+    /// Sleeps until `deadline` or an interrupt (`device`'s, for the one
+    /// core that drives the device itself).
+    fn wait(&mut self, deadline: Instant, device: &mut NodeDevice);
+    /// This core's task is done: `report`.
+    fn done(&mut self, core: usize, report: Report);
+}
+
+/// The only core: its engine drives the device; its report is the node's.
+struct Single {
+    irq: hw::Interrupts,
+}
+
+impl CoreRole for Single {
+    fn service(&mut self, _receive: bool) -> bool {
+        false
+    }
+
+    fn transmitted(&mut self) {}
+
+    fn pending(&self) -> bool {
+        false
+    }
+
+    fn wait(&mut self, deadline: Instant, device: &mut NodeDevice) {
+        self.irq.wait(deadline, &mut || device.ack_interrupt());
+    }
+
+    fn done(&mut self, _core: usize, report: Report) {
+        report.print_result();
+        hw::exit(if report.ok { 0 } else { 1 })
+    }
+}
+
+/// One core of several: its `METAROCE-CORE` line, and its report for
+/// core 0 to merge.
+fn publish(core: usize, report: Report) {
+    report.print_core(core);
+    critical_section::with(|cs| {
+        let reports = REPORTS.borrow(cs);
+        let mut all = reports.get();
+        all[core] = Some(report);
+        reports.set(all);
+    });
 }
 
 /// Core 0: the device, the dispatcher and the node's result.
 struct Dispatching {
     cores: usize,
-    dispatcher: Dispatcher<Owners>,
+    dispatcher: NodeDispatcher,
     net: NetDevice,
     irq: hw::Interrupts,
-    rings: heapless::Vec<CoreDevice, MAX_CORES>,
+    rings: heapless::Vec<LinkDevice, MAX_CORES>,
     /// Counter ticks spent in dispatcher rounds that moved frames, and
     /// the frames they moved: the dispatch cost.
     ticks: u64,
@@ -224,14 +289,21 @@ impl CoreRole for Dispatching {
     fn service(&mut self, receive: bool) -> bool {
         let start = hw::counter();
         let rx = if receive {
-            self.dispatcher
-                .receive(&mut self.net, &mut self.rings, DISPATCH_BUDGET)
+            engine::dispatch_receive(
+                &mut self.dispatcher,
+                &mut self.net,
+                &mut self.rings,
+                DISPATCH_BUDGET,
+            )
         } else {
             Round::default()
         };
-        let tx = self
-            .dispatcher
-            .transmit(&mut self.net, &mut self.rings, DISPATCH_BUDGET);
+        let tx = engine::dispatch_transmit(
+            &mut self.dispatcher,
+            &mut self.net,
+            &mut self.rings,
+            DISPATCH_BUDGET,
+        );
         let moved = rx.frames + tx.frames;
         if moved > 0 {
             self.ticks += hw::counter().wrapping_sub(start);
@@ -246,7 +318,7 @@ impl CoreRole for Dispatching {
             return true;
         }
         let reported = critical_section::with(|cs| {
-            REPORTS.borrow_ref(cs)[..self.cores]
+            REPORTS.borrow(cs).get()[..self.cores]
                 .iter()
                 .all(Option::is_some)
         });
@@ -262,18 +334,20 @@ impl CoreRole for Dispatching {
         self.rings.iter().any(|r| r.rx_pending() > 0)
     }
 
-    fn wait(&mut self, deadline: Instant) {
+    fn wait(&mut self, deadline: Instant, _device: &mut NodeDevice) {
         let net = &mut self.net;
-        self.irq.wait(deadline, || net.ack_interrupt());
+        self.irq.wait(deadline, &mut || net.ack_interrupt());
     }
 
-    fn done(&mut self, _core: usize) {}
+    fn done(&mut self, core: usize, report: Report) {
+        publish(core, report);
+    }
 }
 
 impl Dispatching {
     /// Every core reported: the node's lines, then exit.
     fn finish(&mut self) -> ! {
-        let reports = critical_section::with(|cs| *REPORTS.borrow_ref(cs));
+        let reports = critical_section::with(|cs| REPORTS.borrow(cs).get());
         let mut node: Option<Report> = None;
         for report in reports[..self.cores].iter().flatten() {
             match node.as_mut() {
@@ -302,9 +376,9 @@ impl Dispatching {
         }
         let s = self.dispatcher.stats();
         let owners = self.dispatcher.owner();
-        let ns_per_frame = (u128::from(self.ticks) * 1_000_000_000
-            / u128::from(hw::timer_hz().max(1))
-            / u128::from(self.timed_frames.max(1))) as u64;
+        let ns_per_frame = metaroce_platform::clock::ticks_to_instant(self.ticks, hw::timer_hz())
+            .as_nanos()
+            / self.timed_frames.max(1);
         println!(
             "METAROCE-DISPATCH node={} cores={} rx_frames={} tx_frames={} by_conn={} connects={} replies={} control={} unroutable={} ring_full={} announced={} conflicts={} owners_full={} ns_per_frame={}",
             self.node,
@@ -353,26 +427,27 @@ impl CoreRole for Secondary {
         false
     }
 
-    fn wait(&mut self, deadline: Instant) {
+    fn wait(&mut self, deadline: Instant, _device: &mut NodeDevice) {
         self.irq.wait(deadline);
     }
 
-    fn done(&mut self, _core: usize) {
+    fn done(&mut self, core: usize, report: Report) {
+        publish(core, report);
         // Core 0 may be asleep waiting for the last report.
         smp::wake(0);
     }
 }
 
-/// One core's engine loop over its link, with its endpoint and workload
-/// task; after the task reports, the engine keeps answering (a peer's
-/// last retransmissions) until core 0 ends the node.
+/// One core's engine loop over its device, with its endpoint and
+/// workload task; after the task reports, the engine keeps answering (a
+/// peer's last retransmissions) until core 0 ends the node.
 fn shard_loop(
     cfg: &NodeConfig,
     expected_incoming: u32,
-    mut device: CoreDevice,
+    mut device: NodeDevice,
     memory: &'static mut [u8],
-    (storage, shard): (CoreStorage, Shard),
-    role: &mut impl CoreRole,
+    (storage, shard): (NodeStorage, Shard),
+    role: &mut dyn CoreRole,
 ) -> ! {
     let core = usize::from(cfg.core);
     let mut engine: Engine = Engine::new(NetConfig {
@@ -397,10 +472,10 @@ fn shard_loop(
     // reseeds from it (the device is shared under the critical section).
     let seed = crate::node::secret_seed();
     engine.set_entropy_source(hw::entropy);
-    let mut endpoint = CoreEndpoint::new_shard(config, storage, seed, shard);
+    let mut endpoint = NodeEndpoint::new_shard(config, storage, seed, shard);
     let memory_len = memory.len();
     let mut window = HostWindow::new(HOST_BASE, memory);
-    let queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
+    let queues = NodeQueues::new();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };
@@ -420,16 +495,22 @@ fn shard_loop(
         let sent_before = engine.stats().tx_frames;
         // The node-wide fair share: this core's active senders out, the
         // other cores' in.
-        let senders = endpoint.active_senders(now);
-        SENDERS[core].store(senders, Ordering::Relaxed);
         let others: u32 = SENDERS
             .iter()
             .enumerate()
             .filter(|&(c, _)| c != core)
             .map(|(_, n)| n.load(Ordering::Relaxed))
             .sum();
-        endpoint.set_other_shards_senders(others);
-        let polled = engine.poll(now, &mut endpoint, &mut device, &mut port, &mut window);
+        let senders = engine::active_senders(&mut endpoint, now, others);
+        SENDERS[core].store(senders, Ordering::Relaxed);
+        let polled = engine::poll(
+            &mut engine,
+            now,
+            &mut endpoint,
+            &mut device,
+            &mut port,
+            NodeMemory::Window(&mut window),
+        );
         if !reported {
             let mut services = CoreServices {
                 cfg,
@@ -439,11 +520,9 @@ fn shard_loop(
                 expected_incoming,
             };
             if let Some(report) = workload.step(now, &mut window, &mut services) {
-                report.print_core(core);
                 defmt::info!("engine: {}", engine.stats());
-                critical_section::with(|cs| REPORTS.borrow_ref_mut(cs)[core] = Some(report));
                 reported = true;
-                role.done(core);
+                role.done(core, report);
             }
         }
         if engine.stats().tx_frames != sent_before {
@@ -463,11 +542,11 @@ fn shard_loop(
         if deadline > hw::now() {
             // The rings are checked after the core says it sleeps, so a
             // frame queued meanwhile either is seen or wakes it.
-            let mut ctx = (&mut *role, &device);
+            let mut ctx = (&mut *role, &mut device);
             smp::sleep(
                 &mut ctx,
                 |(role, device)| device.rx_pending() > 0 || role.pending(),
-                |(role, _)| role.wait(deadline),
+                |(role, device)| role.wait(deadline, device),
             );
         }
     }
@@ -476,25 +555,29 @@ fn shard_loop(
 /// The workload's view of one core.
 struct CoreServices<'a> {
     cfg: &'a NodeConfig,
-    endpoint: &'a mut CoreEndpoint,
+    endpoint: &'a mut NodeEndpoint,
     engine: &'a mut Engine,
-    device: &'a mut CoreDevice,
+    device: &'a mut NodeDevice,
     expected_incoming: u32,
 }
 
 impl NodeServices for CoreServices<'_> {
     fn open(&mut self, now: Instant, peer_index: usize) -> Option<ConnHandle> {
-        self.endpoint
-            .connect(now, workload::peer_addr(self.cfg, peer_index)?, 0)
-            .ok()
+        engine::connect(
+            self.endpoint,
+            now,
+            workload::peer_addr(self.cfg, peer_index)?,
+            0,
+        )
+        .ok()
     }
 
     fn poll_accepted(&mut self) -> Option<ConnHandle> {
-        while let Some(event) = self.endpoint.poll_event() {
+        while let Some(event) = engine::poll_event(self.endpoint) {
             match event {
                 Event::Incoming { conn, .. } => return Some(conn),
-                Event::Connected(h) => defmt::info!("connection {=u32} up", h.index),
-                Event::Closed { conn, .. } => defmt::info!("connection {=u32} closed", conn.index),
+                Event::Connected(h) => defmt::debug!("connection {=u32} up", h.index),
+                Event::Closed { conn, .. } => defmt::debug!("connection {=u32} closed", conn.index),
                 Event::Failed { conn, status } => {
                     defmt::warn!("connection {=u32} failed: {}", conn.index, status)
                 }
@@ -505,7 +588,7 @@ impl NodeServices for CoreServices<'_> {
 
     fn ping(&mut self, now: Instant, peer_index: usize, seq: u16) {
         if let Some(peer) = self.cfg.peers.get(peer_index) {
-            let _ = self.engine.send_ping(self.device, peer.ip, seq, now);
+            engine::ping(self.engine, self.device, peer.ip, seq, now);
         }
     }
 
@@ -540,7 +623,7 @@ impl NodeServices for CoreServices<'_> {
         ACCEPTED.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn incoming_complete(&self, _accepted_here: u8, _slots: u8) -> bool {
+    fn incoming_complete(&self) -> bool {
         ACCEPTED.load(Ordering::Relaxed) >= self.expected_incoming
     }
 }

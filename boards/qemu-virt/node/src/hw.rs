@@ -13,15 +13,13 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
-use aarch64_rt::{
-    entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
-};
+use aarch64_rt::{entry, initial_pagetable, InitialPagetable};
 use arm_gic::gicv2::GicV2;
 use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use critical_section::Mutex;
 use metaroce_core::Instant;
-use metaroce_platform::clock::ticks_to_instant;
+use metaroce_platform::clock::{instant_to_ticks, ticks_to_instant};
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
@@ -76,16 +74,84 @@ initial_pagetable!(
     MAIR.0
 );
 
-struct Exceptions;
-impl ExceptionHandlers for Exceptions {}
-exception_handlers!(Exceptions);
-
 // 1 MiB boot stack: the MetaRoCE endpoint lives in `main`'s frame.
 entry!(boot, 256);
 
 fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
-    init_console();
+    install_vectors();
     crate::node::main()
+}
+
+// ----- exceptions ------------------------------------------------------
+//
+// Every exception is fatal here: IRQs stay masked (a core waits with `wfi`
+// and acknowledges its interrupts itself), so an exception is a fault.
+// One vector table serves whichever EL the firmware runs at (EL1 when QEMU
+// loads it, EL2 under U-Boot): each of its 16 entries puts its number in
+// x0 and branches to `exception`, which reports and exits. (aarch64-rt's
+// `exceptions` feature puts one table per EL in the image, EL1, EL2 and
+// EL3, each entry saving and restoring the volatile registers around a
+// handler that can only panic: 6 KiB of code.)
+
+core::arch::global_asm!(
+    ".section .text.vectors, \"ax\"",
+    ".balign 0x800",
+    ".global metaroce_vectors",
+    "metaroce_vectors:",
+    ".irp entry, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+    ".balign 0x80",
+    "mov x0, #\\entry",
+    "b {exception}",
+    ".endr",
+    exception = sym exception,
+);
+
+/// Points this core's VBAR (of the EL it runs at) at the vector table.
+/// Each core calls it before anything else.
+pub fn install_vectors() {
+    let el: u64;
+    let table: usize;
+    // SAFETY: reads CurrentEL and the table's address; no side effects.
+    unsafe {
+        asm!("mrs {el}, CurrentEL", "adr {table}, metaroce_vectors",
+             el = out(reg) el, table = out(reg) table, options(nomem, nostack));
+    }
+    // SAFETY: the table is in the image (mapped executable at its link
+    // address by the identity map) and every entry is a valid handler.
+    unsafe {
+        match (el >> 2) & 3 {
+            1 => asm!("msr vbar_el1, {}", "isb", in(reg) table, options(nomem, nostack)),
+            2 => asm!("msr vbar_el2, {}", "isb", in(reg) table, options(nomem, nostack)),
+            _ => {}
+        }
+    }
+}
+
+/// An exception was taken: which (vector entry: current EL with SP0 or
+/// SPx, lower EL AArch64 or AArch32; synchronous, IRQ, FIQ, SError in
+/// turn), why (ESR), where (ELR) and what address (FAR), then exit.
+extern "C" fn exception(entry: u64) -> ! {
+    let (el, esr, elr, far): (u64, u64, u64, u64);
+    // SAFETY: reads this EL's exception syndrome registers; no side effects.
+    unsafe {
+        asm!("mrs {}, CurrentEL", out(reg) el, options(nomem, nostack));
+        if (el >> 2) & 3 == 2 {
+            asm!("mrs {}, esr_el2", "mrs {}, elr_el2", "mrs {}, far_el2",
+                 out(reg) esr, out(reg) elr, out(reg) far, options(nomem, nostack));
+        } else {
+            asm!("mrs {}, esr_el1", "mrs {}, elr_el1", "mrs {}, far_el1",
+                 out(reg) esr, out(reg) elr, out(reg) far, options(nomem, nostack));
+        }
+    }
+    crate::println!(
+        "METAROCE-PANIC exception {} at EL{}: esr={:#x} elr={:#x} far={:#x}",
+        entry,
+        (el >> 2) & 3,
+        esr,
+        elr,
+        far
+    );
+    exit(101)
 }
 
 // The critical-section implementation (DAIF mask plus a spinlock shared
@@ -93,25 +159,24 @@ fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
 
 // ----- console ---------------------------------------------------------
 
-static CONSOLE: Mutex<RefCell<Option<Uart<'static>>>> = Mutex::new(RefCell::new(None));
-
-fn init_console() {
-    // SAFETY: UART0 is mapped as device memory by the identity map and this
-    // is the only reference to it (taken once, at boot).
-    let regs =
-        unsafe { UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers)) };
-    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Uart::new(regs)));
-}
-
 /// Writes formatted text and a newline to the console as one line: the
 /// critical section (a lock shared by every core) keeps other cores' lines
 /// out of the middle of it.
 pub fn console_write_line(args: core::fmt::Arguments<'_>) {
-    critical_section::with(|cs| {
-        if let Some(uart) = CONSOLE.borrow_ref_mut(cs).as_mut() {
-            let _ = uart.write_fmt(args);
-            let _ = uart.write_str("\n");
-        }
+    critical_section::with(|_| {
+        // SAFETY: UART0 is mapped as device memory by the identity map, and
+        // inside the critical section (which excludes every other core and
+        // context) this is the only pointer to its registers in use: a
+        // panic while a line is written prints its own line from the
+        // panic handler, which never returns to the line it interrupted.
+        // The driver keeps no state of its own, so one per line is the
+        // same driver.
+        let regs = unsafe {
+            UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers))
+        };
+        let mut uart = Uart::new(regs);
+        let _ = uart.write_fmt(args);
+        let _ = uart.write_str("\n");
     });
 }
 
@@ -204,8 +269,7 @@ pub fn now() -> Instant {
 
 /// Arms this core's EL1 virtual timer (banked per core) for `deadline`.
 pub fn arm_timer(deadline: Instant) {
-    let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
-    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
+    let ticks = instant_to_ticks(deadline, timer_hz());
     // SAFETY: programs the EL1 virtual timer (compare value, enabled and
     // unmasked); no memory effects.
     unsafe {
@@ -269,7 +333,7 @@ impl Interrupts {
 
     /// Sleeps until an interrupt or `deadline`; `on_net` runs (to
     /// acknowledge the device) if the network interrupt fired.
-    pub fn wait(&mut self, deadline: Instant, mut on_net: impl FnMut()) {
+    pub fn wait(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -402,10 +466,12 @@ pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
 
 // ----- performance monitors ---------------------------------------------
 
+#[cfg(feature = "bench-role")]
 /// PMU event number of `INST_RETIRED` (Arm ARM, D11.11 "PMU events").
 const PMU_EVENT_INST_RETIRED: u64 = 0x08;
 
 /// Cycle and instruction counts from the Performance Monitors Unit.
+#[cfg(feature = "bench-role")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PmuCounts {
     /// `PMCCNTR_EL0`: CPU cycles. Under QEMU this follows the virtual clock
@@ -418,6 +484,7 @@ pub struct PmuCounts {
 
 /// Starts the cycle counter and event counter 0 (instructions retired),
 /// both from zero, counting at EL1.
+#[cfg(feature = "bench-role")]
 pub fn pmu_start() {
     // SAFETY: writes only PMU control registers, which EL1 may program on a
     // board without a hypervisor; no memory effects. PMCR_EL0: E (bit 0)
@@ -440,6 +507,7 @@ pub fn pmu_start() {
 }
 
 /// The counts since [`pmu_start`].
+#[cfg(feature = "bench-role")]
 pub fn pmu_read() -> PmuCounts {
     let (cycles, instructions): (u64, u64);
     // SAFETY: reads PMU counters; the ISB orders the reads after the
