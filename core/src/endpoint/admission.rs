@@ -32,7 +32,6 @@
 
 use core::hash::Hasher;
 
-use siphasher::sip::SipHasher13;
 use siphasher::sip128::{Hasher128, SipHasher24};
 use smoltcp::wire::IpAddress;
 
@@ -263,9 +262,8 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> SourceTable<S> {
         if self.buckets.is_empty() {
             return None;
         }
-        let mut h = SipHasher13::new_with_keys(self.key.0, self.key.1);
-        h.write(&ip16(ip));
-        Some(h.finish() as usize & self.mask)
+        // The connection index's keyed hash (one SipHash in the image).
+        Some(super::hash_with(self.key, ip, 0, 0) as usize & self.mask)
     }
 
     /// Whether bucket `i` may open one more connection now.

@@ -794,7 +794,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 }
 
 /// The index's keyed hash, for callers that hold the key apart from `self`.
-fn hash_with(key: (u64, u64), ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
+pub(crate) fn hash_with(
+    key: (u64, u64),
+    ip: &smoltcp::wire::IpAddress,
+    id: u32,
+    token: u64,
+) -> u64 {
     let mut h = SipHasher13::new_with_keys(key.0, key.1);
     match ip {
         smoltcp::wire::IpAddress::Ipv4(a) => h.write(&a.octets()),
