@@ -193,6 +193,9 @@ pub fn bench_config() -> Config {
     Config {
         cc: CcAlgorithm::Fixed,
         link_rate_mbps: u32::MAX,
+        // One peer opens the whole table as fast as it can: the scale rows
+        // measure the table, not the per-source limits.
+        source_limits: metaroce_core::config::SourceLimits::NONE,
         ..Config::default()
     }
 }

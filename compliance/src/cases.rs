@@ -283,6 +283,128 @@ fn confirm_then_data(ctx: &mut Ctx) -> Result<(), Fail> {
     acked
 }
 
+/// The RETRY of the target and everything else it sent within `wait`.
+fn first_answer(p: &mut Peer, repr: &Repr, wait: Duration) -> Result<Vec<Rx>, Fail> {
+    p.take();
+    p.send(repr, &[])?;
+    p.pump(wait, |_| false);
+    Ok(p.take())
+}
+
+fn no_accept(rx: &[Rx]) -> Result<(), Fail> {
+    ensure(
+        !rx.iter().any(|r| matches!(r.repr.body, Body::Accept(_))),
+        || "an ACCEPT to an address that has not proved itself".into(),
+    )
+}
+
+fn retry_first(ctx: &mut Ctx) -> Result<(), Fail> {
+    let mut p = ctx.peer()?;
+    let connect = p.connect_repr(1024, 4, 256);
+    let connect_len = connect.buffer_len();
+    let rx = first_answer(&mut p, &connect, SILENCE)?;
+    no_accept(&rx)?;
+    let retries: Vec<&Rx> = rx
+        .iter()
+        .filter(|r| matches!(r.repr.body, Body::Retry(_)))
+        .collect();
+    ensure(retries.len() == 1, || {
+        format!(
+            "{} RETRYs to one CONNECT, expected 1 (got {:?})",
+            retries.len(),
+            rx.iter()
+                .map(|r| r.repr.body.packet_type())
+                .collect::<Vec<_>>()
+        )
+    })?;
+    let r = retries[0];
+    ensure(r.repr.buffer_len() < connect_len, || {
+        format!(
+            "RETRY of {} B answers a CONNECT of {connect_len} B",
+            r.repr.buffer_len()
+        )
+    })?;
+    ensure(
+        r.repr.header.dst_conn == p.my_id && r.repr.header.token == p.my_token,
+        || {
+            format!(
+                "RETRY addressed to id {:#x} token {:#x}, expected the CONNECT's {:#x} {:#x}",
+                r.repr.header.dst_conn, r.repr.header.token, p.my_id, p.my_token
+            )
+        },
+    )?;
+    ensure(p.retry_in(&rx) != Some([0; 32]), || {
+        "a RETRY with an all-zero cookie".into()
+    })?;
+    // No state was kept: the same CONNECT again gets a RETRY again.
+    let again = first_answer(&mut p, &connect, SILENCE)?;
+    no_accept(&again)?;
+    ensure(p.retry_in(&again).is_some(), || {
+        "the repeated cookie-less CONNECT got no RETRY".into()
+    })?;
+    // And the handshake completes with the cookie.
+    p.connect()?;
+    p.close();
+    Ok(())
+}
+
+fn wrong_cookie(ctx: &mut Ctx) -> Result<(), Fail> {
+    let mut p = ctx.peer()?;
+    p.cookie = [0x5a; 32];
+    let connect = p.connect_repr(1024, 4, 256);
+    let rx = first_answer(&mut p, &connect, SILENCE)?;
+    no_accept(&rx)?;
+    let fresh = p
+        .retry_in(&rx)
+        .ok_or("no RETRY for a CONNECT with a wrong cookie")?;
+    // A cookie of the target with one bit changed: the same.
+    let mut broken = fresh;
+    broken[31] ^= 1;
+    p.cookie = broken;
+    let connect = p.connect_repr(1024, 4, 256);
+    let rx = first_answer(&mut p, &connect, SILENCE)?;
+    no_accept(&rx)?;
+    ensure(p.retry_in(&rx).is_some(), || {
+        "no RETRY for a CONNECT with a damaged cookie".into()
+    })?;
+    p.cookie = fresh;
+    p.connect()?;
+    p.close();
+    Ok(())
+}
+
+fn cookie_from_another_port(ctx: &mut Ctx) -> Result<(), Fail> {
+    let mut p = ctx.peer()?;
+    let connect = p.connect_repr(1024, 4, 256);
+    let rx = first_answer(&mut p, &connect, SILENCE)?;
+    p.cookie = p.retry_in(&rx).ok_or("no RETRY")?;
+    // The same CONNECT, cookie included, from another UDP port of ours.
+    let other = std::net::UdpSocket::bind(if ctx.target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .map_err(|e| e.to_string())?;
+    let replay = Peer::encode(&p.connect_repr(1024, 4, 256), &[]);
+    other
+        .send_to(&replay, ctx.target)
+        .map_err(|e| e.to_string())?;
+    p.pump(SILENCE, |_| false);
+    let rx = p.take();
+    let _ = other.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = [0u8; 256];
+    let other_got = other.recv_from(&mut buf).is_ok();
+    ensure(!other_got, || "the replaying port was answered".into())?;
+    no_accept(&rx)?;
+    ensure(p.retry_in(&rx).is_some(), || {
+        "the replayed cookie was not answered with a RETRY".into()
+    })?;
+    // From its own port the cookie is good.
+    p.connect()?;
+    p.close();
+    Ok(())
+}
+
 // ----- Placement ---------------------------------------------------------
 
 fn write_in_order(ctx: &mut Ctx) -> Result<(), Fail> {
@@ -923,6 +1045,97 @@ fn psn_outside_window(ctx: &mut Ctx) -> Result<(), Fail> {
     })
 }
 
+/// Issue 12 point 5: the negotiated MTU, not the largest one, bounds a
+/// packet's payload: more is a PROTOCOL_ERROR, placed nowhere.
+fn negotiated_mtu_enforced(ctx: &mut Ctx) -> Result<(), Fail> {
+    let (mut v, r, m) = ctx.victim()?;
+    let mut x = ctx.peer()?;
+    let rx = x.join_with(r.ticket, 512, 256)?;
+    let mtu = x.mtu();
+    ensure(mtu == 512, || format!("negotiated MTU {mtu}, offered 512"))?;
+    let off = 12 * SLOT as usize;
+    let big = data(13, 1000);
+    let mut pk = x.write_packets(
+        MemoryTarget {
+            key: rx.key,
+            addr: rx.addr + off as u64,
+        },
+        &big[..mtu],
+        None,
+    );
+    // One packet carrying 1000 B, over the 512 agreed (under the 1024
+    // the target offered).
+    pk[0].1 = big.clone();
+    pk[0].0.payload_len = 1000;
+    if let Body::Write(w) = &mut pk[0].0.body {
+        w.msg.len = 1000;
+    }
+    let res = expect_nak(&mut x, &pk[0], NakReason::ProtocolError);
+    x.close();
+    let mem = check_region(&mut v, &r, &m, off, 1000);
+    v.close();
+    res.and(mem)
+}
+
+/// Issue 12 point 5: the negotiated window, not the largest one, bounds
+/// the PSNs a receiver takes: beyond it a packet is dropped silently,
+/// placed nowhere and not acknowledged.
+fn negotiated_window_enforced(ctx: &mut Ctx) -> Result<(), Fail> {
+    let (mut v, r, m) = ctx.victim()?;
+    let mut x = ctx.peer()?;
+    let rx = x.join_with(r.ticket, 1024, 16)?;
+    let window = x.accept.map_or(0, |a| a.window);
+    ensure(window == 16, || {
+        format!("negotiated window {window}, offered 16")
+    })?;
+    let off = 13 * SLOT as usize;
+    let mut pk = x.write_packets(
+        MemoryTarget {
+            key: rx.key,
+            addr: rx.addr + off as u64,
+        },
+        &data(14, 64),
+        None,
+    );
+    let base = pk[0].0.header.psn;
+    // 20 PSNs ahead: inside the largest window (256), outside the agreed 16.
+    pk[0].0.header.psn = base.wrapping_add(20);
+    let res = expect_silence(&mut x, &Peer::encode(&pk[0].0, &pk[0].1));
+    // The connection still works; the far PSN was not taken (no SACK bit).
+    x.next_psn = base;
+    let ok = x.write_packets(
+        MemoryTarget {
+            key: rx.key,
+            addr: rx.addr + off as u64 + 1024,
+        },
+        &data(15, 16),
+        None,
+    );
+    x.send(&ok[0].0, &ok[0].1)?;
+    x.pump(ACK_WAIT, |rx| {
+        acks(rx).iter().any(|(_, a)| a.echo_psn == base)
+    });
+    let got = x.take();
+    x.close();
+    let a = acks(&got)
+        .into_iter()
+        .map(|(_, a)| a)
+        .find(|a| a.echo_psn == base)
+        .ok_or("no ACK for the in-window packet")?;
+    let alive = ensure(
+        a.cumulative == base.wrapping_add(1) && a.sack.is_empty(),
+        || {
+            format!(
+                "ACK cumulative {} SACK {:?}: the PSN beyond the window was taken",
+                a.cumulative, a.sack
+            )
+        },
+    );
+    let mem = check_region(&mut v, &r, &m, off, 64);
+    v.close();
+    res.and(alive).and(mem)
+}
+
 fn rnr_retried(ctx: &mut Ctx) -> Result<(), Fail> {
     // The target's answer to the announcement is a SEND; refusing it with
     // RECEIVER_NOT_READY must get it resent later, not end the connection.
@@ -1003,6 +1216,25 @@ fn inconsistent_message(ctx: &mut Ctx) -> Result<(), Fail> {
 
 /// Every case, in the order they run.
 pub const CASES: &[Case] = &[
+    Case {
+        name:
+            "handshake: first CONNECT gets one smaller RETRY (its id, token), no ACCEPT, no state",
+        section: "3.8.4, 4.2, 5.1.4",
+        run: retry_first,
+        attempts: 1,
+    },
+    Case {
+        name: "handshake: wrong cookie gets another RETRY, no state",
+        section: "4.2, 5.1.4",
+        run: wrong_cookie,
+        attempts: 1,
+    },
+    Case {
+        name: "handshake: cookie replayed from another source port is refused",
+        section: "4.2, 5.1.4",
+        run: cookie_from_another_port,
+        attempts: 1,
+    },
     Case {
         name: "handshake: negotiation to the minimum",
         section: "3.8.1, 4.2",
@@ -1145,6 +1377,18 @@ pub const CASES: &[Case] = &[
         name: "bad input: PSN outside the window, silent",
         section: "4.3, 4.7.4",
         run: psn_outside_window,
+        attempts: 1,
+    },
+    Case {
+        name: "bad input: payload over the negotiated MTU -> NAK PROTOCOL_ERROR",
+        section: "3.1.7, 3.7, 4.7.2",
+        run: negotiated_mtu_enforced,
+        attempts: 1,
+    },
+    Case {
+        name: "bad input: PSN beyond the negotiated window, silent, not taken",
+        section: "4.3, 4.7.4",
+        run: negotiated_window_enforced,
         attempts: 1,
     },
     Case {

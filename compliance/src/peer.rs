@@ -62,6 +62,9 @@ pub struct Peer {
     pub withhold: Option<u32>,
     /// Everything received and not yet taken, in arrival order.
     pub inbox: Vec<Rx>,
+    /// The cookie of the target's RETRY, echoed in our CONNECTs (spec
+    /// 4.2); all zero before one came.
+    pub cookie: [u8; COOKIE_LEN],
     origin: Instant,
     /// Packet protection (spec 5.3): the key offered and, after the
     /// ACCEPT, the connection's keys; `None`: unprotected.
@@ -98,12 +101,14 @@ impl Peer {
             auto_ack: true,
             withhold: None,
             inbox: Vec::new(),
+            cookie: [0; COOKIE_LEN],
             origin: Instant::now(),
             keys: None,
         })
     }
 
-    fn local_port(&self) -> u16 {
+    /// The UDP port our socket sends from and receives on.
+    pub fn local_port(&self) -> u16 {
         self.sock.local_addr().map_or(0, |a| a.port())
     }
 
@@ -292,25 +297,68 @@ impl Peer {
                     CipherSuite::None
                 },
                 key_id: self.keys.as_ref().map_or(0, |k| k.key_id),
-                cookie: [0; COOKIE_LEN],
+                cookie: self.cookie,
             }),
             payload_len: 0,
         }
     }
 
-    /// Sends CONNECT and waits for the ACCEPT (without confirming).
+    /// The cookie of a RETRY in `rx` addressed with our CONNECT's id and
+    /// token.
+    pub fn retry_in(&self, rx: &[Rx]) -> Option<[u8; COOKIE_LEN]> {
+        rx.iter().find_map(|r| match r.repr.body {
+            Body::Retry(x)
+                if r.repr.header.dst_conn == self.my_id && r.repr.header.token == self.my_token =>
+            {
+                Some(x.cookie)
+            }
+            _ => None,
+        })
+    }
+
+    /// Sends CONNECT and waits for the ACCEPT (without confirming). A
+    /// RETRY is answered at once with the CONNECT carrying its cookie, as
+    /// an initiator does (spec 4.2); one RETRY per handshake.
     pub fn connect_only(&mut self, mtu: u16, paths: u16, window: u32) -> Result<ConnectRepr, Fail> {
-        let repr = self.connect_repr(mtu, paths, window);
-        for _ in 0..4 {
+        let mut accepted = false;
+        for _ in 0..6 {
+            let repr = self.connect_repr(mtu, paths, window);
             self.send(&repr, &[])?;
+            let took_cookie = self.cookie != [0; COOKIE_LEN];
+            let (id, token) = (self.my_id, self.my_token);
             let got = self.pump(Duration::from_millis(300), |rx| {
-                rx.iter().any(|r| matches!(r.repr.body, Body::Accept(_)))
+                rx.iter().any(|r| {
+                    matches!(r.repr.body, Body::Accept(_))
+                        || (!took_cookie
+                            && matches!(r.repr.body, Body::Retry(_))
+                            && r.repr.header.dst_conn == id
+                            && r.repr.header.token == token)
+                })
             });
-            if got {
+            if self
+                .inbox
+                .iter()
+                .any(|r| matches!(r.repr.body, Body::Accept(_)))
+            {
+                accepted = true;
                 break;
+            }
+            if got && !took_cookie {
+                if let Some(cookie) = self.retry_in(&self.inbox) {
+                    self.cookie = cookie;
+                    self.inbox
+                        .retain(|r| !matches!(r.repr.body, Body::Retry(_)));
+                }
             }
         }
         let inbox = self.take();
+        if !accepted {
+            return Err(if self.cookie == [0; COOKIE_LEN] {
+                "neither RETRY nor ACCEPT in answer to CONNECT".into()
+            } else {
+                "no ACCEPT in answer to the CONNECT with the RETRY's cookie".into()
+            });
+        }
         let accept = inbox
             .iter()
             .find_map(|r| match r.repr.body {
@@ -329,6 +377,7 @@ impl Peer {
         self.their_token = a.src_token;
         self.rx_cum = a.initial_psn;
         self.accept = Some(a);
+        let repr = self.connect_repr(mtu, paths, window);
         if let (Some(k), Body::Connect(c)) = (self.keys.as_mut(), repr.body) {
             k.on_accept(&c, &a);
         }
@@ -337,12 +386,17 @@ impl Peer {
 
     /// Full handshake: CONNECT, ACCEPT, then a KEEPALIVE to confirm.
     pub fn connect(&mut self) -> Result<ConnectRepr, Fail> {
-        self.connect_window(256)
+        self.connect_with(1024, 4, 256)
     }
 
     /// [`Peer::connect`] offering a window of `window` PSNs.
     pub fn connect_window(&mut self, window: u32) -> Result<ConnectRepr, Fail> {
-        let a = self.connect_only(1024, 4, window)?;
+        self.connect_with(1024, 4, window)
+    }
+
+    /// [`Peer::connect`] offering `mtu`, `paths` and `window`.
+    pub fn connect_with(&mut self, mtu: u16, paths: u16, window: u32) -> Result<ConnectRepr, Fail> {
+        let a = self.connect_only(mtu, paths, window)?;
         self.keepalive()?;
         Ok(a)
     }
@@ -567,6 +621,12 @@ impl Peer {
     /// domain of its own).
     pub fn join(&mut self, ticket: u64) -> Result<RemoteRegion, Fail> {
         self.connect()?;
+        self.request_region(&Message::Join { ticket })
+    }
+
+    /// [`Peer::join`] on a connection offering `mtu` and `window`.
+    pub fn join_with(&mut self, ticket: u64, mtu: u16, window: u32) -> Result<RemoteRegion, Fail> {
+        self.connect_with(mtu, 4, window)?;
         self.request_region(&Message::Join { ticket })
     }
 

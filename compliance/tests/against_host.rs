@@ -35,6 +35,8 @@ fn run_suite(pcap: &Path) {
         connections: 64,
         receives_per_connection: metaroce_host::session::SERVER_RECEIVES,
         seed: Some(7),
+        ride_through: None,
+        source_limits: None,
         // Policy `allow`: the unprotected cases run as ever, and the
         // suite, given the key, runs the protection cases too.
         protection: Some(metaroce_host::protection::Protection {

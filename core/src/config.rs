@@ -37,6 +37,76 @@ pub enum AcceptDomain {
 /// for its own connections below it.
 pub const PER_CONNECTION_DOMAINS: u32 = 0x8000_0000;
 
+/// When an acceptor asks an initiator to prove its address before it
+/// keeps any state for a CONNECT (spec 4.2, 5.1.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum AddressValidation {
+    /// Every CONNECT without a valid cookie is answered with a RETRY and
+    /// creates nothing (the default): a spoofed source never gets an
+    /// ACCEPT, never holds a slot and never spends the per-source budget
+    /// of the address it forges.
+    Always,
+    /// Only while at least `half_open` connections of the endpoint are
+    /// half open (Accepting): below that, a first CONNECT is accepted
+    /// directly, saving one round trip, at the price of the protections
+    /// above while the endpoint is not loaded.
+    WhenLoaded { half_open: u32 },
+}
+
+/// Limits per source IP address on the CONNECTs that would create a
+/// connection (spec 5.1.4). Sources are counted in a fixed table of
+/// buckets keyed by a secret hash of the address ([`crate::Layout`]'s
+/// `sources`); addresses that collide share a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SourceLimits {
+    /// Connections one source may open per second, sustained; it may open
+    /// as many at once (a token bucket of this size, refilled at this
+    /// rate). 0: no limit.
+    pub connects_per_second: u32,
+    /// Half-open (Accepting) connections one source may hold at once.
+    /// 0: no limit.
+    pub half_open: u32,
+}
+
+impl SourceLimits {
+    /// No per-source limit.
+    pub const NONE: SourceLimits = SourceLimits {
+        connects_per_second: 0,
+        half_open: 0,
+    };
+}
+
+/// Timer values a timer profile stands for (spec 4.11): what a peer may
+/// assume of an endpoint that announces the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileTimers {
+    /// Silence after which the endpoint closes a connection.
+    pub idle_timeout: Duration,
+    /// How long it keeps retransmitting without progress, and keeps
+    /// repeating CONNECT, before it gives up.
+    pub ride_through: Duration,
+    /// Silence towards the peer after which it sends a KEEPALIVE.
+    pub keepalive_interval: Duration,
+}
+
+/// The timers of a profile (spec 4.11 table).
+pub const fn profile_timers(p: crate::wire::TimerProfile) -> ProfileTimers {
+    match p {
+        crate::wire::TimerProfile::DataCenter => ProfileTimers {
+            idle_timeout: Duration::from_secs(1),
+            ride_through: Duration::from_secs(1),
+            keepalive_interval: Duration::from_millis(100),
+        },
+        crate::wire::TimerProfile::Emulation => ProfileTimers {
+            idle_timeout: Duration::from_secs(10),
+            ride_through: Duration::from_secs(10),
+            keepalive_interval: Duration::from_millis(500),
+        },
+    }
+}
+
 /// Which congestion controller a connection runs (spec 4.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -60,6 +130,14 @@ pub struct Config {
     pub timer_profile: crate::wire::TimerProfile,
     /// Whether CONNECTs are accepted.
     pub accept_incoming: bool,
+    /// When a CONNECT must carry a cookie (spec 4.2, 5.1.4).
+    pub address_validation: AddressValidation,
+    /// How long a cookie this endpoint issued is accepted; its cookie key
+    /// is replaced every lifetime (the previous key still verifies), so
+    /// nothing older verifies at all (spec 4.2).
+    pub cookie_lifetime: Duration,
+    /// Per-source limits on verified CONNECTs (spec 5.1.4).
+    pub source_limits: SourceLimits,
     /// Protection domain of accepted connections.
     pub accept_domain: AcceptDomain,
     /// Largest payload per packet offered in the handshake.
@@ -108,19 +186,29 @@ pub struct Config {
     pub rto_min: Duration,
     /// See `rto_min`.
     pub rto_max: Duration,
-    /// Consecutive timeouts before the connection fails with RetryExceeded.
-    pub retry_limit: u8,
+    /// How long a connection keeps retransmitting without progress (no
+    /// new data acknowledged) before it fails with RetryExceeded: the
+    /// longest outage it rides through (spec 4.6.4). The connection uses
+    /// the larger of this and the peer's profile's (spec 4.11).
+    pub ride_through: Duration,
     /// Wait after a RECEIVER_NOT_READY NAK before retrying.
     pub rnr_delay: Duration,
     /// RNR retries per message before it fails.
     pub rnr_retry_limit: u8,
     /// Handshake retransmission interval (doubles per retry).
     pub handshake_timeout: Duration,
-    /// Handshake attempts before giving up.
+    /// The longest the interval doubles to.
+    pub handshake_timeout_max: Duration,
+    /// How long an initiator repeats CONNECT before it gives up (counted
+    /// from the connect, and again from a RETRY).
+    pub connect_timeout: Duration,
+    /// Transmissions of CLOSE, and of the initiator's confirmation, before
+    /// giving up on an answer.
     pub handshake_retries: u8,
     /// Send a KEEPALIVE after this much silence towards the peer.
     pub keepalive_interval: Duration,
-    /// Fail the connection after this much silence from the peer.
+    /// Close the connection after this much silence from the peer (the
+    /// connection uses the larger of this and the peer's profile's).
     pub idle_timeout: Duration,
     /// User work requests one connection may have queued (its share of the
     /// endpoint's work-entry pool).
@@ -149,12 +237,21 @@ pub struct Config {
     pub protection: crate::crypto::ProtectionConfig,
 }
 
+const DC: ProfileTimers = profile_timers(crate::wire::TimerProfile::DataCenter);
+const EMULATION: ProfileTimers = profile_timers(crate::wire::TimerProfile::Emulation);
+
 impl Default for Config {
     fn default() -> Config {
         Config {
             udp_port: DEFAULT_UDP_PORT,
             timer_profile: crate::wire::TimerProfile::DataCenter,
             accept_incoming: true,
+            address_validation: AddressValidation::Always,
+            cookie_lifetime: Duration::from_secs(30),
+            source_limits: SourceLimits {
+                connects_per_second: 4096,
+                half_open: 1024,
+            },
             accept_domain: AcceptDomain::Shared(0),
             mtu: 4096,
             paths: 16,
@@ -177,15 +274,17 @@ impl Default for Config {
             rto_initial: Duration::from_micros(500),
             rto_min: Duration::from_micros(100),
             rto_max: Duration::from_millis(50),
-            retry_limit: 12,
+            ride_through: DC.ride_through,
             rnr_delay: Duration::from_micros(50),
             rnr_retry_limit: 7,
             // A few data-centre round trips: a lost CONNECT or ACCEPT (10 %
             // loss loses one in five handshakes) must not cost milliseconds.
             handshake_timeout: Duration::from_micros(200),
+            handshake_timeout_max: Duration::from_millis(10),
+            connect_timeout: DC.ride_through,
             handshake_retries: 8,
-            keepalive_interval: Duration::from_millis(100),
-            idle_timeout: Duration::from_secs(1),
+            keepalive_interval: DC.keepalive_interval,
+            idle_timeout: DC.idle_timeout,
             send_queue_limit: 64,
             recv_queue_limit: 64,
             read_jobs_limit: 16,
@@ -220,8 +319,13 @@ impl Config {
             rto_max: Duration::from_millis(500),
             rnr_delay: Duration::from_millis(2),
             handshake_timeout: Duration::from_millis(50),
-            keepalive_interval: Duration::from_millis(500),
-            idle_timeout: Duration::from_secs(10),
+            // A burst of losses at connect time costs a CONNECT every
+            // 200 ms at worst, not ever-longer silences.
+            handshake_timeout_max: Duration::from_millis(200),
+            connect_timeout: EMULATION.ride_through,
+            ride_through: EMULATION.ride_through,
+            keepalive_interval: EMULATION.keepalive_interval,
+            idle_timeout: EMULATION.idle_timeout,
             sender_linger: Duration::from_millis(200),
             cc_additive_increase_mbps: 20,
             cc_min_rate_mbps: 10,

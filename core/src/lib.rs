@@ -44,7 +44,9 @@ pub mod wire;
 
 pub use config::Config;
 pub use conn::{ConnState, Event};
-pub use endpoint::{finish_packet, CommandError, ConnSlot, Endpoint, Footprint, PoolUsage, Shard};
+pub use endpoint::{
+    finish_packet, CommandError, ConnSlot, Endpoint, Footprint, PoolUsage, Shard, SourceBucket,
+};
 #[cfg(feature = "alloc")]
 pub use storage::Heap;
 pub use storage::{Backing, Borrowed, Layout, Storage};

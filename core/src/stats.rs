@@ -110,18 +110,40 @@ pub struct DropStats {
     pub bad_token: u64,
     /// The source IP address is not the connection's peer.
     pub bad_source: u64,
-    /// CONNECT refused: not accepting, or no free connection slot.
+    /// CONNECT refused: not accepting, or no free connection slot
+    /// (answered CLOSE REJECTED).
     pub refused: u64,
     /// Packet of a type that makes no sense in the connection's state.
     pub unexpected: u64,
-    /// Stateless replies (to refused CONNECTs) not sent: their queue was
+    /// Stateless replies (RETRY, CLOSE REJECTED) not sent: their queue was
     /// full.
     pub replies_dropped: u64,
+    /// CONNECT without a cookie where one is required: no state, answered
+    /// with a RETRY (spec 4.2).
+    pub connect_unverified: u64,
+    /// CONNECT whose cookie this endpoint did not issue for that address,
+    /// port and offer: no state, answered with a RETRY.
+    pub cookie_invalid: u64,
+    /// CONNECT whose cookie is past its lifetime: no state, answered with
+    /// a RETRY.
+    pub cookie_expired: u64,
+    /// Verified CONNECT refused: its source opened connections faster than
+    /// its rate allows (answered CLOSE REJECTED, spec 5.1.4).
+    pub refused_source_rate: u64,
+    /// Verified CONNECT refused: its source holds its limit of half-open
+    /// connections (answered CLOSE REJECTED).
+    pub refused_source_half_open: u64,
+    /// RETRY not taken: not in Connecting, or a second one (spec 4.2).
+    pub retry_ignored: u64,
+    /// RETRYs sent (stateless replies).
+    pub retries_sent: u64,
+    /// CLOSE REJECTED sent without a connection (stateless replies).
+    pub rejects_sent: u64,
 }
 
 impl DropStats {
     /// Every reason with its count, for summaries and telemetry export.
-    pub fn by_reason(&self) -> [(&'static str, u64); 13] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 21] {
         [
             ("truncated", self.truncated),
             ("bad_version", self.bad_version),
@@ -136,10 +158,21 @@ impl DropStats {
             ("refused", self.refused),
             ("unexpected", self.unexpected),
             ("replies_dropped", self.replies_dropped),
+            ("connect_unverified", self.connect_unverified),
+            ("cookie_invalid", self.cookie_invalid),
+            ("cookie_expired", self.cookie_expired),
+            ("refused_source_rate", self.refused_source_rate),
+            ("refused_source_half_open", self.refused_source_half_open),
+            ("retry_ignored", self.retry_ignored),
+            ("retries_sent", self.retries_sent),
+            ("rejects_sent", self.rejects_sent),
         ]
     }
 
-    /// Sum of every reason.
+    /// Packets dropped, every reason summed. Not counted: the stateless
+    /// replies sent or not sent (they are not drops), and
+    /// `connect_unverified`, a first CONNECT answered with a RETRY: the
+    /// handshake's normal first step.
     pub fn total(&self) -> u64 {
         self.truncated
             + self.bad_version
@@ -153,6 +186,11 @@ impl DropStats {
             + self.bad_source
             + self.refused
             + self.unexpected
+            + self.cookie_invalid
+            + self.cookie_expired
+            + self.refused_source_rate
+            + self.refused_source_half_open
+            + self.retry_ignored
     }
 
     pub(crate) fn count_wire_error(&mut self, e: crate::wire::Error) {

@@ -883,8 +883,8 @@ fn failed_connections_are_reported_and_their_released_slots_reused() {
             .expect("a released connection's slot is free again");
         assert!(!seen.contains(&h), "a handle is never reused");
         seen.push(h);
-        // Doubling intervals: the last attempt ends before 2^(retries + 1) intervals.
-        let t = now + config.handshake_timeout * 2u32.pow(u32::from(config.handshake_retries) + 2);
+        // CONNECT is repeated for the connect timeout, then it fails.
+        let t = now + config.connect_timeout + config.handshake_timeout_max;
         s.c.run_until(t, |c| {
             c.nodes[0].events.iter().any(|e| {
                 matches!(e, Event::Failed { conn, status: Status::RetryExceeded } if *conn == h)

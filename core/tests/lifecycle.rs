@@ -42,6 +42,9 @@ fn random_lifetimes_never_alias_lose_or_leak() {
 fn random_lifetimes(seed: u64) {
     let config = Config {
         mtu: 1024,
+        // A poisoned connection whose peer released its end hears nothing
+        // more: it fails after the ride-through, within the wind-down.
+        ride_through: Duration::from_millis(20),
         ..Config::default()
     };
     let imp = Impairments {
@@ -272,10 +275,15 @@ impl metaroce_core::api::Memory for NoMemory {
 
 impl Direct {
     fn new(capacity_a: u32, capacity_b: u32) -> Direct {
+        // One source opens connections as fast as the table allows.
+        let config = Config {
+            source_limits: metaroce_core::config::SourceLimits::NONE,
+            ..Config::default()
+        };
         Direct {
             now: Instant::from_micros(1),
-            a: endpoint(Config::default(), capacity_a, 1),
-            b: endpoint(Config::default(), capacity_b, 2),
+            a: endpoint(config, capacity_a, 1),
+            b: endpoint(config, capacity_b, 2),
             buf: vec![0; 9300],
         }
     }
@@ -370,58 +378,97 @@ fn a_million_connect_close_cycles_on_a_small_table() {
     assert!(last.generation >= CYCLES / 4 - 1, "{last:?}");
 }
 
+/// A CONNECT from a made-up initiator `i`, with `cookie`.
+fn forged_connect(i: u32, cookie: [u8; wire::COOKIE_LEN]) -> Vec<u8> {
+    let repr = wire::Repr {
+        header: wire::Header {
+            flags: wire::Flags::NONE,
+            dst_conn: 0,
+            token: 0,
+            psn: 0,
+            path: 0,
+            timestamp: 0,
+        },
+        body: wire::Body::Connect(wire::ConnectRepr {
+            src_conn: 0x1000 + i,
+            src_token: 0xfeed_0000 + u64::from(i),
+            mtu: 4096,
+            max_paths: 4,
+            window: 256,
+            initial_psn: i,
+            reply_port: 0,
+            timer_profile: wire::TimerProfile::DataCenter,
+            suite: wire::CipherSuite::None,
+            key_id: 0,
+            cookie,
+        }),
+        payload_len: 0,
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf, &[]);
+    buf
+}
+
+/// Source address `i` of 1,000.
+fn flood_source(i: u32) -> RxMeta {
+    RxMeta {
+        source: PeerAddr {
+            ip: IpAddress::Ipv4(Ipv4Address::new(
+                172,
+                16,
+                (i % 1000 / 250) as u8,
+                (i % 250) as u8,
+            )),
+            port: 50_000 + (i % 7) as u16,
+        },
+        ce: false,
+    }
+}
+
 /// An acceptor endpoint whose table thousands of bad connections filled:
-/// once the application has released them, a legitimate peer gets in.
+/// 1,000 addresses that each prove they receive there (they echo the
+/// RETRY's cookie) and then never confirm the ACCEPT. Once the
+/// application has released them, a legitimate peer gets in.
 #[test]
 fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
     let config = Config::default();
     let mut b: Ep = endpoint(config, 64, 9);
     let mut buf = vec![0u8; 2048];
     let mut now = Instant::from_micros(1);
-    // 5,000 CONNECTs from 1,000 addresses that never answer the ACCEPT.
+    // 5,000 CONNECTs from 1,000 addresses, each repeated with its cookie,
+    // that never answer the ACCEPT.
+    let mut accepts = 0;
     for i in 0..5_000u32 {
-        let repr = wire::Repr {
-            header: wire::Header {
-                flags: wire::Flags::NONE,
-                dst_conn: 0,
-                token: 0,
-                psn: 0,
-                path: 0,
-                timestamp: 0,
-            },
-            body: wire::Body::Connect(wire::ConnectRepr {
-                src_conn: 0x1000 + i,
-                src_token: 0xfeed_0000 + u64::from(i),
-                mtu: 4096,
-                max_paths: 4,
-                window: 256,
-                initial_psn: i,
-                reply_port: 0,
-                timer_profile: wire::TimerProfile::DataCenter,
-                suite: wire::CipherSuite::None,
-                key_id: 0,
-                cookie: [0; wire::COOKIE_LEN],
-            }),
-            payload_len: 0,
-        };
-        let len = repr.buffer_len();
-        repr.emit(&mut buf[..len], &[]);
-        let meta = RxMeta {
-            source: PeerAddr {
-                ip: IpAddress::Ipv4(Ipv4Address::new(
-                    172,
-                    16,
-                    (i % 1000 / 250) as u8,
-                    (i % 250) as u8,
-                )),
-                port: 50_000,
-            },
-            ce: false,
-        };
-        b.handle_packet(now, &meta, &buf[..len], &mut NoMemory);
-        while b.poll_transmit(now, &mut buf).is_some() {}
+        let meta = flood_source(i);
+        b.handle_packet(
+            now,
+            &meta,
+            &forged_connect(i, [0; wire::COOKIE_LEN]),
+            &mut NoMemory,
+        );
+        let mut cookie = None;
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
+            if let Ok((r, _)) = wire::parse(&buf[..len]) {
+                if let wire::Body::Retry(x) = r.body {
+                    cookie = Some(x.cookie);
+                }
+            }
+        }
+        let cookie = cookie.expect("a RETRY");
+        b.handle_packet(now, &meta, &forged_connect(i, cookie), &mut NoMemory);
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
+            if let Ok((r, _)) = wire::parse(&buf[..len]) {
+                accepts += usize::from(matches!(r.body, wire::Body::Accept(_)));
+            }
+        }
+        now += Duration::from_micros(1);
     }
+    assert_eq!(accepts, 64);
     assert_eq!(b.live_connections(), 64, "the table is full");
+    assert_eq!(b.half_open(), 64);
+    assert_eq!(b.drops().connect_unverified, 5_000);
     assert!(b.drops().refused >= 5_000 - 64);
     // The half-open connections end by the idle timeout; the application
     // releases them as their events come.
@@ -442,6 +489,7 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
     }
     assert_eq!(released, 64);
     assert_eq!(b.live_connections(), 0);
+    assert_eq!(b.half_open(), 0, "every half-open count given back");
     // A legitimate peer now connects.
     let mut d = Direct {
         now,

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, RecvRequest, RxMeta, WorkRequest};
-use metaroce_core::config::AcceptDomain;
+use metaroce_core::config::{AcceptDomain, SourceLimits};
 use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout, Shard};
@@ -67,6 +67,13 @@ pub struct NodeConfig {
     /// 5.1.6), as every real run must; a number makes a test repeatable
     /// and its secrets guessable (and is never reseeded).
     pub seed: Option<u64>,
+    /// How long a connection rides through an outage (retransmitting
+    /// without progress) and a handshake keeps repeating CONNECT; `None`:
+    /// the emulation profile's 10 s (spec 4.6.4, 4.11).
+    pub ride_through: Option<Duration>,
+    /// Limits per source address on incoming connections (spec 5.1.4);
+    /// `None`: the core's defaults.
+    pub source_limits: Option<SourceLimits>,
     /// Packet protection (spec 5.3): policy and pre-shared key; `None`
     /// protects nothing.
     pub protection: Option<crate::protection::Protection>,
@@ -76,6 +83,8 @@ impl NodeConfig {
     /// The core configuration: emulation timers (round trips of
     /// milliseconds on loopback and veth), this node's ports and limits.
     pub fn core_config(&self, udp_port: u16, entropy_base: u16, entropy_span: u16) -> Config {
+        let base = Config::for_emulation();
+        let ride_through = self.ride_through.unwrap_or(base.ride_through);
         Config {
             udp_port,
             accept_incoming: self.accept,
@@ -85,6 +94,15 @@ impl NodeConfig {
             link_rate_mbps: self.rate_mbps,
             entropy_base,
             entropy_span,
+            ride_through,
+            connect_timeout: ride_through,
+            // Silence the connection survives: at least the outage it
+            // rides through.
+            idle_timeout: base.idle_timeout.max(ride_through),
+            // A cookie outlives the handshakes of clients that retry as
+            // long as this node does (spec 4.2.2).
+            cookie_lifetime: base.cookie_lifetime.max(ride_through * 2),
+            source_limits: self.source_limits.unwrap_or(base.source_limits),
             protection: self
                 .protection
                 .as_ref()
@@ -93,7 +111,7 @@ impl NodeConfig {
                     key_id: p.key_id,
                 })
                 .unwrap_or_default(),
-            ..Config::for_emulation()
+            ..base
         }
     }
 }

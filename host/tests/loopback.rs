@@ -29,6 +29,8 @@ fn config(bind: &str, accept: bool, seed: u64) -> NodeConfig {
             0
         },
         seed: Some(seed),
+        ride_through: None,
+        source_limits: None,
         protection: None,
     }
 }
@@ -153,9 +155,10 @@ fn two_processes_and_exit_codes() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 
-    // Nobody listening: exit 4, quickly.
+    // Nobody listening: exit 4, after the ride-through (the handshake
+    // repeats CONNECT that long).
     let gone = metaroce()
-        .args(["write", "--peer", &addr.to_string(), "--timeout", "1"])
+        .args(["write", "--peer", &addr.to_string(), "--ride-through", "1"])
         .output()
         .unwrap();
     assert_eq!(gone.status.code(), Some(4), "{gone:?}");

@@ -37,6 +37,8 @@ fn config(accept: bool, connections: u32, seed: u64) -> NodeConfig {
             0
         },
         seed: Some(seed),
+        ride_through: None,
+        source_limits: None,
         protection: None,
     }
 }

@@ -83,7 +83,7 @@ macro_rules! static_endpoint_storage {
             use $crate::__core::memory::RegionSlot;
             use $crate::__core::storage::buddy::BuddyNode;
             use $crate::__core::storage::pool::PoolEntry;
-            use $crate::__core::{ConnSlot, Layout};
+            use $crate::__core::{ConnSlot, Layout, SourceBucket};
             const LAYOUT: Layout = Layout {
                 connections: $c,
                 work_entries: $w,
@@ -92,6 +92,8 @@ macro_rules! static_endpoint_storage {
                 inflight_records: $i,
                 reorder_words: $b,
                 regions: $g,
+                sources: Layout::sources_for($c),
+                cookies: Layout::cookies_for($c),
                 key_slots: $k,
             };
             const C: usize = LAYOUT.connections as usize;
@@ -104,6 +106,8 @@ macro_rules! static_endpoint_storage {
             const BW: usize = LAYOUT.reorder_words_used();
             const BN: usize = LAYOUT.reorder_nodes();
             const G: usize = LAYOUT.regions as usize;
+            const Q: usize = LAYOUT.sources as usize;
+            const J: usize = LAYOUT.cookies as usize;
             const K: usize = LAYOUT.key_slots as usize;
             static TAKEN: AtomicBool = AtomicBool::new(false);
             static mut CONNECTIONS: MaybeUninit<[ConnSlot<{ $paths }>; C]> = MaybeUninit::uninit();
@@ -117,6 +121,8 @@ macro_rules! static_endpoint_storage {
             static mut REORDER_WORDS: MaybeUninit<[u64; BW]> = MaybeUninit::uninit();
             static mut REORDER_NODES: MaybeUninit<[BuddyNode; BN]> = MaybeUninit::uninit();
             static mut REGIONS: MaybeUninit<[RegionSlot; G]> = MaybeUninit::uninit();
+            static mut SOURCES: MaybeUninit<[SourceBucket; Q]> = MaybeUninit::uninit();
+            static mut COOKIES: MaybeUninit<[PoolEntry<[u8; 32]>; J]> = MaybeUninit::uninit();
             static mut KEYS: MaybeUninit<[KeySlot; K]> = MaybeUninit::uninit();
             if TAKEN.swap(true, Ordering::AcqRel) {
                 return None;
@@ -157,6 +163,14 @@ macro_rules! static_endpoint_storage {
                         BuddyNode::INIT,
                     ),
                     regions: $crate::storage::init_slice(addr_of_mut!(REGIONS), RegionSlot::VACANT),
+                    sources: $crate::storage::init_slice(
+                        addr_of_mut!(SOURCES),
+                        SourceBucket::EMPTY,
+                    ),
+                    cookies: $crate::storage::init_slice(
+                        addr_of_mut!(COOKIES),
+                        PoolEntry::vacant([0; 32]),
+                    ),
                     key_slots: $crate::storage::init_slice(addr_of_mut!(KEYS), KeySlot::VACANT),
                 })
             }
@@ -177,6 +191,11 @@ mod tests {
         assert_eq!(s.connection_index.len(), 256);
         assert_eq!(s.inflight_records.len(), 1008, "a multiple of 16");
         assert_eq!(s.inflight_nodes.len(), 63);
+        assert_eq!(
+            s.sources.len(),
+            128,
+            "per-source buckets for 100 connections"
+        );
         assert_eq!(s.reorder_words.len(), 16_384, "the default");
         assert_eq!(s.reorder_nodes.len(), 1024);
         assert!(take().is_none(), "never twice");

@@ -5,10 +5,24 @@ use super::{Blame, ConnState, Connection, Negotiated, Pending, PendingEvents, Re
 use crate::api::{Status, Transmit};
 use crate::config::Config;
 use crate::rng::Rng;
+use crate::storage::list::OptIndex;
 use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
 use crate::wire::encap::ecn;
-use crate::wire::{Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr};
+use crate::wire::{
+    Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr, RetryRepr, COOKIE_LEN,
+};
+
+/// What an initiator did with a RETRY (spec 4.2 step 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryOutcome {
+    /// Taken: the CONNECT goes out again with its cookie.
+    Taken,
+    /// Not taken: no cookie slot free; a later RETRY may be.
+    NoRoom,
+    /// Dropped: not Connecting, a second RETRY, or an all-zero cookie.
+    Ignored,
+}
 
 impl<const P: usize> Connection<P> {
     /// Initiator: queue the CONNECT and arm the handshake timer.
@@ -16,6 +30,69 @@ impl<const P: usize> Connection<P> {
         self.pending.set(Pending::CONNECT);
         self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
         self.ctrl_tries = 1;
+    }
+
+    /// The control retransmission interval after `ctrl_tries`
+    /// transmissions: the handshake timeout, doubled per transmission, at
+    /// most `handshake_timeout_max` (spec 4.2, 4.11).
+    pub(crate) fn handshake_interval(&self, config: &Config) -> core::time::Duration {
+        let doubled = config
+            .handshake_timeout
+            .checked_mul(1u32 << self.ctrl_tries.min(16))
+            .unwrap_or(core::time::Duration::MAX);
+        doubled.min(config.handshake_timeout_max.max(config.handshake_timeout))
+    }
+
+    /// The cookie of the RETRY taken in this handshake (all zero before
+    /// one). It is kept in the endpoint's cookie pool from the RETRY until
+    /// the connection leaves Connecting (the endpoint gives it back then),
+    /// so an idle connection pays only the index.
+    fn retry_cookie<B: Backing>(&self, res: &Resources<B, P>) -> [u8; COOKIE_LEN] {
+        match self.cookie.get() {
+            Some(i) if self.state == ConnState::Connecting => *res.cookies.get(i),
+            _ => [0; COOKIE_LEN],
+        }
+    }
+
+    /// Initiator: a RETRY addressed with our CONNECT's id and token (the
+    /// endpoint checked both and the source). Taken once per handshake and
+    /// only while Connecting: the CONNECT goes out again at once with the
+    /// cookie, and the connect timeout starts again. A RETRY that finds the
+    /// cookie pool empty is not taken (a later one may be: the CONNECT is
+    /// repeated on the handshake timer).
+    pub(crate) fn on_retry<B: Backing>(
+        &mut self,
+        now: Instant,
+        r: &RetryRepr,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) -> RetryOutcome {
+        if self.state != ConnState::Connecting
+            || self.cookie.is_some()
+            || r.cookie == [0; COOKIE_LEN]
+        {
+            return RetryOutcome::Ignored;
+        }
+        let Some(i) = res.cookies.alloc(r.cookie) else {
+            res.refusals.cookies += 1;
+            return RetryOutcome::NoRoom;
+        };
+        self.cookie = OptIndex::some(i);
+        self.ctrl.last_heard = now;
+        self.pending.set(Pending::CONNECT);
+        self.ctrl.deadline = MaybeInstant::some(now + self.handshake_interval(config));
+        RetryOutcome::Taken
+    }
+
+    /// Gives the RETRY's cookie back to the pool once the connection is no
+    /// longer Connecting (or is freed). Once per handshake: out of line.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn drop_cookie<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+        if let Some(i) = self.cookie.get() {
+            res.cookies.free(i);
+            self.cookie = OptIndex::NONE;
+        }
     }
 
     pub(crate) fn connect_repr(&self, config: &Config) -> ConnectRepr {
@@ -31,7 +108,9 @@ impl<const P: usize> Connection<P> {
             timer_profile: config.timer_profile,
             suite: self.protection.suite(),
             key_id: self.protection.key_id(),
-            cookie: [0; crate::wire::COOKIE_LEN],
+            // ACCEPT: zero; a CONNECT gets the RETRY's cookie when it is
+            // sent (`poll_control`).
+            cookie: [0; COOKIE_LEN],
         }
     }
 
@@ -53,6 +132,9 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn adopt_peer(&mut self, c: &ConnectRepr, config: &Config, rng: &mut Rng) {
         self.remote_id = c.src_conn;
         self.remote_token = c.src_token;
+        self.peer_profile = c.timer_profile;
+        // The receive side starts here (it held the RETRY cookie).
+        // STUB
         let paths = self.params.paths.min(c.max_paths).max(1);
         let redraw = paths != self.params.paths;
         self.params = Negotiated {
@@ -162,13 +244,30 @@ impl<const P: usize> Connection<P> {
         self.events.raise(PendingEvents::CLOSED);
     }
 
-    /// The control timer fired: resend with backoff, or give up.
+    /// The control timer fired: resend with backoff, or give up. An
+    /// initiator repeats CONNECT until `connect_timeout` has passed since
+    /// it connected or took a RETRY (spec 4.2 step 2); CLOSE and the
+    /// initiator's confirmation go out `handshake_retries` times.
     pub(crate) fn on_ctrl_timeout<B: Backing>(
         &mut self,
         now: Instant,
         res: &mut Resources<B, P>,
         config: &Config,
     ) {
+        if self.state == ConnState::Connecting {
+            let give_up = self.ctrl.last_heard + config.connect_timeout;
+            if now >= give_up {
+                self.ctrl.deadline = MaybeInstant::NONE;
+                self.pending = Pending::default();
+                self.fail(Status::RetryExceeded, Blame::Front, res);
+                return;
+            }
+            self.ctrl_tries = self.ctrl_tries.saturating_add(1);
+            let next = (now + self.handshake_interval(config)).min(give_up);
+            self.ctrl.deadline = MaybeInstant::some(next);
+            self.pending.set(Pending::CONNECT);
+            return;
+        }
         if self.ctrl_tries >= config.handshake_retries {
             self.ctrl.deadline = MaybeInstant::NONE;
             match self.state {
@@ -188,10 +287,8 @@ impl<const P: usize> Connection<P> {
             return;
         }
         self.ctrl_tries += 1;
-        let backoff = config.handshake_timeout * (1u32 << self.ctrl_tries.min(8));
-        self.ctrl.deadline = MaybeInstant::some(now + backoff);
+        self.ctrl.deadline = MaybeInstant::some(now + self.handshake_interval(config));
         match self.state {
-            ConnState::Connecting => self.pending.set(Pending::CONNECT),
             ConnState::Closing => self.pending.set(Pending::CLOSE),
             // The initiator's confirmation, until the acceptor is heard from.
             ConnState::Established => self.pending.set(Pending::KEEPALIVE),
@@ -242,10 +339,11 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The next control packet, if one is pending.
-    pub(crate) fn poll_control(
+    pub(crate) fn poll_control<B: Backing>(
         &mut self,
         now: Instant,
         buf: &mut [u8],
+        res: &Resources<B, P>,
         config: &Config,
     ) -> Option<Transmit> {
         let pending = self.pending;
@@ -254,11 +352,11 @@ impl<const P: usize> Connection<P> {
             let mut h = self.header(now, self.send.una.get(), 0, Flags::NONE);
             h.dst_conn = 0;
             h.token = 0;
-            (
-                Pending::CONNECT,
-                h,
-                Body::Connect(self.connect_repr(config)),
-            )
+            let c = ConnectRepr {
+                cookie: self.retry_cookie(res),
+                ..self.connect_repr(config)
+            };
+            (Pending::CONNECT, h, Body::Connect(c))
         } else if pending.has(Pending::ACCEPT) {
             let h = self.header(now, self.send.una.get(), 0, Flags::NONE);
             (Pending::ACCEPT, h, Body::Accept(self.connect_repr(config)))

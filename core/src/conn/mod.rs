@@ -42,6 +42,7 @@ use crate::time::{Instant, MaybeInstant};
 use crate::wire::{Body, CloseReason, MemoryTarget, NakRepr};
 
 pub(crate) use completion::Blame;
+pub(crate) use handshake::RetryOutcome;
 pub(crate) use recv::ReliableOutcome;
 use reorder::ReceiveWindow;
 pub use reorder::ReorderPool;
@@ -262,11 +263,14 @@ pub struct PoolRefusals {
     /// Out-of-order packets dropped: no receive bitmap could be taken or
     /// grown to record them (spec 4.14.3); the sender resends them.
     pub reorder_words: u64,
+    /// RETRYs an initiator could not take: the cookie pool was empty (it
+    /// repeats its CONNECT and takes a later one, spec 4.2).
+    pub cookies: u64,
 }
 
 impl PoolRefusals {
     /// Every pool with its refusals, for summaries and telemetry export.
-    pub fn by_pool(&self) -> [(&'static str, u64); 6] {
+    pub fn by_pool(&self) -> [(&'static str, u64); 7] {
         [
             ("work_entries", self.work_entries),
             ("recv_entries", self.recv_entries),
@@ -274,6 +278,7 @@ impl PoolRefusals {
             ("senders", self.senders),
             ("inflight_records", self.inflight_records),
             ("reorder_words", self.reorder_words),
+            ("cookies", self.cookies),
         ]
     }
 }
@@ -299,6 +304,8 @@ pub struct Resources<B: Backing, const P: usize> {
     /// Key slots of protected connections, the pre-shared keys, the
     /// protection counters (spec 5.3).
     pub(crate) keys: crate::crypto::KeyPool<B>,
+    /// Initiators' RETRY cookies while they are Connecting (spec 4.2).
+    pub(crate) cookies: Pool<Slice<B, PoolEntry<[u8; crate::wire::COOKIE_LEN]>>>,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
@@ -457,6 +464,12 @@ pub struct Connection<const P: usize> {
     pub(crate) events: PendingEvents,
     /// Why the connection failed, for its `Failed` event.
     pub(crate) fail_status: Status,
+    /// The timer profile the peer announced (spec 4.11); our own until
+    /// its CONNECT or ACCEPT is heard.
+    pub(crate) peer_profile: crate::wire::TimerProfile,
+    /// Initiator: the RETRY's cookie in the endpoint's cookie pool, while
+    /// Connecting after a RETRY (spec 4.2).
+    pub(crate) cookie: OptIndex,
     pub(crate) counters: Counters,
     /// Packet protection: suite, Key ID and key slot (spec 5.3).
     pub(crate) protection: crate::crypto::ConnProtection,
@@ -521,6 +534,8 @@ impl<const P: usize> Connection<P> {
         },
         events: PendingEvents(0),
         fail_status: Status::Flushed,
+        peer_profile: crate::wire::TimerProfile::DataCenter,
+        cookie: OptIndex::NONE,
         counters: Counters {
             packets_sent: 0,
             bytes_sent: 0,
@@ -574,6 +589,7 @@ impl<const P: usize> Connection<P> {
                 paths,
                 window: config.window.clamp(1, crate::config::MAX_WINDOW),
             },
+            peer_profile: config.timer_profile,
             ..Self::VACANT
         };
         conn.send.una = initial_psn;
@@ -663,6 +679,37 @@ impl<const P: usize> Connection<P> {
     /// The protection domain.
     pub fn pd(&self) -> u32 {
         self.pd
+    }
+
+    /// The timer profile the peer announced (spec 4.11).
+    pub fn peer_profile(&self) -> crate::wire::TimerProfile {
+        self.peer_profile
+    }
+
+    /// The peer's profile's timers when it announced another profile than
+    /// ours (spec 4.11): then this connection waits at least as long as
+    /// the peer expects, so neither side gives up first. With the same
+    /// profile, our configuration stands as it is.
+    fn other_profile(&self, config: &Config) -> Option<crate::config::ProfileTimers> {
+        (self.peer_profile != config.timer_profile)
+            .then(|| crate::config::profile_timers(self.peer_profile))
+    }
+
+    /// The idle timeout this connection runs: ours, or the peer's
+    /// profile's if that is another profile and longer (spec 4.11).
+    pub fn idle_timeout(&self, config: &Config) -> core::time::Duration {
+        self.other_profile(config).map_or(config.idle_timeout, |p| {
+            p.idle_timeout.max(config.idle_timeout)
+        })
+    }
+
+    /// The longest outage this connection rides through: ours, or the
+    /// peer's profile's if that is another profile and longer (spec
+    /// 4.6.4, 4.11).
+    pub fn ride_through(&self, config: &Config) -> core::time::Duration {
+        self.other_profile(config).map_or(config.ride_through, |p| {
+            p.ride_through.max(config.ride_through)
+        })
     }
 
     /// Whether the sender has nothing unacknowledged.
@@ -777,7 +824,7 @@ impl<const P: usize> Connection<P> {
         config: &Config,
     ) -> Option<Transmit> {
         if self.pending.any() {
-            if let Some(t) = self.poll_control(now, buf, config) {
+            if let Some(t) = self.poll_control(now, buf, res, config) {
                 return Some(t);
             }
         }

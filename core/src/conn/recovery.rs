@@ -112,6 +112,7 @@ impl<const P: usize> Connection<P> {
                     .saturating_mul(growth),
             );
             st.rto_backoff = 0;
+            st.progress_at = now;
             st.rto_deadline = if self.send.una == self.send.nxt {
                 None
             } else {
@@ -370,7 +371,10 @@ impl<const P: usize> Connection<P> {
         let mut st = *res.senders.get(s);
         self.counters.timeouts += 1;
         st.rto_backoff = st.rto_backoff.saturating_add(1);
-        if st.rto_backoff > config.retry_limit {
+        // Ride-through (spec 4.6.4): give up by the time gone without
+        // progress, not by a count of timeouts, so an outage shorter than
+        // the ride-through is survived whatever the RTO was.
+        if now.saturating_duration_since(st.progress_at) >= self.ride_through(config) {
             let culprit = self.send.una;
             *res.senders.get_mut(s) = st;
             self.fail(crate::api::Status::RetryExceeded, Blame::Psn(culprit), res);

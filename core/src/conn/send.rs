@@ -425,6 +425,8 @@ impl<const P: usize> Connection<P> {
             self.counters.max_in_flight = self.counters.max_in_flight.max(span);
         }
         if st.rto_deadline.is_none() {
+            // Nothing was outstanding: the ride-through clock starts now.
+            st.progress_at = now;
             st.rto_deadline = Some(now + self.rto(st, config));
         }
         // Pacing: the next packet may leave once this one has been

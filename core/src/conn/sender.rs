@@ -178,6 +178,11 @@ pub struct SenderState<const P: usize> {
     pub(crate) rto_deadline: Option<Instant>,
     pub(crate) rack_deadline: Option<Instant>,
     pub(crate) rto_backoff: u8,
+    /// The last progress: when new data was last acknowledged, or when
+    /// something was sent with nothing outstanding. The connection fails
+    /// once retransmissions have gone its ride-through without any (spec
+    /// 4.6.4).
+    pub(crate) progress_at: Instant,
     pub(crate) rate_hint_mbps: u32,
     pub(crate) next_path: u16,
     pub(crate) epoch_total: u32,
@@ -199,6 +204,7 @@ impl<const P: usize> SenderState<P> {
         rto_deadline: None,
         rack_deadline: None,
         rto_backoff: 0,
+        progress_at: Instant::ZERO,
         rate_hint_mbps: 0,
         next_path: 0,
         epoch_total: 0,

@@ -68,9 +68,10 @@ impl<const P: usize> Connection<P> {
         config: &Config,
     ) -> Option<Instant> {
         let mut t = self.ctrl.deadline.get();
+        let idle_timeout = self.idle_timeout(config);
         match self.state {
             ConnState::Accepting => {
-                t = earliest(t, Some(self.ctrl.last_heard + config.idle_timeout));
+                t = earliest(t, Some(self.ctrl.last_heard + idle_timeout));
             }
             ConnState::Established | ConnState::Closing => {
                 if !self.recv.ack_now {
@@ -91,7 +92,7 @@ impl<const P: usize> Connection<P> {
                 if !self.pending.has(Pending::KEEPALIVE) {
                     t = earliest(t, Some(self.ctrl.last_sent + config.keepalive_interval));
                 }
-                t = earliest(t, Some(self.ctrl.last_heard + config.idle_timeout));
+                t = earliest(t, Some(self.ctrl.last_heard + idle_timeout));
             }
             _ => {}
         }
@@ -108,7 +109,8 @@ impl<const P: usize> Connection<P> {
         if self.ctrl.deadline.get().is_some_and(|d| now >= d) {
             self.on_ctrl_timeout(now, res, config);
         }
-        if self.state == ConnState::Accepting && now >= self.ctrl.last_heard + config.idle_timeout {
+        let idle_timeout = self.idle_timeout(config);
+        if self.state == ConnState::Accepting && now >= self.ctrl.last_heard + idle_timeout {
             // The initiator never confirmed the handshake (spec 4.1.1).
             self.fail(crate::api::Status::RetryExceeded, super::Blame::Nobody, res);
             return;
@@ -116,7 +118,7 @@ impl<const P: usize> Connection<P> {
         if !self.state.is_open() {
             return;
         }
-        if now >= self.ctrl.last_heard + config.idle_timeout {
+        if now >= self.ctrl.last_heard + idle_timeout {
             self.flush_work(crate::api::Status::Flushed, super::Blame::Nobody, res);
             self.state = ConnState::Closed;
             self.close_reason = CloseReason::IdleTimeout;

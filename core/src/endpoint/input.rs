@@ -1,9 +1,10 @@
 //! Inputs: received packets, CONNECTs, and timers (spec 4.2, 4.7).
 
-use super::{ConnSlot, Endpoint, StatelessReply};
+use super::admission::{CookieCheck, SourceRefusal};
+use super::{ConnSlot, Endpoint, StatelessBody, StatelessReply};
 use crate::api::{Memory, PeerAddr, RxMeta};
-use crate::config::{AcceptDomain, PER_CONNECTION_DOMAINS};
-use crate::conn::{ConnState, Connection, PendingEvents};
+use crate::config::{AcceptDomain, AddressValidation, PER_CONNECTION_DOMAINS};
+use crate::conn::{ConnState, Connection, PendingEvents, RetryOutcome};
 use crate::storage::Backing;
 use crate::time::Instant;
 use crate::wire::{self, Body, CloseReason, ConnectRepr};
@@ -66,6 +67,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             Admit::Opened(plain) => plain,
             Admit::Drop => return,
         };
+        if let Body::Retry(r) = &repr.body {
+            // Addressed with our CONNECT's id and token, so it answers our
+            // CONNECT; taken once per handshake (spec 4.2).
+            match conn.on_retry(now, r, &mut self.res, &config) {
+                RetryOutcome::Taken => self.refresh(i as u32, now, false),
+                // Counted with the pool refusals.
+                RetryOutcome::NoRoom => {}
+                RetryOutcome::Ignored => self.drops.retry_ignored += 1,
+            }
+            return;
+        }
         let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, &config);
         if outcome == Some(ReliableOutcome::Placed) {
             // The receiver's active senders, newest last (spec 4.10.4).
@@ -80,9 +92,18 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.refresh(i as u32, now, false);
     }
 
+    /// A CONNECT (spec 4.2 step 3): a repeat of one that created a
+    /// connection gets that connection's ACCEPT again; otherwise the
+    /// address must be proved with a cookie (a RETRY answers, nothing is
+    /// kept), the source must be within its limits, and a slot free (a
+    /// CLOSE REJECTED answers otherwise). Every answer without a
+    /// connection goes through the bounded stateless queue and is smaller
+    /// than the CONNECT.
     fn on_connect(&mut self, now: Instant, meta: &RxMeta, c: &ConnectRepr) {
         let config = self.config;
         // A repeated CONNECT: answer it with an ACCEPT, create nothing.
+        // The connection's address was verified when it was created, and
+        // the ACCEPT goes there.
         let hash = self.hash_peer(&meta.source.ip, c.src_conn, c.src_token);
         let slots = &self.slots;
         let existing = self.index.find(hash, |v| {
@@ -99,26 +120,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
             return;
         }
-        // Spec 5.3.6: the suite and key, or a refusal, before any state.
-        let mut protection = match self.res.keys.answer(&config.protection, c) {
-            Ok(p) => p,
-            Err(_) => {
-                self.reply_stateless(
-                    PeerAddr {
-                        ip: meta.source.ip,
-                        port: if c.reply_port != 0 {
-                            c.reply_port
-                        } else {
-                            config.udp_port
-                        },
-                    },
-                    c.src_conn,
-                    c.src_token,
-                    CloseReason::Rejected,
-                );
-                return;
-            }
-        };
         let port = if c.reply_port != 0 {
             c.reply_port
         } else {
@@ -128,17 +129,83 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             ip: meta.source.ip,
             port,
         };
-        let slot = if config.accept_incoming {
-            self.allocate_slot()
-        } else {
-            None
+        if !config.accept_incoming {
+            self.drops.refused += 1;
+            self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
+            return;
+        }
+        // Address validation (spec 4.2, 5.1.4).
+        let required = match config.address_validation {
+            AddressValidation::Always => true,
+            AddressValidation::WhenLoaded { half_open } => self.half_open >= half_open,
         };
-        let Some((i, _, id)) = slot else {
+        if required {
+            self.cookies
+                .rotate(now, config.cookie_lifetime, &mut self.res.rng);
+            let check = if c.cookie == [0; wire::COOKIE_LEN] {
+                None
+            } else {
+                Some(self.cookies.check(
+                    now,
+                    config.cookie_lifetime,
+                    &meta.source.ip,
+                    meta.source.port,
+                    c,
+                ))
+            };
+            match check {
+                Some(CookieCheck::Valid) => {}
+                other => {
+                    match other {
+                        None => self.drops.connect_unverified += 1,
+                        Some(CookieCheck::Expired) => self.drops.cookie_expired += 1,
+                        _ => self.drops.cookie_invalid += 1,
+                    }
+                    if self.stateless.is_full() {
+                        // No MAC for a reply that would not be sent.
+                        self.drops.replies_dropped += 1;
+                        return;
+                    }
+                    let cookie = self
+                        .cookies
+                        .issue(now, &meta.source.ip, meta.source.port, c);
+                    self.reply_stateless(peer, c, StatelessBody::Retry(cookie));
+                    return;
+                }
+            }
+        }
+        // Per-source limits (spec 5.1.4).
+        let bucket = self.sources.bucket_of(&meta.source.ip);
+        if let Some(b) = bucket {
+            if let Err(why) = self.sources.check(b, now, &config.source_limits) {
+                match why {
+                    SourceRefusal::Rate => self.drops.refused_source_rate += 1,
+                    SourceRefusal::HalfOpen => self.drops.refused_source_half_open += 1,
+                }
+                self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
+                return;
+            }
+        }
+        // Spec 5.3.6: the suite and key, or a refusal, before any state
+        // (and only for a proved address: a key slot is state).
+        let mut protection = match self.res.keys.answer(&config.protection, c) {
+            Ok(p) => p,
+            Err(_) => {
+                self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
+                return;
+            }
+        };
+        let Some((i, _, id)) = self.allocate_slot() else {
             self.res.keys.release(&mut protection);
             self.drops.refused += 1;
-            self.reply_stateless(peer, c.src_conn, c.src_token, CloseReason::Rejected);
+            self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
             return;
         };
+        if let Some(b) = bucket {
+            self.sources.charge(b);
+        }
+        self.half_open += 1;
+        self.slots[i as usize].half_open = true;
         let pd = match config.accept_domain {
             AcceptDomain::Shared(pd) => pd,
             AcceptDomain::PerConnection => {
@@ -172,27 +239,23 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.refresh(i, now, false);
     }
 
-    /// Queues a reply that needs no connection; dropped and counted when
-    /// the queue is full (a flood gets no more answers than the queue holds
-    /// per poll).
-    pub(super) fn reply_stateless(
-        &mut self,
-        peer: PeerAddr,
-        dst_conn: u32,
-        token: u64,
-        reason: CloseReason,
-    ) {
-        if self
-            .stateless
-            .push_back(StatelessReply {
-                peer,
-                dst_conn,
-                token,
-                reason,
-            })
-            .is_err()
-        {
+    /// Queues a reply to CONNECT `c` that needs no connection; dropped and
+    /// counted when the queue is full (a flood gets no more answers than
+    /// the queue holds per poll).
+    fn reply_stateless(&mut self, peer: PeerAddr, c: &ConnectRepr, body: StatelessBody) {
+        let reply = StatelessReply {
+            peer,
+            dst_conn: c.src_conn,
+            token: c.src_token,
+            body,
+        };
+        if self.stateless.push_back(reply).is_err() {
             self.drops.replies_dropped += 1;
+            return;
+        }
+        match body {
+            StatelessBody::Retry(_) => self.drops.retries_sent += 1,
+            StatelessBody::Close(_) => self.drops.rejects_sent += 1,
         }
     }
 

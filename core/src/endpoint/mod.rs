@@ -19,7 +19,9 @@
 //!   [`Endpoint::close`], [`Endpoint::release`], [`Endpoint::post_send`],
 //!   [`Endpoint::post_recv`]. Incoming connections are accepted on their
 //!   own when [`Config::accept_incoming`] is set and reported as
-//!   [`Event::Incoming`].
+//!   [`Event::Incoming`]: a CONNECT creates one only once its source has
+//!   proved its address (a RETRY's cookie, spec 4.2) and is within its
+//!   per-source limits; until then the endpoint keeps nothing for it.
 //! * **Outputs**, polled after any input or command, in this order:
 //!   [`Endpoint::poll_transmit`] until it returns `None` (each call writes
 //!   one packet's headers; its payload is gathered from memory and the CRC
@@ -48,11 +50,13 @@
 //! `handle_packet` through the caller's [`Memory`], only after every check
 //! passed, and only inside registered regions.
 
+mod admission;
 mod input;
 mod output;
 mod protection;
 mod table;
 
+pub use admission::SourceBucket;
 pub use table::ConnSlot;
 
 use core::hash::Hasher;
@@ -194,17 +198,31 @@ pub struct PoolUsage {
     pub regions: (u32, u32),
 }
 
-/// A reply sent without connection state (a refused CONNECT).
+/// What a stateless reply says.
+#[derive(Debug, Clone, Copy)]
+enum StatelessBody {
+    /// CLOSE (REJECTED): a refused CONNECT.
+    Close(CloseReason),
+    /// RETRY with a cookie: prove the address first (spec 4.2).
+    Retry([u8; wire::COOKIE_LEN]),
+}
+
+/// A reply sent without connection state (to a CONNECT), addressed by the
+/// CONNECT's Source Connection ID and Source Token.
 #[derive(Debug, Clone, Copy)]
 struct StatelessReply {
     peer: PeerAddr,
     dst_conn: u32,
     token: u64,
-    reason: CloseReason,
+    body: StatelessBody,
 }
 
-/// Stateless replies held for sending; more are dropped and counted.
-const STATELESS_QUEUE: usize = 16;
+/// Stateless replies (RETRY, CLOSE REJECTED) held for sending; more are
+/// dropped and counted. As many as a platform's poll takes in datagrams
+/// (the engine loop's receive budget, 32), so a burst of CONNECTs that one
+/// poll receives is answered in full; a flood beyond that rate gets no
+/// more answers than the queue holds per poll.
+const STATELESS_QUEUE: usize = 32;
 
 /// A MetaRoCE endpoint with connections of up to `P` paths, over storage
 /// of backing `B`.
@@ -223,6 +241,12 @@ pub struct Endpoint<B: Backing, const P: usize> {
     active: List,
     stateless: Deque<StatelessReply, STATELESS_QUEUE>,
     hash_key: (u64, u64),
+    /// Secrets of the RETRY cookies (spec 4.2).
+    cookies: admission::CookieKeys,
+    /// Per-source half-open connections and connect rates (spec 5.1.4).
+    sources: admission::SourceTable<Slice<B, SourceBucket>>,
+    /// Connections counted as half open (Accepting).
+    half_open: u32,
     live: u32,
     /// Active senders on the node's other shards (for the fair share).
     other_senders: u32,
@@ -279,6 +303,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let () = Self::_PATHS;
         let mut rng = Rng::new(seed);
         let hash_key = (rng.next_u64(), rng.next_u64());
+        let source_key = (rng.next_u64(), rng.next_u64());
+        let cookie_keys = admission::CookieKeys::new(&mut rng);
         let Storage {
             mut connections,
             connection_index,
@@ -290,6 +316,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             reorder_words,
             reorder_nodes,
             regions,
+            sources,
+            cookies,
             key_slots,
         } = storage;
         let capacity = connections.len().min(1 << 24);
@@ -322,6 +350,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 refusals: PoolRefusals::default(),
                 rx_refusals: crate::stats::RefusalStats::default(),
                 keys: crate::crypto::KeyPool::new(key_slots),
+                cookies: Pool::new(cookies),
             },
             wheel: TimerWheel::new(),
             free,
@@ -332,6 +361,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             active: List::EMPTY,
             stateless: Deque::new(),
             hash_key,
+            cookies: cookie_keys,
+            sources: admission::SourceTable::new(sources, source_key),
+            half_open: 0,
             live: 0,
             other_senders: 0,
             next_domain: crate::config::PER_CONNECTION_DOMAINS,
@@ -405,6 +437,35 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.live
     }
 
+    /// Half-open connections: accepted, ACCEPT sent, the initiator not yet
+    /// heard from again (spec 4.2, 5.1.4).
+    pub fn half_open(&self) -> u32 {
+        self.half_open
+    }
+
+    /// Half-open connections counted for source address `ip` (and any
+    /// address sharing its bucket).
+    pub fn half_open_from(&self, ip: &smoltcp::wire::IpAddress) -> u32 {
+        self.sources.half_open_of(ip)
+    }
+
+    /// Slot `i` leaves the half-open count (it left Accepting, or is freed).
+    /// Once per accepted connection: kept out of line.
+    #[cold]
+    #[inline(never)]
+    fn leave_half_open(&mut self, i: u32) {
+        let s = &mut self.slots[i as usize];
+        if !s.half_open {
+            return;
+        }
+        s.half_open = false;
+        let ip = s.conn.peer.ip;
+        self.half_open -= 1;
+        if let Some(b) = self.sources.bucket_of(&ip) {
+            self.sources.release(b);
+        }
+    }
+
     fn hash_peer(&self, ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
         hash_with(self.hash_key, ip, id, token)
     }
@@ -428,7 +489,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !s.live {
             return;
         }
+        self.leave_half_open(i);
+        let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
+        conn.drop_cookie(&mut self.res);
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
         self.res.keys.release(&mut conn.protection);
@@ -730,7 +794,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 }
 
 /// The index's keyed hash, for callers that hold the key apart from `self`.
-fn hash_with(key: (u64, u64), ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
+pub(crate) fn hash_with(
+    key: (u64, u64),
+    ip: &smoltcp::wire::IpAddress,
+    id: u32,
+    token: u64,
+) -> u64 {
     let mut h = SipHasher13::new_with_keys(key.0, key.1);
     match ip {
         smoltcp::wire::IpAddress::Ipv4(a) => h.write(&a.octets()),

@@ -4,13 +4,13 @@
 
 use core::time::Duration;
 
-use super::{ConnSlot, Endpoint};
+use super::{ConnSlot, Endpoint, StatelessBody};
 use crate::api::{Completion, Transmit};
 use crate::conn::{ConnState, Event, PendingEvents};
 use crate::storage::Backing;
 use crate::time::Instant;
 use crate::wire::encap::ecn;
-use crate::wire::{Body, CloseRepr, Flags, Header, Repr};
+use crate::wire::{Body, CloseRepr, Flags, Header, Repr, RetryRepr};
 
 /// Starved connections woken each time pool space comes back.
 const WAKE_PER_RELEASE: usize = 2;
@@ -26,11 +26,19 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// it at `now` would expire it again in the same call).
     pub(super) fn refresh(&mut self, i: u32, now: Instant, in_timeout: bool) {
         let config = self.config;
-        let s = &mut self.slots[i as usize];
+        let s = &self.slots[i as usize];
         if !s.live {
             return;
         }
+        if s.half_open && s.conn.state != ConnState::Accepting {
+            self.leave_half_open(i);
+        }
+        let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
+        if conn.cookie.is_some() && conn.state != ConnState::Connecting {
+            // The handshake is over: its RETRY cookie goes back.
+            conn.drop_cookie(&mut self.res);
+        }
         if conn.state.is_terminal() || s.released {
             conn.release_sender(&mut self.res);
         } else {
@@ -160,7 +168,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                     path: 0,
                     timestamp: now.wire_timestamp(),
                 },
-                body: Body::Close(CloseRepr { reason: r.reason }),
+                body: match r.body {
+                    StatelessBody::Close(reason) => Body::Close(CloseRepr { reason }),
+                    StatelessBody::Retry(cookie) => Body::Retry(RetryRepr { cookie }),
+                },
                 payload_len: 0,
             };
             if buf.len() >= repr.header_len() {

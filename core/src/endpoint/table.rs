@@ -24,6 +24,9 @@ pub struct ConnSlot<const P: usize> {
     pub(crate) released: bool,
     /// Filed in the CONNECT-duplicate index.
     pub(crate) indexed: bool,
+    /// Counted as half open (endpoint-wide and in its source's bucket)
+    /// until it leaves Accepting.
+    pub(crate) half_open: bool,
     pub(crate) timer: TimerEntry,
     /// Intrusive links: ready to transmit, completions waiting, events
     /// waiting, starved of pool space.
@@ -44,6 +47,7 @@ impl<const P: usize> ConnSlot<P> {
         live: false,
         released: false,
         indexed: false,
+        half_open: false,
         timer: TimerEntry::IDLE,
         ready: UNLINKED,
         completions: UNLINKED,

@@ -27,8 +27,9 @@ use core::ops::DerefMut;
 
 use crate::conn::{InflightRecord, RecvEntry, SenderState, WorkEntry};
 use crate::crypto::KeySlot;
-use crate::endpoint::ConnSlot;
+use crate::endpoint::{ConnSlot, SourceBucket};
 use crate::memory::RegionSlot;
+use crate::wire::COOKIE_LEN;
 use buddy::{BuddyNode, MIN_SHIFT};
 use pool::PoolEntry;
 
@@ -100,6 +101,13 @@ pub struct Layout {
     pub reorder_words: u32,
     /// Memory regions.
     pub regions: u32,
+    /// Buckets of the per-source CONNECT limits (spec 5.1.4); the largest
+    /// power of two up to it is used. 0: no per-source limits.
+    pub sources: u32,
+    /// Initiators' RETRY cookies held at once (spec 4.2): a connection
+    /// holds one from its RETRY until the ACCEPT; when none is free a
+    /// RETRY waits for the next CONNECT.
+    pub cookies: u32,
     /// Protected connections at once (spec 5.3): each holds a slot of the
     /// key pool (its key schedules) while it lives. 0 without the `aead`
     /// feature.
@@ -127,12 +135,27 @@ impl Layout {
             inflight_records: 16_384,
             reorder_words: DEFAULT_REORDER_WORDS,
             regions: max(64, c.saturating_mul(2)),
+            sources: Layout::sources_for(c),
+            cookies: Layout::cookies_for(c),
             key_slots: if crate::crypto::SUPPORTED {
                 min(c, 1024)
             } else {
                 0
             },
         }
+    }
+
+    /// Per-source buckets for `connections`: one per connection (a power
+    /// of two, at least 64, at most 65,536; 12 bytes each), so sources
+    /// rarely share one.
+    pub const fn sources_for(connections: u32) -> u32 {
+        max(64, min(connections, 1 << 16)).next_power_of_two()
+    }
+
+    /// Cookie slots for `connections`: one per connection up to 4,096 (36
+    /// bytes each), as many handshakes as a client opens at once.
+    pub const fn cookies_for(connections: u32) -> u32 {
+        min(connections, 4096)
     }
 
     /// Allocator nodes for the out-of-order bitmap words.
@@ -186,6 +209,8 @@ impl Layout {
             + self.reorder_words_used() * size_of::<u64>()
             + self.reorder_nodes() * size_of::<BuddyNode>()
             + self.regions as usize * size_of::<RegionSlot>()
+            + self.sources as usize * size_of::<SourceBucket>()
+            + self.cookies as usize * size_of::<PoolEntry<[u8; COOKIE_LEN]>>()
             + self.key_slots as usize * size_of::<KeySlot>()
     }
 
@@ -204,6 +229,8 @@ impl Layout {
             reorder_words: vec![0; self.reorder_words_used()],
             reorder_nodes: vec![BuddyNode::INIT; self.reorder_nodes()],
             regions: vec![RegionSlot::VACANT; self.regions as usize],
+            sources: vec![SourceBucket::EMPTY; self.sources as usize],
+            cookies: vec![PoolEntry::vacant([0; COOKIE_LEN]); self.cookies as usize],
             key_slots: vec![KeySlot::VACANT; self.key_slots as usize],
         }
     }
@@ -244,6 +271,9 @@ pub struct Storage<B: Backing, const P: usize> {
     pub reorder_words: Slice<B, u64>,
     pub reorder_nodes: Slice<B, BuddyNode>,
     pub regions: Slice<B, RegionSlot>,
+    pub sources: Slice<B, SourceBucket>,
+    /// Initiators' RETRY cookies (spec 4.2).
+    pub cookies: Slice<B, PoolEntry<[u8; COOKIE_LEN]>>,
     /// The key pool of protected connections (spec 5.3).
     pub key_slots: Slice<B, KeySlot>,
 }
@@ -271,6 +301,8 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
         let nodes = self.inflight_nodes.len() / count;
         let reorder = self.reorder_nodes.len() / count;
         let regions = self.regions.len() / count;
+        let sources = self.sources.len() / count;
+        let cookies = self.cookies.len() / count;
         let keys = self.key_slots.len() / count;
         let mut out = heapless::Vec::new();
         for _ in 0..count {
@@ -285,6 +317,8 @@ impl<'a, const P: usize> Storage<Borrowed<'a>, P> {
                 reorder_words: take(&mut self.reorder_words, reorder << MIN_SHIFT),
                 reorder_nodes: take(&mut self.reorder_nodes, reorder),
                 regions: take(&mut self.regions, regions),
+                sources: take(&mut self.sources, sources),
+                cookies: take(&mut self.cookies, cookies),
                 key_slots: take(&mut self.key_slots, keys),
             };
             // `count <= N`: the pushes fit.
@@ -304,6 +338,8 @@ impl<B: Backing, const P: usize> core::fmt::Debug for Storage<B, P> {
             .field("inflight_records", &self.inflight_records.len())
             .field("reorder_words", &self.reorder_words.len())
             .field("regions", &self.regions.len())
+            .field("sources", &self.sources.len())
+            .field("cookies", &self.cookies.len())
             .field("key_slots", &self.key_slots.len())
             .finish()
     }

@@ -42,6 +42,8 @@ pub fn storage<const P: usize>(layout: &Layout) -> Storage<TestHeap, P> {
         reorder_words: vec![0; layout.reorder_words_used()],
         reorder_nodes: vec![BuddyNode::INIT; layout.reorder_nodes()],
         regions: vec![RegionSlot::VACANT; layout.regions as usize],
+        sources: vec![metaroce_core::SourceBucket::EMPTY; layout.sources as usize],
+        cookies: vec![PoolEntry::vacant([0; 32]); layout.cookies as usize],
         key_slots: vec![metaroce_core::crypto::KeySlot::VACANT; layout.key_slots as usize],
     }
 }

@@ -132,6 +132,10 @@ struct Common {
     /// Record every datagram sent and received to this pcap file.
     #[arg(long)]
     pcap: Option<PathBuf>,
+    /// Seconds a connection rides through an outage (retransmitting
+    /// without progress) and a handshake keeps repeating CONNECT.
+    #[arg(long, default_value_t = DEFAULT_RIDE_THROUGH)]
+    ride_through: f64,
     /// Pre-shared key for packet protection (spec 5.3): a file of 64
     /// hexadecimal digits or 32 raw bytes.
     #[arg(long)]
@@ -177,6 +181,9 @@ fn protection(c: &Common) -> Result<Option<Protection>, HostError> {
     }))
 }
 
+/// `--ride-through` by default: the emulation profile's (spec 4.11).
+const DEFAULT_RIDE_THROUGH: f64 = 10.0;
+
 #[derive(Args, Debug)]
 struct ServeArgs {
     /// Address and port to listen on.
@@ -204,6 +211,14 @@ struct ServeArgs {
     /// Regions (announced or joined) one peer address may hold.
     #[arg(long, default_value_t = PeerBudget::default().regions_per_peer)]
     regions_per_peer: u32,
+    /// Connections one peer address may open per second (and at once);
+    /// more are refused with CLOSE (REJECTED). 0: no limit.
+    #[arg(long, default_value_t = metaroce_core::Config::default().source_limits.connects_per_second)]
+    connects_per_second_per_peer: u32,
+    /// Half-open connections (ACCEPT sent, not yet confirmed) one peer
+    /// address may hold; more are refused. 0: no limit.
+    #[arg(long, default_value_t = metaroce_core::Config::default().source_limits.half_open)]
+    half_open_per_peer: u32,
     /// Engine threads, each serving its own shard of the connection table
     /// on its own UDP port (named in its ACCEPTs); up to the CPUs.
     #[arg(long, default_value_t = 1)]
@@ -229,9 +244,10 @@ struct ClientArgs {
     /// Seconds to keep posting.
     #[arg(long)]
     duration: Option<f64>,
-    /// Seconds without progress before giving up.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
+    /// Seconds without a completion before giving up (default: the
+    /// ride-through and 5 s more: the connection itself gives up first).
+    #[arg(long)]
+    timeout: Option<f64>,
     /// Pattern seed (the server checks against it).
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -286,6 +302,10 @@ fn node_config(
     accept: bool,
     connections: u32,
 ) -> Result<NodeConfig, HostError> {
+    let ride_through = seconds("--ride-through", c.ride_through)?;
+    if ride_through.is_zero() {
+        return Err(HostError::Usage("--ride-through must be above 0".into()));
+    }
     Ok(NodeConfig {
         bind,
         paths: c.paths,
@@ -300,8 +320,21 @@ fn node_config(
             0
         },
         seed: None,
+        ride_through: Some(ride_through),
+        source_limits: None,
         protection: protection(c)?,
     })
+}
+
+/// A serving node's settings: the common ones and the per-source limits
+/// on incoming connections (spec 4.2.3).
+fn serve_node_config(a: &ServeArgs, bind: SocketAddr) -> Result<NodeConfig, HostError> {
+    let mut config = node_config(bind, &a.common, true, a.connections)?;
+    config.source_limits = Some(metaroce_core::config::SourceLimits {
+        connects_per_second: a.connects_per_second_per_peer,
+        half_open: a.half_open_per_peer,
+    });
+    Ok(config)
 }
 
 /// Prints a line; a closed stdout (the reader went away) does not stop
@@ -342,7 +375,7 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
         return serve_sharded(a, &signalled);
     }
     let bind = parse_addr("--bind", &a.bind)?;
-    let mut node = Node::bind(&node_config(bind, &a.common, true, a.connections)?)?;
+    let mut node = Node::bind(&serve_node_config(a, bind)?)?;
     if let Some(p) = &a.common.pcap {
         node.link.pcap = Some(PcapRecorder::create(p)?);
     }
@@ -449,7 +482,7 @@ fn serve_sharded(a: &ServeArgs, signalled: &AtomicBool) -> Result<(), HostError>
     }
     let bind = parse_addr("--bind", &a.bind)?;
     let sharded = ShardedServer::bind(&ShardedConfig {
-        node: node_config(bind, &a.common, true, a.connections)?,
+        node: serve_node_config(a, bind)?,
         threads: a.threads,
         budget: serve_budget(a),
     })?;
@@ -506,11 +539,15 @@ fn print_sharded_summary(outcomes: &[ThreadOutcome], json: bool) {
     let threads = shard::thread_summaries(outcomes);
     let steering = shard::total_steering(outcomes);
     let nodes = shard::nodes(outcomes);
+    let live: u32 = nodes.iter().map(|n| n.ep.live_connections()).sum();
+    let half_open: u32 = nodes.iter().map(|n| n.ep.half_open()).sum();
     if json {
         say(&serde_json::json!({
             "summary": {
                 "connections": c.connections,
                 "open": open,
+                "live": live,
+                "half_open": half_open,
                 "server": c,
                 "endpoint": metaroce_host::counters::json_sum(&nodes),
                 "steering": steering,
@@ -521,11 +558,13 @@ fn print_sharded_summary(outcomes: &[ThreadOutcome], json: bool) {
         return;
     }
     say(&format!(
-        "serve summary: {} connections ({} open, {} joins); refused: {} over the peer's connection budget, \
+        "serve summary: {} connections ({} open, {} joins, {} in the table, {} half open); refused: {} over the peer's connection budget, \
          {} without buffers, {} bad size, {} over budget, {} bad ticket, {} second announce",
         c.connections,
         open,
         c.joins,
+        live,
+        half_open,
         c.refused_peer_connections,
         c.refused_no_buffers,
         c.refused_bad_size,
@@ -562,6 +601,8 @@ fn print_serve_summary(server: &Server, json: bool) {
             "summary": {
                 "connections": c.connections,
                 "open": server.open_connections(),
+                "live": node.ep.live_connections(),
+                "half_open": node.ep.half_open(),
                 "server": c,
                 "endpoint": metaroce_host::counters::json(node),
                 "reseeds": node.engine_stats().reseeds,
@@ -575,11 +616,13 @@ fn print_serve_summary(server: &Server, json: bool) {
         return;
     }
     say(&format!(
-        "serve summary: {} connections ({} open, {} closed ({} idle timeouts), {} failed, {} joins); refused: \
+        "serve summary: {} connections ({} open, {} in the table, {} half open, {} closed ({} idle timeouts), {} failed, {} joins); refused: \
          {} over the peer's connection budget, {} without buffers, {} bad size, {} second announce, \
          {} bad ticket, {} over budget ({} peer bytes, {} total bytes, {} peer regions, {} no keys)",
         c.connections,
         server.open_connections(),
+        node.ep.live_connections(),
+        node.ep.half_open(),
         c.closed,
         c.idle_timeouts,
         c.failed,
@@ -657,8 +700,13 @@ fn client(
         size: a.size,
         count,
         duration,
-        stall_timeout: seconds("--timeout", a.timeout)?,
-        connect_timeout: seconds("--timeout", a.timeout.min(5.0))?,
+        stall_timeout: match a.timeout {
+            Some(t) => seconds("--timeout", t)?,
+            None => node.ep.config().ride_through + Duration::from_secs(5),
+        },
+        // The core repeats CONNECT for its connect timeout (the
+        // ride-through); this only guards it.
+        connect_timeout: node.ep.config().connect_timeout + Duration::from_secs(2),
         seed: a.seed,
     };
     let live = !a.quiet && !a.common.json;
@@ -888,10 +936,11 @@ fn print_summary(s: &Summary, limit: &RunLimit, json: bool) {
         return;
     }
     println!(
-        "{} {} -> {}: {} messages x {} B = {} B in {:.2} s: goodput {:.1} Mbit/s",
+        "{} {} -> {}: connected in {:.3} s; {} messages x {} B = {} B in {:.2} s: goodput {:.1} Mbit/s",
         s.operation,
         s.local,
         s.peer,
+        s.connect_seconds,
         s.completions,
         s.message_size,
         s.bytes,

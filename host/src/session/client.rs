@@ -27,7 +27,9 @@ pub struct ClientOptions {
     pub duration: Option<Duration>,
     /// Give up when nothing completes for this long.
     pub stall_timeout: Duration,
-    /// Give up on the handshake after this long.
+    /// Give up on the handshake after this long (the core gives up after
+    /// its connect timeout, `Config::connect_timeout`: this is a guard
+    /// above it).
     pub connect_timeout: Duration,
     /// Pattern seed.
     pub seed: u64,
@@ -53,6 +55,9 @@ pub struct Summary {
     pub peer: String,
     pub local: String,
     pub message_size: u32,
+    /// Seconds from `connect` to the handshake's completion (RETRY round
+    /// trip included).
+    pub connect_seconds: f64,
     pub completions: u64,
     pub bytes: u64,
     pub seconds: f64,
@@ -143,6 +148,7 @@ pub fn run_client(
             app::MAX_MESSAGE
         )));
     }
+    let connect_started = WallInstant::now();
     let h = node
         .connect(opts.peer)
         .map_err(|e| HostError::Transfer(format!("connect: {e:?}")))?;
@@ -162,6 +168,23 @@ pub fn run_client(
                 if let Event::Connected(_) = e {
                     return Some(Ok(()));
                 }
+                if let Event::Failed {
+                    status: Status::RetryExceeded,
+                    ..
+                } = e
+                {
+                    // The core repeated CONNECT for its connect timeout.
+                    return Some(Err(if n.io().rx_errors > 0 {
+                        HostError::Unreachable(format!(
+                            "{peer}: port unreachable (nothing listens there)"
+                        ))
+                    } else {
+                        HostError::Unreachable(format!(
+                            "{peer}: no answer to the handshake within {:?}",
+                            n.ep.config().connect_timeout
+                        ))
+                    }));
+                }
                 if let Some(err) = conn_failure(e) {
                     return Some(Err(err));
                 }
@@ -179,6 +202,7 @@ pub fn run_client(
             }
         },
     )?;
+    let connect_seconds = connect_started.elapsed().as_secs_f64();
 
     // Announce, get the region.
     control
@@ -448,6 +472,7 @@ pub fn run_client(
         peer: opts.peer.to_string(),
         local: node.local_addr().to_string(),
         message_size: opts.size,
+        connect_seconds,
         completions: completed,
         bytes,
         seconds,

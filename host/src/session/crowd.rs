@@ -322,6 +322,8 @@ fn bind_node(bind: SocketAddr, connections: u32) -> Result<Node, String> {
         connections,
         receives_per_connection: 0,
         seed: None,
+        ride_through: None,
+        source_limits: None,
         protection: None,
     })
     .map_err(|e| format!("bind {bind}: {e}"))

@@ -151,6 +151,14 @@ pub fn main() -> ! {
             Config::default().accept_domain
         },
         mtu: 1024,
+        // Every CONNECT proves its address with a RETRY's cookie first
+        // (spec 4.2); one source (the harness gateway, a client opening
+        // the whole table) may hold the table.
+        address_validation: metaroce_core::config::AddressValidation::Always,
+        source_limits: metaroce_core::config::SourceLimits {
+            connects_per_second: 4 * SERVE_CONNECTIONS as u32,
+            half_open: SERVE_CONNECTIONS as u32,
+        },
         ..Config::for_emulation()
     };
     // The host role and the serve role never run together: they share

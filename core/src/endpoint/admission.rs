@@ -1,0 +1,469 @@
+//! Admission of CONNECTs (spec 4.2, 5.1.4): the stateless cookies of the
+//! RETRY exchange, and the per-source limits on verified CONNECTs.
+//!
+//! # Cookies
+//!
+//! A cookie is 32 bytes: the issue time (4 bytes, big-endian, in ticks of
+//! 2^30 ns of the acceptor's clock), a format byte (1), 11 zero bytes and
+//! a 16-byte tag, SipHash-2-4-128 keyed with a 16-byte secret over
+//!
+//! ```text
+//! cookie[0..16] | source IP (16 bytes, IPv4 mapped to ::ffff:a.b.c.d)
+//!               | UDP source port (2) | CONNECT extension bytes 0..32
+//! ```
+//!
+//! The extension bytes are the CONNECT's Source Connection ID, Source
+//! Token, MTU, Max Paths, Window, Reply Port, Timer Profile, Suite, Initial
+//! PSN and Key ID exactly as on the wire, so a cookie is good for one
+//! address, one port and one offer only. The secret is drawn from the
+//! endpoint's generator and replaced every cookie lifetime (aligned on
+//! multiples of it); a cookie issued in the previous period still
+//! verifies with the previous secret, nothing older does. The tag is
+//! compared in constant time.
+//!
+//! # Per-source buckets
+//!
+//! A fixed table of [`SourceBucket`]s, indexed by a keyed SipHash of the
+//! source address: O(1) per CONNECT, no allocation, and addresses that
+//! collide simply share a bucket (a remote sender cannot aim collisions
+//! without the key). Each bucket counts its half-open connections and
+//! holds a token bucket of connects, kept as a debt that drains with time
+//! so an all-zero bucket is a full one.
+
+use core::hash::Hasher;
+
+use siphasher::sip128::{Hasher128, SipHasher24};
+use smoltcp::wire::IpAddress;
+
+use crate::config::SourceLimits;
+use crate::rng::Rng;
+use crate::time::Instant;
+use crate::wire::{ConnectRepr, COOKIE_LEN};
+
+/// Ticks of the cookie clock: 2^30 ns (about 1.07 s).
+const TICK_SHIFT: u32 = 30;
+/// The cookie's format byte.
+const COOKIE_FORMAT: u8 = 1;
+
+/// What a received cookie turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CookieCheck {
+    Valid,
+    /// Well formed, but older than the lifetime (or from the future).
+    Expired,
+    /// Not one this endpoint issued for this address, port and offer.
+    Invalid,
+}
+
+/// The secrets of the cookie MAC: this period's and the previous one's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CookieKeys {
+    period: u32,
+    current: [u8; 16],
+    previous: Option<[u8; 16]>,
+}
+
+/// The IP address as 16 bytes (IPv4 mapped).
+fn ip16(ip: &IpAddress) -> [u8; 16] {
+    match ip {
+        IpAddress::Ipv4(a) => {
+            let mut b = [0u8; 16];
+            b[10] = 0xff;
+            b[11] = 0xff;
+            b[12..].copy_from_slice(&a.octets());
+            b
+        }
+        IpAddress::Ipv6(a) => a.octets(),
+    }
+}
+
+/// The first 32 bytes of a CONNECT's extension, as on the wire (spec
+/// 3.8.1): everything the initiator offers.
+fn offer_bytes(c: &ConnectRepr) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    b[0..4].copy_from_slice(&c.src_conn.to_be_bytes());
+    b[4..12].copy_from_slice(&c.src_token.to_be_bytes());
+    b[12..14].copy_from_slice(&c.mtu.to_be_bytes());
+    b[14..16].copy_from_slice(&c.max_paths.to_be_bytes());
+    b[16..20].copy_from_slice(&c.window.to_be_bytes());
+    b[20..22].copy_from_slice(&c.reply_port.to_be_bytes());
+    b[22] = c.timer_profile.code();
+    b[23] = c.suite.code();
+    b[24..28].copy_from_slice(&c.initial_psn.to_be_bytes());
+    b[28..32].copy_from_slice(&c.key_id.to_be_bytes());
+    b
+}
+
+/// The tag of a cookie whose first 16 bytes are `head`.
+pub(crate) fn cookie_tag(
+    key: &[u8; 16],
+    head: &[u8],
+    ip: &IpAddress,
+    port: u16,
+    c: &ConnectRepr,
+) -> [u8; 16] {
+    let mut msg = [0u8; 16 + 16 + 2 + 32];
+    msg[..16].copy_from_slice(&head[..16]);
+    msg[16..32].copy_from_slice(&ip16(ip));
+    msg[32..34].copy_from_slice(&port.to_be_bytes());
+    msg[34..].copy_from_slice(&offer_bytes(c));
+    let mut h = SipHasher24::new_with_key(key);
+    h.write(&msg);
+    u128::from(h.finish128()).to_le_bytes()
+}
+
+/// The cookie clock.
+fn tick(now: Instant) -> u32 {
+    (now.as_nanos() >> TICK_SHIFT) as u32
+}
+
+/// A lifetime in ticks (at least one).
+fn lifetime_ticks(lifetime: core::time::Duration) -> u32 {
+    ((lifetime.as_nanos() >> TICK_SHIFT) as u32).max(1)
+}
+
+impl CookieKeys {
+    pub(crate) fn new(rng: &mut Rng) -> CookieKeys {
+        let mut current = [0u8; 16];
+        rng.fill(&mut current);
+        CookieKeys {
+            period: 0,
+            current,
+            previous: None,
+        }
+    }
+
+    /// Replaces the secret when a new period has begun.
+    pub(crate) fn rotate(&mut self, now: Instant, lifetime: core::time::Duration, rng: &mut Rng) {
+        let period = tick(now) / lifetime_ticks(lifetime);
+        if period == self.period {
+            return;
+        }
+        self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
+        rng.fill(&mut self.current);
+        self.period = period;
+    }
+
+    /// A cookie for a CONNECT `c` from `ip`, UDP source port `port`.
+    pub(crate) fn issue(
+        &self,
+        now: Instant,
+        ip: &IpAddress,
+        port: u16,
+        c: &ConnectRepr,
+    ) -> [u8; COOKIE_LEN] {
+        let mut cookie = [0u8; COOKIE_LEN];
+        cookie[..4].copy_from_slice(&tick(now).to_be_bytes());
+        cookie[4] = COOKIE_FORMAT;
+        let tag = cookie_tag(&self.current, &cookie, ip, port, c);
+        cookie[16..].copy_from_slice(&tag);
+        cookie
+    }
+
+    /// Checks the cookie a CONNECT carries.
+    pub(crate) fn check(
+        &self,
+        now: Instant,
+        lifetime: core::time::Duration,
+        ip: &IpAddress,
+        port: u16,
+        c: &ConnectRepr,
+    ) -> CookieCheck {
+        let cookie = &c.cookie;
+        let issued = u32::from_be_bytes([cookie[0], cookie[1], cookie[2], cookie[3]]);
+        let now_tick = tick(now);
+        let lifetime = lifetime_ticks(lifetime);
+        if issued > now_tick || now_tick - issued > lifetime {
+            return CookieCheck::Expired;
+        }
+        if cookie[4] != COOKIE_FORMAT || cookie[5..16].iter().any(|&b| b != 0) {
+            return CookieCheck::Invalid;
+        }
+        let period = issued / lifetime;
+        let key = if period == self.period {
+            Some(&self.current)
+        } else if period.wrapping_add(1) == self.period {
+            self.previous.as_ref()
+        } else {
+            None
+        };
+        let Some(key) = key else {
+            return CookieCheck::Invalid;
+        };
+        let tag = cookie_tag(key, cookie, ip, port, c);
+        let diff = tag
+            .iter()
+            .zip(&cookie[16..])
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if diff == 0 {
+            CookieCheck::Valid
+        } else {
+            CookieCheck::Invalid
+        }
+    }
+}
+
+/// One bucket of the per-source table: the half-open connections and the
+/// recent connects of the source addresses that hash to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceBucket {
+    /// When `debt` was last brought up to date: milliseconds of the
+    /// endpoint's clock, wrapping (after 49 days a long-idle bucket may
+    /// look recent: it then lends less for a moment, never more).
+    stamp_ms: u32,
+    /// Connects charged and not yet drained, in thousandths of a connect.
+    debt: u32,
+    /// Half-open (Accepting) connections of this bucket.
+    half_open: u32,
+}
+
+impl SourceBucket {
+    /// An unused bucket (nothing owed, nothing half open).
+    pub const EMPTY: SourceBucket = SourceBucket {
+        stamp_ms: 0,
+        debt: 0,
+        half_open: 0,
+    };
+}
+
+/// Why a source was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SourceRefusal {
+    Rate,
+    HalfOpen,
+}
+
+/// The per-source table over caller-supplied buckets (a power of two of
+/// them is used).
+#[derive(Debug)]
+pub(crate) struct SourceTable<S> {
+    buckets: S,
+    mask: usize,
+    key: (u64, u64),
+}
+
+impl<S: core::ops::DerefMut<Target = [SourceBucket]>> SourceTable<S> {
+    pub(crate) fn new(mut buckets: S, key: (u64, u64)) -> Self {
+        buckets.fill(SourceBucket::EMPTY);
+        let usable = if buckets.is_empty() {
+            0
+        } else {
+            1usize << (usize::BITS - 1 - buckets.len().leading_zeros())
+        };
+        SourceTable {
+            buckets,
+            mask: usable.wrapping_sub(1),
+            key,
+        }
+    }
+
+    /// The bucket of `ip`; `None` without buckets (no per-source limits).
+    pub(crate) fn bucket_of(&self, ip: &IpAddress) -> Option<usize> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        // The connection index's keyed hash (one SipHash in the image).
+        Some(super::hash_with(self.key, ip, 0, 0) as usize & self.mask)
+    }
+
+    /// Whether bucket `i` may open one more connection now.
+    pub(crate) fn check(
+        &mut self,
+        i: usize,
+        now: Instant,
+        limits: &SourceLimits,
+    ) -> Result<(), SourceRefusal> {
+        let b = &mut self.buckets[i];
+        if limits.half_open != 0 && b.half_open >= limits.half_open {
+            return Err(SourceRefusal::HalfOpen);
+        }
+        if limits.connects_per_second != 0 {
+            let now_ms = (now.as_nanos() / 1_000_000) as u32;
+            let elapsed = u64::from(now_ms.wrapping_sub(b.stamp_ms));
+            // Drains `connects_per_second` thousandths per millisecond.
+            let drained = elapsed.saturating_mul(u64::from(limits.connects_per_second));
+            b.debt = u64::from(b.debt).saturating_sub(drained) as u32;
+            b.stamp_ms = now_ms;
+            let capacity = (u64::from(limits.connects_per_second) * 1000).min(u64::from(u32::MAX));
+            if u64::from(b.debt) + 1000 > capacity {
+                return Err(SourceRefusal::Rate);
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges bucket `i` with a new half-open connection.
+    pub(crate) fn charge(&mut self, i: usize) {
+        let b = &mut self.buckets[i];
+        b.debt = b.debt.saturating_add(1000);
+        b.half_open += 1;
+    }
+
+    /// A half-open connection of bucket `i` was established or ended.
+    pub(crate) fn release(&mut self, i: usize) {
+        let b = &mut self.buckets[i];
+        b.half_open = b.half_open.saturating_sub(1);
+    }
+
+    /// Half-open connections counted in `ip`'s bucket.
+    pub(crate) fn half_open_of(&self, ip: &IpAddress) -> u32 {
+        self.bucket_of(ip).map_or(0, |i| self.buckets[i].half_open)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{CipherSuite, TimerProfile};
+    use core::time::Duration;
+    use smoltcp::wire::{Ipv4Address, Ipv6Address};
+
+    #[test]
+    fn siphash_2_4_128_matches_the_reference_vector() {
+        // vectors_sip128[0] of the SipHash reference implementation: key
+        // 00 01 .. 0f, empty message.
+        let key: [u8; 16] = core::array::from_fn(|i| i as u8);
+        let h = SipHasher24::new_with_key(&key);
+        assert_eq!(
+            u128::from(h.finish128()).to_le_bytes(),
+            [
+                0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6, 0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55,
+                0x02, 0x93
+            ]
+        );
+    }
+
+    fn offer() -> ConnectRepr {
+        ConnectRepr {
+            src_conn: 0x0102_0304,
+            src_token: 0x1122_3344_5566_7788,
+            mtu: 1024,
+            max_paths: 4,
+            window: 256,
+            initial_psn: 77,
+            reply_port: 4795,
+            timer_profile: TimerProfile::Emulation,
+            suite: CipherSuite::None,
+            key_id: 0,
+            cookie: [0; COOKIE_LEN],
+        }
+    }
+
+    #[test]
+    fn the_cookie_construction_matches_an_independent_computation() {
+        // Spec 4.2.2's example, computed with a separate SipHash-2-4-128
+        // implementation (Python, from the reference C code): key 00..0f,
+        // issued at tick 5, from 10.0.0.1 port 50000, the offer below.
+        let keys = CookieKeys {
+            period: 0,
+            current: core::array::from_fn(|i| i as u8),
+            previous: None,
+        };
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let cookie = keys.issue(Instant::from_nanos(5 << 30), &ip, 50_000, &offer());
+        let want = [
+            0x00, 0x00, 0x00, 0x05, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x2f, 0x0b, 0x17, 0x07, 0x79, 0xb1, 0x67, 0x5c, 0x15, 0x7b, 0x62, 0xf5,
+            0xd0, 0x17, 0xc0, 0x67,
+        ];
+        assert_eq!(cookie, want);
+    }
+
+    #[test]
+    fn a_cookie_is_good_for_its_address_port_and_offer_only_and_expires() {
+        let mut rng = Rng::new(crate::rng::seed_from_u64(3));
+        let life = Duration::from_secs(30);
+        let mut keys = CookieKeys::new(&mut rng);
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let now = Instant::from_nanos(5 << 30);
+        keys.rotate(now, life, &mut rng);
+        let mut c = offer();
+        c.cookie = keys.issue(now, &ip, 50_000, &c);
+        assert_ne!(c.cookie, [0; COOKIE_LEN], "never all zero");
+        assert_eq!(keys.check(now, life, &ip, 50_000, &c), CookieCheck::Valid);
+        let other_ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 2));
+        assert_eq!(
+            keys.check(now, life, &other_ip, 50_000, &c),
+            CookieCheck::Invalid
+        );
+        let v6 = IpAddress::Ipv6(Ipv6Address::LOCALHOST);
+        assert_eq!(keys.check(now, life, &v6, 50_000, &c), CookieCheck::Invalid);
+        assert_eq!(
+            keys.check(now, life, &ip, 50_001, &c),
+            CookieCheck::Invalid,
+            "another source port"
+        );
+        for edit in [
+            |c: &mut ConnectRepr| c.reply_port += 1,
+            |c: &mut ConnectRepr| c.src_token ^= 1,
+            |c: &mut ConnectRepr| c.window = 16,
+            |c: &mut ConnectRepr| c.initial_psn += 1,
+            |c: &mut ConnectRepr| c.timer_profile = TimerProfile::DataCenter,
+            |c: &mut ConnectRepr| c.cookie[20] ^= 0x80,
+            |c: &mut ConnectRepr| c.cookie[7] = 1,
+        ] {
+            let mut d = c;
+            edit(&mut d);
+            assert_eq!(keys.check(now, life, &ip, 50_000, &d), CookieCheck::Invalid);
+        }
+        // Rotation keeps the previous period's key ...
+        let later = now + Duration::from_secs(25);
+        keys.rotate(later, life, &mut rng);
+        assert_eq!(keys.check(later, life, &ip, 50_000, &c), CookieCheck::Valid);
+        // ... but the lifetime ends it, and the key after two periods.
+        let late = now + Duration::from_secs(40);
+        keys.rotate(late, life, &mut rng);
+        assert_eq!(
+            keys.check(late, life, &ip, 50_000, &c),
+            CookieCheck::Expired
+        );
+        let mut old = c;
+        old.cookie[..4].copy_from_slice(&(tick(late) - 2).to_be_bytes());
+        assert_eq!(
+            keys.check(late, life, &ip, 50_000, &old),
+            CookieCheck::Invalid,
+            "a fresh time on an old tag"
+        );
+        let mut future = c;
+        future.cookie[..4].copy_from_slice(&(tick(late) + 1).to_be_bytes());
+        assert_eq!(
+            keys.check(late, life, &ip, 50_000, &future),
+            CookieCheck::Expired
+        );
+    }
+
+    #[test]
+    fn buckets_limit_rate_and_half_open_and_start_full() {
+        let mut t = SourceTable::new(std::vec![SourceBucket::EMPTY; 64], (1, 2));
+        let ip = IpAddress::Ipv4(Ipv4Address::new(192, 0, 2, 1));
+        let i = t.bucket_of(&ip).unwrap();
+        let limits = SourceLimits {
+            connects_per_second: 10,
+            half_open: 4,
+        };
+        let now = Instant::from_micros(10);
+        for _ in 0..4 {
+            t.check(i, now, &limits).unwrap();
+            t.charge(i);
+        }
+        assert_eq!(t.check(i, now, &limits), Err(SourceRefusal::HalfOpen));
+        for _ in 0..4 {
+            t.release(i);
+        }
+        assert_eq!(t.half_open_of(&ip), 0);
+        for _ in 0..6 {
+            t.check(i, now, &limits).unwrap();
+            t.charge(i);
+            t.release(i);
+        }
+        assert_eq!(t.check(i, now, &limits), Err(SourceRefusal::Rate));
+        // 100 ms later one more connect has drained.
+        let later = now + Duration::from_millis(100);
+        t.check(i, later, &limits).unwrap();
+        t.charge(i);
+        assert_eq!(t.check(i, later, &limits), Err(SourceRefusal::Rate));
+        let empty: SourceTable<std::vec::Vec<SourceBucket>> =
+            SourceTable::new(std::vec::Vec::new(), (1, 2));
+        assert_eq!(empty.bucket_of(&ip), None);
+    }
+}
