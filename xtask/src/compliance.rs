@@ -177,6 +177,54 @@ impl Drop for QemuServe {
     }
 }
 
+/// Starts `metaroce serve` on a free loopback port for `target` (`host`:
+/// one engine thread, `host-threads`: two), with the pre-shared key `psk`
+/// (policy `allow`, so the unprotected cases run as before) and budgets per
+/// peer as large as the table (the capacity check opens the whole table
+/// from one address, at once). Returns it and its address.
+fn start_host_server(
+    bin: &std::path::Path,
+    target: &str,
+    psk: Option<&std::path::Path>,
+) -> Result<(ServeProcess, String), Error> {
+    // `host-threads`: each thread has half the table; the suite's peer
+    // ignores the Reply Port, so its packets reach the owning thread
+    // through thread 0's forwarding.
+    let threads = if target == "host" { "1" } else { "2" };
+    let psk = psk.map(|p| p.display().to_string()).unwrap_or_default();
+    let mut child = Command::new(bin.join("metaroce"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--threads", threads])
+        .args(["--psk-file", &psk, "--key-id", "1", "--protect", "allow"])
+        .args(["--connections-per-peer", &HOST_CAPACITY.to_string()])
+        .args(["--half-open-per-peer", &HOST_CAPACITY.to_string()])
+        .args(["--connects-per-second-per-peer", &HOST_CAPACITY.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::new(format!("cannot start metaroce serve: {e}")))?;
+    let stdout = child.stdout.take();
+    let serve = ServeProcess(child);
+    let mut lines = stdout.map(|s| BufReader::new(s).lines());
+    let first = lines
+        .as_mut()
+        .and_then(Iterator::next)
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    // Keep reading what the server reports, so its stdout stays open.
+    if let Some(rest) = lines {
+        std::thread::spawn(move || {
+            for line in rest.map_while(Result::ok) {
+                println!("serve: {line}");
+            }
+        });
+    }
+    let addr = first
+        .rsplit(' ')
+        .next()
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+        .ok_or_else(|| Error::new(format!("metaroce serve said `{first}`")))?;
+    Ok((serve, addr.to_string()))
+}
+
 /// Runs the suite; returns the passed and failed case counts.
 fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> {
     util::run(&mut util::cargo([
@@ -196,61 +244,12 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
         "host" | "host-threads" => Some(write_psk_file()?),
         _ => None,
     };
-    let address = match target {
-        "host" | "host-threads" => {
-            // `host-threads`: two engine threads, each with half the table;
-            // the suite's peer ignores the Reply Port, so its packets
-            // reach the owning thread through thread 0's forwarding.
-            let threads = if target == "host" { "1" } else { "2" };
-            let psk = psk
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            let mut child = Command::new(bin.join("metaroce"))
-                .args(["serve", "--bind", "127.0.0.1:0", "--threads", threads])
-                .args(["--psk-file", &psk, "--key-id", "1", "--protect", "allow"])
-                // The capacity check below opens the whole table from one
-                // address, at once.
-                .args(["--connections-per-peer", &HOST_CAPACITY.to_string()])
-                .args(["--half-open-per-peer", &HOST_CAPACITY.to_string()])
-                .args(["--connects-per-second-per-peer", &HOST_CAPACITY.to_string()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(|e| Error::new(format!("cannot start metaroce serve: {e}")))?;
-            let stdout = child.stdout.take();
-            let serve = ServeProcess(child);
-            let mut lines = stdout.map(|s| BufReader::new(s).lines());
-            let first = lines
-                .as_mut()
-                .and_then(Iterator::next)
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            // Keep reading what the server reports, so its stdout stays open.
-            if let Some(rest) = lines {
-                std::thread::spawn(move || {
-                    for line in rest.map_while(Result::ok) {
-                        println!("serve: {line}");
-                    }
-                });
-            }
-            let addr = first
-                .rsplit(' ')
-                .next()
-                .and_then(|a| a.parse::<SocketAddr>().ok())
-                .ok_or_else(|| Error::new(format!("metaroce serve said `{first}`")))?;
-            _serve = Some(serve);
-            addr.to_string()
-        }
-        "qemu" => {
-            let (serve, addr) = QemuServe::start()?;
-            qemu = Some(serve);
-            addr.to_string()
-        }
-        addr => addr.to_string(),
-    };
-    // Capacity: the server holds its whole table at once (before the
-    // suite, whose connections end only by the idle timeout; without a
-    // filter).
+    // Capacity: a server holds its whole table at once. Against the host a
+    // server of its own, stopped before the suite's starts: a closed
+    // connection keeps its slot until its flushed receives are delivered
+    // (about 17 per connection, 70,000 for the table), and the suite must
+    // find a table with room. Against QEMU the same node, before the suite
+    // (whose connections end only by the idle timeout); without a filter.
     let capacity = match target {
         "host" => Some(HOST_CAPACITY),
         // Each thread holds half the table and the CONNECT hash fills the
@@ -259,14 +258,13 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
         "qemu" => Some(QEMU_CAPACITY),
         _ => None,
     };
-    let mut hold_ok = true;
-    if let (Some(n), None) = (capacity, filter) {
+    let hold = |address: &str, n: u32| -> Result<bool, Error> {
         let started = Instant::now();
-        hold_ok = util::run_streaming(
+        let ok = util::run_streaming(
             Command::new(bin.join("metaroce")).args([
                 "hold",
                 "--peer",
-                &address,
+                address,
                 "--connections",
                 &n.to_string(),
                 "--timeout",
@@ -276,17 +274,37 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64), Error> 
         )?;
         println!(
             "capacity against {target}: {n} connections at once, {} ({})",
-            if hold_ok {
-                "all served"
-            } else {
-                "NOT all served"
-            },
+            if ok { "all served" } else { "NOT all served" },
             util::fmt_duration(started.elapsed())
         );
-        // The server gives the closed connections' slots back once their
-        // flushed receives are taken.
-        std::thread::sleep(Duration::from_secs(1));
-    }
+        Ok(ok)
+    };
+    let mut hold_ok = true;
+    let address = match target {
+        "host" | "host-threads" => {
+            if let (Some(n), None) = (capacity, filter) {
+                let (server, address) = start_host_server(&bin, target, psk.as_deref())?;
+                hold_ok = hold(&address, n)?;
+                drop(server);
+            }
+            let (server, address) = start_host_server(&bin, target, psk.as_deref())?;
+            _serve = Some(server);
+            address
+        }
+        "qemu" => {
+            let (serve, addr) = QemuServe::start()?;
+            qemu = Some(serve);
+            let address = addr.to_string();
+            if let (Some(n), None) = (capacity, filter) {
+                hold_ok = hold(&address, n)?;
+                // The node gives the closed connections' slots back once
+                // their flushed receives are taken.
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            address
+        }
+        addr => addr.to_string(),
+    };
     let mut cmd = Command::new(bin.join("metaroce-compliance"));
     cmd.args(["--target", &address]);
     if let Some(p) = &psk {
