@@ -15,7 +15,9 @@
 //! checksum status per descriptor. Such a device knows the transport's
 //! frames as a NIC is programmed to: UDP to the transport's port, the
 //! trailer the last [`metaroce_core::wire::CRC_LEN`] bytes of the UDP
-//! payload.
+//! payload. A frame that reaches a core through a software dispatcher's
+//! ring ([`crate::shard`]) has lost its verdict: it arrives `NotChecked`
+//! and is checked in software.
 
 pub use metaroce_core::wire::CrcVerdict;
 
