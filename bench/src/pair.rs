@@ -10,15 +10,21 @@
 //! both answer `poll_timeout` and run any timer that is due. This follows
 //! the call order of the `Endpoint` doc comment and keeps the send queue
 //! full, so several packets are in flight as in a real pipeline.
+//!
+//! With [`Pair::set_crc_offload`] the CRC trailer is left to a device, as
+//! the platform's engine does behind a device with CRC offload: the sender
+//! leaves it zero (`Endpoint::seal_transmit`) and the receiver takes it as
+//! verified (`CrcVerdict::Good`).
 
 use std::fmt;
 use std::time::{Duration, Instant as WallClock};
 
 use metaroce_core::api::{
-    Access, ConnHandle, LocalBuf, Memory, Op, PeerAddr, Region, RxMeta, Status, WorkRequest,
+    Access, ConnHandle, LocalBuf, Memory, Op, PeerAddr, Region, RxMeta, Status, Transmit,
+    WorkRequest,
 };
 use metaroce_core::config::CcAlgorithm;
-use metaroce_core::wire::{MemoryTarget, CRC_LEN, DEFAULT_UDP_PORT, HEADER_LEN};
+use metaroce_core::wire::{CrcVerdict, MemoryTarget, CRC_LEN, DEFAULT_UDP_PORT, HEADER_LEN};
 use metaroce_core::{
     finish_packet, CommandError, Config, Endpoint, Event, Heap, Instant, Layout, Shard,
 };
@@ -186,6 +192,8 @@ pub struct Pair {
     /// Length of the last data packet and of the last reply, CRC included.
     last_data_len: usize,
     last_reply_len: usize,
+    /// The CRC trailer is left to a device (see the module comment).
+    crc_offload: bool,
 }
 
 /// Default configuration with a link so fast that pacing never waits.
@@ -207,6 +215,35 @@ fn meta(ip: Ipv4Address, port: u16) -> RxMeta {
             port,
         },
         ce: false,
+    }
+}
+
+/// Gathers the payload behind the headers in `buf` and writes the CRC
+/// trailer, or leaves it zero for a device (`offload`). The packet length.
+fn finish(
+    offload: bool,
+    endpoint: &BenchEndpoint,
+    t: &Transmit,
+    buf: &mut [u8],
+    mem: &mut PlacementLog,
+) -> usize {
+    if !offload {
+        return finish_packet(t, buf, mem);
+    }
+    let (hl, len) = (t.header_len, t.packet_len());
+    if let Some(p) = t.payload {
+        mem.read(p.addr, &mut buf[hl..hl + p.len as usize]);
+    }
+    endpoint.seal_transmit(t, &mut buf[..len]);
+    len
+}
+
+/// What the receiving device reports about each trailer.
+fn verdict(offload: bool) -> CrcVerdict {
+    if offload {
+        CrcVerdict::Good
+    } else {
+        CrcVerdict::NotChecked
     }
 }
 
@@ -317,6 +354,7 @@ impl Pair {
             counts: RunCounts::default(),
             last_data_len: 0,
             last_reply_len: 0,
+            crc_offload: false,
         };
         let mut opened = 0u32;
         let mut rounds = 0u64;
@@ -336,6 +374,12 @@ impl Pair {
             }
         }
         Ok(pair)
+    }
+
+    /// Leaves the CRC trailer to a device from now on (`true`), or
+    /// computes and checks it in software (`false`, the default).
+    pub fn set_crc_offload(&mut self, offload: bool) {
+        self.crc_offload = offload;
     }
 
     /// Connections established at each end.
@@ -457,7 +501,13 @@ impl Pair {
             let Some(t) = self.sender.poll_transmit(self.now, buf) else {
                 break;
             };
-            let len = finish_packet(&t, buf, &mut self.sender_mem);
+            let len = finish(
+                self.crc_offload,
+                &self.sender,
+                &t,
+                buf,
+                &mut self.sender_mem,
+            );
             if t.payload.is_some() {
                 self.counts.data_packets += 1;
                 self.last_data_len = len;
@@ -476,10 +526,11 @@ impl Pair {
         self.reply_queued.clear();
         for i in 0..self.tx_queued.len() {
             let q = self.tx_queued[i];
-            self.receiver.handle_packet(
+            self.receiver.handle_packet_with_verdict(
                 self.now,
                 &q.meta,
                 &self.tx_ring[i][..q.len],
+                verdict(self.crc_offload),
                 &mut self.receiver_mem,
             );
             loop {
@@ -490,7 +541,13 @@ impl Pair {
                 let Some(t) = self.receiver.poll_transmit(self.now, buf) else {
                     break;
                 };
-                let len = finish_packet(&t, buf, &mut self.receiver_mem);
+                let len = finish(
+                    self.crc_offload,
+                    &self.receiver,
+                    &t,
+                    buf,
+                    &mut self.receiver_mem,
+                );
                 self.reply_queued.push(Queued {
                     len,
                     meta: meta(RECEIVER_IP, t.src_port),
@@ -511,10 +568,11 @@ impl Pair {
         // Sender: replies in, completions out.
         for i in 0..self.reply_queued.len() {
             let q = self.reply_queued[i];
-            self.sender.handle_packet(
+            self.sender.handle_packet_with_verdict(
                 self.now,
                 &q.meta,
                 &self.reply_ring[i][..q.len],
+                verdict(self.crc_offload),
                 &mut self.sender_mem,
             );
         }
@@ -592,6 +650,17 @@ mod tests {
         let (s, r) = pair.endpoints();
         assert_eq!(s.live_connections(), 300);
         assert_eq!(r.live_connections(), 300);
+    }
+
+    #[test]
+    fn with_the_crc_offloaded_every_write_completes_the_same() {
+        let mut pair = Pair::connected().expect("handshake");
+        pair.set_crc_offload(true);
+        let counts = pair.run_writes(100, None).expect("run");
+        assert_eq!(counts.completions, 100);
+        assert_eq!(pair.receiver_placements().placements, 100);
+        let (s, r) = pair.endpoints();
+        assert_eq!(s.drops().bad_crc + r.drops().bad_crc, 0);
     }
 
     #[test]

@@ -760,3 +760,45 @@ fn vectors_cover_every_type_error_reason_and_codepoint() {
         all.len()
     );
 }
+
+/// A device's verdict on the CRC trailer stands in for spec 3.11 step 5
+/// and nothing else: `Good` parses as a correct trailer does, even over a
+/// wrong one; `Bad` fails as a wrong one does; every other check stays.
+#[test]
+fn a_device_verdict_replaces_only_the_crc_check() {
+    use metaroce_core::wire::{parse_with_verdict, CrcVerdict};
+    for_each(Kind::Valid, "valid vectors (verdict)", MIN_VALID, |v| {
+        let bytes = v.hex("bytes")?;
+        let want = wire::parse(&bytes).map_err(|e| format!("{}: {e:?}", v.name))?;
+        let mut wrong = bytes.clone();
+        let n = wrong.len();
+        wrong[n - 1] ^= 1;
+        let results = [
+            parse_with_verdict(&bytes, CrcVerdict::NotChecked),
+            parse_with_verdict(&bytes, CrcVerdict::Good),
+            parse_with_verdict(&wrong, CrcVerdict::Good),
+        ];
+        if results.iter().any(|r| r.as_ref() != Ok(&want)) {
+            return Err(format!("{}: {results:?}", v.name));
+        }
+        match parse_with_verdict(&bytes, CrcVerdict::Bad) {
+            Err(Error::BadCrc) => Ok(()),
+            other => Err(format!("{}: Bad gave {other:?}", v.name)),
+        }
+    });
+    for_each(
+        Kind::Malformed,
+        "malformed vectors (verdict)",
+        MIN_MALFORMED,
+        |v| {
+            let want = error_by_name(v.str("error")?).ok_or_else(|| v.name.clone())?;
+            let bytes = v.hex("bytes")?;
+            match (want, parse_with_verdict(&bytes, CrcVerdict::Good)) {
+                // Only the CRC was wrong: the device's word makes it good.
+                (Error::BadCrc, Ok(_)) => Ok(()),
+                (want, Err(got)) if got == want => Ok(()),
+                (_, other) => Err(format!("{}: expected {want:?}, got {other:?}", v.name)),
+            }
+        },
+    );
+}

@@ -18,7 +18,7 @@ use metaroce_core::api::{
     Status, Transmit, WorkRequest,
 };
 use metaroce_core::wire::encap::ecn;
-use metaroce_core::wire::{packet::crc32, EncapRepr, CRC_LEN};
+use metaroce_core::wire::{packet::crc32, CrcVerdict, EncapRepr, CRC_LEN};
 use metaroce_core::Instant;
 
 use crate::transport::{opcode_of, PostError, Transport};
@@ -362,6 +362,7 @@ impl<const P: usize> Transport for DatagramTransport<P> {
         _now: Instant,
         meta: &RxMeta,
         packet: &[u8],
+        crc: CrcVerdict,
         mem: &mut impl Memory,
     ) {
         self.stats.rx_packets += 1;
@@ -371,7 +372,12 @@ impl<const P: usize> Transport for DatagramTransport<P> {
                 return None;
             }
             let (body, trailer) = packet.split_at(body_len);
-            if crc32(&[body]).to_be_bytes() != trailer {
+            let crc_ok = match crc {
+                CrcVerdict::NotChecked => crc32(&[body]).to_be_bytes() == trailer,
+                CrcVerdict::Good => true,
+                CrcVerdict::Bad => false,
+            };
+            if !crc_ok {
                 return None;
             }
             let conn = self.conn_of(&meta.source)?;
@@ -506,5 +512,17 @@ impl<const P: usize> Transport for DatagramTransport<P> {
         };
         let crc = crc32(&[&packet[..body_len]]);
         packet[body_len..].copy_from_slice(&crc.to_be_bytes());
+    }
+
+    fn finish_packet_without_trailer(
+        &self,
+        _tx: &Transmit,
+        _encap: Option<&EncapRepr>,
+        packet: &mut [u8],
+    ) {
+        // The trailer is all there is to finish.
+        if let Some(body_len) = packet.len().checked_sub(CRC_LEN) {
+            packet[body_len..].fill(0);
+        }
     }
 }

@@ -5,6 +5,21 @@
 //! slot afterwards; `transmit` lends a TX slot of the requested length to a
 //! closure that writes the frame, then hands it to the hardware. No copy
 //! happens in the device layer, and a device never allocates.
+//!
+//! **CRC offload.** A device that computes and checks the transport's CRC
+//! trailer (spec 3.9) in hardware, as a NIC's DMA engine does RoCEv2's
+//! ICRC, says so and the engine skips that work: on transmit,
+//! [`FrameDevice::FILLS_CRC_TRAILER`] (a constant, so a device without it
+//! carries no trace of the seam in its engine loop); on receive, a verdict
+//! per frame from [`FrameDevice::receive_with_verdict`], as NICs report
+//! checksum status per descriptor. Such a device knows the transport's
+//! frames as a NIC is programmed to: UDP to the transport's port, the
+//! trailer the last [`metaroce_core::wire::CRC_LEN`] bytes of the UDP
+//! payload. A frame that reaches a core through a software dispatcher's
+//! ring ([`crate::shard`]) has lost its verdict: it arrives `NotChecked`
+//! and is checked in software.
+
+pub use metaroce_core::wire::CrcVerdict;
 
 use crate::ring::{Consumer, Producer, RingConsumer, RingProducer, SpscRing};
 
@@ -15,11 +30,27 @@ pub const MIN_FRAME_LEN: usize = 60;
 
 /// A network device that moves whole Ethernet frames (no FCS).
 pub trait FrameDevice {
+    /// The device writes the CRC trailer of every transport frame it
+    /// transmits. The engine then leaves the trailer's bytes zero (the
+    /// frame keeps its length) and computes the IP and UDP checksums over
+    /// them: the device writes the trailer and then corrects the UDP
+    /// checksum (or computes it, as a NIC with UDP checksum offload does).
+    /// Other frames (ARP, ICMP) it sends as they are. Default: no.
+    const FILLS_CRC_TRAILER: bool = false;
     /// The longest frame `transmit` accepts and `receive` delivers.
     fn max_frame_len(&self) -> usize;
     /// Calls `f` with the next received frame, if any, and recycles its
     /// buffer afterwards.
     fn receive<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R>;
+    /// [`FrameDevice::receive`] with the device's verdict on the frame's
+    /// CRC trailer: [`CrcVerdict::Good`] or [`CrcVerdict::Bad`] for a
+    /// transport frame it checked, [`CrcVerdict::NotChecked`] otherwise.
+    /// The engine hands the verdict to the transport, which skips its own
+    /// check on `Good` and drops (and counts, as a failed check) on `Bad`.
+    /// Default: every frame `NotChecked`.
+    fn receive_with_verdict<R>(&mut self, f: impl FnOnce(&[u8], CrcVerdict) -> R) -> Option<R> {
+        self.receive(|frame| f(frame, CrcVerdict::NotChecked))
+    }
     /// Whether `transmit` has a free slot now.
     fn transmit_ready(&mut self) -> bool;
     /// Calls `f` to fill a `len`-byte frame in a TX slot, then sends it.
@@ -195,5 +226,15 @@ mod tests {
         assert!(!a.transmit_ready());
         assert_eq!(a.transmit(60, |_| ()), None);
         assert!(Frame::from_bytes(&[0; FRAME_SLOT_LEN + 1]).is_none());
+    }
+
+    #[test]
+    fn a_device_without_crc_offload_leaves_the_trailer_to_the_engine() {
+        let link: MemLink<4> = MemLink::new();
+        let (mut a, mut b) = link.ends().unwrap();
+        const { assert!(!<MemFrameDevice<'_, 4> as FrameDevice>::FILLS_CRC_TRAILER) };
+        assert!(b.send_frame(&[7; 64]));
+        let got = a.receive_with_verdict(|frame, crc| (frame.len(), crc));
+        assert_eq!(got, Some((64, CrcVerdict::NotChecked)));
     }
 }

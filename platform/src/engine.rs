@@ -14,7 +14,9 @@
 //!    `metaroce_core::wire::encap::parse_frame` (CE mark and the UDP source
 //!    port, the sender's path entropy, go into [`RxMeta`]); transport
 //!    packets go to [`Transport::handle_packet`] with a [`DmaMemory`] that
-//!    places payload by DMA; ARP and ICMP echo are answered by [`crate::net`].
+//!    places payload by DMA, and with the device's verdict on their CRC
+//!    trailer ([`FrameDevice::receive_with_verdict`]); ARP and ICMP echo
+//!    are answered by [`crate::net`].
 //! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed;
 //!    then **entropy**: when the transport's policy says fresh entropy is
 //!    due ([`Transport::reseed_due`], spec 5.1.6), 32 bytes from the
@@ -25,7 +27,9 @@
 //! 5. **TX**: [`Transport::poll_transmit`] until the device is full; the
 //!    headers are wrapped in Ethernet/IP/UDP (`EncapRepr::emit`) directly in
 //!    the TX slot, the payload is gathered from host memory by DMA behind
-//!    them, and [`Transport::finish_packet`] writes the trailer.
+//!    them, and [`Transport::finish_packet`] writes the trailer, unless
+//!    the device writes it ([`FrameDevice::FILLS_CRC_TRAILER`]: then
+//!    [`Transport::finish_packet_without_trailer`]).
 //!
 //! [`Engine::poll_datagrams`] is the same loop for a [`DatagramLink`], where
 //! the kernel's sockets or a simulator own Ethernet, IP and UDP: steps 1, 3
@@ -37,7 +41,7 @@
 
 use heapless::Deque;
 use metaroce_core::api::{Completion, ConnHandle, Opcode, PeerAddr, RxMeta, Transmit};
-use metaroce_core::wire::{encap, EncapRepr, IpPair};
+use metaroce_core::wire::{encap, CrcVerdict, EncapRepr, IpPair};
 use metaroce_core::Instant;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv4Repr, IpAddress, IpProtocol,
@@ -415,7 +419,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
                 self.stats.rx_transport += 1;
                 self.stats.rx_ce += u64::from(meta.ce);
                 let mut mem = DmaMemory::new(dma);
-                transport.handle_packet(now, meta, packet, &mut mem);
+                transport.handle_packet(now, meta, packet, CrcVerdict::NotChecked, &mut mem);
                 self.stats.dma_faults += u64::from(mem.faults());
             }) else {
                 break;
@@ -456,7 +460,8 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             let header = &self.header_buf[..header_len];
             let mut mem = DmaMemory::new(dma);
             let sent = link.transmit(to, len, |packet| {
-                assemble(transport, &tx, header, &mut mem, None, packet);
+                assemble(&tx, header, &mut mem, packet);
+                transport.finish_packet(&tx, None, packet);
             });
             self.stats.dma_faults += u64::from(mem.faults());
             match sent {
@@ -481,9 +486,9 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
     ) -> bool {
         let mut any = false;
         for _ in 0..self.budget.rx_frames {
-            let Some(control) =
-                device.receive(|frame| self.handle_frame(now, frame, transport, dma))
-            else {
+            let Some(control) = device.receive_with_verdict(|frame, crc| {
+                self.handle_frame(now, frame, crc, transport, dma)
+            }) else {
                 break;
             };
             any = true;
@@ -517,6 +522,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         &mut self,
         now: Instant,
         frame: &[u8],
+        crc: CrcVerdict,
         transport: &mut T,
         dma: &mut M,
     ) -> Control {
@@ -562,20 +568,22 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
                         }
                         control
                     }
-                    IpProtocol::Udp => self.deliver(now, frame, transport, dma),
+                    IpProtocol::Udp => self.deliver(now, frame, crc, transport, dma),
                     _ => Control::NotOurs,
                 }
             }
-            EthernetProtocol::Ipv6 => self.deliver(now, frame, transport, dma),
+            EthernetProtocol::Ipv6 => self.deliver(now, frame, crc, transport, dma),
             _ => Control::NotOurs,
         }
     }
 
-    /// Hands a UDP frame for the transport's port to the transport.
+    /// Hands a UDP frame for the transport's port to the transport, with
+    /// the device's verdict on its CRC trailer.
     fn deliver<T: Transport, M: DmaCopy>(
         &mut self,
         now: Instant,
         frame: &[u8],
+        crc: CrcVerdict,
         transport: &mut T,
         dma: &mut M,
     ) -> Control {
@@ -594,7 +602,7 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
                 self.stats.rx_transport += 1;
                 self.stats.rx_ce += u64::from(meta.ce);
                 let mut mem = DmaMemory::new(dma);
-                transport.handle_packet(now, &meta, packet, &mut mem);
+                transport.handle_packet(now, &meta, packet, crc, &mut mem);
                 self.stats.dma_faults += u64::from(mem.faults());
                 Control::Consumed
             }
@@ -775,7 +783,13 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             let sent = device.transmit(wire_len, |slot| {
                 slot[frame_len..].fill(0);
                 encap.emit(slot, transport_len, |packet| {
-                    assemble(transport, &tx, header, &mut mem, Some(&encap), packet);
+                    assemble(&tx, header, &mut mem, packet);
+                    // A constant: the branch not taken is not compiled in.
+                    if D::FILLS_CRC_TRAILER {
+                        transport.finish_packet_without_trailer(&tx, Some(&encap), packet);
+                    } else {
+                        transport.finish_packet(&tx, Some(&encap), packet);
+                    }
                 })
             });
             self.stats.dma_faults += u64::from(mem.faults());
@@ -793,15 +807,13 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
     }
 }
 
-/// Builds one transport packet in place: the headers `poll_transmit` wrote,
-/// the payload gathered from host memory by DMA behind them, then the
-/// transport's trailer.
-fn assemble<T: Transport, M: DmaCopy>(
-    transport: &T,
+/// Builds one transport packet in place, but its trailer: the headers
+/// `poll_transmit` wrote, the payload gathered from host memory by DMA
+/// behind them. The transport's `finish_packet*` finishes it.
+fn assemble<M: DmaCopy>(
     tx: &Transmit,
     header: &[u8],
     mem: &mut DmaMemory<'_, M>,
-    encap: Option<&EncapRepr>,
     packet: &mut [u8],
 ) {
     let header_len = header.len();
@@ -810,7 +822,6 @@ fn assemble<T: Transport, M: DmaCopy>(
         let end = header_len + payload.len as usize;
         metaroce_core::api::Memory::read(mem, payload.addr, &mut packet[header_len..end]);
     }
-    transport.finish_packet(tx, encap, packet);
 }
 
 /// Requests per queue that the loop holds aside while their connection's

@@ -5,7 +5,7 @@
 //! monotonic clock ([`clock`]), DMA copies between host memory and packet
 //! buffers ([`dma`]), random numbers ([`random`]), entropy sources for
 //! the endpoint's secrets ([`entropy`]), frame devices
-//! ([`device`]) and datagram links ([`link`], where a kernel or simulator
+//! ([`device`], with their CRC offload) and datagram links ([`link`], where a kernel or simulator
 //! owns Ethernet/IP/UDP); the host interface a host driver uses ([`host`]: send,
 //! receive, completion and admin queues as rings, each with a doorbell);
 //! its shared-memory form for host processes outside the firmware

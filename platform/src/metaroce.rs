@@ -8,7 +8,7 @@
 use metaroce_core::api::{
     Completion, ConnHandle, Memory, RecvRequest, Region, RxMeta, Status, Transmit, WorkRequest,
 };
-use metaroce_core::wire::EncapRepr;
+use metaroce_core::wire::{CrcVerdict, EncapRepr};
 use metaroce_core::{Backing, CommandError, Endpoint, Instant};
 
 use crate::transport::{PostError, Transport};
@@ -53,8 +53,15 @@ impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
         Endpoint::post_recv(self, conn, rr)
     }
 
-    fn handle_packet(&mut self, now: Instant, meta: &RxMeta, packet: &[u8], mem: &mut impl Memory) {
-        Endpoint::handle_packet(self, now, meta, packet, mem);
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        packet: &[u8],
+        crc: CrcVerdict,
+        mem: &mut impl Memory,
+    ) {
+        Endpoint::handle_packet_with_verdict(self, now, meta, packet, crc, mem);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -88,5 +95,14 @@ impl<B: Backing, const P: usize> Transport for Endpoint<B, P> {
     fn finish_packet(&self, tx: &Transmit, _encap: Option<&EncapRepr>, packet: &mut [u8]) {
         // Seals a protected packet (spec 5.3), then writes the CRC.
         Endpoint::finish_transmit(self, tx, packet);
+    }
+
+    fn finish_packet_without_trailer(
+        &self,
+        tx: &Transmit,
+        _encap: Option<&EncapRepr>,
+        packet: &mut [u8],
+    ) {
+        Endpoint::seal_transmit(self, tx, packet);
     }
 }

@@ -11,7 +11,7 @@ use metaroce_core::api::{
     Completion, ConnHandle, Memory, Op, Opcode, RecvRequest, Region, RxMeta, Status, Transmit,
     WorkRequest,
 };
-use metaroce_core::wire::EncapRepr;
+use metaroce_core::wire::{CrcVerdict, EncapRepr};
 use metaroce_core::Instant;
 
 /// What the loop needs to know about a refused post.
@@ -45,8 +45,18 @@ pub trait Transport {
     /// Posts a receive buffer on a connection.
     fn post_recv(&mut self, conn: ConnHandle, rr: RecvRequest) -> Result<(), Self::Error>;
     /// Handles one received transport packet (the UDP payload, trailer
-    /// included), placing payload through `mem`.
-    fn handle_packet(&mut self, now: Instant, meta: &RxMeta, packet: &[u8], mem: &mut impl Memory);
+    /// included), placing payload through `mem`. `crc` is the device's
+    /// verdict on the trailer ([`crate::FrameDevice::receive_with_verdict`]):
+    /// `NotChecked` asks the transport to check it, `Good` to skip that,
+    /// `Bad` to drop the packet as one whose check failed.
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        packet: &[u8],
+        crc: CrcVerdict,
+        mem: &mut impl Memory,
+    );
     /// Runs timers that are due at `now`.
     fn handle_timeout(&mut self, now: Instant);
     /// The next packet to send: its transport headers are written into
@@ -72,6 +82,15 @@ pub trait Transport {
     /// `encap` is the Ethernet/IP/UDP wrapping, for trailers that cover it
     /// (RoCEv2's ICRC).
     fn finish_packet(&self, tx: &Transmit, encap: Option<&EncapRepr>, packet: &mut [u8]);
+    /// [`Transport::finish_packet`] for a device that writes the trailer
+    /// itself ([`crate::FrameDevice::FILLS_CRC_TRAILER`]): everything but
+    /// the trailer, whose bytes are left zero.
+    fn finish_packet_without_trailer(
+        &self,
+        tx: &Transmit,
+        encap: Option<&EncapRepr>,
+        packet: &mut [u8],
+    );
 }
 
 /// The completion opcode reported for a send-queue operation.

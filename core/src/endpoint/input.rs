@@ -7,7 +7,7 @@ use crate::config::{AcceptDomain, AddressValidation, PER_CONNECTION_DOMAINS};
 use crate::conn::{ConnState, Connection, PendingEvents, RetryOutcome};
 use crate::storage::Backing;
 use crate::time::Instant;
-use crate::wire::{self, Body, CloseReason, ConnectRepr};
+use crate::wire::{self, Body, CloseReason, ConnectRepr, CrcVerdict};
 
 use crate::conn::ReliableOutcome;
 use crate::crypto::Admit;
@@ -16,6 +16,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// Handles one received MetaRoCE packet (the UDP payload). Invalid
     /// packets are dropped and counted, or NAKed (spec 4.7); payload is
     /// placed through `mem` only after every check passed.
+    #[inline]
     pub fn handle_packet(
         &mut self,
         now: Instant,
@@ -23,8 +24,24 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         bytes: &[u8],
         mem: &mut impl Memory,
     ) {
+        self.handle_packet_with_verdict(now, meta, bytes, CrcVerdict::NotChecked, mem);
+    }
+
+    /// [`Endpoint::handle_packet`] for a packet whose CRC trailer a device
+    /// already checked (a NIC's CRC offload, spec 3.9): `crc` stands in for
+    /// the software check. `Good` skips it; `Bad` drops the packet and
+    /// counts it in [`crate::stats::DropStats::bad_crc`], as a failed
+    /// software check does; `NotChecked` is [`Endpoint::handle_packet`].
+    pub fn handle_packet_with_verdict(
+        &mut self,
+        now: Instant,
+        meta: &RxMeta,
+        bytes: &[u8],
+        crc: CrcVerdict,
+        mem: &mut impl Memory,
+    ) {
         self.now = self.now.max(now);
-        let (repr, payload) = match wire::parse(bytes) {
+        let (repr, payload) = match wire::parse_with_verdict(bytes, crc) {
             Ok(r) => r,
             Err(e) => {
                 self.drops.count_wire_error(e);

@@ -13,7 +13,10 @@
 //! * **Inputs**: [`Endpoint::handle_packet`] for every MetaRoCE packet that
 //!   arrives (the UDP payload, with the source address, UDP source port and
 //!   ECN CE bit in [`RxMeta`]); [`Endpoint::handle_timeout`] whenever the
-//!   deadline from [`Endpoint::poll_timeout`] has passed.
+//!   deadline from [`Endpoint::poll_timeout`] has passed. Behind a device
+//!   that checks the CRC trailer in hardware,
+//!   [`Endpoint::handle_packet_with_verdict`] takes its verdict in place of
+//!   the software check.
 //! * **Commands**: [`Endpoint::register_region`],
 //!   [`Endpoint::deregister_region`], [`Endpoint::connect`],
 //!   [`Endpoint::close`], [`Endpoint::release`], [`Endpoint::post_send`],
@@ -25,7 +28,8 @@
 //! * **Outputs**, polled after any input or command, in this order:
 //!   [`Endpoint::poll_transmit`] until it returns `None` (each call writes
 //!   one packet's headers; its payload is gathered from memory and the CRC
-//!   trailer appended, see [`finish_packet`]); [`Endpoint::poll_completion`]
+//!   trailer appended, see [`finish_packet`], or left zero for a device
+//!   that writes it, see [`Endpoint::seal_transmit`]); [`Endpoint::poll_completion`]
 //!   and [`Endpoint::poll_event`] until `None`; then
 //!   [`Endpoint::poll_timeout`] for when to call again.
 //!

@@ -55,6 +55,18 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         sealed
     }
 
+    /// [`Endpoint::finish_transmit`] for a device that writes the CRC
+    /// trailer itself (a NIC's CRC offload, spec 3.9): seals a protected
+    /// packet and leaves the trailer, the last [`wire::CRC_LEN`] bytes,
+    /// zero for the device to fill. Returns what `finish_transmit` does.
+    pub fn seal_transmit(&self, t: &Transmit, packet: &mut [u8]) -> bool {
+        let sealed = self.res.keys.seal(t, packet);
+        if let Some(body) = packet.len().checked_sub(wire::CRC_LEN) {
+            packet[body..].fill(0);
+        }
+        sealed
+    }
+
     /// [`super::finish_packet`] for protected packets too: gathers the
     /// payload from `mem` behind the headers in `packet`, seals and writes
     /// the trailer. Returns the packet length.

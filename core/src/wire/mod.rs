@@ -25,10 +25,10 @@ pub mod sack;
 
 pub use encap::{EncapRepr, FrameInfo, IpPair};
 pub use packet::{
-    parse, AcceptRepr, AckRepr, Body, CipherSuite, CloseReason, CloseRepr, ConnectRepr, DataRepr,
-    Flags, Header, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType, Placement,
-    ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SendRepr, TimerProfile, WriteImm,
-    WriteRepr, COOKIE_LEN, HEADER_LEN,
+    parse, parse_with_verdict, AcceptRepr, AckRepr, Body, CipherSuite, CloseReason, CloseRepr,
+    ConnectRepr, DataRepr, Flags, Header, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet,
+    PacketType, Placement, ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SendRepr,
+    TimerProfile, WriteImm, WriteRepr, COOKIE_LEN, HEADER_LEN,
 };
 pub use sack::SackBits;
 
@@ -41,6 +41,25 @@ pub const DEFAULT_UDP_PORT: u16 = 4795;
 
 /// Length of the end-to-end CRC trailer in bytes (spec 3.9).
 pub const CRC_LEN: usize = 4;
+
+/// What a network device reports about a received packet's CRC trailer,
+/// as a NIC reports checksum status per receive descriptor (spec 3.9: a
+/// receiver may rely on a device that checked the trailer in hardware).
+/// The receiver's parser takes it in place of its own check (spec 3.11
+/// step 5); everything else is checked as usual.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CrcVerdict {
+    /// The device did not check it: the receiver verifies the trailer
+    /// itself (software, the default).
+    #[default]
+    NotChecked,
+    /// The device verified the trailer: the receiver does not recompute it.
+    Good,
+    /// The device found the trailer wrong: the packet is dropped as
+    /// [`Error::BadCrc`], exactly as if the receiver's own check had failed.
+    Bad,
+}
 
 /// Why a buffer is not a valid MetaRoCE packet or frame. Parsers return this
 /// and never panic; the engine counts drops by these reasons.

@@ -13,7 +13,7 @@
 
 use super::protect::{SECURITY_LEN, TAG_LEN};
 use super::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64, Error, Result};
-use super::{SackBits, CRC_LEN, VERSION};
+use super::{CrcVerdict, SackBits, CRC_LEN, VERSION};
 
 /// Byte ranges of the common header and of each extension header. Extension
 /// offsets are relative to the end of the common header ([`field::HEADER_END`]).
@@ -1012,9 +1012,25 @@ impl Repr {
     /// Parses a checked packet and verifies its CRC trailer. Rejects reserved
     /// bits, disallowed flags, payload on types without payload, and message
     /// spans that do not fit their message.
+    #[inline]
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&T>) -> Result<Repr> {
+        Repr::parse_with_verdict(packet, CrcVerdict::NotChecked)
+    }
+
+    /// [`Repr::parse`] with the device's verdict on the CRC trailer in
+    /// place of the software check (spec 3.11 step 5): `Good` skips it,
+    /// `Bad` fails it, `NotChecked` runs it.
+    pub fn parse_with_verdict<T: AsRef<[u8]> + ?Sized>(
+        packet: &Packet<&T>,
+        crc: CrcVerdict,
+    ) -> Result<Repr> {
         packet.check_len()?;
-        if !packet.verify_crc() {
+        let crc_ok = match crc {
+            CrcVerdict::NotChecked => packet.verify_crc(),
+            CrcVerdict::Good => true,
+            CrcVerdict::Bad => false,
+        };
+        if !crc_ok {
             return Err(Error::BadCrc);
         }
         let t = packet.packet_type();
@@ -1270,9 +1286,16 @@ impl Repr {
 ///
 /// On a protected packet (spec 5.3) the payload is the ciphertext; see
 /// [`super::protect::Sealed`] for the parts that authenticate it.
+#[inline]
 pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
+    parse_with_verdict(bytes, CrcVerdict::NotChecked)
+}
+
+/// [`parse`] with a device's verdict on the CRC trailer (see
+/// [`Repr::parse_with_verdict`]).
+pub fn parse_with_verdict(bytes: &[u8], crc: CrcVerdict) -> Result<(Repr, &[u8])> {
     let packet = Packet::new_checked(bytes)?;
-    let repr = Repr::parse(&packet)?;
+    let repr = Repr::parse_with_verdict(&packet, crc)?;
     let mut hl = repr.header_len();
     if packet.is_protected() {
         hl += SECURITY_LEN;

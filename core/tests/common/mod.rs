@@ -13,6 +13,8 @@ use metaroce_core::api::{
 };
 use metaroce_core::storage::buddy::BuddyNode;
 use metaroce_core::storage::pool::PoolEntry;
+use metaroce_core::wire::packet::crc32;
+use metaroce_core::wire::{CrcVerdict, CRC_LEN};
 use metaroce_core::{Backing, Config, Endpoint, Event, Instant, Layout, Storage};
 use smoltcp::wire::{IpAddress, Ipv4Address};
 
@@ -212,6 +214,11 @@ pub struct Cluster<const P: usize = PATHS> {
     pub trace: bool,
     /// Optional filter: drop packets for which it returns true.
     pub tamper: Option<Tamper>,
+    /// The CRC trailer is the "device's" (a NIC's CRC offload): senders
+    /// leave it zero (`seal_transmit`), the channel writes it, and
+    /// receivers take the channel's verdict on it
+    /// (`handle_packet_with_verdict`).
+    pub crc_offload: bool,
 }
 
 pub const ARENA_BASE: u64 = 0x1000_0000;
@@ -272,6 +279,7 @@ impl<const P: usize> Cluster<P> {
             stats: ChannelStats::default(),
             trace: false,
             tamper: None,
+            crc_offload: false,
         }
     }
 
@@ -441,7 +449,19 @@ impl<const P: usize> Cluster<P> {
                 let Some(t) = node.ep.poll_transmit(now, &mut buf) else {
                     break;
                 };
-                let len = node.ep.finish_packet(&t, &mut buf, &mut node.mem);
+                let len = if self.crc_offload {
+                    let (hl, len) = (t.header_len, t.packet_len());
+                    if let Some(p) = t.payload {
+                        node.mem.read(p.addr, &mut buf[hl..hl + p.len as usize]);
+                    }
+                    node.ep.seal_transmit(&t, &mut buf[..len]);
+                    let (body, trailer) = buf[..len].split_at_mut(len - CRC_LEN);
+                    assert_eq!(trailer, [0; CRC_LEN], "the trailer is the device's");
+                    trailer.copy_from_slice(&crc32(&[body]).to_be_bytes());
+                    len
+                } else {
+                    node.ep.finish_packet(&t, &mut buf, &mut node.mem)
+                };
                 let bytes = buf[..len].to_vec();
                 self.enqueue(i, &t, bytes);
             }
@@ -482,8 +502,25 @@ impl<const P: usize> Cluster<P> {
             let f = entry.remove();
             self.stats.delivered += 1;
             let node = &mut self.nodes[f.to];
-            node.ep
-                .handle_packet(self.now, &f.meta, &f.bytes, &mut node.mem);
+            if self.crc_offload {
+                let (body, trailer) = f.bytes.split_at(f.bytes.len().saturating_sub(CRC_LEN));
+                let verdict = if trailer.len() == CRC_LEN && crc32(&[body]).to_be_bytes() == trailer
+                {
+                    CrcVerdict::Good
+                } else {
+                    CrcVerdict::Bad
+                };
+                node.ep.handle_packet_with_verdict(
+                    self.now,
+                    &f.meta,
+                    &f.bytes,
+                    verdict,
+                    &mut node.mem,
+                );
+            } else {
+                node.ep
+                    .handle_packet(self.now, &f.meta, &f.bytes, &mut node.mem);
+            }
         }
         for n in &mut self.nodes {
             if n.ep.poll_timeout().is_some_and(|d| d <= self.now) {
