@@ -329,7 +329,7 @@ fn a_keepalive_draws_no_ack() {
     let k = rig.keepalive();
     assert!(acks(&rig.deliver(false, &k, &[])).is_empty());
     for _ in 0..20 {
-        rig.now = rig.now + Duration::from_millis(1);
+        rig.now += Duration::from_millis(1);
         rig.ep.handle_timeout(rig.now);
         let sent = rig.drain();
         assert!(acks(&sent).is_empty(), "{sent:?}");

@@ -26,6 +26,9 @@ use super::{
 /// connection answers only the last.
 const BURST: usize = 8;
 
+/// CE-marked duplicates sent back to back.
+const DUPLICATES: usize = 6;
+
 /// SENDs naming a receive far beyond those posted: each is refused with
 /// RECEIVER_NOT_READY (3.7), not recorded, and the connection stays up.
 fn rnr_sends(p: &mut Peer, n: usize) -> Vec<(Repr, Vec<u8>)> {
@@ -102,10 +105,13 @@ pub(super) fn ce_on_duplicates_and_refused(ctx: &mut Ctx) -> Result<(), Fail> {
         .map(|(_, a)| a)
         .find(|a| a.echo_psn == first && a.echo_path == path)
         .ok_or("no ACK for the first WRITE")?;
-    // CE-marked: the first WRITE again (a duplicate), two refused SENDs,
-    // and the second WRITE (new), whose ACK reports the path's counts.
-    v.send_raw(&Peer::encode(&pk[0].0, &pk[0].1), true)?;
-    for (mut rep, pl) in rnr_sends(&mut v, 2) {
+    // CE-marked, back to back: the first WRITE again (duplicates), SENDs
+    // refused RECEIVER_NOT_READY, and the second WRITE (new), whose ACK
+    // reports the path's counts.
+    for _ in 0..DUPLICATES {
+        v.send_raw(&Peer::encode(&pk[0].0, &pk[0].1), true)?;
+    }
+    for (mut rep, pl) in rnr_sends(&mut v, BURST) {
         rep.header.path = path;
         v.send_raw(&Peer::encode(&rep, &pl), true)?;
     }
@@ -123,12 +129,14 @@ pub(super) fn ce_on_duplicates_and_refused(ctx: &mut Ctx) -> Result<(), Fail> {
         .ok_or("no ACK for the last WRITE")?;
     let rx_delta = after.path_rx_count.wrapping_sub(before.path_rx_count);
     let ce_delta = after.path_ce_count.wrapping_sub(before.path_ce_count);
+    let sent = (DUPLICATES + BURST + 1) as u16;
     ensure(
-        after.echo_path == path && rx_delta == 4 && ce_delta == 4,
+        after.echo_path == path && rx_delta == sent && ce_delta == sent,
         || {
             format!(
-                "4 CE-marked packets on path {path} (a duplicate, 2 refused, 1 new): \
-             ACK on path {} counts {rx_delta} more received, {ce_delta} more CE",
+                "{sent} CE-marked packets on path {path} ({DUPLICATES} duplicates, \
+                 {BURST} refused, 1 new): ACK on path {} counts {rx_delta} more \
+                 received, {ce_delta} more CE",
                 after.echo_path
             )
         },
