@@ -336,6 +336,57 @@ fn a_keepalive_draws_no_ack() {
     }
 }
 
+/// Item 5 (4.5): an ACK that echoes nothing (Echo PSN, Timestamp and Path
+/// 0, before this end sent any data) gives no round-trip sample; an echo
+/// of a PSN this end sent does.
+#[test]
+fn an_ack_echoing_no_sent_psn_gives_no_rtt_sample() {
+    let mut rig = Rig::new();
+    rig.establish();
+    let ack = |rig: &Rig, echo_psn: u32, echo_timestamp: u32| Repr {
+        header: Header {
+            flags: Flags::NONE,
+            ..rig.header(rig.next_psn, 0)
+        },
+        body: Body::Ack(wire::AckRepr {
+            cumulative: rig.initial,
+            echo_psn,
+            echo_timestamp,
+            echo_path: 0,
+            path_rx_count: 0,
+            path_ce_count: 0,
+            rate_hint_mbps: 0,
+            sack_offset: 0,
+            sack: wire::SackBits::default(),
+        }),
+        payload_len: 0,
+    };
+    let a = ack(&rig, 0, 0);
+    rig.deliver(false, &a, &[]);
+    let srtt = |rig: &Rig| rig.ep.connection(rig.conn).unwrap().srtt_ns();
+    assert_eq!(srtt(&rig), 0, "a sample from an ACK that echoes nothing");
+    let wr = WorkRequest {
+        id: 1,
+        op: Op::Send,
+        local: LocalBuf {
+            key: rig.key,
+            addr: 0x10_000,
+            len: 64,
+        },
+    };
+    rig.ep.post_send(rig.conn, wr).unwrap();
+    let sent = rig.drain();
+    let data = sent
+        .iter()
+        .find(|r| matches!(r.body, Body::Send(_)))
+        .expect("the SEND");
+    let (psn, ts) = (data.header.psn, data.header.timestamp);
+    rig.now += Duration::from_micros(30);
+    let a = ack(&rig, psn, ts);
+    rig.deliver(false, &a, &[]);
+    assert_eq!(srtt(&rig), 30_000);
+}
+
 /// Item 6: a valid packet from another address than the handshake's is
 /// dropped silently, counted as `bad_source`, and not placed; from the
 /// handshake's address the same packet is taken.

@@ -737,6 +737,12 @@ impl<const P: usize> Connection<P> {
         })
     }
 
+    /// The connection's smoothed round-trip time in nanoseconds (0 before
+    /// the first sample, spec 4.5).
+    pub fn srtt_ns(&self) -> u32 {
+        self.send.rtt.srtt_ns()
+    }
+
     /// Whether the sender has nothing unacknowledged.
     pub fn all_acked(&self) -> bool {
         self.send.una == self.send.nxt
