@@ -47,6 +47,8 @@ pub struct Peer {
     pub their_id: u32,
     pub their_token: u64,
     pub accept: Option<ConnectRepr>,
+    /// The common header of that ACCEPT.
+    pub accept_header: Option<Header>,
     /// Next PSN of our direction.
     pub next_psn: u32,
     next_msg: u32,
@@ -93,6 +95,7 @@ impl Peer {
             their_id: 0,
             their_token: 0,
             accept: None,
+            accept_header: None,
             next_psn: mix.wrapping_mul(7) & 0x00ff_ffff,
             next_msg: 0,
             next_recv_index: 0,
@@ -243,7 +246,7 @@ impl Peer {
         sack: SackBits,
     ) -> Result<(), Fail> {
         let repr = Repr {
-            header: self.header(0, Flags::NONE),
+            header: self.header(self.next_psn, Flags::NONE),
             body: Body::Ack(AckRepr {
                 cumulative,
                 echo_psn: echo.psn,
@@ -278,7 +281,8 @@ impl Peer {
                 flags: Flags::NONE,
                 dst_conn: 0,
                 token: 0,
-                psn: 0,
+                // Spec 3.2.4: a CONNECT carries its Initial PSN.
+                psn: self.next_psn,
                 path: 0,
                 timestamp: self.timestamp(),
             },
@@ -377,6 +381,7 @@ impl Peer {
         self.their_token = a.src_token;
         self.rx_cum = a.initial_psn;
         self.accept = Some(a);
+        self.accept_header = Some(h);
         let repr = self.connect_repr(mtu, paths, window);
         if let (Some(k), Body::Connect(c)) = (self.keys.as_mut(), repr.body) {
             k.on_accept(&c, &a);
@@ -404,7 +409,7 @@ impl Peer {
     /// Sends a KEEPALIVE.
     pub fn keepalive(&self) -> Result<(), Fail> {
         let repr = Repr {
-            header: self.header(0, Flags::NONE),
+            header: self.header(self.next_psn, Flags::NONE),
             body: Body::Keepalive,
             payload_len: 0,
         };
@@ -414,7 +419,7 @@ impl Peer {
     /// Sends CLOSE (normal) and waits briefly for the reply.
     pub fn close(&mut self) {
         let repr = Repr {
-            header: self.header(0, Flags::NONE),
+            header: self.header(self.next_psn, Flags::NONE),
             body: Body::Close(CloseRepr {
                 reason: CloseReason::Normal,
             }),

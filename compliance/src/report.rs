@@ -13,6 +13,9 @@ pub struct Outcome {
     pub section: &'static str,
     pub millis: u128,
     pub result: Result<(), String>,
+    /// Why the case did not apply to the target (it counts as neither
+    /// passed nor failed).
+    pub skipped: Option<String>,
 }
 
 /// Runs every case whose name contains `filter` against `target`, printing
@@ -28,8 +31,20 @@ pub fn run_with_key(
     filter: Option<&str>,
     psk: Option<(u32, [u8; 32])>,
 ) -> Vec<Outcome> {
+    run_with_options(target, filter, psk, false)
+}
+
+/// [`run_with_key`]; `single_source`: the target sees every peer at one
+/// address (a gateway), so the cases that need a second one are skipped.
+pub fn run_with_options(
+    target: SocketAddr,
+    filter: Option<&str>,
+    psk: Option<(u32, [u8; 32])>,
+    single_source: bool,
+) -> Vec<Outcome> {
     let mut ctx = Ctx::new(target);
     ctx.psk = psk;
+    ctx.single_source = single_source;
     let protected: &[crate::cases::Case] = if psk.is_some() {
         crate::protect::PROTECTED_CASES
     } else {
@@ -46,6 +61,7 @@ pub fn run_with_key(
             continue;
         }
         let started = Instant::now();
+        ctx.skipped = None;
         let mut result = (case.run)(&mut ctx);
         let mut tries = 1;
         while result.is_err() && tries < case.attempts {
@@ -58,11 +74,13 @@ pub fn run_with_key(
             section: case.section,
             millis: started.elapsed().as_millis(),
             result,
+            skipped: ctx.skipped.take(),
         };
-        let verdict = match &o.result {
-            Ok(()) if tries > 1 => format!("PASS (attempt {tries})"),
-            Ok(()) => "PASS".to_string(),
-            Err(why) => format!("FAIL: {why}"),
+        let verdict = match (&o.result, &o.skipped) {
+            (Ok(()), Some(why)) => format!("SKIP: {why}"),
+            (Ok(()), None) if tries > 1 => format!("PASS (attempt {tries})"),
+            (Ok(()), None) => "PASS".to_string(),
+            (Err(why), _) => format!("FAIL: {why}"),
         };
         println!(
             "{:<4} {:<56} {:<20} {:>7}  {verdict}",
@@ -71,9 +89,13 @@ pub fn run_with_key(
         out.push(o);
     }
     let failed = out.iter().filter(|o| o.result.is_err()).count();
+    let skipped = out
+        .iter()
+        .filter(|o| o.result.is_ok() && o.skipped.is_some())
+        .count();
     println!(
-        "compliance: {} passed, {failed} failed, {} cases",
-        out.len() - failed,
+        "compliance: {} passed, {failed} failed, {} cases, {skipped} skipped",
+        out.len() - failed - skipped,
         out.len()
     );
     out

@@ -178,6 +178,30 @@ fn tshark_rows(pcap: &Path) -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// The frame numbers of `pcap` that match the display filter `filter`.
+fn tshark_filtered(pcap: &Path, filter: &str) -> Result<Vec<String>, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/wireshark/metaroce.lua");
+    let out = Command::new("tshark")
+        .arg("-X")
+        .arg(format!("lua_script:{}", script.display()))
+        .arg("-r")
+        .arg(pcap)
+        .args(["-o", "udp.try_heuristic_first:TRUE"])
+        .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+        .output()
+        .map_err(|e| format!("cannot run tshark: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "tshark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
 #[test]
 fn compliance_against_host_and_dissector_decodes_the_capture() {
     let pcap: PathBuf =
@@ -206,7 +230,15 @@ fn compliance_against_host_and_dissector_decodes_the_capture() {
         return;
     }
     let got = tshark_rows(&pcap).unwrap();
+    // Spec 3.2.4: every CONNECT and ACCEPT of the run (the suite's and
+    // the target's) carries its Initial PSN in the PSN field; the
+    // dissector flags any that does not.
+    let psn_field = tshark_filtered(&pcap, "metaroce.psn_field").unwrap();
     let _ = std::fs::remove_file(&pcap);
+    assert!(
+        psn_field.is_empty(),
+        "CONNECT/ACCEPT frames whose PSN field is not the Initial PSN: {psn_field:?}"
+    );
     assert_eq!(got.len(), want.len(), "frame count");
     let (mut sacks, mut hints, mut offsets, mut checked) = (0, 0, 0, 0);
     for (g, w) in got.iter().zip(&want) {

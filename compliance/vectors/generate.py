@@ -252,6 +252,12 @@ def valid_cases():
     c = []
 
     def add(name, desc, fields, encap=None):
+        # Spec 3.2.4: CONNECT and ACCEPT carry their Initial PSN in the PSN
+        # field, RETRY carries 0.
+        if fields["type"] in ("CONNECT", "ACCEPT"):
+            assert fields["psn"] == fields["initial_psn"], name
+        if fields["type"] == "RETRY":
+            assert fields["psn"] == 0, name
         c.append((name, desc, fields, encap))
 
     # WRITE (spec 3.4.1)
@@ -344,12 +350,12 @@ def valid_cases():
              timer_profile="DataCenter", suite="None", key_id=0, cookie=bytes(32)),
         dict(V4_ENCAP, ecn=0b00, dscp=48))
     add("connect_max", "CONNECT with the largest parameters (MTU 9000, 256 paths, window 65536)",
-        dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0, path=0), src_conn=0xFFFFFFFF,
+        dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0xFFFFFFFF, path=0), src_conn=0xFFFFFFFF,
              src_token=0xFFFFFFFFFFFFFFFF, mtu=9000, max_paths=256, window=65536,
              reply_port=0xFFFF, initial_psn=0xFFFFFFFF, timer_profile="Emulation",
              suite="Aes256Gcm", key_id=0xFFFFFFFF, cookie=bytes(range(0xE0, 0x100))))
     add("connect_with_cookie", "CONNECT repeated with the cookie of a RETRY",
-        dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0, path=3, timestamp=0x01020304),
+        dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0x00ABCDEF, path=3, timestamp=0x01020304),
              src_conn=0x00001234, src_token=0x1122334455667788, mtu=1024, max_paths=4,
              window=256, reply_port=4795, initial_psn=0x00ABCDEF,
              timer_profile="Emulation", suite="None", key_id=0,

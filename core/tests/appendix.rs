@@ -334,6 +334,13 @@ fn render() -> String {
             at += len;
         };
         for (name, len, show) in COMMON {
+            // Spec 3.2.4: what the PSN field holds on each type.
+            let name = match (name, &ex.repr.body) {
+                ("PSN", Body::Connect(_) | Body::Accept(_)) => "PSN (the Initial PSN, 3.2.4)",
+                ("PSN", Body::Retry(_)) => "PSN (0, 3.2.4)",
+                ("PSN", b) if !b.packet_type().is_reliable() => "PSN (the next PSN, 3.2.4)",
+                _ => name,
+            };
             row(&mut out, name, len, show);
         }
         for (name, len, show) in extension_fields(&ex.repr.body) {

@@ -606,6 +606,28 @@ fn valid_vectors_emit_their_bytes() {
     for_each(Kind::Valid, "valid vectors (emit)", MIN_VALID, check_emit);
 }
 
+/// Spec 3.2.4: the PSN field of CONNECT and ACCEPT is the sender's Initial
+/// PSN; a RETRY's is 0.
+#[test]
+fn valid_vectors_follow_the_psn_field_rule() {
+    for_each(Kind::Valid, "valid vectors (PSN field)", MIN_VALID, |v| {
+        let (repr, _) = expected(v)?;
+        let ok = match repr.body {
+            Body::Connect(c) | Body::Accept(c) => repr.header.psn == c.initial_psn,
+            Body::Retry(_) => repr.header.psn == 0,
+            _ => true,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: PSN field {:#x} breaks spec 3.2.4",
+                v.name, repr.header.psn
+            ))
+        }
+    });
+}
+
 #[test]
 fn frame_vectors_parse_and_emit() {
     let vectors: Vec<Vector> = of_kind(Kind::Valid)

@@ -117,7 +117,16 @@ local e_malformed = ProtoExpert.new("metaroce.malformed", "Malformed MetaRoCE pa
     expert.group.MALFORMED, expert.severity.ERROR)
 local e_bad_crc = ProtoExpert.new("metaroce.bad_crc", "CRC-32 trailer mismatch",
     expert.group.CHECKSUM, expert.severity.ERROR)
-metaroce.experts = { e_malformed, e_bad_crc }
+local e_psn_field = ProtoExpert.new("metaroce.psn_field",
+    "PSN field is not the Initial PSN (spec 3.2.4)", expert.group.PROTOCOL, expert.severity.WARN)
+metaroce.experts = { e_malformed, e_bad_crc, e_psn_field }
+
+-- What the PSN field holds on types without a sequence number (3.2.4):
+-- receivers ignore it; the dissector names it.
+local psn_meaning = {
+    [0x10] = "next PSN", [0x11] = "next PSN", [0x22] = "next PSN", [0x23] = "next PSN",
+    [0x20] = "Initial PSN", [0x21] = "Initial PSN", [0x24] = "none (0)",
+}
 
 local pref_port = 4795
 metaroce.prefs.port = Pref.uint("UDP port", pref_port, "MetaRoCE UDP destination port")
@@ -288,12 +297,23 @@ function metaroce.dissector(tvb, pinfo, tree)
     ft:add(f.flag_protected, tvb(2, 2))
     t:add(f.dst_conn, tvb(4, 4))
     t:add(f.token, tvb(8, 8))
-    t:add(f.psn, tvb(16, 4))
+    local psn_item = t:add(f.psn, tvb(16, 4))
+    local meaning = psn_meaning[ty]
+    if meaning then
+        psn_item:append_text(" (" .. meaning .. ", informational, 3.2.4)")
+    end
     t:add(f.path, tvb(20, 2))
     t:add(f.payload_len, tvb(22, 2))
     t:add(f.timestamp, tvb(24, 4))
     local name = types[ty] or string.format("UNKNOWN(0x%02x)", ty)
-    local info = string.format("%s psn=%d path=%d", name, tvb(16, 4):uint(), tvb(20, 2):uint())
+    local psn_label = "psn"
+    if meaning == "next PSN" then
+        psn_label = "next_psn"
+    elseif meaning == "Initial PSN" then
+        psn_label = "initial_psn"
+    end
+    local info = string.format("%s %s=%d path=%d", name, psn_label, tvb(16, 4):uint(),
+        tvb(20, 2):uint())
     local el = ext_len[ty]
     local plen = tvb(22, 2):uint()
     local prot = protection_len(tvb(2, 2):uint())
@@ -303,6 +323,9 @@ function metaroce.dissector(tvb, pinfo, tree)
         return len
     end
     t:set_len(len)
+    if (ty == 0x20 or ty == 0x21) and tvb(16, 4):uint() ~= tvb(HEADER_LEN + 24, 4):uint() then
+        psn_item:add_proto_expert_info(e_psn_field)
+    end
     info = info .. dissect_ext(ty, t, tvb, HEADER_LEN)
     if prot > 0 then
         local so = HEADER_LEN + el

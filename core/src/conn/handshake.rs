@@ -102,8 +102,7 @@ impl<const P: usize> Connection<P> {
             mtu: self.params.mtu,
             max_paths: self.params.paths,
             window: self.params.window,
-            // Before any reliable packet, the next PSN is the initial one.
-            initial_psn: self.send.una.get(),
+            initial_psn: self.send.initial.get(),
             reply_port: config.udp_port,
             timer_profile: config.timer_profile,
             suite: self.protection.suite(),
@@ -347,9 +346,12 @@ impl<const P: usize> Connection<P> {
         config: &Config,
     ) -> Option<Transmit> {
         let pending = self.pending;
+        // Spec 3.2.4: CONNECT and ACCEPT carry the Initial PSN in their PSN
+        // field, CLOSE and KEEPALIVE (like ACK and NAK) the next PSN.
         let next_psn = self.send.nxt.get();
+        let initial = self.send.initial.get();
         let (bit, header, body) = if pending.has(Pending::CONNECT) {
-            let mut h = self.header(now, self.send.una.get(), 0, Flags::NONE);
+            let mut h = self.header(now, initial, 0, Flags::NONE);
             h.dst_conn = 0;
             h.token = 0;
             let c = ConnectRepr {
@@ -358,7 +360,7 @@ impl<const P: usize> Connection<P> {
             };
             (Pending::CONNECT, h, Body::Connect(c))
         } else if pending.has(Pending::ACCEPT) {
-            let h = self.header(now, self.send.una.get(), 0, Flags::NONE);
+            let h = self.header(now, initial, 0, Flags::NONE);
             (Pending::ACCEPT, h, Body::Accept(self.connect_repr(config)))
         } else if pending.has(Pending::CLOSE_REPLY) {
             let h = self.header(now, next_psn, 0, Flags::CLOSE_REPLY);

@@ -39,7 +39,7 @@ use crate::storage::list::OptIndex;
 use crate::storage::pool::{Pool, PoolEntry, Queue};
 use crate::storage::{Backing, Slice};
 use crate::time::{Instant, MaybeInstant};
-use crate::wire::{Body, CloseReason, MemoryTarget, NakRepr};
+use crate::wire::{Body, CloseReason, MemoryTarget};
 
 pub(crate) use completion::Blame;
 pub(crate) use handshake::RetryOutcome;
@@ -266,11 +266,14 @@ pub struct PoolRefusals {
     /// RETRYs an initiator could not take: the cookie pool was empty (it
     /// repeats its CONNECT and takes a later one, spec 4.2).
     pub cookies: u64,
+    /// NAKs not sent: the endpoint's NAK queue was full (spec 4.7: the
+    /// sender's retransmission brings the packet, and its NAK, again).
+    pub naks: u64,
 }
 
 impl PoolRefusals {
     /// Every pool with its refusals, for summaries and telemetry export.
-    pub fn by_pool(&self) -> [(&'static str, u64); 7] {
+    pub fn by_pool(&self) -> [(&'static str, u64); 8] {
         [
             ("work_entries", self.work_entries),
             ("recv_entries", self.recv_entries),
@@ -279,6 +282,7 @@ impl PoolRefusals {
             ("inflight_records", self.inflight_records),
             ("reorder_words", self.reorder_words),
             ("cookies", self.cookies),
+            ("naks", self.naks),
         ]
     }
 }
@@ -306,6 +310,24 @@ pub struct Resources<B: Backing, const P: usize> {
     pub(crate) keys: crate::crypto::KeyPool<B>,
     /// Initiators' RETRY cookies while they are Connecting (spec 4.2).
     pub(crate) cookies: Pool<Slice<B, PoolEntry<[u8; crate::wire::COOKIE_LEN]>>>,
+    /// NAKs waiting to go out, one per refused packet (spec 4.7), sent
+    /// before anything else.
+    pub(crate) naks: heapless::Deque<QueuedNak, NAK_QUEUE>,
+}
+
+/// NAKs the endpoint holds between a receive batch and its transmissions:
+/// as many as a batch of the platform's engine loop can refuse (32 frames).
+pub const NAK_QUEUE: usize = 32;
+
+/// A NAK waiting to go out: the refusing connection's id, the refused
+/// PSN, the reason and the path to answer on. Its Cumulative PSN is the
+/// connection's when it is sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueuedNak {
+    pub conn: u32,
+    pub psn: u32,
+    pub path: u16,
+    pub reason: crate::wire::NakReason,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
@@ -354,6 +376,9 @@ impl Pending {
 /// connection-wide RTT estimate. The rest is in the pooled [`SenderState`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SendSide {
+    /// The Initial PSN of this direction (CONNECT / ACCEPT, spec 3.2.4,
+    /// 3.8.1): every ACCEPT, a repeated one too, carries it.
+    pub initial: Psn,
     pub una: Psn,
     pub nxt: Psn,
     pub queue: Queue,
@@ -390,7 +415,6 @@ pub(crate) struct RecvSide<const P: usize> {
     pub echo_psn: u32,
     pub echo_ts: u32,
     pub ack_due: MaybeInstant,
-    pub nak_pending: Option<NakRepr>,
     /// After a fatal NAK every later reliable packet hears it again: the
     /// refused PSN and the reason.
     pub sticky_nak: Option<(u32, crate::wire::NakReason)>,
@@ -495,6 +519,7 @@ impl<const P: usize> Connection<P> {
         },
         entropy: [0; P],
         send: SendSide {
+            initial: Psn(0),
             una: Psn(0),
             nxt: Psn(0),
             queue: Queue::EMPTY,
@@ -518,7 +543,6 @@ impl<const P: usize> Connection<P> {
             echo_psn: 0,
             echo_ts: 0,
             ack_due: MaybeInstant::NONE,
-            nak_pending: None,
             sticky_nak: None,
             last_data_rx: MaybeInstant::NONE,
             rx_count: [0; P],
@@ -592,6 +616,7 @@ impl<const P: usize> Connection<P> {
             peer_profile: config.timer_profile,
             ..Self::VACANT
         };
+        conn.send.initial = initial_psn;
         conn.send.una = initial_psn;
         conn.send.nxt = initial_psn;
         conn.send.next_msg_id = 1;
@@ -712,6 +737,12 @@ impl<const P: usize> Connection<P> {
         })
     }
 
+    /// The connection's smoothed round-trip time in nanoseconds (0 before
+    /// the first sample, spec 4.5).
+    pub fn srtt_ns(&self) -> u32 {
+        self.send.rtt.srtt_ns()
+    }
+
     /// Whether the sender has nothing unacknowledged.
     pub fn all_acked(&self) -> bool {
         self.send.una == self.send.nxt
@@ -814,7 +845,8 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The connection's next packet, if any is due: control first (they
-    /// unblock everything else), then a NAK, an ACK, data.
+    /// unblock everything else), then an ACK, data. NAKs go out from the
+    /// endpoint's queue before any connection's packets.
     pub(crate) fn poll_transmit<B: Backing>(
         &mut self,
         now: Instant,
@@ -827,9 +859,6 @@ impl<const P: usize> Connection<P> {
             if let Some(t) = self.poll_control(now, buf, res, config) {
                 return Some(t);
             }
-        }
-        if self.recv.nak_pending.is_some() {
-            return self.emit_nak(now, buf);
         }
         if !self.state.is_open() {
             return None;

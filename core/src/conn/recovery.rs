@@ -35,9 +35,12 @@ impl<const P: usize> Connection<P> {
         }
         // RTT sample from the echoed timestamp (spec 3.2.3): the
         // connection's estimate exists even while no sender state does.
+        // Only an echo of a PSN we sent gives one (spec 4.5).
+        let sent = self.send.nxt.distance_from(self.send.initial);
         let rtt_sample = {
             let rtt = now.wire_timestamp().wrapping_sub(ack.echo_timestamp);
-            (rtt < 1_000_000_000 && ack.echo_path < self.params.paths).then_some(rtt)
+            let ours = Psn(ack.echo_psn).is_within(self.send.initial, sent);
+            (rtt < 1_000_000_000 && ack.echo_path < self.params.paths && ours).then_some(rtt)
         };
         if let Some(rtt) = rtt_sample {
             self.send.rtt.on_sample(rtt);

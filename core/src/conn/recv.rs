@@ -68,11 +68,7 @@ impl<const P: usize> Connection<P> {
         let h = &repr.header;
         if let Some((nak_psn, reason)) = self.recv.sticky_nak {
             // Sticky error: every later packet hears the same NAK (spec 4.7.2).
-            self.recv.nak_pending = Some(NakRepr {
-                cumulative: self.recv.win.cum.get(),
-                nak_psn,
-                reason,
-            });
+            self.queue_nak(h.path, nak_psn, reason, res);
             return ReliableOutcome::Refused;
         }
         if !self.state.is_open() || h.path >= self.params.paths {
@@ -98,21 +94,17 @@ impl<const P: usize> Connection<P> {
         // Room to record it comes before placement: a packet that cannot
         // be recorded must not be placed either (spec 4.14.3), or its
         // retransmission would be placed a second time unseen.
+        // Spec 3.5: from here on the packet counts on its path, whatever
+        // becomes of it (new, refused, or not recordable).
+        self.count_on_path(h.path, ce);
         if d > 0 && self.recv.win.reserve(&mut res.reorder, d as u32).is_err() {
             self.counters.reorder_refused += 1;
             res.refusals.reorder_words += 1;
             return ReliableOutcome::Dropped;
         }
         if let Err(reason) = self.place(repr, payload, res, mem, config) {
-            let nak = NakRepr {
-                cumulative: self.recv.win.cum.get(),
-                nak_psn: h.psn,
-                reason,
-            };
-            self.recv.nak_pending = Some(nak);
-            self.counters.naks_sent += 1;
+            self.queue_nak(h.path, h.psn, reason, res);
             res.rx_refusals.count_nak(reason);
-            self.count_on_path(h.path, ce);
             if reason.is_fatal() {
                 self.recv.sticky_nak = Some((h.psn, reason));
                 self.fail(status_of(reason), Blame::Nobody, res);
@@ -124,7 +116,6 @@ impl<const P: usize> Connection<P> {
         self.counters.packets_received += 1;
         self.counters.bytes_received += payload.len() as u64;
         self.recv.last_data_rx = MaybeInstant::some(now);
-        self.count_on_path(h.path, ce);
         self.note_echo(h);
         self.recv.ack_pending = self.recv.ack_pending.saturating_add(1);
         if d != 0
@@ -140,8 +131,29 @@ impl<const P: usize> Connection<P> {
         ReliableOutcome::Placed
     }
 
+    /// Each refused packet gets a NAK of its own (spec 3.7, 4.7), queued
+    /// at the endpoint; when the queue is full it is counted instead, and
+    /// the sender's retransmission draws it again.
+    fn queue_nak<B: Backing>(
+        &mut self,
+        path: u16,
+        psn: u32,
+        reason: NakReason,
+        res: &mut Resources<B, P>,
+    ) {
+        let q = super::QueuedNak {
+            conn: self.local_id,
+            psn,
+            path: if path < self.params.paths { path } else { 0 },
+            reason,
+        };
+        if res.naks.push_back(q).is_err() {
+            res.refusals.naks += 1;
+        }
+    }
+
     /// Counts a reliable packet on its path, for the echo (spec 3.5): every
-    /// packet that passed the header checks, duplicates and refused ones
+    /// packet that passed the window check, duplicates and refused ones
     /// included, so CE marks on them reach the sender too.
     fn count_on_path(&mut self, path: u16, ce: bool) {
         let p = usize::from(path) % P;
@@ -334,16 +346,27 @@ impl<const P: usize> Connection<P> {
         Some(t)
     }
 
-    /// The pending NAK now (spec 4.7).
-    pub(crate) fn emit_nak(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let nak = self.recv.nak_pending.take()?;
-        let path = (self.recv.echo_path as usize % P) as u8;
+    /// A queued NAK now (spec 4.7), with the cumulative PSN of now, on the
+    /// refused packet's path; counted when it goes out.
+    pub(crate) fn emit_nak(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        q: &super::QueuedNak,
+    ) -> Option<Transmit> {
+        let path = (usize::from(q.path) % P) as u8;
         let repr = Repr {
             header: self.header(now, self.send.nxt.get(), path, Flags::NONE),
-            body: Body::Nak(nak),
+            body: Body::Nak(NakRepr {
+                cumulative: self.recv.win.cum.get(),
+                nak_psn: q.psn,
+                reason: q.reason,
+            }),
             payload_len: 0,
         };
-        self.transmit(now, &repr, buf, path, ecn::NOT_ECT, None)
+        let t = self.transmit(now, &repr, buf, path, ecn::NOT_ECT, None)?;
+        self.counters.naks_sent += 1;
+        Some(t)
     }
 
     /// Whether an ACK may go out now (only while open: a flag left over

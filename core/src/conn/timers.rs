@@ -26,7 +26,7 @@ impl<const P: usize> Connection<P> {
         now: Instant,
         res: &Resources<B, P>,
     ) -> bool {
-        if self.control_ready() || self.recv.nak_pending.is_some() || self.ack_ready() {
+        if self.control_ready() || self.ack_ready() {
             return true;
         }
         if !self.has_data_to_send(res) {

@@ -355,6 +355,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 rx_refusals: crate::stats::RefusalStats::default(),
                 keys: crate::crypto::KeyPool::new(key_slots),
                 cookies: Pool::new(cookies),
+                naks: Deque::new(),
             },
             wheel: TimerWheel::new(),
             free,

@@ -186,6 +186,21 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 });
             }
         }
+        // Spec 4.7: every refused packet's NAK, in the order refused.
+        while let Some(q) = self.res.naks.pop_front() {
+            let i = self.ids.index_of(q.conn).unwrap_or(usize::MAX);
+            let Some(s) = self.slots.get_mut(i) else {
+                continue;
+            };
+            if !s.live || s.conn.local_id != q.conn {
+                continue;
+            }
+            let t = s.conn.emit_nak(now, buf, &q);
+            let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
+            if t.is_some() {
+                return t;
+            }
+        }
         if self.ready.is_empty() {
             return None;
         }
@@ -283,7 +298,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// deadline is within 64 us, otherwise possibly early (a wake-up that
     /// finds nothing due costs one empty `handle_timeout`).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if !self.ready.is_empty() || !self.stateless.is_empty() {
+        if !self.ready.is_empty() || !self.stateless.is_empty() || !self.res.naks.is_empty() {
             return Some(Instant::ZERO);
         }
         self.wheel
