@@ -103,7 +103,7 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for byte in &mut mac {
-        *byte = number(parts.next()?, 16)?;
+        *byte = number(parts.next()?, 16, u8::MAX.into())? as u8;
     }
     parts.next().is_none().then_some(mac)
 }
@@ -114,7 +114,7 @@ fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
     let mut parts = s.split('.');
     for octet in &mut octets {
-        *octet = number(parts.next()?, 10)?;
+        *octet = number(parts.next()?, 10, u8::MAX.into())? as u8;
     }
     parts.next().is_none().then_some(Ipv4Addr::from(octets))
 }
@@ -128,21 +128,86 @@ fn parse_peer(value: &str) -> Option<Peer> {
     })
 }
 
-/// A number in `radix` (10 or 16) that fits `T`: one digit loop for
-/// every key (`str::parse` is a parser per integer type).
-fn number<T: TryFrom<u64>>(value: &str, radix: u32) -> Option<T> {
+/// A number in `radix` (10 or 16) no larger than `max`: one digit loop
+/// for every key and field type (`str::parse` is a parser per integer
+/// type).
+fn number(value: &str, radix: u32, max: u64) -> Option<u64> {
     if value.is_empty() {
         return None;
     }
     let mut n = 0u64;
-    for c in value.chars() {
-        let digit = u64::from(c.to_digit(radix)?);
+    for b in value.bytes() {
+        let digit = u64::from(char::from(b).to_digit(radix)?);
         n = n.checked_mul(u64::from(radix))?.checked_add(digit)?;
     }
-    T::try_from(n).ok()
+    (n <= max).then_some(n)
 }
 
+/// The values of `role`.
+const ROLES: &[(&str, Role)] = &[
+    ("workload", Role::Workload),
+    ("serve", Role::Serve),
+    ("bench", Role::Bench),
+    ("host", Role::Host),
+];
+
+/// The values of `workload`.
+const WORKLOADS: &[(&str, WorkloadKind)] = &[
+    ("mixed", WorkloadKind::Mixed),
+    ("write", WorkloadKind::Write),
+    ("send", WorkloadKind::Send),
+    ("read", WorkloadKind::Read),
+];
+
+/// The value `names` gives the word `value`.
+fn pick<T: Copy>(value: &str, names: &[(&str, T)]) -> Option<T> {
+    names
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, v)| *v)
+}
+
+/// The numeric keys, in the order of [`NodeConfig::set_number`], each
+/// with the largest value its field holds.
+const NUMERIC_KEYS: [(&str, u64); 14] = [
+    ("node", u8::MAX as u64),
+    ("target", u8::MAX as u64),
+    ("expect", u8::MAX as u64),
+    ("size", u32::MAX as u64),
+    ("count", u32::MAX as u64),
+    ("depth", u32::MAX as u64),
+    ("seed", u64::MAX),
+    ("streams", u8::MAX as u64),
+    ("port", u16::MAX as u64),
+    ("paths", u16::MAX as u64),
+    ("progress_ms", u32::MAX as u64),
+    ("linger_ms", u32::MAX as u64),
+    ("cores", u8::MAX as u64),
+    ("peer_connections", u32::MAX as u64),
+];
+
 impl NodeConfig {
+    /// Sets the field of numeric key `NUMERIC_KEYS[at]` to `n`, which
+    /// [`number`] kept within the field's range.
+    fn set_number(&mut self, at: usize, n: u64) {
+        match at {
+            0 => self.node = n as u8,
+            1 => self.target = Some(n as u8),
+            2 => self.expect = n as u8,
+            3 => self.size = n as u32,
+            4 => self.count = n as u32,
+            5 => self.depth = n as u32,
+            6 => self.seed = n,
+            7 => self.streams = n as u8,
+            8 => self.port = n as u16,
+            9 => self.paths = n as u16,
+            10 => self.progress_ms = n as u32,
+            11 => self.linger_ms = n as u32,
+            12 => self.cores = n as u8,
+            _ => self.peer_connections = n as u32,
+        }
+    }
+
     /// Parses the configuration line.
     pub fn parse(text: &str) -> Result<NodeConfig, ConfigError<'_>> {
         let mut cfg = NodeConfig {
@@ -180,7 +245,6 @@ impl NodeConfig {
             };
             let bad = ConfigError { key };
             match key {
-                "node" => cfg.node = number(value, 10).ok_or(bad)?,
                 "ip" => {
                     cfg.ip = parse_ipv4(value).ok_or(bad)?;
                     have_ip = true;
@@ -194,40 +258,16 @@ impl NodeConfig {
                     cfg.peers.push(peer).map_err(|_| bad)?;
                 }
                 "gateway" => cfg.gateway = Some(parse_peer(value).ok_or(bad)?),
-                "role" => {
-                    cfg.role = match value {
-                        "workload" => Role::Workload,
-                        "serve" => Role::Serve,
-                        "bench" => Role::Bench,
-                        "host" => Role::Host,
-                        _ => return Err(bad),
-                    }
+                "role" => cfg.role = pick(value, ROLES).ok_or(bad)?,
+                "workload" => cfg.workload = pick(value, WORKLOADS).ok_or(bad)?,
+                _ => {
+                    let at = NUMERIC_KEYS
+                        .iter()
+                        .position(|(name, _)| *name == key)
+                        .ok_or(bad)?;
+                    let n = number(value, 10, NUMERIC_KEYS[at].1).ok_or(bad)?;
+                    cfg.set_number(at, n);
                 }
-                "target" => cfg.target = Some(number(value, 10).ok_or(bad)?),
-                "expect" => cfg.expect = number(value, 10).ok_or(bad)?,
-                "workload" => {
-                    cfg.workload = match value {
-                        "mixed" => WorkloadKind::Mixed,
-                        "write" => WorkloadKind::Write,
-                        "send" => WorkloadKind::Send,
-                        "read" => WorkloadKind::Read,
-                        _ => return Err(bad),
-                    }
-                }
-                "size" => cfg.size = number(value, 10).ok_or(bad)?,
-                "count" => cfg.count = number(value, 10).ok_or(bad)?,
-                "depth" => cfg.depth = number(value, 10).ok_or(bad)?,
-                "seed" => cfg.seed = number(value, 10).ok_or(bad)?,
-                "streams" => cfg.streams = number(value, 10).ok_or(bad)?,
-                "port" => cfg.port = number(value, 10).ok_or(bad)?,
-                "paths" => cfg.paths = number(value, 10).ok_or(bad)?,
-                "progress_ms" => cfg.progress_ms = number(value, 10).ok_or(bad)?,
-                "linger_ms" => cfg.linger_ms = number(value, 10).ok_or(bad)?,
-                "cores" => cfg.cores = number(value, 10).ok_or(bad)?,
-                "peer_connections" => {
-                    cfg.peer_connections = number(value, 10).ok_or(bad)?;
-                }
-                _ => return Err(bad),
             }
         }
         if cfg.role == Role::Bench {
