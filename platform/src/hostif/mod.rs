@@ -677,6 +677,7 @@ fn refusal(wr_id: u64, index: u32, generation: u32, opcode: u8, status: u8) -> a
 }
 
 /// Counts a refusal under its reason.
+#[inline(never)]
 fn count_refusal(c: &mut abi::SetCounters, status: u8) {
     match status {
         abi::STATUS_BAD_OPCODE => c.refused_bad_opcode += 1,

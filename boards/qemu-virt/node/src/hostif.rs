@@ -67,7 +67,8 @@ pub fn run(
         b,
         c,
         d,
-        cfg.port
+        // As a u32: the console then formats no 16-bit integers.
+        u32::from(cfg.port)
     );
     let mut backoff = POLL_MIN;
     let mut next_stats = hw::now() + STATS_PERIOD;

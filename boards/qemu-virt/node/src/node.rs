@@ -83,6 +83,12 @@ pub fn main() -> ! {
     let Some(len) = hw::fw_cfg_file("opt/metaroce/config", &mut text) else {
         fail("no fw_cfg file opt/metaroce/config (run through metaroce-qemu)")
     };
+    // The file is padded with NULs: the configuration ends at the last
+    // other byte.
+    let len = text[..len]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
     let text = &text[..len];
     if !text.is_ascii() {
         fail("configuration is not ASCII")
@@ -91,7 +97,7 @@ pub fn main() -> ! {
     // validator is half a kilobyte of code for a line the harness writes
     // in ASCII).
     let text = unsafe { core::str::from_utf8_unchecked(text) };
-    let cfg = match NodeConfig::parse(text.trim_end_matches('\0')) {
+    let cfg = match NodeConfig::parse(text) {
         Ok(cfg) => cfg,
         Err(e) => {
             println!("METAROCE-ERROR bad configuration key `{}`", e.key);

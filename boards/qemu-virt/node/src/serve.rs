@@ -357,7 +357,15 @@ impl<'a> Serve<'a> {
             let [a, b, c, d] = self.ip.octets();
             println!(
                 "METAROCE-READY node={} role=serve ip={}.{}.{}.{} port={} connections={} max_message={}",
-                self.node, a, b, c, d, self.udp_port, SERVE_CONNECTIONS, MAX_SERVE_MESSAGE
+                self.node,
+                a,
+                b,
+                c,
+                d,
+                // As a u32: the console then formats no 16-bit integers.
+                u32::from(self.udp_port),
+                SERVE_CONNECTIONS,
+                MAX_SERVE_MESSAGE
             );
         }
     }
