@@ -99,29 +99,46 @@ pub struct ConfigError<'a> {
     pub key: &'a str,
 }
 
+/// `s` split at its first `sep`: what is before and what is after it.
+/// Byte-wise (`sep` is ASCII): `str`'s `char` searchers are a kilobyte of
+/// code for a line the harness writes in ASCII.
+fn split_once(s: &str, sep: u8) -> Option<(&str, &str)> {
+    let at = s.bytes().position(|b| b == sep)?;
+    Some((s.get(..at)?, s.get(at + 1..)?))
+}
+
+/// Exactly `out.len()` bytes in `radix`, separated by `sep`.
+fn bytes_of(mut s: &str, sep: u8, radix: u32, out: &mut [u8]) -> Option<()> {
+    let last = out.len().checked_sub(1)?;
+    for (i, byte) in out.iter_mut().enumerate() {
+        let (part, rest) = if i < last {
+            split_once(s, sep)?
+        } else {
+            (s, "")
+        };
+        *byte = number(part, radix, u8::MAX.into())? as u8;
+        s = rest;
+    }
+    Some(())
+}
+
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for byte in &mut mac {
-        *byte = number(parts.next()?, 16, u8::MAX.into())? as u8;
-    }
-    parts.next().is_none().then_some(mac)
+    bytes_of(s, b':', 16, &mut mac)?;
+    Some(mac)
 }
 
 /// A dotted-quad IPv4 address (`core`'s parser also takes forms the
 /// harness never writes, in a kilobyte of code).
 fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
-    let mut parts = s.split('.');
-    for octet in &mut octets {
-        *octet = number(parts.next()?, 10, u8::MAX.into())? as u8;
-    }
-    parts.next().is_none().then_some(Ipv4Addr::from(octets))
+    bytes_of(s, b'.', 10, &mut octets)?;
+    Some(Ipv4Addr::from(octets))
 }
 
 /// `IP/MAC`.
 fn parse_peer(value: &str) -> Option<Peer> {
-    let (ip, mac) = value.split_once('/')?;
+    let (ip, mac) = split_once(value, b'/')?;
     Some(Peer {
         ip: parse_ipv4(ip)?,
         mac: parse_mac(mac)?,
@@ -240,7 +257,7 @@ impl NodeConfig {
         };
         let (mut have_ip, mut have_mac) = (false, false);
         for word in text.split_ascii_whitespace() {
-            let Some((key, value)) = word.split_once('=') else {
+            let Some((key, value)) = split_once(word, b'=') else {
                 return Err(ConfigError { key: word });
             };
             let bad = ConfigError { key };
