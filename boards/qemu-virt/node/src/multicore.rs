@@ -363,6 +363,8 @@ impl Dispatching {
             for (id, owner) in self.dispatcher.owner().learned.iter() {
                 if owner == core {
                     let sep = if ids.is_empty() { "" } else { "," };
+                    // As a u64: the console then formats hex of one width only.
+                    let id = u64::from(id);
                     let _ = core::fmt::write(&mut ids, format_args!("{sep}{id:#x}"));
                 }
             }
