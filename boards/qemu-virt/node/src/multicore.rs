@@ -348,16 +348,13 @@ impl Dispatching {
     /// Every core reported: the node's lines, then exit.
     fn finish(&mut self) -> ! {
         let reports = critical_section::with(|cs| REPORTS.borrow(cs).get());
-        let mut node: Option<Report> = None;
-        for report in reports[..self.cores].iter().flatten() {
-            match node.as_mut() {
-                Some(n) => n.merge(report),
-                None => node = Some(*report),
-            }
-        }
-        let Some(mut node) = node else {
+        let mut reported = reports[..self.cores].iter().flatten();
+        let Some(mut node) = reported.next().copied() else {
             fail("no core reported")
         };
+        for report in reported {
+            node.merge(report);
+        }
         for core in 0..self.cores {
             let mut ids: heapless::String<400> = heapless::String::new();
             for (id, owner) in self.dispatcher.owner().learned.iter() {
