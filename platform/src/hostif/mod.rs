@@ -398,9 +398,13 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                     .load_u32(s.base)
                     .is_ok_and(|owner| owner != abi::OWNER_FREE);
             }
-            [(Bell::Sq, s.sq), (Bell::Rq, s.rq), (Bell::Aq, s.aq)]
-                .iter()
-                .any(|(b, c)| self.shm.load_u32(s.bell(*b)).is_ok_and(|p| p != c.consumer))
+            [
+                (Bell::Sq, s.sq.consumer),
+                (Bell::Rq, s.rq.consumer),
+                (Bell::Aq, s.aq.consumer),
+            ]
+            .into_iter()
+            .any(|(b, consumer)| self.shm.load_u32(s.bell(b)).is_ok_and(|p| p != consumer))
         })
     }
 
