@@ -15,7 +15,7 @@ use metaroce_platform::shmem::SharedMemory;
 use metaroce_platform::Engine;
 
 use crate::config::NodeConfig;
-use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues};
+use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
@@ -53,7 +53,7 @@ pub fn run(
             crate::node::fail("the host interface does not fit the shared memory")
         }
     };
-    let queues = NodeQueues::new();
+    let queues = crate::node::host_queues();
     let Some((mut host, mut port)) = queues.split() else {
         crate::node::fail("host queues split twice")
     };

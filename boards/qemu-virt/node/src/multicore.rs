@@ -49,8 +49,8 @@ use smoltcp::wire::EthernetAddress;
 
 use crate::config::NodeConfig;
 use crate::engine::{
-    self, LinkDevice, NetDevice, NodeDevice, NodeDispatcher, NodeEndpoint, NodeMemory, NodeQueues,
-    NodeStorage, Owners, LINK_SLOTS, PATHS,
+    self, LinkDevice, NetDevice, NodeDevice, NodeDispatcher, NodeEndpoint, NodeMemory, NodeStorage,
+    Owners, LINK_SLOTS, PATHS,
 };
 use crate::hw;
 use crate::node::fail;
@@ -474,7 +474,7 @@ fn shard_loop(
     let mut endpoint = NodeEndpoint::new_shard(config, storage, seed, shard);
     let memory_len = memory.len();
     let mut window = HostWindow::new(HOST_BASE, memory);
-    let queues = NodeQueues::new();
+    let queues = crate::node::host_queues();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };

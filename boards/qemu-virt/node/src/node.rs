@@ -57,6 +57,13 @@ fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u
     })
 }
 
+/// Fresh host queues between a role's task (or the host interface) and
+/// its engine: one copy of their initialisation for every role.
+#[inline(never)]
+pub(crate) fn host_queues() -> NodeQueues {
+    NodeQueues::new()
+}
+
 pub(crate) fn fail(msg: &str) -> ! {
     println!("METAROCE-ERROR {}", msg);
     defmt::error!("{=str}", msg);
@@ -243,7 +250,7 @@ fn serve(
     mut irq: hw::Interrupts,
     mut window: HostWindow<'static>,
 ) -> ! {
-    let queues = NodeQueues::new();
+    let queues = host_queues();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };

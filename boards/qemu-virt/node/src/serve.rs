@@ -427,6 +427,11 @@ impl<'a> Serve<'a> {
         }
     }
 
+    /// What `peer`, if known, holds now.
+    fn usage_of(&mut self, peer: Option<IpAddress>) -> Option<&mut Usage> {
+        self.peers.get_mut(&peer?)
+    }
+
     fn usage(&mut self, ip: IpAddress) -> Option<&mut Usage> {
         if !self.peers.contains_key(&ip) {
             self.peers.insert(ip, Usage::default()).ok()?;
@@ -482,7 +487,7 @@ impl<'a> Serve<'a> {
             self.node, i, how, conn.size, conn.verified, conn.corrupt, conn.bytes
         );
         self.drop_region(i);
-        if let Some(u) = conn.peer.and_then(|ip| self.peers.get_mut(&ip)) {
+        if let Some(u) = self.usage_of(conn.peer) {
             u.connections = u.connections.saturating_sub(1);
             if let Some(e) = conn.extent {
                 u.bytes = u.bytes.saturating_sub(u64::from(e.units()) * ARENA_UNIT);
@@ -664,9 +669,8 @@ impl<'a> Serve<'a> {
         let len = u64::from(size) * u64::from(SLOTS);
         let units = len.div_ceil(ARENA_UNIT) as u32;
         let bytes = u64::from(units.next_power_of_two().max(16)) * ARENA_UNIT;
-        let within = conn
-            .peer
-            .and_then(|ip| self.peers.get(&ip))
+        let within = self
+            .usage_of(conn.peer)
             .is_some_and(|u| u.bytes + bytes <= BYTES_PER_PEER);
         let extent = within
             .then(|| self.arena.allocate(order_for(units)))
@@ -676,7 +680,7 @@ impl<'a> Serve<'a> {
             self.refuse(mem, h, app::REGION_OVER_BUDGET);
             return;
         };
-        if let Some(u) = conn.peer.and_then(|ip| self.peers.get_mut(&ip)) {
+        if let Some(u) = self.usage_of(conn.peer) {
             u.bytes += u64::from(extent.units()) * ARENA_UNIT;
         }
         let base = extent_addr(extent);
