@@ -264,10 +264,8 @@ impl CoreRole for Single {
 fn publish(core: usize, report: Report) {
     report.print_core(core);
     critical_section::with(|cs| {
-        let reports = REPORTS.borrow(cs);
-        let mut all = reports.get();
-        all[core] = Some(report);
-        reports.set(all);
+        let reports: &Cell<[Option<Report>]> = REPORTS.borrow(cs);
+        reports.as_slice_of_cells()[core].set(Some(report));
     });
 }
 
@@ -318,9 +316,10 @@ impl CoreRole for Dispatching {
             return true;
         }
         let reported = critical_section::with(|cs| {
-            REPORTS.borrow(cs).get()[..self.cores]
+            let reports: &Cell<[Option<Report>]> = REPORTS.borrow(cs);
+            reports.as_slice_of_cells()[..self.cores]
                 .iter()
-                .all(Option::is_some)
+                .all(|r| r.get().is_some())
         });
         if reported {
             self.finish();
