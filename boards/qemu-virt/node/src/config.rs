@@ -184,44 +184,66 @@ fn pick<T: Copy>(value: &str, names: &[(&str, T)]) -> Option<T> {
         .map(|(_, v)| *v)
 }
 
-/// The numeric keys, in the order of [`NodeConfig::set_number`], each
-/// with the largest value its field holds.
-const NUMERIC_KEYS: [(&str, u64); 14] = [
-    ("node", u8::MAX as u64),
-    ("target", u8::MAX as u64),
-    ("expect", u8::MAX as u64),
-    ("size", u32::MAX as u64),
-    ("count", u32::MAX as u64),
-    ("depth", u32::MAX as u64),
-    ("seed", u64::MAX),
-    ("streams", u8::MAX as u64),
-    ("port", u16::MAX as u64),
-    ("paths", u16::MAX as u64),
-    ("progress_ms", u32::MAX as u64),
-    ("linger_ms", u32::MAX as u64),
-    ("cores", u8::MAX as u64),
-    ("peer_connections", u32::MAX as u64),
+/// The field a numeric key sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Numeric {
+    Node,
+    Target,
+    Expect,
+    Size,
+    Count,
+    Depth,
+    Seed,
+    Streams,
+    Port,
+    Paths,
+    ProgressMs,
+    LingerMs,
+    Cores,
+    PeerConnections,
+}
+
+/// The numeric keys: the field each sets and the largest value it holds.
+const NUMERIC_KEYS: [(&str, Numeric, u64); 14] = [
+    ("node", Numeric::Node, u8::MAX as u64),
+    ("target", Numeric::Target, u8::MAX as u64),
+    ("expect", Numeric::Expect, u8::MAX as u64),
+    ("size", Numeric::Size, u32::MAX as u64),
+    ("count", Numeric::Count, u32::MAX as u64),
+    ("depth", Numeric::Depth, u32::MAX as u64),
+    ("seed", Numeric::Seed, u64::MAX),
+    ("streams", Numeric::Streams, u8::MAX as u64),
+    ("port", Numeric::Port, u16::MAX as u64),
+    ("paths", Numeric::Paths, u16::MAX as u64),
+    ("progress_ms", Numeric::ProgressMs, u32::MAX as u64),
+    ("linger_ms", Numeric::LingerMs, u32::MAX as u64),
+    ("cores", Numeric::Cores, u8::MAX as u64),
+    (
+        "peer_connections",
+        Numeric::PeerConnections,
+        u32::MAX as u64,
+    ),
 ];
 
 impl NodeConfig {
-    /// Sets the field of numeric key `NUMERIC_KEYS[at]` to `n`, which
-    /// [`number`] kept within the field's range.
-    fn set_number(&mut self, at: usize, n: u64) {
-        match at {
-            0 => self.node = n as u8,
-            1 => self.target = Some(n as u8),
-            2 => self.expect = n as u8,
-            3 => self.size = n as u32,
-            4 => self.count = n as u32,
-            5 => self.depth = n as u32,
-            6 => self.seed = n,
-            7 => self.streams = n as u8,
-            8 => self.port = n as u16,
-            9 => self.paths = n as u16,
-            10 => self.progress_ms = n as u32,
-            11 => self.linger_ms = n as u32,
-            12 => self.cores = n as u8,
-            _ => self.peer_connections = n as u32,
+    /// Sets `field` to `n`, which [`number`] kept within the field's
+    /// range ([`NUMERIC_KEYS`]).
+    fn set_number(&mut self, field: Numeric, n: u64) {
+        match field {
+            Numeric::Node => self.node = n as u8,
+            Numeric::Target => self.target = Some(n as u8),
+            Numeric::Expect => self.expect = n as u8,
+            Numeric::Size => self.size = n as u32,
+            Numeric::Count => self.count = n as u32,
+            Numeric::Depth => self.depth = n as u32,
+            Numeric::Seed => self.seed = n,
+            Numeric::Streams => self.streams = n as u8,
+            Numeric::Port => self.port = n as u16,
+            Numeric::Paths => self.paths = n as u16,
+            Numeric::ProgressMs => self.progress_ms = n as u32,
+            Numeric::LingerMs => self.linger_ms = n as u32,
+            Numeric::Cores => self.cores = n as u8,
+            Numeric::PeerConnections => self.peer_connections = n as u32,
         }
     }
 
@@ -278,12 +300,11 @@ impl NodeConfig {
                 "role" => cfg.role = pick(value, ROLES).ok_or(bad)?,
                 "workload" => cfg.workload = pick(value, WORKLOADS).ok_or(bad)?,
                 _ => {
-                    let at = NUMERIC_KEYS
+                    let &(_, field, max) = NUMERIC_KEYS
                         .iter()
-                        .position(|(name, _)| *name == key)
+                        .find(|(name, ..)| *name == key)
                         .ok_or(bad)?;
-                    let n = number(value, 10, NUMERIC_KEYS[at].1).ok_or(bad)?;
-                    cfg.set_number(at, n);
+                    cfg.set_number(field, number(value, 10, max).ok_or(bad)?);
                 }
             }
         }
