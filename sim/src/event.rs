@@ -2,50 +2,39 @@
 //! events at the same instant run in the order they were scheduled and a
 //! run is exactly reproducible.
 //!
-//! The heap holds only small keys; the events themselves (packets among
-//! them) sit in a slab whose slots are reused, so sifting moves 24 bytes
-//! per level instead of a whole event, and scheduling allocates nothing
-//! once the slab has grown to the run's largest backlog.
+//! The heap holds only 16-byte keys, `(time, sequence, slot)` packed in
+//! a `u128` so that they order as `(time, sequence)`; the events
+//! themselves (packets among them) sit in a slab whose slots are reused.
+//! Sifting then moves one 16-byte word per level instead of a whole event,
+//! and scheduling allocates nothing once the slab has grown to the run's
+//! largest backlog.
 
-use std::cmp::Ordering;
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use metaroce_core::Instant;
 
-/// What the heap orders: when, the scheduling order for ties, and where
-/// the event waits in the slab.
-#[derive(Clone, Copy)]
-struct Key {
-    at: Instant,
-    seq: u64,
-    slot: u32,
+/// Bits of a key for the slot; the sequence number takes the 40 above
+/// them (10^12 events per run), the time the top 64.
+const SLOT_BITS: u32 = 24;
+const SEQ_BITS: u32 = 40;
+
+fn key(at: Instant, seq: u64, slot: u32) -> u128 {
+    (u128::from(at.as_nanos()) << 64) | (u128::from(seq) << SLOT_BITS) | u128::from(slot)
 }
 
-impl PartialEq for Key {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
+fn key_time(key: u128) -> Instant {
+    Instant::from_nanos((key >> 64) as u64)
 }
 
-impl Eq for Key {}
-
-impl PartialOrd for Key {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Key {
-    /// Reversed: `BinaryHeap` is a max-heap and the earliest event must
-    /// come out first. Sequence numbers are unique, so no two keys tie.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
+fn key_slot(key: u128) -> usize {
+    (key as usize) & ((1 << SLOT_BITS) - 1)
 }
 
 /// Pending events, earliest first; ties broken by scheduling order.
 pub struct EventQueue<E> {
-    heap: BinaryHeap<Key>,
+    /// Earliest first: `Reverse` turns the max-heap around.
+    heap: BinaryHeap<Reverse<u128>>,
     /// Events by slot; `None` in free slots.
     slots: Vec<Option<E>>,
     /// Free slots, reused last freed first.
@@ -77,6 +66,7 @@ impl<E> EventQueue<E> {
     /// Schedules `event` at `at`.
     pub fn push(&mut self, at: Instant, event: E) {
         let seq = self.next_seq;
+        assert!(seq < 1 << SEQ_BITS, "more than 2^40 events in one run");
         self.next_seq += 1;
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -84,27 +74,29 @@ impl<E> EventQueue<E> {
                 slot
             }
             None => {
-                let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 pending events");
+                let slot = self.slots.len() as u32;
+                assert!(slot < 1 << SLOT_BITS, "more than 2^24 pending events");
                 self.slots.push(Some(event));
                 slot
             }
         };
-        self.heap.push(Key { at, seq, slot });
+        self.heap.push(Reverse(key(at, seq, slot)));
     }
 
     /// Removes and returns the earliest event.
     pub fn pop(&mut self) -> Option<(Instant, E)> {
-        let key = self.heap.pop()?;
-        let event = self.slots[key.slot as usize]
+        let Reverse(key) = self.heap.pop()?;
+        let slot = key_slot(key);
+        let event = self.slots[slot]
             .take()
             .expect("a queued key's slot holds its event");
-        self.free.push(key.slot);
-        Some((key.at, event))
+        self.free.push(slot as u32);
+        Some((key_time(key), event))
     }
 
     /// When the earliest event is due.
     pub fn peek_time(&self) -> Option<Instant> {
-        self.heap.peek().map(|k| k.at)
+        self.heap.peek().map(|&Reverse(k)| key_time(k))
     }
 
     /// Events pending.

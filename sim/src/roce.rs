@@ -37,8 +37,11 @@ pub struct Roce<const Q: usize = QUEUE_PAIRS> {
     pub bad_icrc: u64,
     /// Packets that could not be built (an address that is not IPv4).
     pub unsendable: u64,
-    /// Each queue pair's progress, read off its packets.
+    /// Each queue pair's progress, read off its packets once
+    /// [`SimTransport::track_send_progress`] asked for it (each packet is
+    /// then matched against every queue pair's).
     progress: Vec<WireProgress>,
+    track_progress: bool,
 }
 
 /// A queue pair's sending progress as its packets show it: the highest
@@ -98,6 +101,7 @@ impl<const Q: usize> Roce<Q> {
             bad_icrc: 0,
             unsendable: 0,
             progress: Vec::new(),
+            track_progress: false,
         }
     }
 
@@ -241,7 +245,9 @@ impl<const Q: usize> SimTransport for Roce<Q> {
             self.bad_icrc += 1;
             return;
         }
-        self.note_received(packet);
+        if self.track_progress {
+            self.note_received(packet);
+        }
         self.endpoint.handle_packet(now, meta, packet, mem);
     }
 
@@ -256,9 +262,11 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         out: &mut Vec<u8>,
     ) -> Option<TxMeta> {
         let t = self.endpoint.poll_transmit(now, &mut self.header)?;
-        let header = core::mem::take(&mut self.header);
-        self.note_sent(&header[..t.header_len]);
-        self.header = header;
+        if self.track_progress {
+            let header = core::mem::take(&mut self.header);
+            self.note_sent(&header[..t.header_len]);
+            self.header = header;
+        }
         let header = &self.header[..t.header_len];
         let plen = t.payload.map_or(0, |p| p.len as usize);
         self.payload.clear();
@@ -316,7 +324,14 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         c
     }
 
+    fn track_send_progress(&mut self) {
+        self.track_progress = true;
+    }
+
     fn send_progress(&self) -> Option<SendProgress> {
+        if !self.track_progress {
+            return None;
+        }
         Some(SendProgress {
             packets_acked: self.progress.iter().map(|p| p.packets_acked).sum(),
             max_in_flight: self

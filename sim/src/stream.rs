@@ -277,6 +277,8 @@ pub fn run<T: SimTransport>(
     let mut keys = vec![0u32; hosts];
     for (h, key) in keys.iter_mut().enumerate() {
         let host = sim.host_mut(h);
+        // Goodput samples and the in-flight figure come from it.
+        host.transport.track_send_progress();
         host.mem = Arena::new(usize::try_from(sizes[h]).unwrap_or(usize::MAX));
         if sizes[h] == 0 {
             continue;
