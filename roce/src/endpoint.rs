@@ -356,7 +356,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
         for slot in 0..QPS {
             // A QP whose kept deadline is later (or none) has no timer
             // due (its deadline is the earliest of them): nothing to run.
-            if !self.deadlines[slot].is_some_and(|t| t <= now) {
+            if self.deadlines[slot].is_none_or(|t| t > now) {
                 continue;
             }
             if let Some(qp) = self.qps[slot].as_mut() {
