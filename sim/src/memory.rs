@@ -26,7 +26,7 @@ pub const FILL: u8 = 0xEE;
 static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 /// Most bytes [`SPARE`] keeps.
-const SPARE_LIMIT_BYTES: usize = 4 << 30;
+const SPARE_LIMIT_BYTES: usize = 2 << 30;
 
 /// Buffers smaller than this are left to the allocator.
 const SPARE_MIN_BYTES: usize = 1 << 20;
