@@ -113,6 +113,9 @@ pub struct RoceEndpoint<const QPS: usize> {
     qpns: [u32; QPS],
     /// Per slot, whether the QP's completion queue holds a completion.
     has_completions: [bool; QPS],
+    /// Per slot, whether the QP may have a packet to send
+    /// (`Qp::may_transmit`): the round robin skips the others unvisited.
+    may_transmit: [bool; QPS],
 }
 
 impl<const QPS: usize> RoceEndpoint<QPS> {
@@ -128,6 +131,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             deadlines: [None; QPS],
             qpns: [0; QPS],
             has_completions: [false; QPS],
+            may_transmit: [false; QPS],
         }
     }
 
@@ -135,12 +139,17 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// may have changed. Every change to a QP goes through a method of
     /// this endpoint that calls this for the QP it touched.
     fn refresh(&mut self, slot: usize) {
-        let (deadline, completions) = match &self.qps[slot] {
-            Some(q) => (q.poll_timeout(self.now), q.has_completions()),
-            None => (None, false),
+        let (deadline, completions, transmit) = match &self.qps[slot] {
+            Some(q) => (
+                q.poll_timeout(self.now),
+                q.has_completions(),
+                q.may_transmit(),
+            ),
+            None => (None, false, false),
         };
         self.deadlines[slot] = deadline;
         self.has_completions[slot] = completions;
+        self.may_transmit[slot] = transmit;
     }
 
     /// Bytes this endpoint occupies (all state is inline; nothing else is
@@ -389,6 +398,9 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
         }
         for i in 0..QPS {
             let slot = (self.next_tx + i) % QPS;
+            if !self.may_transmit[slot] {
+                continue;
+            }
             let Some(qp) = self.qps[slot].as_mut() else {
                 continue;
             };

@@ -267,6 +267,17 @@ impl Qp {
         !self.cq.is_empty()
     }
 
+    /// Whether `poll_transmit` could return a packet at some instant: a
+    /// CNP or acknowledgment waiting, a READ response or a request to
+    /// send. When false it returns `None` whenever asked until the QP
+    /// changes.
+    pub(crate) fn may_transmit(&self) -> bool {
+        self.cnp_pending
+            || matches!(self.resp.front(), Some(RespItem::Ack { .. }))
+            || self.has_read_response()
+            || self.has_request_to_send()
+    }
+
     fn complete_send(&mut self, w: &SendWqe, status: Status) {
         self.push_completion(Completion {
             conn: self.handle,
