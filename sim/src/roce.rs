@@ -269,18 +269,28 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         }
         let header = &self.header[..t.header_len];
         let plen = t.payload.map_or(0, |p| p.len as usize);
-        self.payload.clear();
-        self.payload.resize(plen, 0);
-        if let Some(p) = t.payload {
-            mem.read(p.addr, &mut self.payload);
-        }
+        // The payload straight from memory when it lies inside the arena;
+        // otherwise through `Memory::read`, which counts the stray access
+        // and reads zeros.
+        let payload = match t.payload.map(|p| mem.get(p.addr, plen)) {
+            None => &[][..],
+            Some(Some(bytes)) => bytes,
+            Some(None) => {
+                self.payload.clear();
+                self.payload.resize(plen, 0);
+                if let Some(p) = t.payload {
+                    mem.read(p.addr, &mut self.payload);
+                }
+                &self.payload[..]
+            }
+        };
         let total = transport_len(header, plen);
         out.clear();
         out.resize(total, 0);
         let built = self
             .ip_pair(t.peer.ip)
             .and_then(|ip| ip_udp_header(&ip, t.src_port, t.peer.port, total).ok())
-            .and_then(|h| finish(out, header, &self.payload, h.as_bytes()).ok());
+            .and_then(|h| finish(out, header, payload, h.as_bytes()).ok());
         if built.is_none() {
             // Sent anyway (the engine counted it), with a zero ICRC the
             // receiver drops.
