@@ -396,6 +396,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
         if buf.len() < MAX_HEADER_LEN || QPS == 0 {
             return None;
         }
+        debug_assert!(self.kept_flags_match());
         for i in 0..QPS {
             let slot = (self.next_tx + i) % QPS;
             if !self.may_transmit[slot] {
@@ -427,6 +428,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
 
     /// The next work completion, queue pairs served round robin.
     pub fn poll_completion(&mut self) -> Option<Completion> {
+        debug_assert!(self.kept_flags_match());
         for i in 0..QPS {
             let slot = (self.next_cq + i) % QPS;
             if !self.has_completions[slot] {
@@ -450,7 +452,8 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// still the QP's answer, and a QP whose kept deadline has passed is
     /// asked again. So this equals asking every QP.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadlines
+        let next = self
+            .deadlines
             .iter()
             .enumerate()
             .filter_map(|(slot, &kept)| match kept {
@@ -459,6 +462,32 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
                     .and_then(|q| q.poll_timeout(self.now)),
                 kept => kept,
             })
+            .min();
+        debug_assert_eq!(next, self.poll_timeout_by_scan());
+        next
+    }
+
+    /// `poll_timeout` the direct way, asking every QP: what the kept
+    /// deadlines must give (checked in debug builds, so every test that
+    /// runs an endpoint checks it).
+    /// Whether the kept QP numbers and flags say what the QPs say
+    /// (checked in debug builds, like `poll_timeout_by_scan`).
+    fn kept_flags_match(&self) -> bool {
+        self.qps.iter().enumerate().all(|(slot, q)| match q {
+            Some(q) => {
+                self.qpns[slot] == q.setup().local_qpn
+                    && self.has_completions[slot] == q.has_completions()
+                    && self.may_transmit[slot] == q.may_transmit()
+            }
+            None => self.qpns[slot] == 0 && !self.has_completions[slot] && !self.may_transmit[slot],
+        })
+    }
+
+    fn poll_timeout_by_scan(&self) -> Option<Instant> {
+        self.qps
+            .iter()
+            .flatten()
+            .filter_map(|q| q.poll_timeout(self.now))
             .min()
     }
 
