@@ -378,7 +378,7 @@ fn speed(events: u64, wall: std::time::Instant, cpu_start: Option<f64>) {
         )
     });
     println!(
-        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s{cpu_text} (setup and integrity hashing included)",
+        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s{cpu_text} (setup and integrity checks included)",
         events as f64 / secs.max(1e-9) / 1e6
     );
 }

@@ -149,7 +149,14 @@ pub trait SimTransport {
     /// Counters summed over connections.
     fn counters(&self) -> TransportCounters;
 
-    /// Sending progress; `None` where the adapter does not track it.
+    /// Starts following sending progress for
+    /// [`SimTransport::send_progress`]. Off until asked: adapters follow it
+    /// by looking at the sender's connections on every packet, which
+    /// experiments that never read it should not pay for.
+    fn track_send_progress(&mut self) {}
+
+    /// Sending progress; `None` where the adapter does not track it (or
+    /// was not asked to: [`SimTransport::track_send_progress`]).
     fn send_progress(&self) -> Option<SendProgress> {
         None
     }
