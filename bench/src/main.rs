@@ -16,7 +16,7 @@ use metaroce_core::wire::CRC_LEN;
 
 const USAGE: &str = "\
 Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [--no-scale]
-                      [--multicore-only]
+                      [--crc-offload] [--multicore-only]
 
   --messages N  4 KiB WRITEs per timed run (default 200000)
   --no-scale    skip the runs with 1,024 and 65,536 connections
@@ -25,6 +25,8 @@ Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [
                 (default target/metaroce/bench.csv)
   --cycle-only  time only the TX -> RX -> ACK loop, write no CSV
                 (for profiling, e.g. under `perf record`)
+  --crc-offload with --cycle-only: the CRC trailer left to a device, so a
+                profile shows the engine's own work
   --multicore-only
                 only the multicore_* rows (1 and 2 threads), printed,
                 no CSV (to repeat that measurement on its own)
@@ -35,6 +37,7 @@ struct Args {
     repeats: u32,
     csv: PathBuf,
     cycle_only: bool,
+    crc_offload: bool,
     multicore_only: bool,
     scale: bool,
 }
@@ -45,6 +48,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         repeats: 3,
         csv: PathBuf::from("target/metaroce/bench.csv"),
         cycle_only: false,
+        crc_offload: false,
         multicore_only: false,
         scale: true,
     };
@@ -68,11 +72,15 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--csv" => parsed.csv = PathBuf::from(value("--csv")?),
             "--cycle-only" => parsed.cycle_only = true,
+            "--crc-offload" => parsed.crc_offload = true,
             "--no-scale" => parsed.scale = false,
             "--multicore-only" => parsed.multicore_only = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
+    }
+    if parsed.crc_offload && !parsed.cycle_only {
+        return Err("--crc-offload needs --cycle-only".into());
     }
     if parsed.messages == 0 || parsed.repeats == 0 {
         return Err("--messages and --repeats must be at least 1".into());
@@ -164,6 +172,7 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
         return metaroce_bench::multicore::rows(args.messages, args.repeats);
     }
     let mut pair = Pair::connected()?;
+    pair.set_crc_offload(args.crc_offload);
     // Warm caches, branch predictors and the RTT estimators.
     pair.run_writes((args.messages / 10).max(1), None)?;
     let t = time_runs(&mut pair, args)?;

@@ -97,6 +97,7 @@ impl PathSender {
     }
 
     /// Weight for the path choice: marks and losses shift traffic away.
+    #[inline]
     pub(crate) fn weight(&self) -> u32 {
         let penalty = (self.ecn_frac / 2 + self.loss_frac * 4).min(ONE * 7 / 8);
         FULL_WEIGHT * (ONE - penalty) / ONE
