@@ -363,7 +363,7 @@ impl<B: Backing> KeyPool<B> {
         }
         #[cfg(not(feature = "aead"))]
         {
-            let _ = buf;
+            let _ = (p, buf);
             Some(t)
         }
     }

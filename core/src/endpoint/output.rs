@@ -219,7 +219,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if !s.live {
                 continue;
             }
-            let t = s.conn.poll_transmit(now, buf, hint, &mut self.res, &self.config);
+            let t = s
+                .conn
+                .poll_transmit(now, buf, hint, &mut self.res, &self.config);
             // Spec 5.3: a keyed connection's packets get the security
             // extension and are sealed when finished.
             let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
