@@ -139,14 +139,14 @@ fn time_runs(pair: &mut Pair, args: &Args) -> Result<Timings, BenchError> {
     Ok(t)
 }
 
-fn cycle_rows(t: &Timings, n: u32) -> Vec<Row> {
+fn cycle_rows(t: &Timings, n: u32, crc: &str) -> Vec<Row> {
     let best = measure::best(&t.cycle);
     let mut rows = vec![
         Row::new(
             "cycle_ns_per_packet",
             best.wall_ns,
             "ns",
-            format!("TX -> RX -> ACK per 4 KiB data packet, engine + software CRC-32 (wall, best of {n})"),
+            format!("TX -> RX -> ACK per 4 KiB data packet, engine + {crc} (wall, best of {n})"),
         ),
         Row::new(
             "cycle_ns_per_packet_median",
@@ -154,7 +154,12 @@ fn cycle_rows(t: &Timings, n: u32) -> Vec<Row> {
             "ns",
             format!("  the same, median of {n}"),
         ),
-        Row::new("cycle_mpps", 1000.0 / best.wall_ns, "Mpps", "  packet rate (wall, best)"),
+        Row::new(
+            "cycle_mpps",
+            1000.0 / best.wall_ns,
+            "Mpps",
+            "  packet rate (wall, best)",
+        ),
     ];
     if let Some(cpu) = best.cpu_ns {
         rows.push(Row::new(
@@ -177,7 +182,12 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
     pair.run_writes((args.messages / 10).max(1), None)?;
     let t = time_runs(&mut pair, args)?;
     let n = args.repeats;
-    let mut rows = cycle_rows(&t, n);
+    let crc = if args.crc_offload {
+        "CRC left to a device"
+    } else {
+        "software CRC-32"
+    };
+    let mut rows = cycle_rows(&t, n, crc);
     if args.cycle_only {
         return Ok(rows);
     }
