@@ -97,6 +97,7 @@ impl PathSender {
     }
 
     /// Weight for the path choice: marks and losses shift traffic away.
+    #[inline]
     pub(crate) fn weight(&self) -> u32 {
         let penalty = (self.ecn_frac / 2 + self.loss_frac * 4).min(ONE * 7 / 8);
         FULL_WEIGHT * (ONE - penalty) / ONE
@@ -248,7 +249,10 @@ impl<const P: usize> SenderState<P> {
     /// round-robin among equals so a loss-free fabric sees an even spray.
     pub(crate) fn choose_path(&mut self, active: u16) -> u8 {
         let n = usize::from(active.max(1));
-        let start = usize::from(self.next_path) % n;
+        // `next_path` is below `n` unless the path count shrank: no
+        // division on the per-packet path.
+        let next = usize::from(self.next_path);
+        let start = if next < n { next } else { next % n };
         // Least (in_flight + 1) / weight, compared by cross-multiplication
         // (no division on the per-packet path).
         let mut best = start;
@@ -269,7 +273,7 @@ impl<const P: usize> SenderState<P> {
                 i = 0;
             }
         }
-        self.next_path = ((best + 1) % n) as u16;
+        self.next_path = if best + 1 == n { 0 } else { best + 1 } as u16;
         best as u8
     }
 

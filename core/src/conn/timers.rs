@@ -11,6 +11,7 @@ use crate::time::{Instant, MaybeInstant};
 use crate::wire::CloseReason;
 
 /// The earlier of two optional instants.
+#[inline]
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
