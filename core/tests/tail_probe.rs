@@ -164,3 +164,48 @@ fn no_probe_while_acks_flow() {
         assert_eq!(st.timeouts, 0);
     }
 }
+
+#[test]
+fn probes_back_off_like_the_timer_they_replace() {
+    let mut s = setup(3);
+    // After one loss-free WRITE (so data was acknowledged), node 1 falls
+    // silent: every resend of the next WRITE goes unanswered.
+    write_once(&mut s);
+    s.c.nodes[0].completions.clear();
+    let resends = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = resends.clone();
+    s.c.tamper = Some(Box::new(move |from, bytes| {
+        if from == 1 {
+            return true;
+        }
+        if let Ok((repr, _)) = wire::packet::parse(bytes) {
+            if repr.header.flags.contains(Flags::RETRANSMISSION) {
+                seen.borrow_mut().push(repr.header.timestamp);
+            }
+        }
+        false
+    }));
+    let wr = WorkRequest {
+        id: 2,
+        op: Op::Write {
+            remote: MemoryTarget {
+                key: s.dst,
+                addr: DST,
+            },
+        },
+        local: s.c.local(s.src, SRC, 4096),
+    };
+    s.c.nodes[0].ep.post_send(s.a, wr).expect("post");
+    let until = s.c.now + Duration::from_millis(20);
+    s.c.run_until(until, |_| false);
+    let st = s.c.nodes[0].ep.stats(s.a).expect("stats");
+    assert_eq!(st.probes, 4, "{st:?}");
+    assert!(st.timeouts >= 3, "the timer takes over: {st:?}");
+    let t = resends.borrow();
+    let gaps: Vec<u32> = t.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    assert!(gaps.len() >= 6, "{gaps:?}");
+    for w in gaps.windows(2) {
+        assert!(w[1] >= w[0], "gaps never shrink: {gaps:?}");
+    }
+    assert!(gaps[3] >= 2 * gaps[1], "they double: {gaps:?}");
+}

@@ -251,6 +251,10 @@ impl<const P: usize> Connection<P> {
         ) {
             self.counters.probes += 1;
             st.probes += 1;
+            if rto_due {
+                // In the timeout's place: its backoff too (spec 4.6.4).
+                st.rto_backoff = st.rto_backoff.saturating_add(1);
+            }
             let span = self.send.nxt.distance_from(self.send.una);
             if !paced && span < self.params.window && unsent {
                 // Only the start-up window holds new packets back.
