@@ -206,14 +206,16 @@ impl<const P: usize> Connection<P> {
         // Until an ACK of data was heard the round-trip estimate knows
         // nothing of the queues data meets (an incast's first ACKs come
         // many handshake round trips late): half the minimum RTO then.
-        let floor = if self.counters.packets_acked == 0 {
-            config.rto_min / 2
+        // In nanoseconds, 64-bit: Duration arithmetic costs firmware code.
+        let shift = if self.counters.packets_acked == 0 {
+            1
         } else {
-            config.rto_min / 8
+            3
         };
-        let srtt = Duration::from_nanos(u64::from(self.send.rtt.srtt_ns()));
-        let pto = (srtt * 2 + config.ack_delay).max(floor) * (1 << st.probes);
-        let at = now + pto;
+        let floor = config.rto_min.as_nanos() as u64 >> shift;
+        let srtt = u64::from(self.send.rtt.srtt_ns());
+        let pto = (2 * srtt + config.ack_delay.as_nanos() as u64).max(floor) << st.probes;
+        let at = now + Duration::from_nanos(pto);
         st.probe_deadline = Some(st.rto_deadline.map_or(at, |r| r.min(at)));
     }
 
