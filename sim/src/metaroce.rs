@@ -350,6 +350,7 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
                 retransmissions: s.retransmissions,
                 spurious_retransmissions: s.spurious_retransmissions,
                 timeouts: s.timeouts,
+                probes: s.probes,
                 naks_sent: s.naks_sent,
                 discarded: s.duplicates_received + s.out_of_window + s.invalid_dropped,
                 ce_received: s.ce_received,

@@ -324,6 +324,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
                 // Go-back-N cannot tell; not counted.
                 spurious_retransmissions: 0,
                 timeouts: q.timeouts,
+                probes: 0,
                 naks_sent: q.seq_naks_sent + q.rnr_naks_sent + q.fatal_naks_sent,
                 discarded: q.duplicates_received + q.out_of_sequence_dropped + q.stale_responses,
                 ce_received: q.ecn_marked_received,

@@ -64,6 +64,8 @@ pub struct TransportCounters {
     /// Retransmissions whose original had arrived (where the protocol knows).
     pub spurious_retransmissions: u64,
     pub timeouts: u64,
+    /// Tail-loss probes sent (MetaRoCE, spec 4.6.5).
+    pub probes: u64,
     pub naks_sent: u64,
     /// Packets the endpoint received but discarded (bad, duplicate,
     /// out of sequence or out of window).
@@ -78,6 +80,7 @@ impl core::ops::AddAssign for TransportCounters {
         self.retransmissions += o.retransmissions;
         self.spurious_retransmissions += o.spurious_retransmissions;
         self.timeouts += o.timeouts;
+        self.probes += o.probes;
         self.naks_sent += o.naks_sent;
         self.discarded += o.discarded;
         self.ce_received += o.ce_received;

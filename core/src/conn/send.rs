@@ -433,6 +433,7 @@ impl<const P: usize> Connection<P> {
             st.progress_at = now;
             st.rto_deadline = Some(now + self.rto(st, config));
         }
+        self.arm_probe(now, st, config);
         // Pacing: the next packet may leave once this one has been
         // serialized at the current rate.
         let rate = Self::sending_rate(st);

@@ -178,7 +178,11 @@ pub struct SenderState<const P: usize> {
     pub(crate) rnr_until: Instant,
     pub(crate) rto_deadline: Option<Instant>,
     pub(crate) rack_deadline: Option<Instant>,
+    /// When a tail-loss probe goes out if nothing is heard (spec 4.6.5).
+    pub(crate) probe_deadline: Option<Instant>,
     pub(crate) rto_backoff: u8,
+    /// Probes sent since the last progress.
+    pub(crate) probes: u8,
     /// The last progress: when new data was last acknowledged, or when
     /// something was sent with nothing outstanding. The connection fails
     /// once retransmissions have gone its ride-through without any (spec
@@ -204,7 +208,9 @@ impl<const P: usize> SenderState<P> {
         rnr_until: Instant::ZERO,
         rto_deadline: None,
         rack_deadline: None,
+        probe_deadline: None,
         rto_backoff: 0,
+        probes: 0,
         progress_at: Instant::ZERO,
         rate_hint_mbps: 0,
         next_path: 0,
