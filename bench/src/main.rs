@@ -16,7 +16,7 @@ use metaroce_core::wire::CRC_LEN;
 
 const USAGE: &str = "\
 Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [--no-scale]
-                      [--multicore-only]
+                      [--crc-offload] [--multicore-only]
 
   --messages N  4 KiB WRITEs per timed run (default 200000)
   --no-scale    skip the runs with 1,024 and 65,536 connections
@@ -25,6 +25,8 @@ Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [
                 (default target/metaroce/bench.csv)
   --cycle-only  time only the TX -> RX -> ACK loop, write no CSV
                 (for profiling, e.g. under `perf record`)
+  --crc-offload with --cycle-only: the CRC trailer left to a device, so a
+                profile shows the engine's own work
   --multicore-only
                 only the multicore_* rows (1 and 2 threads), printed,
                 no CSV (to repeat that measurement on its own)
@@ -35,6 +37,7 @@ struct Args {
     repeats: u32,
     csv: PathBuf,
     cycle_only: bool,
+    crc_offload: bool,
     multicore_only: bool,
     scale: bool,
 }
@@ -45,6 +48,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         repeats: 3,
         csv: PathBuf::from("target/metaroce/bench.csv"),
         cycle_only: false,
+        crc_offload: false,
         multicore_only: false,
         scale: true,
     };
@@ -68,11 +72,15 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--csv" => parsed.csv = PathBuf::from(value("--csv")?),
             "--cycle-only" => parsed.cycle_only = true,
+            "--crc-offload" => parsed.crc_offload = true,
             "--no-scale" => parsed.scale = false,
             "--multicore-only" => parsed.multicore_only = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
+    }
+    if parsed.crc_offload && !parsed.cycle_only {
+        return Err("--crc-offload needs --cycle-only".into());
     }
     if parsed.messages == 0 || parsed.repeats == 0 {
         return Err("--messages and --repeats must be at least 1".into());
@@ -131,14 +139,14 @@ fn time_runs(pair: &mut Pair, args: &Args) -> Result<Timings, BenchError> {
     Ok(t)
 }
 
-fn cycle_rows(t: &Timings, n: u32) -> Vec<Row> {
+fn cycle_rows(t: &Timings, n: u32, crc: &str) -> Vec<Row> {
     let best = measure::best(&t.cycle);
     let mut rows = vec![
         Row::new(
             "cycle_ns_per_packet",
             best.wall_ns,
             "ns",
-            format!("TX -> RX -> ACK per 4 KiB data packet, engine + software CRC-32 (wall, best of {n})"),
+            format!("TX -> RX -> ACK per 4 KiB data packet, engine + {crc} (wall, best of {n})"),
         ),
         Row::new(
             "cycle_ns_per_packet_median",
@@ -146,7 +154,12 @@ fn cycle_rows(t: &Timings, n: u32) -> Vec<Row> {
             "ns",
             format!("  the same, median of {n}"),
         ),
-        Row::new("cycle_mpps", 1000.0 / best.wall_ns, "Mpps", "  packet rate (wall, best)"),
+        Row::new(
+            "cycle_mpps",
+            1000.0 / best.wall_ns,
+            "Mpps",
+            "  packet rate (wall, best)",
+        ),
     ];
     if let Some(cpu) = best.cpu_ns {
         rows.push(Row::new(
@@ -164,11 +177,17 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
         return metaroce_bench::multicore::rows(args.messages, args.repeats);
     }
     let mut pair = Pair::connected()?;
+    pair.set_crc_offload(args.crc_offload);
     // Warm caches, branch predictors and the RTT estimators.
     pair.run_writes((args.messages / 10).max(1), None)?;
     let t = time_runs(&mut pair, args)?;
     let n = args.repeats;
-    let mut rows = cycle_rows(&t, n);
+    let crc = if args.crc_offload {
+        "CRC left to a device"
+    } else {
+        "software CRC-32"
+    };
+    let mut rows = cycle_rows(&t, n, crc);
     if args.cycle_only {
         return Ok(rows);
     }

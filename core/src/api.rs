@@ -272,6 +272,7 @@ pub struct SealRef {
 impl Transmit {
     /// Transport packet length: headers, payload, the tag of a protected
     /// packet and the 4-byte CRC trailer.
+    #[inline]
     pub fn packet_len(&self) -> usize {
         let tag = if self.seal.is_some() {
             crate::wire::protect::TAG_LEN

@@ -15,6 +15,8 @@ pub struct ConnStats {
     /// Packets declared lost (RACK or timeout).
     pub packets_lost: u64,
     pub timeouts: u64,
+    /// Tail-loss probes sent (spec 4.6.5).
+    pub probes: u64,
     pub acks_sent: u64,
     pub acks_received: u64,
     pub naks_sent: u64,

@@ -103,6 +103,19 @@ pub struct RoceEndpoint<const QPS: usize> {
     next_cq: usize,
     now: Instant,
     counters: EndpointCounters,
+    /// Per slot, what the QP's `poll_timeout` said after the QP last
+    /// changed (`None` for an empty slot), so that
+    /// [`RoceEndpoint::poll_timeout`] need not visit every QP's state
+    /// (a simulator asks after every event; see there why it stays exact).
+    deadlines: [Option<Instant>; QPS],
+    /// Per slot, the QP's number (0 for an empty slot: 0 and 1 are the
+    /// management QPs): a packet's QP is found in one small array.
+    qpns: [u32; QPS],
+    /// Per slot, whether the QP's completion queue holds a completion.
+    has_completions: [bool; QPS],
+    /// Per slot, whether the QP may have a packet to send
+    /// (`Qp::may_transmit`): the round robin skips the others unvisited.
+    may_transmit: [bool; QPS],
 }
 
 impl<const QPS: usize> RoceEndpoint<QPS> {
@@ -115,7 +128,28 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             next_cq: 0,
             now: Instant::ZERO,
             counters: EndpointCounters::default(),
+            deadlines: [None; QPS],
+            qpns: [0; QPS],
+            has_completions: [false; QPS],
+            may_transmit: [false; QPS],
         }
+    }
+
+    /// Re-reads slot `slot`'s deadline and completion flag after its QP
+    /// may have changed. Every change to a QP goes through a method of
+    /// this endpoint that calls this for the QP it touched.
+    fn refresh(&mut self, slot: usize) {
+        let (deadline, completions, transmit) = match &self.qps[slot] {
+            Some(q) => (
+                q.poll_timeout(self.now),
+                q.has_completions(),
+                q.may_transmit(),
+            ),
+            None => (None, false, false),
+        };
+        self.deadlines[slot] = deadline;
+        self.has_completions[slot] = completions;
+        self.may_transmit[slot] = transmit;
     }
 
     /// Bytes this endpoint occupies (all state is inline; nothing else is
@@ -171,16 +205,18 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             generation: 0,
         };
         self.qps[slot] = Some(Qp::new(handle, setup, &self.config));
+        self.qpns[slot] = setup.local_qpn;
+        self.refresh(slot);
         Ok(handle)
     }
 
     /// Removes a queue pair; completions not yet polled are lost.
     pub fn destroy_qp(&mut self, qp: ConnHandle) -> Result<(), Error> {
-        let slot = self
-            .qps
-            .get_mut(qp.index as usize)
-            .ok_or(Error::UnknownQp)?;
-        if slot.take().is_some() {
+        let slot = qp.index as usize;
+        let taken = self.qps.get_mut(slot).ok_or(Error::UnknownQp)?.take();
+        self.qpns[slot] = 0;
+        self.refresh(slot);
+        if taken.is_some() {
             Ok(())
         } else {
             Err(Error::UnknownQp)
@@ -188,9 +224,10 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     }
 
     fn find_qpn(&self, qpn: u32) -> Option<usize> {
-        self.qps
-            .iter()
-            .position(|q| q.as_ref().is_some_and(|q| q.setup().local_qpn == qpn))
+        if qpn < 2 {
+            return None;
+        }
+        self.qpns.iter().position(|&q| q == qpn)
     }
 
     fn qp(&self, qp: ConnHandle) -> Option<&Qp> {
@@ -209,7 +246,9 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             .get_mut(qp.index as usize)
             .and_then(Option::as_mut)
             .ok_or(Error::UnknownQp)?;
-        q.post_send(wr, regions).map_err(Error::from)
+        let posted = q.post_send(wr, regions).map_err(Error::from);
+        self.refresh(qp.index as usize);
+        posted
     }
 
     /// Queues a receive buffer for one incoming SEND or WRITE with immediate.
@@ -220,7 +259,9 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             .get_mut(qp.index as usize)
             .and_then(Option::as_mut)
             .ok_or(Error::UnknownQp)?;
-        q.post_recv(rr, regions).map_err(Error::from)
+        let posted = q.post_recv(rr, regions).map_err(Error::from);
+        self.refresh(qp.index as usize);
+        posted
     }
 
     // ---- Inputs --------------------------------------------------------------
@@ -279,6 +320,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             regions: &self.regions,
         };
         qp.on_packet(now, &repr, payload, meta.ce, env, mem);
+        self.refresh(slot);
         Ok(())
     }
 
@@ -320,8 +362,16 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// DCQCN's rate timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
-        for qp in self.qps.iter_mut().flatten() {
-            qp.handle_timeout(now);
+        for slot in 0..QPS {
+            // A QP whose kept deadline is later (or none) has no timer
+            // due (its deadline is the earliest of them): nothing to run.
+            if self.deadlines[slot].is_none_or(|t| t > now) {
+                continue;
+            }
+            if let Some(qp) = self.qps[slot].as_mut() {
+                qp.handle_timeout(now);
+            }
+            self.refresh(slot);
         }
     }
 
@@ -346,19 +396,26 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
         if buf.len() < MAX_HEADER_LEN || QPS == 0 {
             return None;
         }
+        debug_assert!(self.kept_flags_match());
         for i in 0..QPS {
             let slot = (self.next_tx + i) % QPS;
+            if !self.may_transmit[slot] {
+                continue;
+            }
             let Some(qp) = self.qps[slot].as_mut() else {
                 continue;
             };
+            // A QP with nothing to send is left as it was: no refresh.
             let Some(out) = qp.poll_transmit(now, &self.config) else {
                 continue;
             };
+            let (peer, src_port) = (qp.setup().peer, qp.src_port());
+            self.refresh(slot);
             out.repr.emit_header(buf);
             self.next_tx = (slot + 1) % QPS;
             return Some(Transmit {
-                peer: qp.setup().peer,
-                src_port: qp.src_port(),
+                peer,
+                src_port,
                 // Everything ECN-capable, as ConnectX sends (its CNPs too).
                 ecn: ecn::ECT0,
                 header_len: out.repr.header_len(),
@@ -371,9 +428,14 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
 
     /// The next work completion, queue pairs served round robin.
     pub fn poll_completion(&mut self) -> Option<Completion> {
+        debug_assert!(self.kept_flags_match());
         for i in 0..QPS {
             let slot = (self.next_cq + i) % QPS;
+            if !self.has_completions[slot] {
+                continue;
+            }
             if let Some(c) = self.qps[slot].as_mut().and_then(Qp::pop_completion) {
+                self.refresh(slot);
                 self.next_cq = (slot + 1) % QPS;
                 return Some(c);
             }
@@ -383,7 +445,45 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
 
     /// When `handle_timeout` (or, for a paced QP, `poll_transmit`) next has
     /// work.
+    ///
+    /// From the per-QP deadlines kept since each QP last changed. A QP's
+    /// answer depends on time only through its pacing deadline, which
+    /// counts while still in the future: a kept deadline later than now is
+    /// still the QP's answer, and a QP whose kept deadline has passed is
+    /// asked again. So this equals asking every QP.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let next = self
+            .deadlines
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, &kept)| match kept {
+                Some(t) if t <= self.now => self.qps[slot]
+                    .as_ref()
+                    .and_then(|q| q.poll_timeout(self.now)),
+                kept => kept,
+            })
+            .min();
+        debug_assert_eq!(next, self.poll_timeout_by_scan());
+        next
+    }
+
+    /// `poll_timeout` the direct way, asking every QP: what the kept
+    /// deadlines must give (checked in debug builds, so every test that
+    /// runs an endpoint checks it).
+    /// Whether the kept QP numbers and flags say what the QPs say
+    /// (checked in debug builds, like `poll_timeout_by_scan`).
+    fn kept_flags_match(&self) -> bool {
+        self.qps.iter().enumerate().all(|(slot, q)| match q {
+            Some(q) => {
+                self.qpns[slot] == q.setup().local_qpn
+                    && self.has_completions[slot] == q.has_completions()
+                    && self.may_transmit[slot] == q.may_transmit()
+            }
+            None => self.qpns[slot] == 0 && !self.has_completions[slot] && !self.may_transmit[slot],
+        })
+    }
+
+    fn poll_timeout_by_scan(&self) -> Option<Instant> {
         self.qps
             .iter()
             .flatten()

@@ -263,6 +263,21 @@ impl Qp {
         self.cq.pop_front()
     }
 
+    pub(crate) fn has_completions(&self) -> bool {
+        !self.cq.is_empty()
+    }
+
+    /// Whether `poll_transmit` could return a packet at some instant: a
+    /// CNP or acknowledgment waiting, a READ response or a request to
+    /// send. When false it returns `None` whenever asked until the QP
+    /// changes.
+    pub(crate) fn may_transmit(&self) -> bool {
+        self.cnp_pending
+            || matches!(self.resp.front(), Some(RespItem::Ack { .. }))
+            || self.has_read_response()
+            || self.has_request_to_send()
+    }
+
     fn complete_send(&mut self, w: &SendWqe, status: Status) {
         self.push_completion(Completion {
             conn: self.handle,
@@ -1309,6 +1324,8 @@ impl Qp {
 
     /// The next packet to send: a CNP, then ACK/NAKs, then data (READ
     /// responses and requests alternately) if the pacer allows.
+    /// The next packet, if any. Returning `None` changes nothing (the
+    /// endpoint relies on it to skip re-reading this QP's deadline).
     pub(crate) fn poll_transmit(&mut self, now: Instant, cfg: &Config) -> Option<Outgoing> {
         let out = match self.next_control(cfg) {
             Some(o) => o,

@@ -14,7 +14,7 @@ use metaroce_core::Instant;
 use crate::link::{LinkConfig, LossModel};
 use crate::metaroce::MetaRoce;
 use crate::network::{SimConfig, Simulator};
-use crate::packet::HostId;
+use crate::packet::{FrameOverhead, HostId};
 use crate::roce::Roce;
 use crate::topology::{LeafSpine, Topology};
 use crate::transport::SimTransport;
@@ -41,6 +41,43 @@ impl Protocol {
             Protocol::MetaRoce => "MetaRoCE",
             Protocol::Roce => "RoCEv2",
         }
+    }
+
+    /// Bytes on the line (frames with their preamble and gap, as
+    /// [`FrameOverhead::IPV4`] counts them) of `bytes` of WRITEs of
+    /// `message` bytes each in packets of the protocol's default MTU.
+    pub fn write_line_bytes(self, bytes: u64, message: u64) -> u64 {
+        use metaroce_core::wire::packet::{PacketType, HEADER_LEN};
+        let (mtu, per_packet, per_message) = match self {
+            Protocol::MetaRoce => (
+                metaroce_core::Config::default().mtu,
+                HEADER_LEN
+                    + PacketType::Write.extension_len().unwrap_or(0)
+                    + metaroce_core::wire::CRC_LEN,
+                0,
+            ),
+            Protocol::Roce => (
+                // `QpSetup::new`'s path MTU, as `Roce` sets its QPs up.
+                4096,
+                roce_baseline::wire::BTH_LEN + roce_baseline::wire::ICRC_LEN,
+                roce_baseline::wire::RETH_LEN,
+            ),
+        };
+        let (mtu, message) = (u64::from(mtu).max(1), message.max(1));
+        let messages = bytes.div_ceil(message);
+        let packets = (bytes / message) * message.div_ceil(mtu) + (bytes % message).div_ceil(mtu);
+        let overhead = FrameOverhead::IPV4;
+        bytes
+            + messages * per_message as u64
+            + packets * (per_packet as u64 + u64::from(overhead.headers + overhead.gap))
+    }
+
+    /// The wire floor: the line time of `bytes` of WRITEs of `message`
+    /// bytes through one link of `rate_bps`, before any latency or
+    /// queueing.
+    pub fn wire_floor(self, bytes: u64, message: u64, rate_bps: u64) -> Duration {
+        let line = self.write_line_bytes(bytes, message);
+        Duration::from_secs_f64(line as f64 * 8.0 / rate_bps.max(1) as f64)
     }
 }
 
@@ -376,8 +413,12 @@ pub struct IncastRow {
     pub last: Option<Duration>,
     /// Every byte through the receiver's link at line rate (payload only).
     pub ideal: Duration,
+    /// Every frame through the receiver's link at line rate (headers,
+    /// preamble and gap included): no protocol can finish sooner.
+    pub wire_floor: Duration,
     pub retransmissions: u64,
     pub timeouts: u64,
+    pub probes: u64,
     /// Packets dropped by full switch buffers.
     pub queue_drops: u64,
     pub marked: u64,
@@ -426,8 +467,14 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
             median: t.get(t.len() / 2).copied(),
             last: (t.len() == senders).then(|| t.last().copied()).flatten(),
             ideal,
+            wire_floor: protocol.wire_floor(
+                senders as u64 * cfg.bytes,
+                u64::from(workload.message_bytes),
+                cfg.fabric.host_link.rate_bps,
+            ),
             retransmissions: r.report.transport.retransmissions,
             timeouts: r.report.transport.timeouts,
+            probes: r.report.transport.probes,
             queue_drops: r.report.fabric.queue_drops,
             marked: r.report.fabric.marked,
             pauses: r.report.fabric.pauses,
@@ -689,8 +736,13 @@ pub struct TrafficRow {
     pub max: Option<Duration>,
     /// Mean and largest link utilisation.
     pub utilisation: (f64, f64),
+    /// The line time of what one host sends through its link (every
+    /// frame's headers, preamble and gap included): a permutation flow
+    /// cannot finish sooner, nor can a host's last all-to-all flow.
+    pub wire_floor: Duration,
     pub retransmissions: u64,
     pub timeouts: u64,
+    pub probes: u64,
     pub queue_drops: u64,
     /// PFC PAUSE frames sent (0 without PFC).
     pub pauses: u64,
@@ -715,6 +767,7 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
         ..WorkloadConfig::default()
     };
     let many = cfg.pattern == Pattern::AllToAll;
+    let flows_per_host = flows.len() / cfg.fabric.hosts().max(1);
     let total = cfg.losses.len() * cfg.protocols.len();
     let mut rows = Vec::new();
     for &loss in &cfg.losses {
@@ -734,8 +787,18 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
                     .then(|| t.last().copied())
                     .flatten(),
                 utilisation: r.utilisation,
+                wire_floor: (0..flows_per_host)
+                    .map(|_| {
+                        protocol.wire_floor(
+                            cfg.bytes,
+                            u64::from(workload.message_bytes),
+                            cfg.fabric.host_link.rate_bps,
+                        )
+                    })
+                    .sum(),
                 retransmissions: r.report.transport.retransmissions,
                 timeouts: r.report.transport.timeouts,
+                probes: r.report.transport.probes,
                 queue_drops: r.report.fabric.queue_drops,
                 pauses: r.report.fabric.pauses,
                 fcts: t,

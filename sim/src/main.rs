@@ -378,7 +378,7 @@ fn speed(events: u64, wall: std::time::Instant, cpu_start: Option<f64>) {
         )
     });
     println!(
-        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s{cpu_text} (setup and integrity hashing included)",
+        "simulator: {events} events in {secs:.2} s wall = {:.2} M events/s{cpu_text} (setup and integrity checks included)",
         events as f64 / secs.max(1e-9) / 1e6
     );
 }
@@ -552,7 +552,7 @@ fn incast(o: &Options) -> Result<(), String> {
     let c = &o.incast;
     let rows = experiments::incast(c, progress_bar);
     let mut csv = String::from(
-        "protocol,senders,bytes,intact,first_us,median_us,last_us,ideal_us,last_over_ideal,retransmissions,timeouts,queue_drops,marked,pauses,fairness,events\n",
+        "protocol,senders,bytes,intact,first_us,median_us,last_us,ideal_us,last_over_ideal,wire_floor_us,last_over_floor,retransmissions,timeouts,probes,queue_drops,marked,pauses,fairness,events\n",
     );
     println!(
         "incast: {} senders x {} bytes to host 0, leaf-spine of {} hosts, seed {}{}",
@@ -567,7 +567,7 @@ fn incast(o: &Options) -> Result<(), String> {
         }
     );
     println!(
-        "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9} {:>6} {:>5} {:>6} {:>8} {:>5}",
+        "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>9} {:>6} {:>5} {:>6} {:>6} {:>8} {:>5}",
         "protocol",
         "intact",
         "first us",
@@ -575,8 +575,11 @@ fn incast(o: &Options) -> Result<(), String> {
         "last us",
         "ideal us",
         "last/idl",
+        "floor us",
+        "last/flr",
         "retx",
         "RTOs",
+        "probes",
         "drops",
         "marked",
         "Jain"
@@ -585,8 +588,11 @@ fn incast(o: &Options) -> Result<(), String> {
         let ratio = r
             .last
             .map_or(f64::NAN, |l| l.as_secs_f64() / r.ideal.as_secs_f64());
+        let over_floor = r
+            .last
+            .map_or(f64::NAN, |l| l.as_secs_f64() / r.wire_floor.as_secs_f64());
         println!(
-            "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9.3} {:>6} {:>5} {:>6} {:>8} {:>5.3}",
+            "{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>9.3} {:>10} {:>9.4} {:>6} {:>5} {:>6} {:>6} {:>8} {:>5.3}",
             r.protocol.name(),
             format!("{}/{}", r.intact, c.senders),
             us(r.first),
@@ -594,14 +600,17 @@ fn incast(o: &Options) -> Result<(), String> {
             us(r.last),
             us(Some(r.ideal)),
             ratio,
+            us(Some(r.wire_floor)),
+            over_floor,
             r.retransmissions,
             r.timeouts,
+            r.probes,
             r.queue_drops,
             r.marked,
             r.fairness
         );
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.4},{},{},{},{},{},{:.4},{}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{},{:.4},{},{},{},{},{},{},{:.4},{}\n",
             r.protocol.name(),
             c.senders,
             c.bytes,
@@ -611,8 +620,11 @@ fn incast(o: &Options) -> Result<(), String> {
             us(r.last),
             us(Some(r.ideal)),
             ratio,
+            us(Some(r.wire_floor)),
+            over_floor,
             r.retransmissions,
             r.timeouts,
+            r.probes,
             r.queue_drops,
             r.marked,
             r.pauses,
@@ -620,7 +632,7 @@ fn incast(o: &Options) -> Result<(), String> {
             r.events
         ));
     }
-    println!("goal (issue 5): last completion <= 1.02x ideal with fewer than 300 retransmissions");
+    println!("goal (issue 15): last completion <= 1.01x the wire floor with fewer than 300 retransmissions");
     let path = write_csv(o, "incast.csv", &csv)?;
     let series: Vec<Series> = rows
         .iter()
@@ -730,39 +742,43 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
         if cfg.fabric.pfc.is_some() { ", PFC on" } else { "" }
     );
     println!(
-        "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>7} {:>5} {:>6}",
+        "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>7} {:>5} {:>6} {:>6}",
         "protocol",
         "loss %",
         "intact",
         "p50 us",
         "p99 us",
         "max us",
+        "floor us",
         "util avg",
         "util max",
         "retx",
         "RTOs",
+        "probes",
         "drops"
     );
     let mut csv = String::from(
-        "protocol,loss_pct,flows,intact,p50_us,p99_us,max_us,util_mean,util_max,retransmissions,timeouts,queue_drops,pauses,events\n",
+        "protocol,loss_pct,flows,intact,p50_us,p99_us,max_us,wire_floor_us,util_mean,util_max,retransmissions,timeouts,probes,queue_drops,pauses,events\n",
     );
     for r in &rows {
         println!(
-            "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>8.1}% {:>7.1}% {:>7} {:>5} {:>6}",
+            "{:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8.1}% {:>7.1}% {:>7} {:>5} {:>6} {:>6}",
             r.protocol.name(),
             r.loss * 100.0,
             format!("{}/{}", r.intact, r.flows),
             us(r.p50),
             us(r.p99),
             us(r.max),
+            us(Some(r.wire_floor)),
             r.utilisation.0 * 100.0,
             r.utilisation.1 * 100.0,
             r.retransmissions,
             r.timeouts,
+            r.probes,
             r.queue_drops
         );
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{},{},{}\n",
             r.protocol.name(),
             r.loss * 100.0,
             r.flows,
@@ -770,10 +786,12 @@ fn traffic(o: &Options, cfg: &Traffic, name: &str) -> Result<(), String> {
             us(r.p50),
             us(r.p99),
             us(r.max),
+            us(Some(r.wire_floor)),
             r.utilisation.0,
             r.utilisation.1,
             r.retransmissions,
             r.timeouts,
+            r.probes,
             r.queue_drops,
             r.pauses,
             r.events

@@ -80,6 +80,9 @@ pub struct MetaRoce<const P: usize = PATHS> {
     next_timeout: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
+    /// Whether `max_in_flight` is followed ([`SimTransport::track_send_progress`]):
+    /// each transmission then scans the endpoint's connections.
+    track_in_flight: bool,
     /// Most packets one connection had in flight after any transmission
     /// (summed over its paths' telemetry).
     max_in_flight: u64,
@@ -184,6 +187,7 @@ impl<const P: usize> MetaRoce<P> {
             engine,
             queues: Box::new(Queues::new()),
             events: EventCounts::default(),
+            track_in_flight: false,
             max_in_flight: 0,
         }
     }
@@ -315,7 +319,9 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
         self.poll(now, &mut link, mem);
         let to = link.sent?;
         // Only a transmission raises the packets in flight.
-        self.note_in_flight(to.peer);
+        if self.track_in_flight {
+            self.note_in_flight(to.peer);
+        }
         Some(TxMeta {
             peer: to.peer,
             src_port: to.src_port,
@@ -344,6 +350,7 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
                 retransmissions: s.retransmissions,
                 spurious_retransmissions: s.spurious_retransmissions,
                 timeouts: s.timeouts,
+                probes: s.probes,
                 naks_sent: s.naks_sent,
                 discarded: s.duplicates_received + s.out_of_window + s.invalid_dropped,
                 ce_received: s.ce_received,
@@ -353,7 +360,14 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
         c
     }
 
+    fn track_send_progress(&mut self) {
+        self.track_in_flight = true;
+    }
+
     fn send_progress(&self) -> Option<SendProgress> {
+        if !self.track_in_flight {
+            return None;
+        }
         let packets_acked = self
             .endpoint
             .handles()

@@ -203,6 +203,11 @@ pub struct Simulator<T> {
     completions: Vec<HostCompletion>,
     stats: FabricStats,
     tx_buf: Vec<u8>,
+    /// Buffers of packets that reached their end (delivered, lost, dropped
+    /// at a dead link), handed to the next transmission: a packet's bytes
+    /// are written once, by the transport, and never copied or allocated
+    /// in steady state.
+    spare_buffers: Vec<Vec<u8>>,
     losses: Option<Vec<LostPacket>>,
     pfc: Option<PfcConfig>,
 }
@@ -314,6 +319,7 @@ impl<T: SimTransport> Simulator<T> {
             completions: Vec::new(),
             stats: FabricStats::default(),
             tx_buf: Vec::new(),
+            spare_buffers: Vec::new(),
             losses: None,
             pfc: topology.pfc,
         };
@@ -515,6 +521,7 @@ impl<T: SimTransport> Simulator<T> {
                 (p.peer, p.peer_port)
             };
             self.nodes[peer].ports[peer_port].stats.failed += 1;
+            self.spare_buffers.push(packet.bytes);
             return;
         }
         match self.nodes[node].kind {
@@ -526,6 +533,7 @@ impl<T: SimTransport> Simulator<T> {
     fn deliver(&mut self, h: HostId, packet: Packet) {
         if packet.dst != h {
             self.stats.misaddressed += 1;
+            self.spare_buffers.push(packet.bytes);
             return;
         }
         self.stats.delivered += 1;
@@ -544,6 +552,7 @@ impl<T: SimTransport> Simulator<T> {
             &packet.bytes,
             &mut host.mem,
         );
+        self.spare_buffers.push(packet.bytes);
         self.service_host(h);
     }
 
@@ -560,6 +569,7 @@ impl<T: SimTransport> Simulator<T> {
     fn forward(&mut self, node: NodeId, ingress: usize, packet: Packet) {
         let Some(out) = self.ecmp_port(node, &packet) else {
             self.stats.unroutable += 1;
+            self.spare_buffers.push(packet.bytes);
             return;
         };
         let out = usize::from(out);
@@ -669,12 +679,13 @@ impl<T: SimTransport> Simulator<T> {
         };
         self.events.push(done, Event::PortFree { node, port });
         if !keep {
-            if let Some(log) = self.losses.as_mut() {
-                log.push(LostPacket {
+            match self.losses.as_mut() {
+                Some(log) => log.push(LostPacket {
                     at: self.now,
                     link_down: down,
                     packet,
-                });
+                }),
+                None => self.spare_buffers.push(packet.bytes),
             }
         } else {
             self.events.push(
@@ -743,7 +754,10 @@ impl<T: SimTransport> Simulator<T> {
                         src_port: meta.src_port,
                         dst_port: meta.peer.port,
                         ecn: meta.ecn,
-                        bytes: buf.clone(),
+                        bytes: core::mem::replace(
+                            &mut buf,
+                            self.spare_buffers.pop().unwrap_or_default(),
+                        ),
                     };
                     self.transmit(node, 0, packet);
                 }

@@ -37,8 +37,11 @@ pub struct Roce<const Q: usize = QUEUE_PAIRS> {
     pub bad_icrc: u64,
     /// Packets that could not be built (an address that is not IPv4).
     pub unsendable: u64,
-    /// Each queue pair's progress, read off its packets.
+    /// Each queue pair's progress, read off its packets once
+    /// [`SimTransport::track_send_progress`] asked for it (each packet is
+    /// then matched against every queue pair's).
     progress: Vec<WireProgress>,
+    track_progress: bool,
 }
 
 /// A queue pair's sending progress as its packets show it: the highest
@@ -98,6 +101,7 @@ impl<const Q: usize> Roce<Q> {
             bad_icrc: 0,
             unsendable: 0,
             progress: Vec::new(),
+            track_progress: false,
         }
     }
 
@@ -241,7 +245,9 @@ impl<const Q: usize> SimTransport for Roce<Q> {
             self.bad_icrc += 1;
             return;
         }
-        self.note_received(packet);
+        if self.track_progress {
+            self.note_received(packet);
+        }
         self.endpoint.handle_packet(now, meta, packet, mem);
     }
 
@@ -256,23 +262,35 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         out: &mut Vec<u8>,
     ) -> Option<TxMeta> {
         let t = self.endpoint.poll_transmit(now, &mut self.header)?;
-        let header = core::mem::take(&mut self.header);
-        self.note_sent(&header[..t.header_len]);
-        self.header = header;
+        if self.track_progress {
+            let header = core::mem::take(&mut self.header);
+            self.note_sent(&header[..t.header_len]);
+            self.header = header;
+        }
         let header = &self.header[..t.header_len];
         let plen = t.payload.map_or(0, |p| p.len as usize);
-        self.payload.clear();
-        self.payload.resize(plen, 0);
-        if let Some(p) = t.payload {
-            mem.read(p.addr, &mut self.payload);
-        }
+        // The payload straight from memory when it lies inside the arena;
+        // otherwise through `Memory::read`, which counts the stray access
+        // and reads zeros.
+        let payload = match t.payload.map(|p| mem.get(p.addr, plen)) {
+            None => &[][..],
+            Some(Some(bytes)) => bytes,
+            Some(None) => {
+                self.payload.clear();
+                self.payload.resize(plen, 0);
+                if let Some(p) = t.payload {
+                    mem.read(p.addr, &mut self.payload);
+                }
+                &self.payload[..]
+            }
+        };
         let total = transport_len(header, plen);
         out.clear();
         out.resize(total, 0);
         let built = self
             .ip_pair(t.peer.ip)
             .and_then(|ip| ip_udp_header(&ip, t.src_port, t.peer.port, total).ok())
-            .and_then(|h| finish(out, header, &self.payload, h.as_bytes()).ok());
+            .and_then(|h| finish(out, header, payload, h.as_bytes()).ok());
         if built.is_none() {
             // Sent anyway (the engine counted it), with a zero ICRC the
             // receiver drops.
@@ -306,6 +324,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
                 // Go-back-N cannot tell; not counted.
                 spurious_retransmissions: 0,
                 timeouts: q.timeouts,
+                probes: 0,
                 naks_sent: q.seq_naks_sent + q.rnr_naks_sent + q.fatal_naks_sent,
                 discarded: q.duplicates_received + q.out_of_sequence_dropped + q.stale_responses,
                 ce_received: q.ecn_marked_received,
@@ -316,7 +335,14 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         c
     }
 
+    fn track_send_progress(&mut self) {
+        self.track_progress = true;
+    }
+
     fn send_progress(&self) -> Option<SendProgress> {
+        if !self.track_progress {
+            return None;
+        }
         Some(SendProgress {
             packets_acked: self.progress.iter().map(|p| p.packets_acked).sum(),
             max_in_flight: self

@@ -64,6 +64,8 @@ pub struct TransportCounters {
     /// Retransmissions whose original had arrived (where the protocol knows).
     pub spurious_retransmissions: u64,
     pub timeouts: u64,
+    /// Tail-loss probes sent (MetaRoCE, spec 4.6.5).
+    pub probes: u64,
     pub naks_sent: u64,
     /// Packets the endpoint received but discarded (bad, duplicate,
     /// out of sequence or out of window).
@@ -78,6 +80,7 @@ impl core::ops::AddAssign for TransportCounters {
         self.retransmissions += o.retransmissions;
         self.spurious_retransmissions += o.spurious_retransmissions;
         self.timeouts += o.timeouts;
+        self.probes += o.probes;
         self.naks_sent += o.naks_sent;
         self.discarded += o.discarded;
         self.ce_received += o.ce_received;
@@ -149,7 +152,14 @@ pub trait SimTransport {
     /// Counters summed over connections.
     fn counters(&self) -> TransportCounters;
 
-    /// Sending progress; `None` where the adapter does not track it.
+    /// Starts following sending progress for
+    /// [`SimTransport::send_progress`]. Off until asked: adapters follow it
+    /// by looking at the sender's connections on every packet, which
+    /// experiments that never read it should not pay for.
+    fn track_send_progress(&mut self) {}
+
+    /// Sending progress; `None` where the adapter does not track it (or
+    /// was not asked to: [`SimTransport::track_send_progress`]).
     fn send_progress(&self) -> Option<SendProgress> {
         None
     }

@@ -121,6 +121,8 @@ impl<const P: usize> Connection<P> {
             } else {
                 Some(now + self.rto(&st, config))
             };
+            st.probes = 0;
+            self.arm_probe(now, &mut st, config);
         }
         self.detect_losses(now, &mut st, res, extent);
         if config.path_reroll
@@ -191,6 +193,92 @@ impl<const P: usize> Connection<P> {
             config.rto_initial
         };
         (base * (1u32 << st.rto_backoff.min(16))).min(config.rto_max)
+    }
+
+    /// Arms the tail-loss probe (spec 4.6.5) while packets are
+    /// outstanding: `2 x srtt + ack_delay` from now, at least `rto_min /
+    /// 8` (`rto_min / 2` before any data was acknowledged), doubled per
+    /// probe already sent without progress, and never after the
+    /// retransmission timer, whose expiry a probe then replaces (up to
+    /// [`MAX_PROBES`] times).
+    pub(crate) fn arm_probe(&self, now: Instant, st: &mut SenderState<P>, config: &Config) {
+        st.probe_deadline = None;
+        if self.send.una == self.send.nxt || st.probes >= MAX_PROBES {
+            return;
+        }
+        // Until an ACK of data was heard the round-trip estimate knows
+        // nothing of the queues data meets (an incast's first ACKs come
+        // many handshake round trips late): half the minimum RTO then.
+        // In nanoseconds, 64-bit: Duration arithmetic costs firmware code.
+        let shift = if self.counters.packets_acked == 0 {
+            1
+        } else {
+            3
+        };
+        let floor = config.rto_min.as_nanos() as u64 >> shift;
+        let srtt = u64::from(self.send.rtt.srtt_ns());
+        let pto = (2 * srtt + config.ack_delay.as_nanos() as u64).max(floor) << st.probes;
+        let at = now + Duration::from_nanos(pto);
+        st.probe_deadline = Some(st.rto_deadline.map_or(at, |r| r.min(at)));
+    }
+
+    /// The tail-loss probe (spec 4.6.5, after RFC 8985's TLP): nothing was
+    /// heard for a probe timeout while packets are outstanding, so the
+    /// last of them may have been lost with no later delivery to reveal
+    /// it. One packet goes out to draw an ACK whose SACK lets RACK (4.6.2)
+    /// find the losses: a new one if the windows allow (the start-up window
+    /// grows by one packet), else the most recently sent packet again.
+    /// A sender whose next new packet waits only for pacing sends no
+    /// extra one: that packet is the probe.
+    pub(crate) fn on_probe<B: Backing>(
+        &mut self,
+        now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        let Some(s) = self.send.state.get() else {
+            return;
+        };
+        let mut st = *res.senders.get(s);
+        st.probe_deadline = None;
+        // Retransmissions already waiting draw ACKs of their own, and so
+        // do new packets waiting only for their pacing slot (their send
+        // re-arms the probe) unless the retransmission timer is due: then
+        // the next of them is the probe, in its place.
+        let unsent = self.first_unsent(res).is_some();
+        let paced = unsent && self.may_send_new(&st);
+        let rto_due = st.rto_deadline.is_some_and(|d| now >= d);
+        if let (Some(extent), Some(_), 0, false) = (
+            st.extent,
+            st.outstanding.front(),
+            st.lost_pending(),
+            paced && !rto_due,
+        ) {
+            self.counters.probes += 1;
+            st.probes += 1;
+            if rto_due {
+                // In the timeout's place: its backoff too (spec 4.6.4).
+                st.rto_backoff = st.rto_backoff.saturating_add(1);
+            }
+            let span = self.send.nxt.distance_from(self.send.una);
+            if !paced && span < self.params.window && unsent {
+                // Only the start-up window holds new packets back.
+                st.startup_window = st.startup_window.saturating_add(u32::from(self.params.mtu));
+            } else if !paced {
+                // Resent, not declared lost: no loss is counted or blamed.
+                let psn = st.outstanding.tail;
+                let r = res.inflight.get_mut(extent, psn);
+                r.set_slot(Slot::Lost);
+                let path = &mut st.paths[usize::from(r.path) % P];
+                path.in_flight = path.in_flight.saturating_sub(1);
+                res.inflight
+                    .unlink(&mut st.outstanding, extent, self.send.una, psn);
+                res.inflight.push_back(&mut st.lost, extent, psn);
+            }
+            st.rto_deadline = Some(now + self.rto(&st, config));
+            self.arm_probe(now, &mut st, config);
+        }
+        *res.senders.get_mut(s) = st;
     }
 
     /// RACK per path (spec 4.6.2): a packet is lost once a packet sent after
@@ -502,6 +590,10 @@ pub(crate) fn startup_growth(min_rtt_ns: u32, config: &Config) -> u32 {
         .max(1);
     (u64::from(min_rtt_ns) / reference).clamp(1, u64::from(MAX_STARTUP_GROWTH)) as u32
 }
+
+/// Tail-loss probes per episode without progress (spec 4.6.5); the
+/// retransmission timer takes over after them.
+const MAX_PROBES: u8 = 4;
 
 /// Bound of [`startup_growth`] (a 20 ms round trip over a 10 us reference).
 const MAX_STARTUP_GROWTH: u32 = 4096;

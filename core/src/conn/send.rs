@@ -158,9 +158,12 @@ impl<const P: usize> Connection<P> {
         if span >= self.params.window {
             return false;
         }
-        let mtu = u32::from(self.params.mtu).max(1);
-        let allowed = (st.startup_window / mtu).max(2);
-        span < allowed || st.in_flight_total() < allowed
+        // `n < max(startup_window / mtu, 2)` without the division (this
+        // runs several times per packet): `n < 2 || (n + 1) * mtu <= sw`.
+        let mtu = u64::from(self.params.mtu.max(1));
+        let sw = u64::from(st.startup_window);
+        let below = |n: u32| n < 2 || (u64::from(n) + 1) * mtu <= sw;
+        below(span) || below(st.in_flight_total())
     }
 
     /// Takes a sender state from the pool if the connection has none.
@@ -268,7 +271,8 @@ impl<const P: usize> Connection<P> {
             return None;
         }
         let s = self.ensure_sender(now, res, config)?;
-        let st = *res.senders.get(s);
+        // A reference, not a copy: the state holds every path's telemetry.
+        let st = res.senders.get(s);
         if now < st.rnr_until || now < st.next_send_at {
             return None;
         }
@@ -277,7 +281,7 @@ impl<const P: usize> Connection<P> {
         let (psn, retransmission) = if let Some(psn) = st.lost.front() {
             (psn, true)
         } else {
-            if !self.may_send_new(&st) {
+            if !self.may_send_new(st) {
                 return None;
             }
             let psn = self.send.nxt;
@@ -429,6 +433,7 @@ impl<const P: usize> Connection<P> {
             st.progress_at = now;
             st.rto_deadline = Some(now + self.rto(st, config));
         }
+        self.arm_probe(now, st, config);
         // Pacing: the next packet may leave once this one has been
         // serialized at the current rate.
         let rate = Self::sending_rate(st);

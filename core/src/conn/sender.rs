@@ -97,6 +97,7 @@ impl PathSender {
     }
 
     /// Weight for the path choice: marks and losses shift traffic away.
+    #[inline]
     pub(crate) fn weight(&self) -> u32 {
         let penalty = (self.ecn_frac / 2 + self.loss_frac * 4).min(ONE * 7 / 8);
         FULL_WEIGHT * (ONE - penalty) / ONE
@@ -177,7 +178,11 @@ pub struct SenderState<const P: usize> {
     pub(crate) rnr_until: Instant,
     pub(crate) rto_deadline: Option<Instant>,
     pub(crate) rack_deadline: Option<Instant>,
+    /// When a tail-loss probe goes out if nothing is heard (spec 4.6.5).
+    pub(crate) probe_deadline: Option<Instant>,
     pub(crate) rto_backoff: u8,
+    /// Probes sent since the last progress.
+    pub(crate) probes: u8,
     /// The last progress: when new data was last acknowledged, or when
     /// something was sent with nothing outstanding. The connection fails
     /// once retransmissions have gone its ride-through without any (spec
@@ -203,7 +208,9 @@ impl<const P: usize> SenderState<P> {
         rnr_until: Instant::ZERO,
         rto_deadline: None,
         rack_deadline: None,
+        probe_deadline: None,
         rto_backoff: 0,
+        probes: 0,
         progress_at: Instant::ZERO,
         rate_hint_mbps: 0,
         next_path: 0,
@@ -248,7 +255,10 @@ impl<const P: usize> SenderState<P> {
     /// round-robin among equals so a loss-free fabric sees an even spray.
     pub(crate) fn choose_path(&mut self, active: u16) -> u8 {
         let n = usize::from(active.max(1));
-        let start = usize::from(self.next_path) % n;
+        // `next_path` is below `n` unless the path count shrank: no
+        // division on the per-packet path.
+        let next = usize::from(self.next_path);
+        let start = if next < n { next } else { next % n };
         // Least (in_flight + 1) / weight, compared by cross-multiplication
         // (no division on the per-packet path).
         let mut best = start;
@@ -269,7 +279,7 @@ impl<const P: usize> SenderState<P> {
                 i = 0;
             }
         }
-        self.next_path = ((best + 1) % n) as u16;
+        self.next_path = if best + 1 == n { 0 } else { best + 1 } as u16;
         best as u8
     }
 

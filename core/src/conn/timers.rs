@@ -11,6 +11,7 @@ use crate::time::{Instant, MaybeInstant};
 use crate::wire::CloseReason;
 
 /// The earlier of two optional instants.
+#[inline]
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -81,6 +82,7 @@ impl<const P: usize> Connection<P> {
                     let st = res.senders.get(s);
                     t = earliest(t, st.rto_deadline);
                     t = earliest(t, st.rack_deadline);
+                    t = earliest(t, st.probe_deadline);
                     if let Some(idle) = st.idle_since {
                         t = earliest(t, Some(idle + config.sender_linger));
                     }
@@ -140,7 +142,10 @@ impl<const P: usize> Connection<P> {
                     *res.senders.get_mut(s) = st;
                 }
             }
-            if st.rto_deadline.is_some_and(|d| now >= d) {
+            if st.probe_deadline.is_some_and(|d| now >= d) {
+                self.on_probe(now, res, config);
+            }
+            if res.senders.get(s).rto_deadline.is_some_and(|d| now >= d) {
                 self.on_rto(now, res, config);
             }
             if self.state.is_open() {

@@ -304,13 +304,29 @@ impl<B: Backing> KeyPool<B> {
     /// extension with the next IV and marks the transmit for sealing
     /// ([`KeyPool::seal`]). `None`: the packet cannot be sent (the IV
     /// space ran out, or `buf` has no room).
+    #[inline]
     pub(crate) fn protect(
         &mut self,
         p: &ConnProtection,
         buf: &mut [u8],
         t: Transmit,
     ) -> Option<Transmit> {
-        if !self.is_keyed(p) || !PacketType::from(buf[field::TYPE]).allows_protection() {
+        // The unkeyed case (every packet of a connection without
+        // protection) decided at the call site, without passing the
+        // transmit through a call.
+        if !self.is_keyed(p) {
+            return Some(t);
+        }
+        self.protect_keyed(p, buf, t)
+    }
+
+    fn protect_keyed(
+        &mut self,
+        p: &ConnProtection,
+        buf: &mut [u8],
+        t: Transmit,
+    ) -> Option<Transmit> {
+        if !PacketType::from(buf[field::TYPE]).allows_protection() {
             return Some(t);
         }
         #[cfg(feature = "aead")]
@@ -347,7 +363,7 @@ impl<B: Backing> KeyPool<B> {
         }
         #[cfg(not(feature = "aead"))]
         {
-            let _ = buf;
+            let _ = (p, buf);
             Some(t)
         }
     }

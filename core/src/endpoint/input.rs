@@ -62,7 +62,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.drops.unknown_connection += 1;
             return;
         }
-        let config = self.config;
+        let config = &self.config;
         let conn = &mut self.slots[i].conn;
         if conn.local_token != repr.header.token {
             self.drops.bad_token += 1;
@@ -87,7 +87,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if let Body::Retry(r) = &repr.body {
             // Addressed with our CONNECT's id and token, so it answers our
             // CONNECT; taken once per handshake (spec 4.2).
-            match conn.on_retry(now, r, &mut self.res, &config) {
+            match conn.on_retry(now, r, &mut self.res, config) {
                 RetryOutcome::Taken => self.refresh(i as u32, now, false),
                 // Counted with the pool refusals.
                 RetryOutcome::NoRoom => {}
@@ -95,7 +95,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
             return;
         }
-        let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, &config);
+        let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, config);
         if outcome == Some(ReliableOutcome::Placed) {
             // The receiver's active senders, newest last (spec 4.10.4).
             let i = i as u32;
@@ -280,7 +280,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// that are due, taken from the timing wheel.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
-        let config = self.config;
         while let Some(i) =
             self.wheel
                 .pop_expired(&mut self.slots, now.as_nanos(), ConnSlot::timer_entry)
@@ -289,7 +288,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if !s.live {
                 continue;
             }
-            s.conn.handle_timeout(now, &mut self.res, &config);
+            s.conn.handle_timeout(now, &mut self.res, &self.config);
             self.refresh(i, now, true);
         }
     }

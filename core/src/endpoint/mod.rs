@@ -589,8 +589,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     ) -> Result<(), CommandError> {
         self.now = self.now.max(now);
         let i = self.slot_of(h)?;
-        let config = self.config;
-        self.slots[i].conn.close(now, &mut self.res, &config);
+        let config = &self.config;
+        self.slots[i].conn.close(now, &mut self.res, config);
         if self.slots[i].conn.state == ConnState::Closing {
             self.slots[i].conn.close_reason = reason;
         }
@@ -740,12 +740,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 rights,
             )
             .map_err(CommandError::LocalProtection)?;
-        let config = self.config;
+        let config = &self.config;
         let conn = &mut self.slots[i].conn;
         if !conn.can_post() {
             return Err(CommandError::NotOpen);
         }
-        conn.post_send(wr, &mut self.res, &config)
+        conn.post_send(wr, &mut self.res, config)
             .map_err(|_| CommandError::QueueFull)?;
         let now = self.now;
         self.refresh(i as u32, now, false);
@@ -766,12 +766,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 Access::LOCAL_WRITE,
             )
             .map_err(CommandError::LocalProtection)?;
-        let config = self.config;
+        let config = &self.config;
         let conn = &mut self.slots[i].conn;
         if !conn.can_post() {
             return Err(CommandError::NotOpen);
         }
-        conn.post_recv(req, &mut self.res, &config)
+        conn.post_recv(req, &mut self.res, config)
             .map_err(|_| CommandError::QueueFull)
     }
 

@@ -25,7 +25,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// at or before `now` is filed just after it (it was acted on; filing
     /// it at `now` would expire it again in the same call).
     pub(super) fn refresh(&mut self, i: u32, now: Instant, in_timeout: bool) {
-        let config = self.config;
         let s = &self.slots[i as usize];
         if !s.live {
             return;
@@ -33,6 +32,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if s.half_open && s.conn.state != ConnState::Accepting {
             self.leave_half_open(i);
         }
+        // Borrowed, not copied: the configuration is a few hundred bytes.
+        let config = &self.config;
         let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
         if conn.cookie.is_some() && conn.state != ConnState::Connecting {
@@ -43,13 +44,13 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             conn.release_sender(&mut self.res);
         } else {
             if conn.state == ConnState::Closing {
-                conn.maybe_send_close(now, &self.res, &config);
+                conn.maybe_send_close(now, &self.res, config);
             }
             conn.note_idle(now, &mut self.res);
         }
         let wants = conn.wants_transmit(now, &self.res);
         let starved = conn.send.starved;
-        let timer = conn.next_timer(now, &self.res, &config);
+        let timer = conn.next_timer(now, &self.res, config);
         let has_completion = conn.has_completion(&self.res);
         let has_event = conn.events.any();
         let released = s.released;
@@ -208,7 +209,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.hint_cache = (now, self.rate_hint(now));
         }
         let hint = self.hint_cache.1;
-        let config = self.config;
         // Each connection on the list gets one try; one that turns out to
         // have nothing (paced, starved) leaves the list.
         for _ in 0..self.ready.len() {
@@ -219,7 +219,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if !s.live {
                 continue;
             }
-            let t = s.conn.poll_transmit(now, buf, hint, &mut self.res, &config);
+            let t = s
+                .conn
+                .poll_transmit(now, buf, hint, &mut self.res, &self.config);
             // Spec 5.3: a keyed connection's packets get the security
             // extension and are sealed when finished.
             let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));

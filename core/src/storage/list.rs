@@ -42,6 +42,7 @@ impl OptIndex {
 }
 
 impl From<Option<u32>> for OptIndex {
+    #[inline]
     fn from(i: Option<u32>) -> Self {
         i.map_or(Self::NONE, Self::some)
     }

@@ -1152,6 +1152,7 @@ impl Repr {
     }
 
     /// Common plus extension header length.
+    #[inline]
     pub fn header_len(&self) -> usize {
         HEADER_LEN + self.body.packet_type().extension_len().unwrap_or(0)
     }
