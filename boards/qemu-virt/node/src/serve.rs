@@ -25,7 +25,7 @@
 use core::ops::{Deref, DerefMut};
 use core::time::Duration;
 
-use heapless::index_map::FnvIndexMap;
+use heapless::index_map::{Entry, FnvIndexMap};
 use heapless::Deque;
 use metaroce_app::{
     self as app, check_pattern, fill_pattern, Encoded, Message, Operation, CONTROL_LEN,
@@ -433,10 +433,12 @@ impl<'a> Serve<'a> {
     }
 
     fn usage(&mut self, ip: IpAddress) -> Option<&mut Usage> {
-        if !self.peers.contains_key(&ip) {
-            self.peers.insert(ip, Usage::default()).ok()?;
+        // One probe of the map: the entry, made if missing (`None` when
+        // the map is full).
+        match self.peers.entry(ip) {
+            Entry::Occupied(o) => Some(o.into_mut()),
+            Entry::Vacant(v) => v.insert(Usage::default()).ok(),
         }
-        self.peers.get_mut(&ip)
     }
 
     /// A new connection (its `Incoming` event comes before its first data,
