@@ -489,15 +489,16 @@ impl<'a> Serve<'a> {
             self.node, i, how, conn.size, conn.verified, conn.corrupt, conn.bytes
         );
         self.drop_region(i);
-        if let Some(u) = self.usage_of(conn.peer) {
+        // One probe of the map: the peer's usage shrinks, and goes once
+        // nothing is left.
+        if let Some(Entry::Occupied(mut entry)) = conn.peer.map(|ip| self.peers.entry(ip)) {
+            let u = entry.get_mut();
             u.connections = u.connections.saturating_sub(1);
             if let Some(e) = conn.extent {
                 u.bytes = u.bytes.saturating_sub(u64::from(e.units()) * ARENA_UNIT);
             }
             if u.connections == 0 && u.bytes == 0 {
-                if let Some(ip) = conn.peer {
-                    self.peers.swap_remove(&ip);
-                }
+                entry.remove();
             }
         }
         let c = &mut self.conns[i];
