@@ -358,4 +358,49 @@ mod tests {
         cache.learn(ip(5), EthernetAddress::BROADCAST, Instant::from_micros(5));
         assert_eq!(cache.lookup(ip(5)), None);
     }
+
+    /// `emit_icmp` writes an echo byte for byte as smoltcp's emitter does,
+    /// and refuses any other message.
+    #[test]
+    fn icmp_echoes_match_smoltcp_and_nothing_else_is_sent() {
+        let us = NetConfig {
+            mac: mac(1),
+            ip: ip(1),
+        };
+        let data: [u8; 13] = core::array::from_fn(|i| i as u8 * 7);
+        for icmp in [
+            Icmpv4Repr::EchoRequest {
+                ident: 0x1234,
+                seq_no: 7,
+                data: &data,
+            },
+            Icmpv4Repr::EchoReply {
+                ident: 0xfedc,
+                seq_no: 0x8001,
+                data: &data[..0],
+            },
+        ] {
+            let mut ours = [0xa5u8; 128];
+            let len = emit_icmp(&mut ours, &us, mac(2), ip(2), &icmp).unwrap();
+            let mut theirs = ours;
+            let at = ETH_LEN + IPV4_LEN;
+            theirs[at..len].fill(0);
+            let mut packet = Icmpv4Packet::new_unchecked(&mut theirs[at..at + icmp.buffer_len()]);
+            icmp.emit(&mut packet, &checksums());
+            assert_eq!(ours[..len], theirs[..len]);
+        }
+        let unreachable = Icmpv4Repr::DstUnreachable {
+            reason: smoltcp::wire::Icmpv4DstUnreachable::PortUnreachable,
+            header: Ipv4Repr {
+                src_addr: ip(2),
+                dst_addr: ip(1),
+                next_header: IpProtocol::Udp,
+                payload_len: 8,
+                hop_limit: 64,
+            },
+            data: &data[..8],
+        };
+        let mut out = [0u8; 128];
+        assert_eq!(emit_icmp(&mut out, &us, mac(2), ip(2), &unreachable), None);
+    }
 }
