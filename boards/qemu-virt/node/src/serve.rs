@@ -498,7 +498,7 @@ impl<'a> Serve<'a> {
                 u.bytes = u.bytes.saturating_sub(u64::from(e.units()) * ARENA_UNIT);
             }
             if u.connections == 0 && u.bytes == 0 {
-                entry.remove();
+                entry.swap_remove();
             }
         }
         let c = &mut self.conns[i];
