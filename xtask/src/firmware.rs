@@ -148,14 +148,6 @@ pub fn elf_path(package: &str) -> PathBuf {
 /// The code budget of each board's firmware: 128 KiB of `.init` + `.text`.
 pub const TEXT_BUDGET: u64 = 128 * 1024;
 
-/// The qemu-virt firmware's budget: the DPU image's 128 KiB goal plus
-/// 4 KiB. It carries the test roles (workload on 1 to 8 cores, serve) and
-/// the multi-core dispatcher besides the host-interface role a DPU ships,
-/// and since address validation (RETRY cookies, per-source buckets: 4.3
-/// KB) it is 2.8 KB past the goal with every compiler setting tried
-/// (README "Firmware on its CPU"). The check keeps it from growing further.
-pub const QEMU_VIRT_TEXT_BUDGET: u64 = 132 * 1024;
-
 /// Code bytes by crate and the largest functions, from
 /// `llvm-nm --print-size --size-sort --demangle`.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -73,7 +73,7 @@ pub const BOARDS: &[Board] = &[
         description: "MetaRoCE firmware for QEMU virt (Cortex-A72)",
         // The Elba's stand-in: built for the same cores.
         cpu: CORTEX_A72,
-        text_budget: firmware::QEMU_VIRT_TEXT_BUDGET,
+        text_budget: firmware::TEXT_BUDGET,
     },
     // A Salina board (16 x Neoverse N1) is one more entry here with
     // `cpu: Cpu { target_cpu: "neoverse-n1", .. }`; see `firmware::Cpu`.

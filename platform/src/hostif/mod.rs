@@ -28,13 +28,13 @@ mod rings;
 
 use heapless::{Deque, Vec};
 use metaroce_abi as abi;
-use metaroce_core::api::ConnHandle;
+use metaroce_core::api::{ConnHandle, RecvRequest, WorkRequest};
 use metaroce_core::Instant;
 
 use crate::control::HostControl;
 use crate::engine::EngineStats;
 use crate::host::HostPort;
-use crate::shmem::SharedMemory;
+use crate::shmem::{SharedMemory, ShmError};
 use rings::{Bell, Consumed, Produced, RingGeometry};
 
 /// Most queue sets a device serves.
@@ -192,6 +192,14 @@ impl SetState {
             let _ = self.acq.push(shm, &ring, &acqe, abi::ADMIN_CQE_LAST_WORD);
         } else if self.pending_acqes.push_back(acqe).is_err() {
             self.counters.events_lost += 1;
+        }
+    }
+
+    /// The device's reading position in a work queue.
+    fn consumed(&mut self, queue: WorkQueue) -> &mut Consumed {
+        match queue {
+            WorkQueue::Recv => &mut self.rq,
+            WorkQueue::Send => &mut self.sq,
         }
     }
 
@@ -390,9 +398,13 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                     .load_u32(s.base)
                     .is_ok_and(|owner| owner != abi::OWNER_FREE);
             }
-            [(Bell::Sq, s.sq), (Bell::Rq, s.rq), (Bell::Aq, s.aq)]
-                .iter()
-                .any(|(b, c)| self.shm.load_u32(s.bell(*b)).is_ok_and(|p| p != c.consumer))
+            [
+                (Bell::Sq, s.sq.consumer),
+                (Bell::Rq, s.rq.consumer),
+                (Bell::Aq, s.aq.consumer),
+            ]
+            .into_iter()
+            .any(|(b, consumer)| self.shm.load_u32(s.bell(b)).is_ok_and(|p| p != consumer))
         })
     }
 
@@ -478,8 +490,11 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         }
         let mut busy = set.flush(&shm);
         busy |= self.serve_admin(i, now, control, engine);
-        busy |= self.serve_recvs(i, control, port);
-        busy |= self.serve_sends(i, control, port);
+        busy |= self.serve_work(i, WorkQueue::Recv, port);
+        if self.serve_work(i, WorkQueue::Send, port) {
+            port.ring_send();
+            busy = true;
+        }
         if let Some(set) = self.sets.get(i) {
             set.publish_consumers(&shm);
         }
@@ -494,128 +509,162 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
             .then_some(e.handle)
     }
 
-    fn serve_recvs<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
-        &mut self,
-        i: usize,
-        _control: &mut C,
-        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
-    ) -> bool
-    where
-        C: HostControl,
-    {
+    /// Moves set `i`'s ready entries of one work queue into the engine's
+    /// host queue while it has room (and the set's completion queue has
+    /// room for a refusal): one loop for the receive and the send queue.
+    /// Returns whether any entry was taken.
+    fn serve_work(&mut self, i: usize, queue: WorkQueue, port: &mut dyn WorkSink) -> bool {
         let shm = self.shm;
         let Some(set) = self.sets.get_mut(i) else {
             return false;
         };
-        let reading = set.rq.read(&shm, set.bell(Bell::Rq), abi::DEFAULT_RQ_DEPTH);
+        let (bell, depth, ring) = match queue {
+            WorkQueue::Recv => (Bell::Rq, abi::DEFAULT_RQ_DEPTH, set.rq_ring()),
+            WorkQueue::Send => (Bell::Sq, abi::DEFAULT_SQ_DEPTH, set.sq_ring()),
+        };
+        let at = set.bell(bell);
+        let reading = set.consumed(queue).read(&shm, at, depth);
         set.counters.bad_producer_index += u64::from(reading.bad_index);
         set.counters.spurious_doorbells += u64::from(reading.spurious);
-        let ring = set.rq_ring();
         let mut moved = false;
         for _ in 0..reading.ready.min(WORK_BUDGET) {
-            if port.recv_free() == 0 || !self.sets[i].can_refuse(&shm) {
+            if !port.has_room(queue) || !self.sets[i].can_refuse(&shm) {
                 break;
             }
-            let set = &self.sets[i];
-            let Ok(e) = shm.read::<abi::RecvWqe>(ring.slot(set.rq.consumer)) else {
+            let slot = ring.slot(self.sets[i].consumed(queue).consumer);
+            let Ok(e) = WorkEntry::read(&shm, queue, slot) else {
                 self.stats.shm_faults += 1;
                 break;
             };
             let handle = self.postable(i, e.conn_index, e.conn_generation);
             let set = &mut self.sets[i];
-            let verdict = match (convert::recv_request(&e), handle) {
+            let verdict = match (e.request, handle) {
                 (Err(status), _) => Err(status),
                 (Ok(_), None) => Err(abi::STATUS_BAD_CONNECTION),
-                (Ok(rr), Some(_)) if !set.in_window(rr.local.addr, u64::from(rr.local.len)) => {
+                (Ok(request), Some(_)) if !set.in_window(request.local().0, request.local().1) => {
                     Err(abi::STATUS_BAD_ADDRESS)
                 }
-                (Ok(rr), Some(h)) => Ok((h, rr)),
+                (Ok(request), Some(h)) => Ok((h, request)),
             };
             match verdict {
-                Ok((h, rr)) => {
-                    // Cannot fail: `recv_free` said there is room.
-                    let _ = port.post_recv(h, rr);
-                    set.counters.posted_recvs += 1;
-                    self.stats.posted_recvs += 1;
+                Ok((h, request)) => {
+                    // Cannot fail: `has_room` said there is room.
+                    port.post(h, request);
+                    match queue {
+                        WorkQueue::Recv => {
+                            set.counters.posted_recvs += 1;
+                            self.stats.posted_recvs += 1;
+                        }
+                        WorkQueue::Send => {
+                            set.counters.posted_sends += 1;
+                            self.stats.posted_sends += 1;
+                        }
+                    }
                 }
                 Err(status) => {
                     count_refusal(&mut set.counters, status);
                     self.stats.refused += 1;
-                    let cqe = refusal(
-                        e.wr_id,
-                        e.conn_index,
-                        e.conn_generation,
-                        abi::OP_RECV,
-                        status,
-                    );
+                    let cqe = refusal(e.wr_id, e.conn_index, e.conn_generation, e.opcode, status);
                     set.complete(&shm, cqe);
                 }
             }
-            set.rq.consumer = set.rq.consumer.wrapping_add(1);
+            let consumed = set.consumed(queue);
+            consumed.consumer = consumed.consumer.wrapping_add(1);
             moved = true;
         }
         moved
     }
+}
 
-    fn serve_sends<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
-        &mut self,
-        i: usize,
-        _control: &mut C,
-        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
-    ) -> bool
-    where
-        C: HostControl,
-    {
-        let shm = self.shm;
-        let Some(set) = self.sets.get_mut(i) else {
-            return false;
+/// One of a set's two work queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkQueue {
+    /// The receive queue (`abi::RecvWqe`).
+    Recv,
+    /// The send queue (`abi::SendWqe`).
+    Send,
+}
+
+/// What a valid work entry asks of the engine.
+#[derive(Debug, Clone, Copy)]
+enum WorkItem {
+    Recv(RecvRequest),
+    Send(WorkRequest),
+}
+
+impl WorkItem {
+    /// The local buffer's address and length.
+    fn local(&self) -> (u64, u64) {
+        let local = match self {
+            WorkItem::Recv(rr) => &rr.local,
+            WorkItem::Send(wr) => &wr.local,
         };
-        let reading = set.sq.read(&shm, set.bell(Bell::Sq), abi::DEFAULT_SQ_DEPTH);
-        set.counters.bad_producer_index += u64::from(reading.bad_index);
-        set.counters.spurious_doorbells += u64::from(reading.spurious);
-        let ring = set.sq_ring();
-        let mut moved = false;
-        for _ in 0..reading.ready.min(WORK_BUDGET) {
-            if port.send_free() == 0 || !self.sets[i].can_refuse(&shm) {
-                break;
-            }
-            let set = &self.sets[i];
-            let Ok(e) = shm.read::<abi::SendWqe>(ring.slot(set.sq.consumer)) else {
-                self.stats.shm_faults += 1;
-                break;
-            };
-            let handle = self.postable(i, e.conn_index, e.conn_generation);
-            let set = &mut self.sets[i];
-            let verdict = match (convert::work_request(&e), handle) {
-                (Err(status), _) => Err(status),
-                (Ok(_), None) => Err(abi::STATUS_BAD_CONNECTION),
-                (Ok(wr), Some(_)) if !set.in_window(wr.local.addr, u64::from(wr.local.len)) => {
-                    Err(abi::STATUS_BAD_ADDRESS)
-                }
-                (Ok(wr), Some(h)) => Ok((h, wr)),
-            };
-            match verdict {
-                Ok((h, wr)) => {
-                    // Cannot fail: `send_free` said there is room.
-                    let _ = port.enqueue_send(h, wr);
-                    set.counters.posted_sends += 1;
-                    self.stats.posted_sends += 1;
-                }
-                Err(status) => {
-                    count_refusal(&mut set.counters, status);
-                    self.stats.refused += 1;
-                    let op = convert::wqe_opcode(e.opcode);
-                    let cqe = refusal(e.wr_id, e.conn_index, e.conn_generation, op, status);
-                    set.complete(&shm, cqe);
+        (local.addr, u64::from(local.len))
+    }
+}
+
+/// A work entry as read from its queue: what a refusal answers with, and
+/// the request or the status refusing it.
+struct WorkEntry {
+    wr_id: u64,
+    conn_index: u32,
+    conn_generation: u32,
+    /// The ABI opcode its completion carries.
+    opcode: u8,
+    request: Result<WorkItem, u8>,
+}
+
+impl WorkEntry {
+    fn read(shm: &SharedMemory<'_>, queue: WorkQueue, slot: u64) -> Result<Self, ShmError> {
+        Ok(match queue {
+            WorkQueue::Recv => {
+                let e = shm.read::<abi::RecvWqe>(slot)?;
+                WorkEntry {
+                    wr_id: e.wr_id,
+                    conn_index: e.conn_index,
+                    conn_generation: e.conn_generation,
+                    opcode: abi::OP_RECV,
+                    request: convert::recv_request(&e).map(WorkItem::Recv),
                 }
             }
-            set.sq.consumer = set.sq.consumer.wrapping_add(1);
-            moved = true;
+            WorkQueue::Send => {
+                let e = shm.read::<abi::SendWqe>(slot)?;
+                WorkEntry {
+                    wr_id: e.wr_id,
+                    conn_index: e.conn_index,
+                    conn_generation: e.conn_generation,
+                    opcode: convert::wqe_opcode(e.opcode),
+                    request: convert::work_request(&e).map(WorkItem::Send),
+                }
+            }
+        })
+    }
+}
+
+/// The engine's host queues as [`HostInterface::serve_work`] fills them:
+/// one instance of that loop whatever the queues' depths.
+trait WorkSink {
+    /// Whether `queue`'s host queue has room for one more entry.
+    fn has_room(&self, queue: WorkQueue) -> bool;
+    /// Posts `item` on `conn` (after [`WorkSink::has_room`] said yes).
+    fn post(&mut self, conn: ConnHandle, item: WorkItem);
+}
+
+impl<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize> WorkSink
+    for HostPort<'_, SQ, RQ, CQ, AQ>
+{
+    fn has_room(&self, queue: WorkQueue) -> bool {
+        match queue {
+            WorkQueue::Recv => self.recv_free() != 0,
+            WorkQueue::Send => self.send_free() != 0,
         }
-        if moved {
-            port.ring_send();
-        }
-        moved
+    }
+
+    fn post(&mut self, conn: ConnHandle, item: WorkItem) {
+        let _ = match item {
+            WorkItem::Recv(rr) => self.post_recv(conn, rr),
+            WorkItem::Send(wr) => self.enqueue_send(conn, wr),
+        };
     }
 }
 
@@ -632,6 +681,7 @@ fn refusal(wr_id: u64, index: u32, generation: u32, opcode: u8, status: u8) -> a
 }
 
 /// Counts a refusal under its reason.
+#[inline(never)]
 fn count_refusal(c: &mut abi::SetCounters, status: u8) {
     match status {
         abi::STATUS_BAD_OPCODE => c.refused_bad_opcode += 1,

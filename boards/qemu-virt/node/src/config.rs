@@ -99,50 +99,154 @@ pub struct ConfigError<'a> {
     pub key: &'a str,
 }
 
+/// `s` split at its first `sep`: what is before and what is after it.
+/// Byte-wise (`sep` is ASCII): `str`'s `char` searchers are a kilobyte of
+/// code for a line the harness writes in ASCII.
+fn split_once(s: &str, sep: u8) -> Option<(&str, &str)> {
+    let at = s.bytes().position(|b| b == sep)?;
+    Some((s.get(..at)?, s.get(at + 1..)?))
+}
+
+/// Exactly `out.len()` bytes in `radix`, separated by `sep`.
+fn bytes_of(mut s: &str, sep: u8, radix: u32, out: &mut [u8]) -> Option<()> {
+    let last = out.len().checked_sub(1)?;
+    for (i, byte) in out.iter_mut().enumerate() {
+        let (part, rest) = if i < last {
+            split_once(s, sep)?
+        } else {
+            (s, "")
+        };
+        *byte = number(part, radix, u8::MAX.into())? as u8;
+        s = rest;
+    }
+    Some(())
+}
+
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for byte in &mut mac {
-        *byte = number(parts.next()?, 16)?;
-    }
-    parts.next().is_none().then_some(mac)
+    bytes_of(s, b':', 16, &mut mac)?;
+    Some(mac)
 }
 
 /// A dotted-quad IPv4 address (`core`'s parser also takes forms the
 /// harness never writes, in a kilobyte of code).
 fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
-    let mut parts = s.split('.');
-    for octet in &mut octets {
-        *octet = number(parts.next()?, 10)?;
-    }
-    parts.next().is_none().then_some(Ipv4Addr::from(octets))
+    bytes_of(s, b'.', 10, &mut octets)?;
+    Some(Ipv4Addr::from(octets))
 }
 
 /// `IP/MAC`.
 fn parse_peer(value: &str) -> Option<Peer> {
-    let (ip, mac) = value.split_once('/')?;
+    let (ip, mac) = split_once(value, b'/')?;
     Some(Peer {
         ip: parse_ipv4(ip)?,
         mac: parse_mac(mac)?,
     })
 }
 
-/// A number in `radix` (10 or 16) that fits `T`: one digit loop for
-/// every key (`str::parse` is a parser per integer type).
-fn number<T: TryFrom<u64>>(value: &str, radix: u32) -> Option<T> {
+/// A number in `radix` (10 or 16) no larger than `max`: one digit loop
+/// for every key and field type (`str::parse` is a parser per integer
+/// type).
+fn number(value: &str, radix: u32, max: u64) -> Option<u64> {
     if value.is_empty() {
         return None;
     }
     let mut n = 0u64;
-    for c in value.chars() {
-        let digit = u64::from(c.to_digit(radix)?);
+    for b in value.bytes() {
+        let digit = u64::from(char::from(b).to_digit(radix)?);
         n = n.checked_mul(u64::from(radix))?.checked_add(digit)?;
     }
-    T::try_from(n).ok()
+    (n <= max).then_some(n)
 }
 
+/// The values of `role`.
+const ROLES: &[(&str, Role)] = &[
+    ("workload", Role::Workload),
+    ("serve", Role::Serve),
+    ("bench", Role::Bench),
+    ("host", Role::Host),
+];
+
+/// The values of `workload`.
+const WORKLOADS: &[(&str, WorkloadKind)] = &[
+    ("mixed", WorkloadKind::Mixed),
+    ("write", WorkloadKind::Write),
+    ("send", WorkloadKind::Send),
+    ("read", WorkloadKind::Read),
+];
+
+/// The value `names` gives the word `value`.
+fn pick<T: Copy>(value: &str, names: &[(&str, T)]) -> Option<T> {
+    names
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, v)| *v)
+}
+
+/// The field a numeric key sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Numeric {
+    Node,
+    Target,
+    Expect,
+    Size,
+    Count,
+    Depth,
+    Seed,
+    Streams,
+    Port,
+    Paths,
+    ProgressMs,
+    LingerMs,
+    Cores,
+    PeerConnections,
+}
+
+/// The numeric keys: the field each sets and the largest value it holds.
+const NUMERIC_KEYS: [(&str, Numeric, u64); 14] = [
+    ("node", Numeric::Node, u8::MAX as u64),
+    ("target", Numeric::Target, u8::MAX as u64),
+    ("expect", Numeric::Expect, u8::MAX as u64),
+    ("size", Numeric::Size, u32::MAX as u64),
+    ("count", Numeric::Count, u32::MAX as u64),
+    ("depth", Numeric::Depth, u32::MAX as u64),
+    ("seed", Numeric::Seed, u64::MAX),
+    ("streams", Numeric::Streams, u8::MAX as u64),
+    ("port", Numeric::Port, u16::MAX as u64),
+    ("paths", Numeric::Paths, u16::MAX as u64),
+    ("progress_ms", Numeric::ProgressMs, u32::MAX as u64),
+    ("linger_ms", Numeric::LingerMs, u32::MAX as u64),
+    ("cores", Numeric::Cores, u8::MAX as u64),
+    (
+        "peer_connections",
+        Numeric::PeerConnections,
+        u32::MAX as u64,
+    ),
+];
+
 impl NodeConfig {
+    /// Sets `field` to `n`, which [`number`] kept within the field's
+    /// range ([`NUMERIC_KEYS`]).
+    fn set_number(&mut self, field: Numeric, n: u64) {
+        match field {
+            Numeric::Node => self.node = n as u8,
+            Numeric::Target => self.target = Some(n as u8),
+            Numeric::Expect => self.expect = n as u8,
+            Numeric::Size => self.size = n as u32,
+            Numeric::Count => self.count = n as u32,
+            Numeric::Depth => self.depth = n as u32,
+            Numeric::Seed => self.seed = n,
+            Numeric::Streams => self.streams = n as u8,
+            Numeric::Port => self.port = n as u16,
+            Numeric::Paths => self.paths = n as u16,
+            Numeric::ProgressMs => self.progress_ms = n as u32,
+            Numeric::LingerMs => self.linger_ms = n as u32,
+            Numeric::Cores => self.cores = n as u8,
+            Numeric::PeerConnections => self.peer_connections = n as u32,
+        }
+    }
+
     /// Parses the configuration line.
     pub fn parse(text: &str) -> Result<NodeConfig, ConfigError<'_>> {
         let mut cfg = NodeConfig {
@@ -175,12 +279,11 @@ impl NodeConfig {
         };
         let (mut have_ip, mut have_mac) = (false, false);
         for word in text.split_ascii_whitespace() {
-            let Some((key, value)) = word.split_once('=') else {
+            let Some((key, value)) = split_once(word, b'=') else {
                 return Err(ConfigError { key: word });
             };
             let bad = ConfigError { key };
             match key {
-                "node" => cfg.node = number(value, 10).ok_or(bad)?,
                 "ip" => {
                     cfg.ip = parse_ipv4(value).ok_or(bad)?;
                     have_ip = true;
@@ -194,40 +297,15 @@ impl NodeConfig {
                     cfg.peers.push(peer).map_err(|_| bad)?;
                 }
                 "gateway" => cfg.gateway = Some(parse_peer(value).ok_or(bad)?),
-                "role" => {
-                    cfg.role = match value {
-                        "workload" => Role::Workload,
-                        "serve" => Role::Serve,
-                        "bench" => Role::Bench,
-                        "host" => Role::Host,
-                        _ => return Err(bad),
-                    }
+                "role" => cfg.role = pick(value, ROLES).ok_or(bad)?,
+                "workload" => cfg.workload = pick(value, WORKLOADS).ok_or(bad)?,
+                _ => {
+                    let &(_, field, max) = NUMERIC_KEYS
+                        .iter()
+                        .find(|(name, ..)| *name == key)
+                        .ok_or(bad)?;
+                    cfg.set_number(field, number(value, 10, max).ok_or(bad)?);
                 }
-                "target" => cfg.target = Some(number(value, 10).ok_or(bad)?),
-                "expect" => cfg.expect = number(value, 10).ok_or(bad)?,
-                "workload" => {
-                    cfg.workload = match value {
-                        "mixed" => WorkloadKind::Mixed,
-                        "write" => WorkloadKind::Write,
-                        "send" => WorkloadKind::Send,
-                        "read" => WorkloadKind::Read,
-                        _ => return Err(bad),
-                    }
-                }
-                "size" => cfg.size = number(value, 10).ok_or(bad)?,
-                "count" => cfg.count = number(value, 10).ok_or(bad)?,
-                "depth" => cfg.depth = number(value, 10).ok_or(bad)?,
-                "seed" => cfg.seed = number(value, 10).ok_or(bad)?,
-                "streams" => cfg.streams = number(value, 10).ok_or(bad)?,
-                "port" => cfg.port = number(value, 10).ok_or(bad)?,
-                "paths" => cfg.paths = number(value, 10).ok_or(bad)?,
-                "progress_ms" => cfg.progress_ms = number(value, 10).ok_or(bad)?,
-                "linger_ms" => cfg.linger_ms = number(value, 10).ok_or(bad)?,
-                "cores" => cfg.cores = number(value, 10).ok_or(bad)?,
-                "peer_connections" => {
-                    cfg.peer_connections = number(value, 10).ok_or(bad)?;
-                }
-                _ => return Err(bad),
             }
         }
         if cfg.role == Role::Bench {

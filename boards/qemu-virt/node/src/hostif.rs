@@ -15,7 +15,7 @@ use metaroce_platform::shmem::SharedMemory;
 use metaroce_platform::Engine;
 
 use crate::config::NodeConfig;
-use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues};
+use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
@@ -53,7 +53,7 @@ pub fn run(
             crate::node::fail("the host interface does not fit the shared memory")
         }
     };
-    let queues = NodeQueues::new();
+    let queues = crate::node::host_queues();
     let Some((mut host, mut port)) = queues.split() else {
         crate::node::fail("host queues split twice")
     };
@@ -67,7 +67,8 @@ pub fn run(
         b,
         c,
         d,
-        cfg.port
+        // As a u32: the console then formats no 16-bit integers.
+        u32::from(cfg.port)
     );
     let mut backoff = POLL_MIN;
     let mut next_stats = hw::now() + STATS_PERIOD;

@@ -300,23 +300,28 @@ impl Interrupts {
         // memory and nothing else refers to them (called once, at boot).
         let mut gic = unsafe { GicV2::new(GICD_BASE as *mut _, GICC_BASE as *mut _) };
         gic.setup();
-        gic.set_interrupt_priority(TIMER_INTID, 0x80);
-        gic.set_trigger(TIMER_INTID, Trigger::Level);
-        let _ = gic.enable_interrupt(TIMER_INTID, true);
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
-        Interrupts {
+        let mut irq = Interrupts {
             gic,
             net_intid: None,
-        }
+        };
+        irq.enable_level(TIMER_INTID);
+        irq
+    }
+
+    /// Enables the level-triggered interrupt `intid` (the timer, a virtio
+    /// device) at the priority every interrupt of the node has.
+    fn enable_level(&mut self, intid: IntId) {
+        self.gic.set_interrupt_priority(intid, 0x80);
+        self.gic.set_trigger(intid, Trigger::Level);
+        let _ = self.gic.enable_interrupt(intid, true);
     }
 
     /// Enables the interrupt of the virtio-mmio device in `slot`.
     pub fn enable_virtio(&mut self, slot: usize) {
         let intid = IntId::spi(VIRTIO_FIRST_SPI + slot as u32);
-        self.gic.set_interrupt_priority(intid, 0x80);
-        self.gic.set_trigger(intid, Trigger::Level);
-        let _ = self.gic.enable_interrupt(intid, true);
+        self.enable_level(intid);
         // With several cores an SPI must name its target; core 0 drives
         // the device.
         crate::smp::route_to_core0(intid.into());

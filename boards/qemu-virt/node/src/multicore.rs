@@ -49,8 +49,8 @@ use smoltcp::wire::EthernetAddress;
 
 use crate::config::NodeConfig;
 use crate::engine::{
-    self, LinkDevice, NetDevice, NodeDevice, NodeDispatcher, NodeEndpoint, NodeMemory, NodeQueues,
-    NodeStorage, Owners, LINK_SLOTS, PATHS,
+    self, LinkDevice, NetDevice, NodeDevice, NodeDispatcher, NodeEndpoint, NodeMemory, NodeStorage,
+    Owners, LINK_SLOTS, PATHS,
 };
 use crate::hw;
 use crate::node::fail;
@@ -264,10 +264,8 @@ impl CoreRole for Single {
 fn publish(core: usize, report: Report) {
     report.print_core(core);
     critical_section::with(|cs| {
-        let reports = REPORTS.borrow(cs);
-        let mut all = reports.get();
-        all[core] = Some(report);
-        reports.set(all);
+        let reports: &Cell<[Option<Report>]> = REPORTS.borrow(cs);
+        reports.as_slice_of_cells()[core].set(Some(report));
     });
 }
 
@@ -318,9 +316,10 @@ impl CoreRole for Dispatching {
             return true;
         }
         let reported = critical_section::with(|cs| {
-            REPORTS.borrow(cs).get()[..self.cores]
+            let reports: &Cell<[Option<Report>]> = REPORTS.borrow(cs);
+            reports.as_slice_of_cells()[..self.cores]
                 .iter()
-                .all(Option::is_some)
+                .all(|r| r.get().is_some())
         });
         if reported {
             self.finish();
@@ -348,21 +347,20 @@ impl Dispatching {
     /// Every core reported: the node's lines, then exit.
     fn finish(&mut self) -> ! {
         let reports = critical_section::with(|cs| REPORTS.borrow(cs).get());
-        let mut node: Option<Report> = None;
-        for report in reports[..self.cores].iter().flatten() {
-            match node.as_mut() {
-                Some(n) => n.merge(report),
-                None => node = Some(*report),
-            }
-        }
-        let Some(mut node) = node else {
+        let mut reported = reports[..self.cores].iter().flatten();
+        let Some(mut node) = reported.next().copied() else {
             fail("no core reported")
         };
+        for report in reported {
+            node.merge(report);
+        }
         for core in 0..self.cores {
             let mut ids: heapless::String<400> = heapless::String::new();
             for (id, owner) in self.dispatcher.owner().learned.iter() {
                 if owner == core {
                     let sep = if ids.is_empty() { "" } else { "," };
+                    // As a u64: the console then formats hex of one width only.
+                    let id = u64::from(id);
                     let _ = core::fmt::write(&mut ids, format_args!("{sep}{id:#x}"));
                 }
             }
@@ -475,7 +473,7 @@ fn shard_loop(
     let mut endpoint = NodeEndpoint::new_shard(config, storage, seed, shard);
     let memory_len = memory.len();
     let mut window = HostWindow::new(HOST_BASE, memory);
-    let queues = NodeQueues::new();
+    let queues = crate::node::host_queues();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };

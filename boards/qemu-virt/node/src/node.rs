@@ -57,6 +57,13 @@ fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u
     })
 }
 
+/// Fresh host queues between a role's task (or the host interface) and
+/// its engine: one copy of their initialisation for every role.
+#[inline(never)]
+pub(crate) fn host_queues() -> NodeQueues {
+    NodeQueues::new()
+}
+
 pub(crate) fn fail(msg: &str) -> ! {
     println!("METAROCE-ERROR {}", msg);
     defmt::error!("{=str}", msg);
@@ -83,6 +90,12 @@ pub fn main() -> ! {
     let Some(len) = hw::fw_cfg_file("opt/metaroce/config", &mut text) else {
         fail("no fw_cfg file opt/metaroce/config (run through metaroce-qemu)")
     };
+    // The file is padded with NULs: the configuration ends at the last
+    // other byte.
+    let len = text[..len]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
     let text = &text[..len];
     if !text.is_ascii() {
         fail("configuration is not ASCII")
@@ -91,7 +104,7 @@ pub fn main() -> ! {
     // validator is half a kilobyte of code for a line the harness writes
     // in ASCII).
     let text = unsafe { core::str::from_utf8_unchecked(text) };
-    let cfg = match NodeConfig::parse(text.trim_end_matches('\0')) {
+    let cfg = match NodeConfig::parse(text) {
         Ok(cfg) => cfg,
         Err(e) => {
             println!("METAROCE-ERROR bad configuration key `{}`", e.key);
@@ -237,7 +250,7 @@ fn serve(
     mut irq: hw::Interrupts,
     mut window: HostWindow<'static>,
 ) -> ! {
-    let queues = NodeQueues::new();
+    let queues = host_queues();
     let Some((host, mut port)) = queues.split() else {
         fail("host queues split twice")
     };

@@ -25,7 +25,7 @@
 use core::ops::{Deref, DerefMut};
 use core::time::Duration;
 
-use heapless::index_map::FnvIndexMap;
+use heapless::index_map::{Entry, FnvIndexMap};
 use heapless::Deque;
 use metaroce_app::{
     self as app, check_pattern, fill_pattern, Encoded, Message, Operation, CONTROL_LEN,
@@ -357,7 +357,15 @@ impl<'a> Serve<'a> {
             let [a, b, c, d] = self.ip.octets();
             println!(
                 "METAROCE-READY node={} role=serve ip={}.{}.{}.{} port={} connections={} max_message={}",
-                self.node, a, b, c, d, self.udp_port, SERVE_CONNECTIONS, MAX_SERVE_MESSAGE
+                self.node,
+                a,
+                b,
+                c,
+                d,
+                // As a u32: the console then formats no 16-bit integers.
+                u32::from(self.udp_port),
+                SERVE_CONNECTIONS,
+                MAX_SERVE_MESSAGE
             );
         }
     }
@@ -419,11 +427,18 @@ impl<'a> Serve<'a> {
         }
     }
 
+    /// What `peer`, if known, holds now.
+    fn usage_of(&mut self, peer: Option<IpAddress>) -> Option<&mut Usage> {
+        self.peers.get_mut(&peer?)
+    }
+
     fn usage(&mut self, ip: IpAddress) -> Option<&mut Usage> {
-        if !self.peers.contains_key(&ip) {
-            self.peers.insert(ip, Usage::default()).ok()?;
+        // One probe of the map: the entry, made if missing (`None` when
+        // the map is full).
+        match self.peers.entry(ip) {
+            Entry::Occupied(o) => Some(o.into_mut()),
+            Entry::Vacant(v) => v.insert(Usage::default()).ok(),
         }
-        self.peers.get_mut(&ip)
     }
 
     /// A new connection (its `Incoming` event comes before its first data,
@@ -474,15 +489,16 @@ impl<'a> Serve<'a> {
             self.node, i, how, conn.size, conn.verified, conn.corrupt, conn.bytes
         );
         self.drop_region(i);
-        if let Some(u) = conn.peer.and_then(|ip| self.peers.get_mut(&ip)) {
+        // One probe of the map: the peer's usage shrinks, and goes once
+        // nothing is left.
+        if let Some(Entry::Occupied(mut entry)) = conn.peer.map(|ip| self.peers.entry(ip)) {
+            let u = entry.get_mut();
             u.connections = u.connections.saturating_sub(1);
             if let Some(e) = conn.extent {
                 u.bytes = u.bytes.saturating_sub(u64::from(e.units()) * ARENA_UNIT);
             }
             if u.connections == 0 && u.bytes == 0 {
-                if let Some(ip) = conn.peer {
-                    self.peers.swap_remove(&ip);
-                }
+                entry.swap_remove();
             }
         }
         let c = &mut self.conns[i];
@@ -656,9 +672,8 @@ impl<'a> Serve<'a> {
         let len = u64::from(size) * u64::from(SLOTS);
         let units = len.div_ceil(ARENA_UNIT) as u32;
         let bytes = u64::from(units.next_power_of_two().max(16)) * ARENA_UNIT;
-        let within = conn
-            .peer
-            .and_then(|ip| self.peers.get(&ip))
+        let within = self
+            .usage_of(conn.peer)
             .is_some_and(|u| u.bytes + bytes <= BYTES_PER_PEER);
         let extent = within
             .then(|| self.arena.allocate(order_for(units)))
@@ -668,7 +683,7 @@ impl<'a> Serve<'a> {
             self.refuse(mem, h, app::REGION_OVER_BUDGET);
             return;
         };
-        if let Some(u) = conn.peer.and_then(|ip| self.peers.get_mut(&ip)) {
+        if let Some(u) = self.usage_of(conn.peer) {
             u.bytes += u64::from(extent.units()) * ARENA_UNIT;
         }
         let base = extent_addr(extent);
