@@ -786,3 +786,69 @@ fn an_initiator_short_of_cookie_slots_takes_a_later_retry() {
     assert!(c.nodes[0].ep.pool_refusals().cookies >= 3);
     assert_eq!(c.nodes[1].ep.live_connections(), 4);
 }
+
+#[test]
+fn a_retry_restarts_the_handshake_timer_at_its_first_interval() {
+    let config = Config::default();
+    let mut c: Cluster = Cluster::new(2, config, Impairments::default(), 8);
+    let (start, peer) = (c.now, c.addr(1));
+    let n0 = &mut c.nodes[0];
+    n0.ep.connect(start, peer, 0).unwrap();
+    let mut buf = vec![0u8; 256];
+    // Steps the initiator alone in 1 us ticks from `from`; the times at
+    // which it sent a CONNECT, until `until`.
+    let mut run =
+        |ep: &mut Ep, from: Instant, until: Instant, offer: &mut Option<wire::ConnectRepr>| {
+            let mut sent = Vec::new();
+            let mut now = from;
+            while now <= until {
+                ep.handle_timeout(now);
+                while let Some(t) = ep.poll_transmit(now, &mut buf) {
+                    let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
+                    if let Body::Connect(o) = wire::parse(&buf[..len]).unwrap().0.body {
+                        *offer = Some(o);
+                        sent.push(now.saturating_duration_since(start));
+                    }
+                }
+                now += Duration::from_micros(1);
+            }
+            sent
+        };
+    let mut offer = None;
+    // Unanswered, the interval doubles: the third CONNECT comes at least
+    // three first intervals after the first.
+    let retry_at = start + Duration::from_micros(400);
+    let before = run(&mut n0.ep, start, retry_at, &mut offer);
+    assert!(before.len() >= 3, "{before:?}");
+    assert!(before[2] - before[1] > before[1] - before[0], "{before:?}");
+    let offer = offer.unwrap();
+    let retry = encode(&wire::Repr {
+        header: wire::Header {
+            flags: wire::Flags::NONE,
+            dst_conn: offer.src_conn,
+            token: offer.src_token,
+            psn: 0,
+            path: 0,
+            timestamp: 0,
+        },
+        body: Body::Retry(wire::RetryRepr { cookie: [5; 32] }),
+        payload_len: 0,
+    });
+    let from_b = RxMeta {
+        source: peer,
+        ce: false,
+    };
+    let now = retry_at + Duration::from_micros(1);
+    n0.ep.handle_packet(now, &from_b, &retry, &mut NoMemory);
+    // The CONNECT with the cookie goes out at once; lost, the next one
+    // follows after the first interval again, not a doubled one (spec 4.2
+    // step 4).
+    let after = run(&mut n0.ep, now, now + Duration::from_micros(200), &mut None);
+    let since = now.saturating_duration_since(start);
+    assert_eq!(after.first(), Some(&since), "{after:?}");
+    let gap = after[1] - after[0];
+    assert!(
+        gap <= config.handshake_timeout + Duration::from_micros(2),
+        "after the RETRY the next CONNECT came {gap:?} later: {after:?} (before it: {before:?})"
+    );
+}

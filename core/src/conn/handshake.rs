@@ -80,7 +80,10 @@ impl<const P: usize> Connection<P> {
         self.cookie = OptIndex::some(i);
         self.ctrl.last_heard = now;
         self.pending.set(Pending::CONNECT);
-        self.ctrl.deadline = MaybeInstant::some(now + self.handshake_interval(config));
+        // The RETRY proved the path works: the CONNECT with the cookie is a
+        // fresh start, with the first interval (not one already doubled).
+        self.ctrl_tries = 1;
+        self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
         RetryOutcome::Taken
     }
 
