@@ -763,6 +763,40 @@ fn send_without_posted_receive_is_retried_then_completes() {
     assert_eq!(s.c.nodes[1].completions[0].byte_len, 2000);
 }
 
+/// Every packet of a refused SEND draws its own NAK (spec 4.7.1); the
+/// NAKs of one burst are one RNR retry (4.7.3), so a message of more
+/// packets than `rnr_retry_limit` still gets its retries.
+#[test]
+fn a_refused_burst_of_many_packets_is_one_rnr_retry() {
+    let mut s = setup(small_mtu(), Impairments::default(), 12);
+    let len = 12 * 1000;
+    let wr = WorkRequest {
+        id: 1,
+        op: Op::Send,
+        local: s.c.local(s.a_src, SRC, len),
+    };
+    s.c.nodes[0].ep.post_send(s.a, wr).unwrap();
+    // About three rounds of RNR (rnr_delay 50 us) before a receive exists.
+    let t = s.c.now + Duration::from_micros(160);
+    s.c.run_until(t, |_| false);
+    let naks = s.c.nodes[0].ep.stats(s.a).unwrap().rnr_naks_received;
+    assert!(
+        naks > 8,
+        "{naks} RNR NAKs: a burst should draw one per packet"
+    );
+    let r = RecvRequest {
+        id: 9,
+        local: s.c.local(s.b_recv, RECV, 16 << 10),
+    };
+    s.c.nodes[1].ep.post_recv(s.b, r).unwrap();
+    let ok = s.c.run_until(s.c.now + Duration::from_millis(10), |c| {
+        c.nodes[0].completions.len() == 1 && c.nodes[1].completions.len() == 1
+    });
+    assert!(ok, "{:?}", s.c.nodes[0].completions);
+    assert_eq!(s.c.nodes[0].completions[0].status, Status::Success);
+    assert_eq!(s.c.nodes[1].completions[0].byte_len, len);
+}
+
 #[test]
 fn an_idle_16_path_connection_costs_at_most_512_bytes() {
     let f = Ep::footprint();

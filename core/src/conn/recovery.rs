@@ -419,10 +419,20 @@ impl<const P: usize> Connection<P> {
         }
         if nak.reason == NakReason::ReceiverNotReady {
             self.counters.rnr_naks_received += 1;
+            // Every refused packet has its NAK (spec 4.7.1): a message of
+            // several packets refused in one burst draws several, which
+            // are one retry. A NAK counts only once the last one's wait is
+            // over, when it answers packets resent after it.
+            let new_retry = self
+                .send
+                .state
+                .get()
+                .is_none_or(|s| now >= res.senders.get(s).rnr_until);
             let entry = res
                 .work
                 .iter(&self.send.queue)
-                .find(|&i| res.work.get(i).holds(psn));
+                .find(|&i| res.work.get(i).holds(psn))
+                .filter(|_| new_retry);
             if let Some(i) = entry {
                 let e = res.work.get_mut(i);
                 e.rnr_retries = e.rnr_retries.saturating_add(1);
