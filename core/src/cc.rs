@@ -4,8 +4,6 @@
 //! Controllers sit behind [`CongestionControl`] and are dispatched by the
 //! [`Controller`] enum, so adding one needs no `Box<dyn>` and no allocation.
 
-use core::time::Duration;
-
 use crate::config::{CcAlgorithm, Config};
 use crate::time::Instant;
 
@@ -15,15 +13,15 @@ const ONE: u32 = 1 << 16;
 /// What a controller learns and decides.
 pub trait CongestionControl {
     /// Data packets newly delivered, of which `marked` carried CE, as echoed
-    /// by the receiver; `rtt` is the current smoothed round trip; `ceiling`
-    /// is the receiver's fair-share hint in Mbit/s (`u32::MAX`: none), which
-    /// caps what the sender actually sends.
+    /// by the receiver in an ACK drawn by a packet sent at `sent_at`;
+    /// `ceiling` is the receiver's fair-share hint in Mbit/s (`u32::MAX`:
+    /// none), which caps what the sender actually sends.
     fn on_delivery(
         &mut self,
         now: Instant,
         delivered: u32,
         marked: u32,
-        rtt: Duration,
+        sent_at: Instant,
         ceiling: u32,
     );
     /// A retransmission timeout fired: the path to the peer may be badly
@@ -33,7 +31,8 @@ pub trait CongestionControl {
     fn rate_mbps(&self) -> u32;
 }
 
-/// ECN-driven AIMD with DCTCP's estimate: once per round trip, if any
+/// ECN-driven AIMD with DCTCP's estimate: once per window of data (an
+/// epoch ends when a packet sent after its start is echoed), if any
 /// delivered packet was marked, `rate *= 1 - alpha/2`, where alpha is a moving
 /// average of the marked fraction with gain `g = 2^-shift`; otherwise the rate
 /// grows by a fixed step. Random loss does not cut the rate (spec 4.10.2):
@@ -84,13 +83,20 @@ impl CongestionControl for EcnAimd {
         now: Instant,
         delivered: u32,
         marked: u32,
-        rtt: Duration,
+        sent_at: Instant,
         ceiling: u32,
     ) {
         self.epoch_delivered = self.epoch_delivered.saturating_add(delivered);
         self.epoch_marked = self.epoch_marked.saturating_add(marked.min(delivered));
-        // One decision per round trip: at most one decrease per RTT.
-        if now < self.epoch_start + rtt || self.epoch_delivered == 0 {
+        // One decision per window of data (RFC 3168's once per window, as
+        // DCTCP's observation window): only marks on a packet sent after
+        // the last decision show what that decision did. A smoothed RTT
+        // lags a queue that is building, and an epoch of one cut the rate
+        // again for marks the previous cut could not yet have removed: in
+        // the 63-to-1 incast every sender cut its share three times while
+        // the start-up burst's queue drained, which left the receiver's
+        // link half idle for some 150 us.
+        if sent_at < self.epoch_start || self.epoch_delivered == 0 {
             return;
         }
         let fraction = (u64::from(self.epoch_marked) * u64::from(ONE)
@@ -148,7 +154,7 @@ impl FixedRate {
 }
 
 impl CongestionControl for FixedRate {
-    fn on_delivery(&mut self, _: Instant, _: u32, _: u32, _: Duration, _: u32) {}
+    fn on_delivery(&mut self, _: Instant, _: u32, _: u32, _: Instant, _: u32) {}
     fn on_timeout(&mut self, _: Instant) {}
     fn rate_mbps(&self) -> u32 {
         self.rate_mbps
@@ -178,12 +184,12 @@ impl CongestionControl for Controller {
         now: Instant,
         delivered: u32,
         marked: u32,
-        rtt: Duration,
+        sent_at: Instant,
         ceiling: u32,
     ) {
         match self {
-            Controller::EcnAimd(c) => c.on_delivery(now, delivered, marked, rtt, ceiling),
-            Controller::Fixed(c) => c.on_delivery(now, delivered, marked, rtt, ceiling),
+            Controller::EcnAimd(c) => c.on_delivery(now, delivered, marked, sent_at, ceiling),
+            Controller::Fixed(c) => c.on_delivery(now, delivered, marked, sent_at, ceiling),
         }
     }
 
@@ -216,23 +222,29 @@ mod tests {
     }
 
     #[test]
-    fn marks_cut_once_per_rtt_and_clean_rtts_grow() {
+    fn marks_cut_once_per_window_and_clean_windows_grow() {
         let cfg = Config::default();
         let mut cc = EcnAimd::new(&cfg);
-        let rtt = Duration::from_micros(10);
         assert_eq!(cc.rate_mbps(), 100_000);
-        // Marks within one RTT: one decision at the RTT boundary only.
-        cc.on_delivery(us(10), 10, 10, rtt, u32::MAX);
+        // The first marked echo decides (nothing was decided before).
+        cc.on_delivery(us(10), 10, 10, us(0), u32::MAX);
         let after_first = cc.rate_mbps();
         assert!((50_000..100_000).contains(&after_first), "{after_first}");
-        cc.on_delivery(us(12), 10, 10, rtt, u32::MAX);
-        cc.on_delivery(us(15), 10, 10, rtt, u32::MAX);
-        assert_eq!(cc.rate_mbps(), after_first, "no second cut within the RTT");
-        cc.on_delivery(us(21), 10, 10, rtt, u32::MAX);
+        // Echoes of packets sent before that decision do not cut again,
+        // however late they come back: the queue they met was built before
+        // the cut (a time-based epoch of one RTT cut here twice more).
+        cc.on_delivery(us(30), 10, 10, us(9), u32::MAX);
+        cc.on_delivery(us(80), 10, 10, us(9), u32::MAX);
+        assert_eq!(cc.rate_mbps(), after_first, "no second cut in the window");
+        // A packet sent after the decision comes back marked: the next cut.
+        cc.on_delivery(us(90), 10, 10, us(10), u32::MAX);
         assert!(cc.rate_mbps() < after_first);
         let low = cc.rate_mbps();
-        for i in 0..10 {
-            cc.on_delivery(us(40 + i * 11), 10, 0, rtt, u32::MAX);
+        // Unmarked windows: one additive step each.
+        let mut t = 90;
+        for _ in 0..10 {
+            cc.on_delivery(us(t + 11), 10, 0, us(t), u32::MAX);
+            t += 11;
         }
         assert_eq!(
             cc.rate_mbps(),
@@ -244,27 +256,26 @@ mod tests {
     fn a_sender_held_to_the_hint_cuts_from_the_hint_and_returns_to_it() {
         let cfg = Config::default();
         let mut cc = EcnAimd::new(&cfg);
-        let rtt = Duration::from_micros(10);
         let hint = 1_600;
         // Own rate 100 Gbit/s, sending at the 1.6 Gbit/s hint: a marked
-        // round trip cuts below what is actually sent.
-        cc.on_delivery(us(10), 10, 10, rtt, hint);
+        // window cuts below what is actually sent.
+        cc.on_delivery(us(10), 10, 10, us(0), hint);
         let cut = cc.rate_mbps();
         assert!(cut < hint && cut > hint / 2, "{cut}");
-        // An unmarked round trip: at least the share again at once.
-        cc.on_delivery(us(21), 10, 0, rtt, hint);
+        // An unmarked window: at least the share again at once.
+        cc.on_delivery(us(21), 10, 0, us(11), hint);
         assert_eq!(
             cc.rate_mbps(),
             (cut + cfg.cc_additive_increase_mbps).max(hint)
         );
         // A share far above the own rate (senders left) is taken at once.
-        cc.on_delivery(us(32), 10, 0, rtt, 50_000);
+        cc.on_delivery(us(32), 10, 0, us(22), 50_000);
         assert_eq!(cc.rate_mbps(), 50_000);
         // Without a hint: additive only.
         let mut plain = EcnAimd::new(&cfg);
-        plain.on_delivery(us(10), 10, 10, rtt, u32::MAX);
+        plain.on_delivery(us(10), 10, 10, us(0), u32::MAX);
         let low = plain.rate_mbps();
-        plain.on_delivery(us(21), 10, 0, rtt, u32::MAX);
+        plain.on_delivery(us(21), 10, 0, us(11), u32::MAX);
         assert_eq!(plain.rate_mbps(), low + cfg.cc_additive_increase_mbps);
     }
 

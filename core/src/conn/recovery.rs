@@ -96,17 +96,29 @@ impl<const P: usize> Connection<P> {
             let path = &mut st.paths[usize::from(ack.echo_path) % P];
             path.rtt.on_sample(rtt);
             let (delivered, marked) = path.on_echo(ack.path_rx_count, ack.path_ce_count);
-            let srtt = Duration::from_nanos(u64::from(self.send.rtt.srtt_ns().max(1)));
+            let sent_at = now - Duration::from_nanos(u64::from(rtt));
             let ceiling = if st.rate_hint_mbps == 0 {
                 u32::MAX
             } else {
                 st.rate_hint_mbps
             };
-            st.cc.on_delivery(now, delivered, marked, srtt, ceiling);
+            st.cc.on_delivery(now, delivered, marked, sent_at, ceiling);
         }
         // The latest hint wins (ACKs are rarely reordered, and a stale
         // hint is corrected by the next ACK).
         st.rate_hint_mbps = ack.rate_hint_mbps;
+        // The hint names this sender's share: from then on the start-up
+        // window is at least the share's bandwidth-delay product (spec
+        // 4.10.6), so a sender alone at its receiver sends at line rate
+        // from its second round trip instead of doubling from 16 KiB for
+        // four more (loss-free permutation: p50 410 -> 396 us).
+        if ack.rate_hint_mbps > 0 {
+            let share_bdp =
+                u64::from(ack.rate_hint_mbps) * u64::from(self.send.rtt.min_ns()) / 8_000;
+            st.startup_window = st
+                .startup_window
+                .max(share_bdp.min(u64::from(u32::MAX)) as u32);
+        }
         if newly > 0 {
             let growth = startup_growth(self.send.rtt.min_ns(), config);
             st.startup_window = st.startup_window.saturating_add(
