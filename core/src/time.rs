@@ -84,7 +84,7 @@ impl From<Option<Instant>> for MaybeInstant {
     }
 }
 
-fn duration_nanos(d: Duration) -> u64 {
+pub(crate) fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

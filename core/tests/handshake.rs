@@ -852,3 +852,75 @@ fn a_retry_restarts_the_handshake_timer_at_its_first_interval() {
         "after the RETRY the next CONNECT came {gap:?} later: {after:?} (before it: {before:?})"
     );
 }
+
+/// The RETRY of a CONNECT sent once measures the round trip: the CONNECT
+/// with the cookie, lost, is repeated after three of those round trips
+/// (not the 25 us sized for a path nothing was known of) (spec 4.2 step
+/// 4).
+#[test]
+fn a_retry_sets_the_next_interval_from_the_round_trip_it_measured() {
+    let config = Config::default();
+    let mut c: Cluster = Cluster::new(2, config, Impairments::default(), 9);
+    let (start, peer) = (c.now, c.addr(1));
+    let n0 = &mut c.nodes[0];
+    n0.ep.connect(start, peer, 0).unwrap();
+    let mut buf = vec![0u8; 256];
+    let mut run =
+        |ep: &mut Ep, from: Instant, until: Instant, offer: &mut Option<wire::ConnectRepr>| {
+            let mut sent = Vec::new();
+            let mut now = from;
+            while now <= until {
+                ep.handle_timeout(now);
+                while let Some(t) = ep.poll_transmit(now, &mut buf) {
+                    let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
+                    if let Body::Connect(o) = wire::parse(&buf[..len]).unwrap().0.body {
+                        *offer = Some(o);
+                        sent.push(now.saturating_duration_since(start));
+                    }
+                }
+                now += Duration::from_micros(1);
+            }
+            sent
+        };
+    let mut offer = None;
+    // The RETRY comes 4 us after the one CONNECT.
+    let retry_at = start + Duration::from_micros(4);
+    let before = run(
+        &mut n0.ep,
+        start,
+        retry_at - Duration::from_micros(1),
+        &mut offer,
+    );
+    assert_eq!(before, [Duration::ZERO]);
+    let offer = offer.unwrap();
+    let retry = encode(&wire::Repr {
+        header: wire::Header {
+            flags: wire::Flags::NONE,
+            dst_conn: offer.src_conn,
+            token: offer.src_token,
+            psn: 0,
+            path: 0,
+            timestamp: 0,
+        },
+        body: Body::Retry(wire::RetryRepr { cookie: [6; 32] }),
+        payload_len: 0,
+    });
+    let from_b = RxMeta {
+        source: peer,
+        ce: false,
+    };
+    n0.ep
+        .handle_packet(retry_at, &from_b, &retry, &mut NoMemory);
+    let after = run(
+        &mut n0.ep,
+        retry_at,
+        retry_at + Duration::from_micros(60),
+        &mut None,
+    );
+    let us = |d: &Duration| d.as_micros() as u64;
+    let at: Vec<u64> = after.iter().map(us).collect();
+    // At once, then 12 us (3 x 4) later; after that the handshake timer
+    // doubles as in step 2 (the next one is 100 us away).
+    assert_eq!(at, [4, 16], "CONNECTs at {at:?} us");
+    assert!(config.handshake_timeout > Duration::from_micros(12));
+}

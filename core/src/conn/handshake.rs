@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::rng::Rng;
 use crate::storage::list::OptIndex;
 use crate::storage::Backing;
-use crate::time::{Instant, MaybeInstant};
+use crate::time::{duration_nanos, Instant, MaybeInstant};
 use crate::wire::encap::ecn;
 use crate::wire::{
     Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr, RetryRepr, COOKIE_LEN,
@@ -23,6 +23,11 @@ pub(crate) enum RetryOutcome {
     /// Dropped: not Connecting, a second RETRY, or an all-zero cookie.
     Ignored,
 }
+
+/// The shortest handshake interval after a RETRY's measurement: a round
+/// trip measured as nothing (two endpoints in one host) still waits a
+/// little before repeating.
+const MIN_HANDSHAKE_INTERVAL_NS: u64 = 1_000;
 
 impl<const P: usize> Connection<P> {
     /// Initiator: queue the CONNECT and arm the handshake timer.
@@ -81,9 +86,25 @@ impl<const P: usize> Connection<P> {
         self.ctrl.last_heard = now;
         self.pending.set(Pending::CONNECT);
         // The RETRY proved the path works: the CONNECT with the cookie is a
-        // fresh start, with the first interval (not one already doubled).
+        // fresh start. Its first interval is three round trips as the
+        // RETRY measured them, when shorter than the configured one (spec
+        // 4.2 step 4): a lost CONNECT with the cookie, or a lost ACCEPT,
+        // then costs a few round trips, not 25 us sized for a path nothing
+        // was known of. Only a CONNECT sent once gives an unambiguous
+        // sample (Karn); its timer was armed when it was queued.
+        // (Nanoseconds, not `Duration`s: this is firmware code.)
+        let configured = duration_nanos(config.handshake_timeout);
+        let mut first = configured;
+        if self.ctrl_tries == 1 {
+            if let Some(deadline) = self.ctrl.deadline.get() {
+                let sent = deadline.as_nanos().saturating_sub(configured);
+                first = first.min(now.as_nanos().saturating_sub(sent).saturating_mul(3));
+            }
+        }
         self.ctrl_tries = 1;
-        self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
+        self.ctrl.deadline = MaybeInstant::some(Instant::from_nanos(
+            now.as_nanos() + first.max(MIN_HANDSHAKE_INTERVAL_NS),
+        ));
         RetryOutcome::Taken
     }
 
