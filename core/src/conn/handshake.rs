@@ -38,12 +38,13 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The control retransmission interval after `ctrl_tries`
-    /// transmissions: the handshake timeout, doubled per transmission, at
-    /// most `handshake_timeout_max` (spec 4.2, 4.11).
+    /// transmissions: the handshake timeout, doubled per repeat (the first
+    /// transmission waits it once, the second twice as long), at most
+    /// `handshake_timeout_max` (spec 4.2, 4.11).
     pub(crate) fn handshake_interval(&self, config: &Config) -> core::time::Duration {
         let doubled = config
             .handshake_timeout
-            .checked_mul(1u32 << self.ctrl_tries.min(16))
+            .checked_mul(1u32 << self.ctrl_tries.saturating_sub(1).min(16))
             .unwrap_or(core::time::Duration::MAX);
         doubled.min(config.handshake_timeout_max.max(config.handshake_timeout))
     }
