@@ -765,7 +765,7 @@ fn rate_hint(ctx: &mut Ctx) -> Result<(), Fail> {
     let alone = hint_in(&mut a, last_psn(&pa))?;
     // A and B back to back, a few rounds: an ACK to B while A is within
     // the active-sender window sees two active senders. Several rounds,
-    // the lowest hint: the window is short (100 us in the data-centre
+    // the lowest hint: the window is short (from 20 us in the data-centre
     // profile), and a loaded machine or a target whose engine threads
     // share their counts once a turn may let one round's A age out first.
     let mut shared = u32::MAX;

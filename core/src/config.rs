@@ -153,7 +153,8 @@ pub struct Config {
     /// Send a fair-share hint in ACKs.
     pub rate_hints: bool,
     /// A sender counts as active at the receiver if it delivered data within
-    /// this interval.
+    /// this interval, or within four fair-share packet intervals of the
+    /// senders counted when that is longer (spec 4.10.4).
     pub active_sender_window: Duration,
     /// Congestion controller.
     pub cc: CcAlgorithm,
@@ -258,7 +259,7 @@ impl Default for Config {
             window: DEFAULT_WINDOW,
             link_rate_mbps: 100_000,
             rate_hints: true,
-            active_sender_window: Duration::from_micros(100),
+            active_sender_window: Duration::from_micros(20),
             cc: CcAlgorithm::EcnAimd,
             cc_additive_increase_mbps: 2_000,
             cc_min_rate_mbps: 100,
