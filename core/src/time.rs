@@ -37,6 +37,22 @@ impl Instant {
         self.nanos
     }
 
+    /// `nanos` later (saturating): cheaper than adding a `Duration`, whose
+    /// seconds-and-nanoseconds form costs a division and 128-bit products
+    /// in firmware code on the per-packet path.
+    pub const fn plus_nanos(self, nanos: u64) -> Instant {
+        Instant {
+            nanos: self.nanos.saturating_add(nanos),
+        }
+    }
+
+    /// `nanos` earlier (saturating at the origin).
+    pub const fn minus_nanos(self, nanos: u64) -> Instant {
+        Instant {
+            nanos: self.nanos.saturating_sub(nanos),
+        }
+    }
+
     /// The low 32 bits of the nanosecond count: the wire timestamp (spec 3.2).
     pub const fn wire_timestamp(self) -> u32 {
         self.nanos as u32

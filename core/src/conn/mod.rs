@@ -850,6 +850,12 @@ impl<const P: usize> Connection<P> {
     /// The connection's next packet, if any is due: control first (they
     /// unblock everything else), then an ACK, data. NAKs go out from the
     /// endpoint's queue before any connection's packets.
+    /// Whether a control packet or an ACK may go out now: what the
+    /// endpoint sends before other connections' data.
+    pub(crate) fn wants_control_or_ack(&self) -> bool {
+        self.control_ready() || (self.state.is_open() && self.ack_ready())
+    }
+
     pub(crate) fn poll_transmit<B: Backing>(
         &mut self,
         now: Instant,

@@ -14,7 +14,7 @@ use crate::psn::Psn;
 use crate::rng::Rng;
 use crate::storage::buddy::Extent;
 use crate::storage::Backing;
-use crate::time::Instant;
+use crate::time::{duration_nanos, Instant};
 use crate::wire::{AckRepr, NakReason, NakRepr};
 
 impl<const P: usize> Connection<P> {
@@ -96,7 +96,7 @@ impl<const P: usize> Connection<P> {
             let path = &mut st.paths[usize::from(ack.echo_path) % P];
             path.rtt.on_sample(rtt);
             let (delivered, marked) = path.on_echo(ack.path_rx_count, ack.path_ce_count);
-            let sent_at = now - Duration::from_nanos(u64::from(rtt));
+            let sent_at = now.minus_nanos(u64::from(rtt));
             let ceiling = if st.rate_hint_mbps == 0 {
                 u32::MAX
             } else {
@@ -131,7 +131,7 @@ impl<const P: usize> Connection<P> {
             st.rto_deadline = if self.send.una == self.send.nxt {
                 None
             } else {
-                Some(now + self.rto(&st, config))
+                Some(self.rto_deadline(now, &st, config))
             };
             st.probes = 0;
             self.arm_probe(now, &mut st, config);
@@ -190,9 +190,11 @@ impl<const P: usize> Connection<P> {
         1
     }
 
-    /// The retransmission timeout (spec 4.6.4): the slowest path decides,
-    /// since a packet on it is not late until its own round trip passed.
-    pub(crate) fn rto(&self, st: &SenderState<P>, config: &Config) -> Duration {
+    /// The retransmission timeout in nanoseconds (spec 4.6.4): the slowest
+    /// path decides, since a packet on it is not late until its own round
+    /// trip passed. 64-bit nanoseconds, not `Duration`: this runs per
+    /// packet and is firmware code.
+    pub(crate) fn rto_ns(&self, st: &SenderState<P>, config: &Config) -> u64 {
         let base = if self.send.rtt.has_estimate() {
             let slowest = st.paths[..usize::from(self.params.paths)]
                 .iter()
@@ -200,11 +202,21 @@ impl<const P: usize> Connection<P> {
                 .max()
                 .unwrap_or(0)
                 .max(self.send.rtt.timeout_ns());
-            Duration::from_nanos(u64::from(slowest)).max(config.rto_min)
+            u64::from(slowest).max(duration_nanos(config.rto_min))
         } else {
-            config.rto_initial
+            duration_nanos(config.rto_initial)
         };
-        (base * (1u32 << st.rto_backoff.min(16))).min(config.rto_max)
+        (base << st.rto_backoff.min(16)).min(duration_nanos(config.rto_max))
+    }
+
+    /// When the retransmission timer armed `now` expires.
+    pub(crate) fn rto_deadline(
+        &self,
+        now: Instant,
+        st: &SenderState<P>,
+        config: &Config,
+    ) -> Instant {
+        now.plus_nanos(self.rto_ns(st, config))
     }
 
     /// Arms the tail-loss probe (spec 4.6.5) while packets are
@@ -230,7 +242,7 @@ impl<const P: usize> Connection<P> {
         let floor = config.rto_min.as_nanos() as u64 >> shift;
         let srtt = u64::from(self.send.rtt.srtt_ns());
         let pto = (2 * srtt + config.ack_delay.as_nanos() as u64).max(floor) << st.probes;
-        let at = now + Duration::from_nanos(pto);
+        let at = now.plus_nanos(pto);
         st.probe_deadline = Some(st.rto_deadline.map_or(at, |r| r.min(at)));
     }
 
@@ -287,7 +299,7 @@ impl<const P: usize> Connection<P> {
                     .unlink(&mut st.outstanding, extent, self.send.una, psn);
                 res.inflight.push_back(&mut st.lost, extent, psn);
             }
-            st.rto_deadline = Some(now + self.rto(&st, config));
+            st.rto_deadline = Some(self.rto_deadline(now, &st, config));
             self.arm_probe(now, &mut st, config);
         }
         *res.senders.get_mut(s) = st;
@@ -362,10 +374,9 @@ impl<const P: usize> Connection<P> {
             }
             if Psn(now_ts).offset_from(Psn(r.sent_ts.wrapping_add(soonest))) < 0 {
                 // Too recent for any path: wake when the first could be due.
-                let due = now
-                    + Duration::from_nanos(u64::from(
-                        r.sent_ts.wrapping_add(soonest).wrapping_sub(now_ts),
-                    ));
+                let due = now.plus_nanos(u64::from(
+                    r.sent_ts.wrapping_add(soonest).wrapping_sub(now_ts),
+                ));
                 st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
                 break;
             }
@@ -388,7 +399,7 @@ impl<const P: usize> Connection<P> {
             if Psn(now_ts).offset_from(Psn(deadline)) >= 0 {
                 self.mark_lost(st, res, extent, psn);
             } else {
-                let due = now + Duration::from_nanos(u64::from(deadline.wrapping_sub(now_ts)));
+                let due = now.plus_nanos(u64::from(deadline.wrapping_sub(now_ts)));
                 st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
             }
             at = next;
@@ -499,9 +510,7 @@ impl<const P: usize> Connection<P> {
         if let Some(extent) = st.extent {
             // Everything sent more than one (un-backed-off) timeout ago is
             // lost: the outstanding list's front, which is in send order.
-            let age = Duration::from_nanos(
-                (self.rto(&st, config).as_nanos() >> st.rto_backoff.min(16)) as u64,
-            );
+            let age = Duration::from_nanos(self.rto_ns(&st, config) >> st.rto_backoff.min(16));
             let cutoff = Psn((now - age).wire_timestamp());
             let mut any = false;
             while let Some(psn) = st.outstanding.front() {
@@ -520,7 +529,7 @@ impl<const P: usize> Connection<P> {
         st.rto_deadline = if self.send.una == self.send.nxt {
             None
         } else {
-            Some(now + self.rto(&st, config))
+            Some(self.rto_deadline(now, &st, config))
         };
         *res.senders.get_mut(s) = st;
     }

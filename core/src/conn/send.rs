@@ -2,7 +2,6 @@
 //! goes next, on which path, when (pacing), and the pooled sender state it
 //! needs.
 
-use core::time::Duration;
 
 use super::sender::{SenderState, Slot};
 use super::{ConnState, Connection, Job, Resources, WorkEntry};
@@ -431,15 +430,15 @@ impl<const P: usize> Connection<P> {
         if st.rto_deadline.is_none() {
             // Nothing was outstanding: the ride-through clock starts now.
             st.progress_at = now;
-            st.rto_deadline = Some(now + self.rto(st, config));
+            st.rto_deadline = Some(self.rto_deadline(now, st, config));
         }
         self.arm_probe(now, st, config);
         // Pacing: the next packet may leave once this one has been
         // serialized at the current rate.
         let rate = Self::sending_rate(st);
-        let gap = Duration::from_nanos(serialization_nanos(t.packet_len() + 50, rate));
-        let base = st.next_send_at.max(now - gap);
-        st.next_send_at = base + gap;
+        let gap = serialization_nanos(t.packet_len() + 50, rate);
+        let base = st.next_send_at.max(now.minus_nanos(gap));
+        st.next_send_at = base.plus_nanos(gap);
         Some(t)
     }
 }

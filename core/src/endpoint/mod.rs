@@ -239,6 +239,9 @@ pub struct Endpoint<B: Backing, const P: usize> {
     wheel: TimerWheel,
     free: Fifo,
     ready: Fifo,
+    /// Connections with a control packet or an ACK to send: served before
+    /// `ready`, so neither waits behind other connections' data.
+    urgent: Fifo,
     completions: Fifo,
     events: Fifo,
     waiting: Fifo,
@@ -360,6 +363,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             wheel: TimerWheel::new(),
             free,
             ready: Fifo::EMPTY,
+            urgent: Fifo::EMPTY,
             completions: Fifo::EMPTY,
             events: Fifo::EMPTY,
             waiting: Fifo::EMPTY,

@@ -28,9 +28,11 @@ pub struct ConnSlot<const P: usize> {
     /// until it leaves Accepting.
     pub(crate) half_open: bool,
     pub(crate) timer: TimerEntry,
-    /// Intrusive links: ready to transmit, completions waiting, events
+    /// Intrusive links: ready to transmit, a control packet or an ACK
+    /// ready (served before data, spec 4.5), completions waiting, events
     /// waiting, starved of pool space.
     pub(crate) ready: u32,
+    pub(crate) urgent: u32,
     pub(crate) completions: u32,
     pub(crate) events: u32,
     pub(crate) waiting: u32,
@@ -50,6 +52,7 @@ impl<const P: usize> ConnSlot<P> {
         half_open: false,
         timer: TimerEntry::IDLE,
         ready: UNLINKED,
+        urgent: UNLINKED,
         completions: UNLINKED,
         events: UNLINKED,
         waiting: UNLINKED,
@@ -58,6 +61,9 @@ impl<const P: usize> ConnSlot<P> {
 
     pub(crate) fn ready_link(s: &mut Self) -> &mut u32 {
         &mut s.ready
+    }
+    pub(crate) fn urgent_link(s: &mut Self) -> &mut u32 {
+        &mut s.urgent
     }
     pub(crate) fn completions_link(s: &mut Self) -> &mut u32 {
         &mut s.completions
