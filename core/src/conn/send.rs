@@ -2,7 +2,6 @@
 //! goes next, on which path, when (pacing), and the pooled sender state it
 //! needs.
 
-
 use super::sender::{SenderState, Slot};
 use super::{ConnState, Connection, Job, Resources, WorkEntry};
 use crate::api::{Access, Op, PayloadRef, Status, Transmit, WorkRequest};

@@ -2,7 +2,6 @@
 //! connection is on after it changed, packets to send, completions, events
 //! and the next deadline.
 
-
 use super::{ConnSlot, Endpoint, StatelessBody};
 use crate::api::{Completion, Transmit};
 use crate::conn::{ConnState, Event, PendingEvents};
