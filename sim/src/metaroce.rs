@@ -84,6 +84,10 @@ pub struct MetaRoce<const P: usize = PATHS> {
     /// Work requests put on the send ring: when the engine has taken or
     /// refused them all, none waits on the ring or parked in the engine.
     posted: u64,
+    /// The instant of the last poll if it handed a received packet to the
+    /// loop and ran the loop's timer step (its deadline was due), which
+    /// left no timer due at that instant; `None` after any other poll.
+    timers_ran_at: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
     /// Whether `max_in_flight` is followed ([`SimTransport::track_send_progress`]):
@@ -187,6 +191,7 @@ impl<const P: usize> MetaRoce<P> {
             next_timeout: None,
             deadline_synced: true,
             posted: 0,
+            timers_ran_at: None,
             endpoint: Box::new(Endpoint::new(
                 config,
                 layout(connections, config.window).heap_storage(),
@@ -218,6 +223,7 @@ impl<const P: usize> MetaRoce<P> {
             .poll_datagrams(now, &mut *self.endpoint, link, &mut port, mem);
         self.next_timeout = outcome.next_timeout;
         self.deadline_synced = true;
+        self.timers_ran_at = None;
         self.drain_events();
     }
 
@@ -233,6 +239,13 @@ impl<const P: usize> MetaRoce<P> {
     /// parked there (refused for now: the second look would retry it
     /// after the timers) or still on the ring.
     fn one_poll_does_both(&self) -> bool {
+        self.host_work_settled()
+    }
+
+    /// No direct command since the last poll (the engine's deadline is
+    /// `next_timeout`), and every work request put on the ring was taken
+    /// or refused by the engine: none on the ring, none parked.
+    fn host_work_settled(&self) -> bool {
         let s = self.engine.stats();
         self.deadline_synced && s.posted_sends + s.post_errors == self.posted
     }
@@ -326,11 +339,24 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
             rx: Some((meta, packet)),
             ..SimLink::idle(self.max_packet_len)
         };
+        let timers_run = self.deadline_synced && self.next_timeout.is_some_and(|d| d <= now);
         self.poll(now, &mut link, mem);
+        if timers_run {
+            self.timers_ran_at = Some(now);
+        }
     }
 
     fn handle_timeout(&mut self, now: Instant, mem: &mut Arena) {
         // The loop's timer step runs the endpoint's timers that are due.
+        // Right after a receive poll at this instant that ran it, a timer
+        // poll would do nothing: no timer is due any more (the receive
+        // came before the timer step, and the steps after it, writing
+        // completions and transmitting on a link that takes nothing, arm
+        // none), no host work waits, the completions are all written and
+        // the deadline it would compute is the one held.
+        if self.timers_ran_at == Some(now) && self.host_work_settled() {
+            return;
+        }
         let mut link = SimLink::idle(self.max_packet_len);
         self.poll(now, &mut link, mem);
     }
