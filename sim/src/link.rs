@@ -12,6 +12,11 @@ use crate::rng::SimRng;
 /// Time inside a port is kept in picoseconds so that back-to-back packets
 /// do not accumulate rounding: 4096 bytes at 100 Gbit/s is 327.68 ns.
 pub fn serialization_ps(bytes: u64, rate_bps: u64) -> u64 {
+    // In 64 bits while the product fits (up to 2.3 MB): the same value
+    // without a 128-bit division, once per packet and hop.
+    if let Some(bits) = bytes.checked_mul(8 * 1_000_000_000_000) {
+        return bits.div_ceil(rate_bps.max(1));
+    }
     let bits = u128::from(bytes) * 8 * 1_000_000_000_000;
     let rate = u128::from(rate_bps.max(1));
     u64::try_from(bits.div_ceil(rate)).unwrap_or(u64::MAX)
@@ -165,6 +170,18 @@ mod tests {
         assert_eq!(line, 4096 + 46 + 20);
         assert_eq!(serialization_ps(line, 100_000_000_000), 332_960);
         assert_eq!(serialization_ps(1, 3), 2_666_666_666_667);
+        // Both sides of the 64-bit path agree with 128-bit arithmetic.
+        for (bytes, rate) in [
+            (2_305_843, 7),
+            (2_305_844, 7),
+            (u64::MAX / 8_000_000_000_000, 400_000_000_000),
+            (u64::MAX / 8_000_000_000_000 + 1, 400_000_000_000),
+            (u64::MAX, 1),
+        ] {
+            let bits = u128::from(bytes) * 8_000_000_000_000;
+            let want = u64::try_from(bits.div_ceil(u128::from(rate))).unwrap_or(u64::MAX);
+            assert_eq!(serialization_ps(bytes, rate), want, "{bytes} at {rate}");
+        }
         assert_eq!(ps_to_instant(327_680), Instant::from_nanos(328));
         assert_eq!(ps_to_instant(328_000), Instant::from_nanos(328));
     }

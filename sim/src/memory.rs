@@ -3,8 +3,17 @@
 //! [`metaroce_core::api::Memory`] (the RoCEv2 adapter calls its endpoint
 //! directly) or as the DMA target of the platform's engine loop
 //! ([`DmaCopy`], the MetaRoCE adapter).
+//!
+//! A workload's source data is a seeded pattern ([`fill_pattern`]) that
+//! [`Arena::with_patterns`] writes in place. An arena remembers which of
+//! its pattern ranges nobody has written since, and keeps that knowledge
+//! with its buffer when dropped: the next run of an experiment (same
+//! flows, same layout) finds its source data already there and writes
+//! only the rest of the arena.
 
 use std::sync::Mutex;
+
+use crate::rng::SimRng;
 
 use metaroce_core::api::Memory;
 use metaroce_platform::dma::{DmaCopy, DmaError};
@@ -23,7 +32,74 @@ pub const FILL: u8 = 0xEE;
 /// the kernel fault in and zero fresh ones (a quarter of a permutation
 /// run's time went there). Shared by every thread; bounded by
 /// [`SPARE_LIMIT_BYTES`].
-static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+static SPARE: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+
+/// A dropped arena's buffer and the pattern ranges in it that still hold
+/// their pattern.
+struct Spare {
+    bytes: Vec<u8>,
+    clean: Vec<Pattern>,
+}
+
+/// Fills `out` with the data pattern of `stream` under `seed`: the
+/// 64-bit words of `SimRng::stream(seed, stream)` in order,
+/// little-endian, the last one cut to fit.
+pub fn fill_pattern(seed: u64, stream: u64, out: &mut [u8]) {
+    let mut rng = SimRng::stream(seed, stream);
+    let mut words = out.chunks_exact_mut(8);
+    for word in &mut words {
+        word.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    let tail = words.into_remainder();
+    if !tail.is_empty() {
+        let len = tail.len();
+        tail.copy_from_slice(&rng.next_u64().to_le_bytes()[..len]);
+    }
+}
+
+/// Appends `len` bytes of the data pattern of `stream` under `seed` to
+/// `bytes`: what [`fill_pattern`] writes, through a small buffer.
+fn extend_pattern(bytes: &mut Vec<u8>, seed: u64, stream: u64, len: usize) {
+    // A multiple of 8: only the last piece ends in a cut word.
+    const PIECE: usize = 4096;
+    let mut rng = SimRng::stream(seed, stream);
+    let mut piece = [0u8; PIECE];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(PIECE);
+        let mut words = piece[..n].chunks_exact_mut(8);
+        for word in &mut words {
+            word.copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        let tail = words.into_remainder();
+        if !tail.is_empty() {
+            let k = tail.len();
+            tail.copy_from_slice(&rng.next_u64().to_le_bytes()[..k]);
+        }
+        bytes.extend_from_slice(&piece[..n]);
+        left -= n;
+    }
+}
+
+/// A data pattern to place in an arena ([`Arena::with_patterns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternRange {
+    /// Offset from the arena's base.
+    pub offset: u64,
+    pub len: u64,
+    /// [`fill_pattern`]'s seed and stream.
+    pub seed: u64,
+    pub stream: u64,
+}
+
+/// A pattern range of an arena's buffer (offsets into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pattern {
+    start: usize,
+    end: usize,
+    seed: u64,
+    stream: u64,
+}
 
 /// Most bytes [`SPARE`] keeps.
 const SPARE_LIMIT_BYTES: usize = 2 << 30;
@@ -31,30 +107,41 @@ const SPARE_LIMIT_BYTES: usize = 2 << 30;
 /// Buffers smaller than this are left to the allocator.
 const SPARE_MIN_BYTES: usize = 1 << 20;
 
-/// The smallest spare buffer that holds `len` bytes, if any.
-fn take_spare(len: usize) -> Option<Vec<u8>> {
+/// A spare buffer that holds `len` bytes, if any: one whose pattern
+/// ranges start with `first` (an arena of the same host in an earlier run
+/// of the experiment), else the smallest.
+fn take_spare(len: usize, first: Option<&Pattern>) -> Option<Spare> {
     if len < SPARE_MIN_BYTES {
         return None;
     }
     let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
-    let best = spare
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.capacity() >= len)
-        .min_by_key(|(_, b)| b.capacity())
-        .map(|(i, _)| i)?;
+    let fits = |b: &Spare| b.bytes.capacity() >= len;
+    let best = first
+        .and_then(|p| {
+            spare
+                .iter()
+                .position(|b| fits(b) && b.clean.first() == Some(p))
+        })
+        .or_else(|| {
+            spare
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| fits(b))
+                .min_by_key(|(_, b)| b.bytes.capacity())
+                .map(|(i, _)| i)
+        })?;
     Some(spare.swap_remove(best))
 }
 
 /// Keeps `bytes` for a later arena unless the spares are full.
-fn give_spare(bytes: Vec<u8>) {
+fn give_spare(bytes: Vec<u8>, clean: Vec<Pattern>) {
     if bytes.capacity() < SPARE_MIN_BYTES {
         return;
     }
     let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
-    let held: usize = spare.iter().map(Vec::capacity).sum();
+    let held: usize = spare.iter().map(|b| b.bytes.capacity()).sum();
     if held + bytes.capacity() <= SPARE_LIMIT_BYTES {
-        spare.push(bytes);
+        spare.push(Spare { bytes, clean });
     }
 }
 
@@ -63,6 +150,9 @@ fn give_spare(bytes: Vec<u8>) {
 pub struct Arena {
     base: u64,
     bytes: Vec<u8>,
+    /// Pattern ranges that hold their pattern (nothing wrote into them
+    /// since it was placed): sorted, disjoint.
+    clean: Vec<Pattern>,
     /// Accesses outside the arena (the transport validated them against
     /// its regions, so these mean a region was registered beyond the
     /// arena): ignored and counted rather than panicking.
@@ -73,8 +163,8 @@ impl Arena {
     /// `len` bytes at [`ARENA_BASE`], filled with [`FILL`] (in a dropped
     /// arena's buffer when one is large enough).
     pub fn new(len: usize) -> Arena {
-        let bytes = match take_spare(len) {
-            Some(mut bytes) => {
+        let bytes = match take_spare(len, None) {
+            Some(Spare { mut bytes, .. }) => {
                 // Every byte refilled: nothing of an earlier run shows.
                 bytes.clear();
                 bytes.resize(len, FILL);
@@ -85,6 +175,77 @@ impl Arena {
         Arena {
             base: ARENA_BASE,
             bytes,
+            clean: Vec::new(),
+            out_of_bounds: 0,
+        }
+    }
+
+    /// `len` bytes at [`ARENA_BASE`] holding the data pattern of each of
+    /// `patterns` in its range and [`FILL`] everywhere else: the same
+    /// bytes as [`Arena::new`] and then [`fill_pattern`] on each range.
+    /// Ranges must not overlap; those not inside the arena are left out.
+    ///
+    /// Cheaper: a fresh buffer has each byte written once, and a
+    /// pattern range that a reused buffer still holds unwritten from an
+    /// earlier run is not written again.
+    pub fn with_patterns(len: usize, patterns: &[PatternRange]) -> Arena {
+        let mut clean: Vec<Pattern> = patterns
+            .iter()
+            .filter_map(|p| {
+                let start = usize::try_from(p.offset).ok()?;
+                let end = start.checked_add(usize::try_from(p.len).ok()?)?;
+                (end <= len && start < end).then_some(Pattern {
+                    start,
+                    end,
+                    seed: p.seed,
+                    stream: p.stream,
+                })
+            })
+            .collect();
+        clean.sort_by_key(|p| p.start);
+        assert!(
+            clean.windows(2).all(|w| w[0].end <= w[1].start),
+            "pattern ranges overlap"
+        );
+        let bytes = match take_spare(len, clean.first()) {
+            // What an earlier run left is overwritten, except in the
+            // pattern ranges it left clean.
+            Some(Spare {
+                mut bytes,
+                clean: held,
+            }) => {
+                if bytes.len() > len {
+                    bytes.truncate(len);
+                } else {
+                    bytes.resize(len, FILL);
+                }
+                let mut at = 0;
+                for p in &clean {
+                    bytes[at..p.start].fill(FILL);
+                    if !held.contains(p) {
+                        fill_pattern(p.seed, p.stream, &mut bytes[p.start..p.end]);
+                    }
+                    at = p.end;
+                }
+                bytes[at..].fill(FILL);
+                bytes
+            }
+            // A fresh buffer is built front to back, each byte written
+            // once (the first write to a page is the costly one).
+            None => {
+                let mut bytes = Vec::with_capacity(len);
+                for p in &clean {
+                    bytes.resize(p.start, FILL);
+                    extend_pattern(&mut bytes, p.seed, p.stream, p.end - p.start);
+                }
+                bytes.resize(len, FILL);
+                bytes
+            }
+        };
+        Arena {
+            base: ARENA_BASE,
+            bytes,
+            clean,
             out_of_bounds: 0,
         }
     }
@@ -115,15 +276,23 @@ impl Arena {
         self.range(addr, len).map(|r| &self.bytes[r])
     }
 
-    /// Mutable bytes at `[addr, addr + len)`, if inside the arena.
+    /// Mutable bytes at `[addr, addr + len)`, if inside the arena. The
+    /// pattern ranges among them are no longer known to be clean.
     pub fn get_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
-        self.range(addr, len).map(|r| &mut self.bytes[r])
+        let r = self.range(addr, len)?;
+        let first = self.clean.partition_point(|p| p.end <= r.start);
+        let last = first + self.clean[first..].partition_point(|p| p.start < r.end);
+        self.clean.drain(first..last);
+        Some(&mut self.bytes[r])
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        give_spare(core::mem::take(&mut self.bytes));
+        give_spare(
+            core::mem::take(&mut self.bytes),
+            core::mem::take(&mut self.clean),
+        );
     }
 }
 
@@ -214,6 +383,53 @@ mod tests {
             .unwrap()
             .iter()
             .all(|&x| x == FILL));
+    }
+
+    /// What `with_patterns` must equal: a filled arena, then each pattern
+    /// written.
+    fn filled(len: usize, patterns: &[PatternRange]) -> Vec<u8> {
+        let mut a = vec![FILL; len];
+        for p in patterns {
+            let (start, end) = (p.offset as usize, (p.offset + p.len) as usize);
+            if end <= len {
+                fill_pattern(p.seed, p.stream, &mut a[start..end]);
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn patterns_are_placed_as_if_written_and_rewritten_once_dirty() {
+        let len = SPARE_MIN_BYTES + 4_099;
+        let pattern = |offset: u64, len: u64, stream: u64| PatternRange {
+            offset,
+            len,
+            seed: 7,
+            stream,
+        };
+        // Out of order, odd lengths, one past the end (left out).
+        let patterns = [
+            pattern(70_001, 65_537, 3),
+            pattern(5, 4_096, 1),
+            pattern(len as u64 - 3, 8, 9),
+            pattern(SPARE_MIN_BYTES as u64, 4_099, 2),
+        ];
+        let want = filled(len, &patterns);
+        for round in 0..3 {
+            let mut a = Arena::with_patterns(len, &patterns);
+            assert!(a.get(ARENA_BASE, len) == Some(&want[..]), "round {round}");
+            // Dirty one pattern range and one byte outside the patterns:
+            // whichever buffer the next round reuses, it must not show.
+            a.copy_to_host(ARENA_BASE + 70_001 + 100, &[0; 3]).unwrap();
+            a.write(ARENA_BASE + 1, &[0]);
+            assert_eq!(a.clean.len(), 2);
+        }
+        let mut out = [0u8; 6];
+        let a = Arena::with_patterns(len, &patterns);
+        assert!(a.clean.windows(2).all(|w| w[0].end <= w[1].start));
+        let mut b = a.clone();
+        b.read(ARENA_BASE + 2, &mut out);
+        assert_eq!(out[..], want[2..8]);
     }
 
     #[test]

@@ -78,6 +78,16 @@ pub struct MetaRoce<const P: usize = PATHS> {
     /// it spares the simulator's `poll_timeout` calls a scan of every
     /// connection (the loop has just made one).
     next_timeout: Option<Instant>,
+    /// Whether the engine's own deadline (its last poll's) is
+    /// `next_timeout`: false after a direct command until the next poll.
+    deadline_synced: bool,
+    /// Work requests put on the send ring: when the engine has taken or
+    /// refused them all, none waits on the ring or parked in the engine.
+    posted: u64,
+    /// The instant of the last poll if it handed a received packet to the
+    /// loop and ran the loop's timer step (its deadline was due), which
+    /// left no timer due at that instant; `None` after any other poll.
+    timers_ran_at: Option<Instant>,
     /// What the adapter saw of connection events.
     pub events: EventCounts,
     /// Whether `max_in_flight` is followed ([`SimTransport::track_send_progress`]):
@@ -179,6 +189,9 @@ impl<const P: usize> MetaRoce<P> {
         MetaRoce {
             max_packet_len: usize::from(config.mtu) + HEADER_ROOM,
             next_timeout: None,
+            deadline_synced: true,
+            posted: 0,
+            timers_ran_at: None,
             endpoint: Box::new(Endpoint::new(
                 config,
                 layout(connections, config.window).heap_storage(),
@@ -209,7 +222,32 @@ impl<const P: usize> MetaRoce<P> {
             .engine
             .poll_datagrams(now, &mut *self.endpoint, link, &mut port, mem);
         self.next_timeout = outcome.next_timeout;
+        self.deadline_synced = true;
+        self.timers_ran_at = None;
         self.drain_events();
+    }
+
+    /// Whether one transmit poll does exactly what a timer poll followed
+    /// by a transmit poll at the same instant does. The loop runs its
+    /// timer step (the endpoint's due timers) when its own deadline is
+    /// due, after taking host work and before transmitting, in every
+    /// poll. So the transmit poll alone runs the timers (the deadline it
+    /// holds is `next_timeout`, due) after the same host work; what the
+    /// pair does beyond that is a second timer step at the same instant,
+    /// which finds no timer due (the first ran them all), and a second
+    /// look at the host queues, which finds nothing unless a request is
+    /// parked there (refused for now: the second look would retry it
+    /// after the timers) or still on the ring.
+    fn one_poll_does_both(&self) -> bool {
+        self.host_work_settled()
+    }
+
+    /// No direct command since the last poll (the engine's deadline is
+    /// `next_timeout`), and every work request put on the ring was taken
+    /// or refused by the engine: none on the ring, none parked.
+    fn host_work_settled(&self) -> bool {
+        let s = self.engine.stats();
+        self.deadline_synced && s.posted_sends + s.post_errors == self.posted
     }
 
     /// Updates `max_in_flight` from the paths' telemetry of the
@@ -263,6 +301,7 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
     fn register_region(&mut self, region: Region) -> Result<u32, TransportError> {
         let key = self.endpoint.register_region(region).map_err(command_error);
         self.next_timeout = self.endpoint.poll_timeout();
+        self.deadline_synced = false;
         key
     }
 
@@ -276,12 +315,16 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
         // The peer accepts on its own (`Config::accept_incoming`).
         let conn = a.endpoint.connect(now, b_addr, 0).map_err(command_error);
         a.next_timeout = a.endpoint.poll_timeout();
+        a.deadline_synced = false;
         conn
     }
 
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), TransportError> {
         let (mut host, _) = self.queues.ports();
-        host.post_send(conn, wr).map_err(|_| TransportError::Retry)
+        host.post_send(conn, wr)
+            .map_err(|_| TransportError::Retry)?;
+        self.posted += 1;
+        Ok(())
     }
 
     fn handle_packet(
@@ -296,11 +339,24 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
             rx: Some((meta, packet)),
             ..SimLink::idle(self.max_packet_len)
         };
+        let timers_run = self.deadline_synced && self.next_timeout.is_some_and(|d| d <= now);
         self.poll(now, &mut link, mem);
+        if timers_run {
+            self.timers_ran_at = Some(now);
+        }
     }
 
     fn handle_timeout(&mut self, now: Instant, mem: &mut Arena) {
         // The loop's timer step runs the endpoint's timers that are due.
+        // Right after a receive poll at this instant that ran it, a timer
+        // poll would do nothing: no timer is due any more (the receive
+        // came before the timer step, and the steps after it, writing
+        // completions and transmitting on a link that takes nothing, arm
+        // none), no host work waits, the completions are all written and
+        // the deadline it would compute is the one held.
+        if self.timers_ran_at == Some(now) && self.host_work_settled() {
+            return;
+        }
         let mut link = SimLink::idle(self.max_packet_len);
         self.poll(now, &mut link, mem);
     }
@@ -327,6 +383,18 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
             src_port: to.src_port,
             ecn: to.ecn,
         })
+    }
+
+    fn timeout_and_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut Arena,
+        out: &mut Vec<u8>,
+    ) -> Option<TxMeta> {
+        if !self.one_poll_does_both() {
+            self.handle_timeout(now, mem);
+        }
+        self.poll_transmit(now, mem, out)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -728,13 +728,17 @@ impl<T: SimTransport> Simulator<T> {
             .is_none_or(|p| p.busy || p.paused);
         let mut buf = core::mem::take(&mut self.tx_buf);
         let host = &mut self.hosts[h];
-        if host.transport.poll_timeout().is_some_and(|d| d <= now) {
-            host.transport.handle_timeout(now, &mut host.mem);
-        }
-        let sent = if nic_busy {
-            None
-        } else {
-            host.transport.poll_transmit(now, &mut host.mem, &mut buf)
+        let due = host.transport.poll_timeout().is_some_and(|d| d <= now);
+        let sent = match (due, nic_busy) {
+            (true, true) => {
+                host.transport.handle_timeout(now, &mut host.mem);
+                None
+            }
+            (false, true) => None,
+            (true, false) => host
+                .transport
+                .timeout_and_transmit(now, &mut host.mem, &mut buf),
+            (false, false) => host.transport.poll_transmit(now, &mut host.mem, &mut buf),
         };
         while let Some(completion) = host.transport.poll_completion() {
             self.completions.push(HostCompletion {

@@ -5,6 +5,8 @@
 //! IPv4/UDP headers the frame would have and checked on receipt, so a
 //! corrupted or misdelivered packet is dropped as a NIC would drop it.
 
+use std::cell::Cell;
+
 use metaroce_core::api::{Completion, ConnHandle, Memory, PeerAddr, Region, RxMeta, WorkRequest};
 use metaroce_core::wire::encap::IpPair;
 use metaroce_core::Instant;
@@ -42,6 +44,11 @@ pub struct Roce<const Q: usize = QUEUE_PAIRS> {
     /// then matched against every queue pair's).
     progress: Vec<WireProgress>,
     track_progress: bool,
+    /// The endpoint's `poll_timeout` (a look at every queue pair) as of
+    /// its last change; `None` once it changed. The simulator asks before
+    /// and after every service of the host, mostly with nothing changed
+    /// in between.
+    timeout: Cell<Option<Option<Instant>>>,
 }
 
 /// A queue pair's sending progress as its packets show it: the highest
@@ -102,6 +109,7 @@ impl<const Q: usize> Roce<Q> {
             unsendable: 0,
             progress: Vec::new(),
             track_progress: false,
+            timeout: Cell::new(None),
         }
     }
 
@@ -190,6 +198,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
     }
 
     fn register_region(&mut self, region: Region) -> Result<u32, TransportError> {
+        self.timeout.set(None);
         self.endpoint.register_region(region).map_err(roce_error)
     }
 
@@ -200,6 +209,8 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         b: &mut Self,
         b_addr: PeerAddr,
     ) -> Result<ConnHandle, TransportError> {
+        a.timeout.set(None);
+        b.timeout.set(None);
         let (qpn_a, qpn_b) = (a.take_qpn(), b.take_qpn());
         let psn_a = (a.rng.next_u64() & 0xff_ffff) as u32;
         let psn_b = (b.rng.next_u64() & 0xff_ffff) as u32;
@@ -222,6 +233,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
     }
 
     fn post_send(&mut self, conn: ConnHandle, wr: WorkRequest) -> Result<(), TransportError> {
+        self.timeout.set(None);
         self.endpoint.post_send(conn, wr).map_err(roce_error)
     }
 
@@ -248,10 +260,12 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         if self.track_progress {
             self.note_received(packet);
         }
+        self.timeout.set(None);
         self.endpoint.handle_packet(now, meta, packet, mem);
     }
 
     fn handle_timeout(&mut self, now: Instant, _mem: &mut Arena) {
+        self.timeout.set(None);
         self.endpoint.handle_timeout(now);
     }
 
@@ -261,6 +275,7 @@ impl<const Q: usize> SimTransport for Roce<Q> {
         mem: &mut Arena,
         out: &mut Vec<u8>,
     ) -> Option<TxMeta> {
+        self.timeout.set(None);
         let t = self.endpoint.poll_transmit(now, &mut self.header)?;
         if self.track_progress {
             let header = core::mem::take(&mut self.header);
@@ -304,10 +319,16 @@ impl<const Q: usize> SimTransport for Roce<Q> {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.endpoint.poll_timeout()
+        if let Some(kept) = self.timeout.get() {
+            return kept;
+        }
+        let next = self.endpoint.poll_timeout();
+        self.timeout.set(Some(next));
+        next
     }
 
     fn poll_completion(&mut self) -> Option<Completion> {
+        self.timeout.set(None);
         self.endpoint.poll_completion()
     }
 

@@ -143,6 +143,19 @@ pub trait SimTransport {
     fn poll_transmit(&mut self, now: Instant, mem: &mut Arena, out: &mut Vec<u8>)
         -> Option<TxMeta>;
 
+    /// `handle_timeout` then `poll_transmit`, as the simulator calls them
+    /// when timers are due and the NIC is idle. Adapters whose transmit
+    /// poll runs the due timers itself may do both in one poll where that
+    /// is exactly the same.
+    fn timeout_and_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut Arena,
+        out: &mut Vec<u8>,
+    ) -> Option<TxMeta> {
+        self.handle_timeout(now, mem);
+        self.poll_transmit(now, mem, out)
+    }
     /// When `handle_timeout` (or another poll) is next due.
     fn poll_timeout(&self) -> Option<Instant>;
 

@@ -14,10 +14,9 @@ use metaroce_core::api::{Access, ConnHandle, LocalBuf, Op, Region, Status, WorkR
 use metaroce_core::wire::MemoryTarget;
 use metaroce_core::Instant;
 
-use crate::memory::Arena;
+use crate::memory::{self, Arena, PatternRange, ARENA_BASE};
 use crate::network::{FabricStats, HostCompletion, Simulator, Step};
 use crate::packet::HostId;
-use crate::rng::SimRng;
 use crate::transport::{SimTransport, TransportCounters, TransportError};
 
 /// One transfer.
@@ -150,16 +149,7 @@ pub fn arrived_intact<T: SimTransport>(
 
 /// Fills `out` with flow `flow`'s data pattern.
 pub fn fill_pattern(seed: u64, flow: usize, out: &mut [u8]) {
-    let mut rng = SimRng::stream(seed, flow as u64);
-    let mut words = out.chunks_exact_mut(8);
-    for word in &mut words {
-        word.copy_from_slice(&rng.next_u64().to_le_bytes());
-    }
-    let tail = words.into_remainder();
-    if !tail.is_empty() {
-        let len = tail.len();
-        tail.copy_from_slice(&rng.next_u64().to_le_bytes()[..len]);
-    }
+    memory::fill_pattern(seed, flow as u64, out);
 }
 
 struct FlowState {
@@ -211,14 +201,14 @@ pub fn run<T: SimTransport>(
             completed: 0,
         });
     }
+    // Regions first, then the arenas they describe (registration reads
+    // no memory; every arena starts at `ARENA_BASE`): only flows still to
+    // run get their source data.
     let mut keys = vec![0u32; hosts];
     for (h, key) in keys.iter_mut().enumerate() {
-        let host = sim.host_mut(h);
-        host.mem = Arena::new(usize::try_from(sizes[h]).unwrap_or(usize::MAX));
-        let base = host.mem.base();
         if sizes[h] > 0 {
-            match host.transport.register_region(Region {
-                base,
+            match sim.host_mut(h).transport.register_region(Region {
+                base: ARENA_BASE,
                 len: sizes[h],
                 access: Access::ALL,
                 pd: 0,
@@ -235,15 +225,29 @@ pub fn run<T: SimTransport>(
             }
         }
     }
+    // Each source range holds its flow's data pattern
+    // (`Arena::with_patterns`: the same bytes as a fill after the arena is
+    // made, and not written again where a reused buffer holds them).
+    let mut patterns: Vec<Vec<PatternRange>> = vec![Vec::new(); hosts];
+    for (i, s) in states.iter().enumerate() {
+        if s.result.status == FlowStatus::Unfinished {
+            patterns[s.result.flow.src].push(PatternRange {
+                offset: s.src_addr,
+                len: s.result.flow.bytes,
+                seed: config.data_seed,
+                stream: i as u64,
+            });
+        }
+    }
+    for (h, patterns) in patterns.iter().enumerate() {
+        let len = usize::try_from(sizes[h]).unwrap_or(usize::MAX);
+        sim.host_mut(h).mem = Arena::with_patterns(len, patterns);
+    }
     for (i, s) in states.iter_mut().enumerate() {
         if s.result.status != FlowStatus::Unfinished {
             continue;
         }
-        let mem = &mut sim.host_mut(s.result.flow.src).mem;
-        s.src_addr += mem.base();
-        if let Some(src) = mem.get_mut(s.src_addr, s.result.flow.bytes as usize) {
-            fill_pattern(config.data_seed, i, src);
-        }
+        s.src_addr += sim.host(s.result.flow.src).mem.base();
         s.dst_addr += sim.host(s.result.flow.dst).mem.base();
         sim.schedule_app(s.result.flow.start, i as u64);
     }

@@ -1,39 +1,87 @@
-//! `cargo xtask sim long-haul [options]`: parses the experiment's options,
-//! runs it, prints its tables and writes its CSV and plots. Kept apart
-//! from the binary's own option parser so the experiment registers there
-//! with one line.
+//! `cargo xtask sim long-haul [options]`: the experiment's options (a
+//! clap [`Args`] the binary's `long-haul` subcommand flattens, so it has
+//! `--help` and shows its defaults like every other experiment), then it
+//! runs, prints its tables and writes its CSV and plots.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::Args;
+
 use super::shared::{self, SharedBottleneck};
 use super::{report, LongHaul};
 use crate::plot::{self, Chart, Scale, Series};
+use crate::two_site::TwoSite;
 
-pub const USAGE: &str = "\
-Usage: metaroce-sim long-haul [options]
+/// One connection from a host of site A to a host of site B (two
+/// leaf-spines joined by long-haul links between border switches),
+/// MetaRoCE and RoCEv2 side by side, at each round trip and long-haul
+/// loss; then one long-haul flow and N data-centre flows sharing the
+/// receiver's link.
+///
+/// Every default is the experiment's own ([`LongHaul::default`],
+/// [`SharedBottleneck::default`]): parsing no options gives them back
+/// exactly (a test checks it).
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct LongHaulArgs {
+    /// Round trips in ms.
+    #[arg(long, value_name = "LIST", action = clap::ArgAction::Set, value_delimiter = ',', default_values_t = default_rtts_ms())]
+    pub rtts: Vec<f64>,
+    /// Loss % on each long-haul link.
+    #[arg(long, value_name = "LIST", action = clap::ArgAction::Set, value_delimiter = ',', default_values_t = default_losses_percent())]
+    pub losses: Vec<f64>,
+    /// Every link's rate, Gbit/s.
+    #[arg(long, value_name = "N", default_value_t = TwoSite::default().long_haul.rate_bps as f64 / 1e9)]
+    pub rate_gbps: f64,
+    /// Parallel long-haul links.
+    #[arg(long, value_name = "N", default_value_t = TwoSite::default().long_haul_links)]
+    pub long_haul_links: usize,
+    /// Transfer size in bandwidth-delay products (at least 64 MiB).
+    #[arg(long, value_name = "X", default_value_t = LongHaul::default().transfer_bdps)]
+    pub bdps: f64,
+    /// Window posted and offered, in BDPs.
+    #[arg(long, value_name = "X", default_value_t = LongHaul::default().tuning.window_bdps)]
+    pub window_bdps: f64,
+    /// The seed.
+    #[arg(long, value_name = "N", default_value_t = LongHaul::default().seed)]
+    pub seed: u64,
+    /// Shared scenario: long-haul round trip, ms.
+    #[arg(long, value_name = "X", default_value_t = SharedBottleneck::default().rtt.as_secs_f64() * 1e3)]
+    pub share_rtt_ms: f64,
+    /// Shared scenario: data-centre flows.
+    #[arg(long, value_name = "N", default_value_t = SharedBottleneck::default().intra_flows)]
+    pub intra_flows: usize,
+    /// Shared scenario: length in round trips.
+    #[arg(long, value_name = "N", default_value_t = SharedBottleneck::default().duration_rtts)]
+    pub share_rtts: u32,
+    /// Skip the shared scenario.
+    #[arg(long)]
+    pub no_share: bool,
+    /// Run only the shared scenario.
+    #[arg(long)]
+    pub only_share: bool,
+    /// Where CSV and plots go.
+    #[arg(long, value_name = "DIR", default_value = "target/metaroce")]
+    pub out: PathBuf,
+}
 
-One connection from a host of site A to a host of site B (two leaf-spines
-joined by long-haul links between border switches), MetaRoCE and RoCEv2
-side by side, at each round trip and long-haul loss; then one long-haul
-flow and N data-centre flows sharing the receiver's link.
+/// `LongHaul::default().rtts` in milliseconds, as `--help` shows them.
+fn default_rtts_ms() -> Vec<f64> {
+    LongHaul::default()
+        .rtts
+        .iter()
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect()
+}
 
-Options:
-  --rtts LIST         round trips in ms (default 0.01,1,5,10,20)
-  --losses LIST       loss % on each long-haul link (default 0,0.1)
-  --rate-gbps N       every link's rate (default 25)
-  --long-haul-links N parallel long-haul links (default 2)
-  --bdps X            transfer size in bandwidth-delay products (default 8;
-                      at least 64 MiB)
-  --window-bdps X     window posted and offered, in BDPs (default 3)
-  --seed N            the seed (default 1)
-  --share-rtt-ms X    shared scenario: long-haul round trip (default 10)
-  --intra-flows N     shared scenario: data-centre flows (default 3)
-  --share-rtts N      shared scenario: length in round trips (default 30)
-  --no-share          skip the shared scenario
-  --only-share        run only the shared scenario
-  --out DIR           where CSV and plots go (default target/metaroce)
-";
+/// `LongHaul::default().losses` in percent.
+fn default_losses_percent() -> Vec<f64> {
+    LongHaul::default()
+        .losses
+        .iter()
+        .map(|l| l * 100.0)
+        .collect()
+}
 
 struct Options {
     sweep: LongHaul,
@@ -43,90 +91,54 @@ struct Options {
     out: PathBuf,
 }
 
-fn list(v: &str, what: &str, scale: f64) -> Result<Vec<f64>, String> {
-    v.split(',')
-        .map(|s| s.trim().parse::<f64>().map(|x| x * scale))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{what}: {e}"))
-}
-
-fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options {
-        sweep: LongHaul::default(),
-        share: SharedBottleneck::default(),
-        run_sweep: true,
-        run_share: true,
-        out: PathBuf::from("target/metaroce"),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or(format!("{a} needs a value"));
-        let num = |v: &String| v.parse::<f64>().map_err(|e| format!("{a}: {e}"));
-        match a.as_str() {
-            "-h" | "--help" | "help" => return Ok(None),
-            "--rtts" => {
-                let ms = list(value()?, a, 1.0)?;
-                if ms.iter().any(|&m| !(m > 0.0 && m < 10_000.0)) {
-                    return Err("--rtts: milliseconds above 0 and below 10 s".into());
-                }
-                o.sweep.rtts = ms
-                    .iter()
-                    .map(|&m| Duration::from_secs_f64(m / 1e3))
-                    .collect();
-            }
-            "--losses" => {
-                o.sweep.losses = list(value()?, a, 0.01)?;
-                if o.sweep.losses.iter().any(|l| !(0.0..=1.0).contains(l)) {
-                    return Err("--losses: percentages from 0 to 100".into());
-                }
-            }
-            "--rate-gbps" => {
-                let bps = (num(value()?)? * 1e9) as u64;
-                if bps == 0 {
-                    return Err("--rate-gbps: above 0".into());
-                }
-                for fabric in [&mut o.sweep.fabric, &mut o.share.fabric] {
-                    fabric.site.host_link.rate_bps = bps;
-                    fabric.site.fabric_link.rate_bps = bps;
-                    fabric.border_link.rate_bps = bps;
-                    fabric.long_haul.rate_bps = bps;
-                }
-            }
-            "--long-haul-links" => {
-                let n: usize = value()?.parse().map_err(|e| format!("{a}: {e}"))?;
-                o.sweep.fabric.long_haul_links = n.max(1);
-                o.share.fabric.long_haul_links = n.max(1);
-            }
-            "--bdps" => o.sweep.transfer_bdps = num(value()?)?.max(0.0),
-            "--window-bdps" => {
-                let w = num(value()?)?.max(0.0);
-                o.sweep.tuning.window_bdps = w;
-                o.share.tuning.window_bdps = w;
-            }
-            "--seed" => {
-                let s: u64 = value()?.parse().map_err(|e| format!("{a}: {e}"))?;
-                o.sweep.seed = s;
-                o.share.seed = s;
-            }
-            "--share-rtt-ms" => {
-                o.share.rtt = Duration::from_secs_f64(num(value()?)?.max(0.0) / 1e3);
-            }
-            "--intra-flows" => {
-                o.share.intra_flows = value()?.parse().map_err(|e| format!("{a}: {e}"))?;
-            }
-            "--share-rtts" => {
-                o.share.duration_rtts = value()?.parse().map_err(|e| format!("{a}: {e}"))?;
-            }
-            "--no-share" => o.run_share = false,
-            "--only-share" => o.run_sweep = false,
-            "--out" => o.out = PathBuf::from(value()?),
-            other => return Err(format!("unknown option `{other}`\n\n{USAGE}")),
+impl LongHaulArgs {
+    /// The experiment's settings; an error for values out of range.
+    fn options(&self) -> Result<Options, String> {
+        let mut o = Options {
+            sweep: LongHaul::default(),
+            share: SharedBottleneck::default(),
+            run_sweep: !self.only_share,
+            run_share: !self.no_share,
+            out: self.out.clone(),
+        };
+        if self.rtts.iter().any(|&m| !(m > 0.0 && m < 10_000.0)) {
+            return Err("--rtts: milliseconds above 0 and below 10 s".into());
         }
+        o.sweep.rtts = self
+            .rtts
+            .iter()
+            .map(|&m| Duration::from_secs_f64(m / 1e3))
+            .collect();
+        o.sweep.losses = self.losses.iter().map(|l| l * 0.01).collect();
+        if o.sweep.losses.iter().any(|l| !(0.0..=1.0).contains(l)) {
+            return Err("--losses: percentages from 0 to 100".into());
+        }
+        let bps = (self.rate_gbps * 1e9) as u64;
+        if bps == 0 {
+            return Err("--rate-gbps: above 0".into());
+        }
+        let links = self.long_haul_links.max(1);
+        for fabric in [&mut o.sweep.fabric, &mut o.share.fabric] {
+            fabric.site.host_link.rate_bps = bps;
+            fabric.site.fabric_link.rate_bps = bps;
+            fabric.border_link.rate_bps = bps;
+            fabric.long_haul.rate_bps = bps;
+            fabric.long_haul_links = links;
+        }
+        o.sweep.transfer_bdps = self.bdps.max(0.0);
+        let window = self.window_bdps.max(0.0);
+        o.sweep.tuning.window_bdps = window;
+        o.share.tuning.window_bdps = window;
+        o.sweep.seed = self.seed;
+        o.share.seed = self.seed;
+        o.share.rtt = Duration::from_secs_f64(self.share_rtt_ms.max(0.0) / 1e3);
+        o.share.intra_flows = self.intra_flows;
+        o.share.duration_rtts = self.share_rtts;
+        if o.sweep.rtts.is_empty() || o.sweep.losses.is_empty() {
+            return Err("--rtts and --losses must not be empty".into());
+        }
+        Ok(o)
     }
-    if o.sweep.rtts.is_empty() || o.sweep.losses.is_empty() {
-        return Err("--rtts and --losses must not be empty".into());
-    }
-    Ok(Some(o))
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, String> {
@@ -145,11 +157,8 @@ fn svg(dir: &Path, name: &str, chart: &Chart<'_>, series: &[Series]) -> Result<P
 
 /// Runs the experiment with `args`; `progress` after each run. Returns
 /// the simulator events processed.
-pub fn main(args: &[String], mut progress: impl FnMut(usize, usize)) -> Result<u64, String> {
-    let Some(o) = parse(args)? else {
-        print!("{USAGE}");
-        return Ok(0);
-    };
+pub fn main(args: &LongHaulArgs, mut progress: impl FnMut(usize, usize)) -> Result<u64, String> {
+    let o = args.options()?;
     let mut events = 0;
     if o.run_sweep {
         events += sweep(&o, &mut progress)?;
@@ -272,4 +281,105 @@ fn share(o: &Options, progress: &mut impl FnMut(usize, usize)) -> Result<u64, St
     )?;
     println!("CSV: {}\nplot: {}", csv.display(), plot.display());
     Ok(rows.iter().map(|r| r.events).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: LongHaulArgs,
+    }
+
+    fn options(args: &[&str]) -> Result<Options, String> {
+        let cli = Cli::try_parse_from(std::iter::once("long-haul").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.args.options()
+    }
+
+    #[test]
+    fn no_options_are_the_experiments_defaults() {
+        let o = options(&[]).unwrap();
+        assert_eq!(o.sweep, LongHaul::default());
+        assert_eq!(o.share, SharedBottleneck::default());
+        assert!(o.run_sweep && o.run_share);
+        assert_eq!(o.out, PathBuf::from("target/metaroce"));
+    }
+
+    #[test]
+    fn options_reach_both_scenarios() {
+        let o = options(&[
+            "--rtts",
+            "0.5,2",
+            "--losses",
+            "1",
+            "--rate-gbps",
+            "10",
+            "--long-haul-links",
+            "0",
+            "--bdps",
+            "2",
+            "--window-bdps",
+            "1.5",
+            "--seed",
+            "9",
+            "--share-rtt-ms",
+            "4",
+            "--intra-flows",
+            "5",
+            "--share-rtts",
+            "7",
+            "--no-share",
+            "--out",
+            "x",
+        ])
+        .unwrap();
+        let s = &o.sweep;
+        assert_eq!(
+            s.rtts,
+            [Duration::from_micros(500), Duration::from_millis(2)]
+        );
+        assert_eq!(s.losses, [0.01]);
+        assert_eq!(
+            (s.transfer_bdps, s.tuning.window_bdps, s.seed),
+            (2.0, 1.5, 9)
+        );
+        let c = &o.share;
+        assert_eq!(c.rtt, Duration::from_millis(4));
+        assert_eq!(
+            (c.intra_flows, c.duration_rtts, c.tuning.window_bdps, c.seed),
+            (5, 7, 1.5, 9)
+        );
+        for f in [&s.fabric, &c.fabric] {
+            assert_eq!(f.long_haul_links, 1, "at least one link");
+            for link in [
+                f.site.host_link,
+                f.site.fabric_link,
+                f.border_link,
+                f.long_haul,
+            ] {
+                assert_eq!(link.rate_bps, 10_000_000_000);
+            }
+        }
+        assert!(o.run_sweep && !o.run_share);
+        assert_eq!(o.out, PathBuf::from("x"));
+        assert!(!options(&["--only-share"]).unwrap().run_sweep);
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        for bad in [
+            &["--rtts", "0"][..],
+            &["--rtts", "10000"],
+            &["--losses", "101"],
+            &["--rate-gbps", "0"],
+            &["--seed", "-1"],
+            &["--rtts", "x"],
+        ] {
+            assert!(options(bad).is_err(), "{bad:?}");
+        }
+    }
 }
