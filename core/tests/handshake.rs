@@ -787,42 +787,35 @@ fn an_initiator_short_of_cookie_slots_takes_a_later_retry() {
     assert_eq!(c.nodes[1].ep.live_connections(), 4);
 }
 
-#[test]
-fn a_retry_restarts_the_handshake_timer_at_its_first_interval() {
-    let config = Config::default();
-    let mut c: Cluster = Cluster::new(2, config, Impairments::default(), 8);
-    let (start, peer) = (c.now, c.addr(1));
-    let n0 = &mut c.nodes[0];
-    n0.ep.connect(start, peer, 0).unwrap();
+/// Steps the initiator `ep` alone in 1 us ticks from `from` to `until`: the
+/// times since `start` at which it sent a CONNECT; `offer` keeps the last.
+fn connects_sent(
+    ep: &mut Ep,
+    start: Instant,
+    from: Instant,
+    until: Instant,
+    offer: &mut Option<wire::ConnectRepr>,
+) -> Vec<Duration> {
     let mut buf = vec![0u8; 256];
-    // Steps the initiator alone in 1 us ticks from `from`; the times at
-    // which it sent a CONNECT, until `until`.
-    let mut run =
-        |ep: &mut Ep, from: Instant, until: Instant, offer: &mut Option<wire::ConnectRepr>| {
-            let mut sent = Vec::new();
-            let mut now = from;
-            while now <= until {
-                ep.handle_timeout(now);
-                while let Some(t) = ep.poll_transmit(now, &mut buf) {
-                    let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
-                    if let Body::Connect(o) = wire::parse(&buf[..len]).unwrap().0.body {
-                        *offer = Some(o);
-                        sent.push(now.saturating_duration_since(start));
-                    }
-                }
-                now += Duration::from_micros(1);
+    let mut sent = Vec::new();
+    let mut now = from;
+    while now <= until {
+        ep.handle_timeout(now);
+        while let Some(t) = ep.poll_transmit(now, &mut buf) {
+            let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
+            if let Body::Connect(o) = wire::parse(&buf[..len]).unwrap().0.body {
+                *offer = Some(o);
+                sent.push(now.saturating_duration_since(start));
             }
-            sent
-        };
-    let mut offer = None;
-    // Unanswered, the interval doubles: the third CONNECT comes at least
-    // three first intervals after the first.
-    let retry_at = start + Duration::from_micros(400);
-    let before = run(&mut n0.ep, start, retry_at, &mut offer);
-    assert!(before.len() >= 3, "{before:?}");
-    assert!(before[2] - before[1] > before[1] - before[0], "{before:?}");
-    let offer = offer.unwrap();
-    let retry = encode(&wire::Repr {
+        }
+        now += Duration::from_micros(1);
+    }
+    sent
+}
+
+/// A RETRY with `cookie` answering the CONNECT that made `offer`.
+fn retry_for(offer: &wire::ConnectRepr, cookie: [u8; COOKIE_LEN]) -> Vec<u8> {
+    encode(&wire::Repr {
         header: wire::Header {
             flags: wire::Flags::NONE,
             dst_conn: offer.src_conn,
@@ -831,9 +824,27 @@ fn a_retry_restarts_the_handshake_timer_at_its_first_interval() {
             path: 0,
             timestamp: 0,
         },
-        body: Body::Retry(wire::RetryRepr { cookie: [5; 32] }),
+        body: Body::Retry(wire::RetryRepr { cookie }),
         payload_len: 0,
-    });
+    })
+}
+
+#[test]
+fn a_retry_restarts_the_handshake_timer_at_its_first_interval() {
+    let config = Config::default();
+    let mut c: Cluster = Cluster::new(2, config, Impairments::default(), 8);
+    let (start, peer) = (c.now, c.addr(1));
+    let n0 = &mut c.nodes[0];
+    n0.ep.connect(start, peer, 0).unwrap();
+    let mut offer = None;
+    // Unanswered, the interval doubles: the third CONNECT comes at least
+    // three first intervals after the first.
+    let retry_at = start + Duration::from_micros(400);
+    let before = connects_sent(&mut n0.ep, start, start, retry_at, &mut offer);
+    assert!(before.len() >= 3, "{before:?}");
+    assert!(before[2] - before[1] > before[1] - before[0], "{before:?}");
+    let offer = offer.unwrap();
+    let retry = retry_for(&offer, [5; 32]);
     let from_b = RxMeta {
         source: peer,
         ce: false,
@@ -843,7 +854,13 @@ fn a_retry_restarts_the_handshake_timer_at_its_first_interval() {
     // The CONNECT with the cookie goes out at once; lost, the next one
     // follows after the first interval again, not a doubled one (spec 4.2
     // step 4).
-    let after = run(&mut n0.ep, now, now + Duration::from_micros(200), &mut None);
+    let after = connects_sent(
+        &mut n0.ep,
+        start,
+        now,
+        now + Duration::from_micros(200),
+        &mut None,
+    );
     let since = now.saturating_duration_since(start);
     assert_eq!(after.first(), Some(&since), "{after:?}");
     let gap = after[1] - after[0];
@@ -864,55 +881,28 @@ fn a_retry_sets_the_next_interval_from_the_round_trip_it_measured() {
     let (start, peer) = (c.now, c.addr(1));
     let n0 = &mut c.nodes[0];
     n0.ep.connect(start, peer, 0).unwrap();
-    let mut buf = vec![0u8; 256];
-    let mut run =
-        |ep: &mut Ep, from: Instant, until: Instant, offer: &mut Option<wire::ConnectRepr>| {
-            let mut sent = Vec::new();
-            let mut now = from;
-            while now <= until {
-                ep.handle_timeout(now);
-                while let Some(t) = ep.poll_transmit(now, &mut buf) {
-                    let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
-                    if let Body::Connect(o) = wire::parse(&buf[..len]).unwrap().0.body {
-                        *offer = Some(o);
-                        sent.push(now.saturating_duration_since(start));
-                    }
-                }
-                now += Duration::from_micros(1);
-            }
-            sent
-        };
     let mut offer = None;
     // The RETRY comes 4 us after the one CONNECT.
     let retry_at = start + Duration::from_micros(4);
-    let before = run(
+    let before = connects_sent(
         &mut n0.ep,
+        start,
         start,
         retry_at - Duration::from_micros(1),
         &mut offer,
     );
     assert_eq!(before, [Duration::ZERO]);
     let offer = offer.unwrap();
-    let retry = encode(&wire::Repr {
-        header: wire::Header {
-            flags: wire::Flags::NONE,
-            dst_conn: offer.src_conn,
-            token: offer.src_token,
-            psn: 0,
-            path: 0,
-            timestamp: 0,
-        },
-        body: Body::Retry(wire::RetryRepr { cookie: [6; 32] }),
-        payload_len: 0,
-    });
+    let retry = retry_for(&offer, [6; 32]);
     let from_b = RxMeta {
         source: peer,
         ce: false,
     };
     n0.ep
         .handle_packet(retry_at, &from_b, &retry, &mut NoMemory);
-    let after = run(
+    let after = connects_sent(
         &mut n0.ep,
+        start,
         retry_at,
         retry_at + Duration::from_micros(60),
         &mut None,
@@ -937,19 +927,11 @@ fn unanswered_connects_double_from_the_first_interval() {
     let (start, peer) = (c.now, c.addr(1));
     let ep = &mut c.nodes[0].ep;
     ep.connect(start, peer, 0).unwrap();
-    let mut buf = vec![0u8; 256];
-    let mut sent = Vec::new();
-    let mut now = start;
-    while now <= start + Duration::from_micros(400) {
-        ep.handle_timeout(now);
-        while let Some(t) = ep.poll_transmit(now, &mut buf) {
-            let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
-            if let Body::Connect(_) = wire::parse(&buf[..len]).unwrap().0.body {
-                sent.push(now.saturating_duration_since(start).as_micros() as u64);
-            }
-        }
-        now += Duration::from_micros(1);
-    }
+    let until = start + Duration::from_micros(400);
+    let sent: Vec<u64> = connects_sent(ep, start, start, until, &mut None)
+        .iter()
+        .map(|d| d.as_micros() as u64)
+        .collect();
     let first = config.handshake_timeout.as_micros() as u64;
     assert_eq!(
         sent,
