@@ -135,8 +135,13 @@ pub struct DropStats {
     /// Verified CONNECT refused: its source holds its limit of half-open
     /// connections (answered CLOSE REJECTED).
     pub refused_source_half_open: u64,
-    /// RETRY not taken: not in Connecting, or a second one (spec 4.2).
+    /// RETRY not taken: not in Connecting, or an all-zero cookie (spec
+    /// 4.2).
     pub retry_ignored: u64,
+    /// RETRY not taken: one was already taken in this handshake. Normally
+    /// the answer to the CONNECT's copy (`Config::connect_twice`), so not
+    /// counted as a drop.
+    pub retry_duplicate: u64,
     /// RETRYs sent (stateless replies).
     pub retries_sent: u64,
     /// CLOSE REJECTED sent without a connection (stateless replies).
@@ -145,7 +150,7 @@ pub struct DropStats {
 
 impl DropStats {
     /// Every reason with its count, for summaries and telemetry export.
-    pub fn by_reason(&self) -> [(&'static str, u64); 21] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 22] {
         [
             ("truncated", self.truncated),
             ("bad_version", self.bad_version),
@@ -166,6 +171,7 @@ impl DropStats {
             ("refused_source_rate", self.refused_source_rate),
             ("refused_source_half_open", self.refused_source_half_open),
             ("retry_ignored", self.retry_ignored),
+            ("retry_duplicate", self.retry_duplicate),
             ("retries_sent", self.retries_sent),
             ("rejects_sent", self.rejects_sent),
         ]
@@ -174,7 +180,8 @@ impl DropStats {
     /// Packets dropped, every reason summed. Not counted: the stateless
     /// replies sent or not sent (they are not drops), and
     /// `connect_unverified`, a first CONNECT answered with a RETRY: the
-    /// handshake's normal first step.
+    /// handshake's normal first step, and `retry_duplicate`, the RETRY
+    /// answering the CONNECT's copy.
     pub fn total(&self) -> u64 {
         self.truncated
             + self.bad_version

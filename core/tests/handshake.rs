@@ -651,16 +651,29 @@ fn a_forged_or_second_retry_is_ignored() {
         offer,
         "otherwise the same CONNECT"
     );
-    // A second RETRY in the same handshake is ignored.
+    // Its copy follows (spec 4.2 step 2).
+    let t = n0.ep.poll_transmit(now, &mut buf).expect("the copy");
+    let copy_len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
+    assert_eq!(copy_len, len);
+    // A second RETRY in the same handshake (normally the answer to the
+    // first CONNECT's copy) is not taken, and counted apart from drops.
     n0.ep.handle_packet(
         now,
         &from_b,
         &retry(offer.src_conn, offer.src_token, [6; 32]),
         &mut NoMemory,
     );
-    assert_eq!(n0.ep.drops().retry_ignored, 1);
+    assert_eq!(n0.ep.drops().retry_duplicate, 1);
+    assert_eq!(n0.ep.drops().retry_ignored, 0);
     assert!(n0.ep.poll_transmit(now, &mut buf).is_none());
-    // An all-zero cookie is never taken.
+    // An all-zero cookie is never taken: ignored, counted as a drop.
+    n0.ep.handle_packet(
+        now,
+        &from_b,
+        &retry(offer.src_conn, offer.src_token, [0; 32]),
+        &mut NoMemory,
+    );
+    assert_eq!(n0.ep.drops().retry_ignored, 1);
     assert_eq!(n0.ep.state(h), Some(ConnState::Connecting));
 }
 
@@ -801,12 +814,19 @@ fn connects_sent(
     let mut now = from;
     while now <= until {
         ep.handle_timeout(now);
+        let mut copies: Vec<Vec<u8>> = Vec::new();
         while let Some(t) = ep.poll_transmit(now, &mut buf) {
             let len = metaroce_core::finish_packet(&t, &mut buf, &mut NoMemory);
             if let Body::Connect(o) = wire::parse(&buf[..len]).unwrap().0.body {
                 *offer = Some(o);
-                sent.push(now.saturating_duration_since(start));
+                copies.push(buf[..len].to_vec());
             }
+        }
+        if !copies.is_empty() {
+            // Spec 4.2 step 2: every CONNECT goes out twice, back to back.
+            assert_eq!(copies.len(), 2, "CONNECTs at {now:?}");
+            assert_eq!(copies[0], copies[1], "the copy is the same packet");
+            sent.push(now.saturating_duration_since(start));
         }
         now += Duration::from_micros(1);
     }

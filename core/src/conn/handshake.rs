@@ -20,8 +20,11 @@ pub(crate) enum RetryOutcome {
     Taken,
     /// Not taken: no cookie slot free; a later RETRY may be.
     NoRoom,
-    /// Dropped: not Connecting, a second RETRY, or an all-zero cookie.
+    /// Dropped: not Connecting, or an all-zero cookie.
     Ignored,
+    /// Dropped: a RETRY was already taken in this handshake (normally the
+    /// answer to the CONNECT's copy).
+    Duplicate,
 }
 
 /// The shortest handshake interval after a RETRY's measurement: a round
@@ -32,9 +35,17 @@ const MIN_HANDSHAKE_INTERVAL_NS: u64 = 1_000;
 impl<const P: usize> Connection<P> {
     /// Initiator: queue the CONNECT and arm the handshake timer.
     pub(crate) fn start_connect(&mut self, now: Instant, config: &Config) {
-        self.pending.set(Pending::CONNECT);
+        self.queue_connect(config);
         self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
         self.ctrl_tries = 1;
+    }
+
+    /// Queues the CONNECT, twice when so configured (spec 4.2 step 2).
+    fn queue_connect(&mut self, config: &Config) {
+        self.pending.set(Pending::CONNECT);
+        if config.connect_twice {
+            self.pending.set(Pending::CONNECT_COPY);
+        }
     }
 
     /// The control retransmission interval after `ctrl_tries`
@@ -73,11 +84,11 @@ impl<const P: usize> Connection<P> {
         res: &mut Resources<B, P>,
         config: &Config,
     ) -> RetryOutcome {
-        if self.state != ConnState::Connecting
-            || self.cookie.is_some()
-            || r.cookie == [0; COOKIE_LEN]
-        {
+        if self.state != ConnState::Connecting || r.cookie == [0; COOKIE_LEN] {
             return RetryOutcome::Ignored;
+        }
+        if self.cookie.is_some() {
+            return RetryOutcome::Duplicate;
         }
         let Some(i) = res.cookies.alloc(r.cookie) else {
             res.refusals.cookies += 1;
@@ -85,7 +96,7 @@ impl<const P: usize> Connection<P> {
         };
         self.cookie = OptIndex::some(i);
         self.ctrl.last_heard = now;
-        self.pending.set(Pending::CONNECT);
+        self.queue_connect(config);
         // The RETRY proved the path works: the CONNECT with the cookie is a
         // fresh start. Its first interval is three round trips as the
         // RETRY measured them, when shorter than the configured one (spec
@@ -193,7 +204,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn establish(&mut self) {
         self.state = ConnState::Established;
         self.ctrl.deadline = MaybeInstant::NONE;
-        self.pending.clear(Pending::CONNECT);
+        self.pending.clear(Pending::CONNECT | Pending::CONNECT_COPY);
         self.events.raise(PendingEvents::CONNECTED);
     }
 
@@ -289,7 +300,7 @@ impl<const P: usize> Connection<P> {
             self.ctrl_tries = self.ctrl_tries.saturating_add(1);
             let next = (now + self.handshake_interval(config)).min(give_up);
             self.ctrl.deadline = MaybeInstant::some(next);
-            self.pending.set(Pending::CONNECT);
+            self.queue_connect(config);
             return;
         }
         if self.ctrl_tries >= config.handshake_retries {
@@ -401,7 +412,14 @@ impl<const P: usize> Connection<P> {
         } else {
             return None;
         };
-        self.pending.clear(bit);
+        // A CONNECT with its copy still to go stays queued (spec 4.2 step 2).
+        self.pending.clear(
+            if pending.has(Pending::CONNECT_COPY) && bit == Pending::CONNECT {
+                Pending::CONNECT_COPY
+            } else {
+                bit
+            },
+        );
         if self.remote_id == 0 && bit != Pending::CONNECT {
             // Nobody to address yet.
             return None;

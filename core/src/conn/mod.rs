@@ -354,6 +354,8 @@ impl Pending {
     pub const KEEPALIVE: u8 = 4;
     pub const CLOSE: u8 = 8;
     pub const CLOSE_REPLY: u8 = 16;
+    /// With CONNECT: send it once more right after (`Config::connect_twice`).
+    pub const CONNECT_COPY: u8 = 32;
 
     pub fn has(self, bit: u8) -> bool {
         self.0 & bit != 0

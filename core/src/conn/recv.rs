@@ -123,6 +123,10 @@ impl<const P: usize> Connection<P> {
             || ce
             || h.flags.contains(Flags::ACK_REQUEST)
             || self.recv.ack_pending >= config.ack_every
+            // Quick ACKs (spec 4.5): each of a connection's first
+            // `ack_every` packets, so that one lost ACK cannot stall a
+            // start-up window that draws only one (10 % loss: 50-150 us).
+            || self.counters.packets_received <= u32::from(config.ack_every)
         {
             self.recv.ack_now = true;
         } else if self.recv.ack_due.is_none() {

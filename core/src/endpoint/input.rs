@@ -92,6 +92,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 // Counted with the pool refusals.
                 RetryOutcome::NoRoom => {}
                 RetryOutcome::Ignored => self.drops.retry_ignored += 1,
+                RetryOutcome::Duplicate => self.drops.retry_duplicate += 1,
             }
             return;
         }
