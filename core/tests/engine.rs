@@ -555,6 +555,73 @@ fn fair_share_hints_count_senders_slower_than_the_window_floor() {
     fair_share_hints_converge(64, 25_000, 9);
 }
 
+/// A sender whose last packet (a first transmission asking for an ACK)
+/// has arrived counts for the active-sender window's floor only (spec
+/// 4.10.4, 20 us here), not for four fair-share packet intervals (262 us
+/// for two senders at 1 Gbit/s): the sender still streaming is hinted the
+/// whole link soon after the other one is done.
+#[test]
+fn a_sender_that_goes_idle_counts_for_the_window_floor_only() {
+    let link_rate_mbps = 1_000;
+    let config = Config {
+        link_rate_mbps,
+        ..Config::default()
+    };
+    let imp = Impairments {
+        delay: Duration::from_micros(1),
+        link_ns_per_byte: 8.0,
+        ..Impairments::default()
+    };
+    let mut c: Cluster = Cluster::with_capacity(3, 4, config, imp, 3);
+    let dst = c.register(2, DST, SPAN, Access::REMOTE_WRITE);
+    let mut senders = Vec::new();
+    for i in 0..2 {
+        let src = c.register(i, SRC, SPAN, Access::LOCAL_WRITE);
+        let (h, _) = c.connect(i, 2);
+        senders.push((h, src));
+    }
+    let write = |id, len, src, addr| WorkRequest {
+        id,
+        op: Op::Write {
+            remote: MemoryTarget { key: dst, addr },
+        },
+        local: metaroce_core::api::LocalBuf {
+            key: src,
+            addr: SRC,
+            len,
+        },
+    };
+    // Node 1 streams 1 MiB (8 ms at the link rate); node 0 writes 64 KiB
+    // beside it.
+    let (h1, src1) = senders[1];
+    c.nodes[1]
+        .ep
+        .post_send(h1, write(1, SPAN as u32, src1, DST))
+        .unwrap();
+    let start = c.now;
+    c.run_until(start + Duration::from_micros(200), |_| false);
+    let (h0, src0) = senders[0];
+    c.nodes[0]
+        .ep
+        .post_send(h0, write(2, 65536, src0, DST))
+        .unwrap();
+    let deadline = c.now + Duration::from_millis(5);
+    assert!(c.run_until(deadline, |c| !c.nodes[0].completions.is_empty()));
+    let done = c.now;
+    assert_eq!(
+        c.nodes[2].ep.active_senders(done),
+        2,
+        "node 0 just finished"
+    );
+    c.run_until(done + Duration::from_micros(40), |_| false);
+    assert!(c.nodes[1].completions.is_empty(), "node 1 still streams");
+    let now = c.now;
+    assert_eq!(c.nodes[2].ep.active_senders(now), 1);
+    c.run_until(now + Duration::from_micros(60), |_| false);
+    let hint = c.nodes[1].ep.stats(h1).unwrap().rate_hint_mbps;
+    assert_eq!(hint, link_rate_mbps);
+}
+
 fn fair_share_hints_converge(n: usize, link_rate_mbps: u32, seed: u64) {
     let config = Config {
         link_rate_mbps,

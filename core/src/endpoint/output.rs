@@ -143,9 +143,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let mtu_ns =
             u64::from(self.config.mtu) * 8_000 / u64::from(self.config.link_rate_mbps.max(1));
         let shares = u64::from(self.active.len()) * mtu_ns * ACTIVE_SENDER_INTERVALS;
-        let window = (self.config.active_sender_window.as_nanos() as u64).max(shares);
+        let floor = self.config.active_sender_window.as_nanos() as u64;
         while let Some(i) = self.active.front() {
-            let last = self.slots[i as usize].conn.recv.last_data_rx.get();
+            let s = &self.slots[i as usize];
+            // A sender whose latest packet ended a burst counts for the
+            // floor only; it waits its turn at the front, which active
+            // senders leave with every packet.
+            let window = if s.idle { floor } else { floor.max(shares) };
+            let last = s.conn.recv.last_data_rx.get();
             if last.is_some_and(|t| now.as_nanos() < t.as_nanos().saturating_add(window)) {
                 break;
             }

@@ -39,6 +39,9 @@ pub struct ConnSlot<const P: usize> {
     /// Position among the receiver's active senders (by last data). A free
     /// slot is on no such list, so its `next` threads the free list.
     pub(crate) active: Links,
+    /// Its latest packet ended a burst: counted for the window's floor
+    /// only (spec 4.10.4).
+    pub(crate) idle: bool,
 }
 
 impl<const P: usize> ConnSlot<P> {
@@ -57,6 +60,7 @@ impl<const P: usize> ConnSlot<P> {
         events: UNLINKED,
         waiting: UNLINKED,
         active: Links::UNLINKED,
+        idle: false,
     };
 
     pub(crate) fn ready_link(s: &mut Self) -> &mut u32 {
