@@ -116,6 +116,12 @@ pub struct RoceEndpoint<const QPS: usize> {
     /// Per slot, whether the QP may have a packet to send
     /// (`Qp::may_transmit`): the round robin skips the others unvisited.
     may_transmit: [bool; QPS],
+    /// Slots whose `has_completions` is set: with none, `poll_completion`
+    /// (which a simulator calls after every event, mostly to hear there
+    /// is nothing) answers without visiting the slots.
+    completion_slots: usize,
+    /// Slots whose `may_transmit` is set, likewise for `poll_transmit`.
+    transmit_slots: usize,
 }
 
 impl<const QPS: usize> RoceEndpoint<QPS> {
@@ -132,6 +138,8 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             qpns: [0; QPS],
             has_completions: [false; QPS],
             may_transmit: [false; QPS],
+            completion_slots: 0,
+            transmit_slots: 0,
         }
     }
 
@@ -148,6 +156,10 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             None => (None, false, false),
         };
         self.deadlines[slot] = deadline;
+        self.completion_slots = self.completion_slots + usize::from(completions)
+            - usize::from(self.has_completions[slot]);
+        self.transmit_slots =
+            self.transmit_slots + usize::from(transmit) - usize::from(self.may_transmit[slot]);
         self.has_completions[slot] = completions;
         self.may_transmit[slot] = transmit;
     }
@@ -393,10 +405,10 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
-        if buf.len() < MAX_HEADER_LEN || QPS == 0 {
+        debug_assert!(self.kept_flags_match());
+        if buf.len() < MAX_HEADER_LEN || QPS == 0 || self.transmit_slots == 0 {
             return None;
         }
-        debug_assert!(self.kept_flags_match());
         for i in 0..QPS {
             let slot = (self.next_tx + i) % QPS;
             if !self.may_transmit[slot] {
@@ -429,6 +441,9 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// The next work completion, queue pairs served round robin.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         debug_assert!(self.kept_flags_match());
+        if self.completion_slots == 0 {
+            return None;
+        }
         for i in 0..QPS {
             let slot = (self.next_cq + i) % QPS;
             if !self.has_completions[slot] {
@@ -473,14 +488,19 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// Whether the kept QP numbers and flags say what the QPs say
     /// (checked in debug builds, like `poll_timeout_by_scan`).
     fn kept_flags_match(&self) -> bool {
-        self.qps.iter().enumerate().all(|(slot, q)| match q {
-            Some(q) => {
-                self.qpns[slot] == q.setup().local_qpn
-                    && self.has_completions[slot] == q.has_completions()
-                    && self.may_transmit[slot] == q.may_transmit()
-            }
-            None => self.qpns[slot] == 0 && !self.has_completions[slot] && !self.may_transmit[slot],
-        })
+        let count = |flags: &[bool]| flags.iter().filter(|&&f| f).count();
+        self.completion_slots == count(&self.has_completions)
+            && self.transmit_slots == count(&self.may_transmit)
+            && self.qps.iter().enumerate().all(|(slot, q)| match q {
+                Some(q) => {
+                    self.qpns[slot] == q.setup().local_qpn
+                        && self.has_completions[slot] == q.has_completions()
+                        && self.may_transmit[slot] == q.may_transmit()
+                }
+                None => {
+                    self.qpns[slot] == 0 && !self.has_completions[slot] && !self.may_transmit[slot]
+                }
+            })
     }
 
     fn poll_timeout_by_scan(&self) -> Option<Instant> {
