@@ -122,6 +122,19 @@ pub struct RoceEndpoint<const QPS: usize> {
     completion_slots: usize,
     /// Slots whose `may_transmit` is set, likewise for `poll_transmit`.
     transmit_slots: usize,
+    /// The earliest of `deadlines` (`None`: no slot has one), kept as they
+    /// change: while it is later than `now`, so is every kept deadline,
+    /// and it is `poll_timeout`'s answer without a look at every slot.
+    earliest: Option<Instant>,
+}
+
+/// The earlier of two deadlines, `None` being none (never).
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
 }
 
 impl<const QPS: usize> RoceEndpoint<QPS> {
@@ -140,6 +153,7 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             may_transmit: [false; QPS],
             completion_slots: 0,
             transmit_slots: 0,
+            earliest: None,
         }
     }
 
@@ -155,7 +169,13 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             ),
             None => (None, false, false),
         };
-        self.deadlines[slot] = deadline;
+        let old = core::mem::replace(&mut self.deadlines[slot], deadline);
+        if earlier(deadline, self.earliest) == deadline {
+            self.earliest = deadline;
+        } else if old == self.earliest && deadline != old {
+            // The earliest deadline moved later: look for the new one.
+            self.earliest = self.deadlines.iter().fold(None, |m, &d| earlier(m, d));
+        }
         self.completion_slots = self.completion_slots + usize::from(completions)
             - usize::from(self.has_completions[slot]);
         self.transmit_slots =
@@ -467,6 +487,14 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// still the QP's answer, and a QP whose kept deadline has passed is
     /// asked again. So this equals asking every QP.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        debug_assert_eq!(
+            self.earliest,
+            self.deadlines.iter().fold(None, |m, &d| earlier(m, d))
+        );
+        if self.earliest.is_none_or(|t| t > self.now) {
+            debug_assert_eq!(self.earliest, self.poll_timeout_by_scan());
+            return self.earliest;
+        }
         let next = self
             .deadlines
             .iter()
