@@ -19,6 +19,8 @@
 //!
 //! Time only moves forward between calls.
 
+use core::cell::Cell;
+
 use metaroce_core::api::{
     Completion, ConnHandle, Memory, PeerAddr, RecvRequest, Region, RxMeta, Transmit, WorkRequest,
 };
@@ -125,10 +127,14 @@ pub struct RoceEndpoint<const QPS: usize> {
     /// The earliest of `deadlines` (`None`: no slot has one), kept as they
     /// change: while it is later than `now`, so is every kept deadline,
     /// and it is `poll_timeout`'s answer without a look at every slot.
-    earliest: Option<Instant>,
+    /// When the slot that held it moves later, it is looked for again,
+    /// once, by the next `poll_timeout` (`earliest_stale` until then).
+    earliest: Cell<Option<Instant>>,
+    earliest_stale: Cell<bool>,
 }
 
 /// The earlier of two deadlines, `None` being none (never).
+#[inline]
 fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -153,7 +159,8 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             may_transmit: [false; QPS],
             completion_slots: 0,
             transmit_slots: 0,
-            earliest: None,
+            earliest: Cell::new(None),
+            earliest_stale: Cell::new(false),
         }
     }
 
@@ -170,11 +177,15 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             None => (None, false, false),
         };
         let old = core::mem::replace(&mut self.deadlines[slot], deadline);
-        if earlier(deadline, self.earliest) == deadline {
-            self.earliest = deadline;
-        } else if old == self.earliest && deadline != old {
-            // The earliest deadline moved later: look for the new one.
-            self.earliest = self.deadlines.iter().fold(None, |m, &d| earlier(m, d));
+        if !self.earliest_stale.get() {
+            let earliest = self.earliest.get();
+            if earlier(deadline, earliest) == deadline {
+                self.earliest.set(deadline);
+            } else if old == earliest && deadline != old {
+                // The earliest deadline moved later: the next
+                // `poll_timeout` looks for the new one.
+                self.earliest_stale.set(true);
+            }
         }
         self.completion_slots = self.completion_slots + usize::from(completions)
             - usize::from(self.has_completions[slot]);
@@ -487,13 +498,18 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// still the QP's answer, and a QP whose kept deadline has passed is
     /// asked again. So this equals asking every QP.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.earliest_stale.replace(false) {
+            let earliest = self.deadlines.iter().fold(None, |m, &d| earlier(m, d));
+            self.earliest.set(earliest);
+        }
+        let earliest = self.earliest.get();
         debug_assert_eq!(
-            self.earliest,
+            earliest,
             self.deadlines.iter().fold(None, |m, &d| earlier(m, d))
         );
-        if self.earliest.is_none_or(|t| t > self.now) {
-            debug_assert_eq!(self.earliest, self.poll_timeout_by_scan());
-            return self.earliest;
+        if earliest.is_none_or(|t| t > self.now) {
+            debug_assert_eq!(earliest, self.poll_timeout_by_scan());
+            return earliest;
         }
         let next = self
             .deadlines
