@@ -158,11 +158,15 @@ impl<E> EventQueue<E> {
 
     /// The nanosecond of the ring's earliest events, if it holds any.
     fn ring_first(&self) -> Option<u64> {
+        let start = (self.cur % WINDOW) as usize;
+        // Most often more events are due at the instant just taken.
+        if self.lists[start].0 != NIL {
+            return Some(self.cur);
+        }
         if self.ring_len == 0 {
             return None;
         }
         let words = self.occupied.len();
-        let start = (self.cur % WINDOW) as usize;
         let (w0, b0) = (start / 64, start % 64);
         // The first word from `start`'s bit on, then the words after it
         // around the ring, then the first word's bits before `start`.
