@@ -19,6 +19,8 @@
 //!
 //! Time only moves forward between calls.
 
+use core::cell::Cell;
+
 use metaroce_core::api::{
     Completion, ConnHandle, Memory, PeerAddr, RecvRequest, Region, RxMeta, Transmit, WorkRequest,
 };
@@ -116,6 +118,29 @@ pub struct RoceEndpoint<const QPS: usize> {
     /// Per slot, whether the QP may have a packet to send
     /// (`Qp::may_transmit`): the round robin skips the others unvisited.
     may_transmit: [bool; QPS],
+    /// Slots whose `has_completions` is set: with none, `poll_completion`
+    /// (which a simulator calls after every event, mostly to hear there
+    /// is nothing) answers without visiting the slots.
+    completion_slots: usize,
+    /// Slots whose `may_transmit` is set, likewise for `poll_transmit`.
+    transmit_slots: usize,
+    /// The earliest of `deadlines` (`None`: no slot has one), kept as they
+    /// change: while it is later than `now`, so is every kept deadline,
+    /// and it is `poll_timeout`'s answer without a look at every slot.
+    /// When the slot that held it moves later, it is looked for again,
+    /// once, by the next `poll_timeout` (`earliest_stale` until then).
+    earliest: Cell<Option<Instant>>,
+    earliest_stale: Cell<bool>,
+}
+
+/// The earlier of two deadlines, `None` being none (never).
+#[inline]
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
 }
 
 impl<const QPS: usize> RoceEndpoint<QPS> {
@@ -132,6 +157,10 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             qpns: [0; QPS],
             has_completions: [false; QPS],
             may_transmit: [false; QPS],
+            completion_slots: 0,
+            transmit_slots: 0,
+            earliest: Cell::new(None),
+            earliest_stale: Cell::new(false),
         }
     }
 
@@ -147,7 +176,21 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
             ),
             None => (None, false, false),
         };
-        self.deadlines[slot] = deadline;
+        let old = core::mem::replace(&mut self.deadlines[slot], deadline);
+        if !self.earliest_stale.get() {
+            let earliest = self.earliest.get();
+            if earlier(deadline, earliest) == deadline {
+                self.earliest.set(deadline);
+            } else if old == earliest && deadline != old {
+                // The earliest deadline moved later: the next
+                // `poll_timeout` looks for the new one.
+                self.earliest_stale.set(true);
+            }
+        }
+        self.completion_slots = self.completion_slots + usize::from(completions)
+            - usize::from(self.has_completions[slot]);
+        self.transmit_slots =
+            self.transmit_slots + usize::from(transmit) - usize::from(self.may_transmit[slot]);
         self.has_completions[slot] = completions;
         self.may_transmit[slot] = transmit;
     }
@@ -393,10 +436,10 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
-        if buf.len() < MAX_HEADER_LEN || QPS == 0 {
+        debug_assert!(self.kept_flags_match());
+        if buf.len() < MAX_HEADER_LEN || QPS == 0 || self.transmit_slots == 0 {
             return None;
         }
-        debug_assert!(self.kept_flags_match());
         for i in 0..QPS {
             let slot = (self.next_tx + i) % QPS;
             if !self.may_transmit[slot] {
@@ -429,6 +472,9 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// The next work completion, queue pairs served round robin.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         debug_assert!(self.kept_flags_match());
+        if self.completion_slots == 0 {
+            return None;
+        }
         for i in 0..QPS {
             let slot = (self.next_cq + i) % QPS;
             if !self.has_completions[slot] {
@@ -452,6 +498,19 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// still the QP's answer, and a QP whose kept deadline has passed is
     /// asked again. So this equals asking every QP.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.earliest_stale.replace(false) {
+            let earliest = self.deadlines.iter().fold(None, |m, &d| earlier(m, d));
+            self.earliest.set(earliest);
+        }
+        let earliest = self.earliest.get();
+        debug_assert_eq!(
+            earliest,
+            self.deadlines.iter().fold(None, |m, &d| earlier(m, d))
+        );
+        if earliest.is_none_or(|t| t > self.now) {
+            debug_assert_eq!(earliest, self.poll_timeout_by_scan());
+            return earliest;
+        }
         let next = self
             .deadlines
             .iter()
@@ -473,14 +532,19 @@ impl<const QPS: usize> RoceEndpoint<QPS> {
     /// Whether the kept QP numbers and flags say what the QPs say
     /// (checked in debug builds, like `poll_timeout_by_scan`).
     fn kept_flags_match(&self) -> bool {
-        self.qps.iter().enumerate().all(|(slot, q)| match q {
-            Some(q) => {
-                self.qpns[slot] == q.setup().local_qpn
-                    && self.has_completions[slot] == q.has_completions()
-                    && self.may_transmit[slot] == q.may_transmit()
-            }
-            None => self.qpns[slot] == 0 && !self.has_completions[slot] && !self.may_transmit[slot],
-        })
+        let count = |flags: &[bool]| flags.iter().filter(|&&f| f).count();
+        self.completion_slots == count(&self.has_completions)
+            && self.transmit_slots == count(&self.may_transmit)
+            && self.qps.iter().enumerate().all(|(slot, q)| match q {
+                Some(q) => {
+                    self.qpns[slot] == q.setup().local_qpn
+                        && self.has_completions[slot] == q.has_completions()
+                        && self.may_transmit[slot] == q.may_transmit()
+                }
+                None => {
+                    self.qpns[slot] == 0 && !self.has_completions[slot] && !self.may_transmit[slot]
+                }
+            })
     }
 
     fn poll_timeout_by_scan(&self) -> Option<Instant> {

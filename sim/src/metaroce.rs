@@ -160,7 +160,12 @@ impl DatagramLink for SimLink<'_> {
             return None;
         }
         let out = self.tx.as_deref_mut()?;
-        out.clear();
+        // `f` writes every byte of the packet (the engine's transmit step:
+        // headers, payload gathered by DMA or zeroed where that fails, the
+        // tag of a protected packet, the CRC trailer), so the buffer, a
+        // recycled packet's, is only cut or grown to `len`: zeroing the
+        // bytes `f` then overwrites cost as much as a second copy of the
+        // payload.
         out.resize(len, 0);
         let r = f(out);
         self.sent = Some(to);
@@ -367,13 +372,16 @@ impl<const P: usize> SimTransport for MetaRoce<P> {
         mem: &mut Arena,
         out: &mut Vec<u8>,
     ) -> Option<TxMeta> {
-        out.clear();
+        // Not cleared first: `SimLink::transmit` sizes it to the packet.
         let mut link = SimLink {
-            tx: Some(out),
+            tx: Some(&mut *out),
             ..SimLink::idle(self.max_packet_len)
         };
         self.poll(now, &mut link, mem);
-        let to = link.sent?;
+        let Some(to) = link.sent else {
+            out.clear();
+            return None;
+        };
         // Only a transmission raises the packets in flight.
         if self.track_in_flight {
             self.note_in_flight(to.peer);

@@ -113,7 +113,8 @@ struct Port {
     /// output queues, and whether this switch has paused the peer.
     ingress_bytes: u64,
     pausing_peer: bool,
-    /// Ingress port of each packet in `queue`, in the same order.
+    /// Ingress port of each packet in `queue`, in the same order (kept
+    /// with PFC only, the one reader).
     queued_from: VecDeque<usize>,
     stats: PortStats,
 }
@@ -579,8 +580,8 @@ impl<T: SimTransport> Simulator<T> {
         if verdict == Enqueued::Dropped {
             return;
         }
-        n.ports[out].queued_from.push_back(ingress);
         if let Some(pfc) = self.pfc {
+            n.ports[out].queued_from.push_back(ingress);
             let inp = &mut n.ports[ingress];
             inp.ingress_bytes += len;
             if inp.ingress_bytes > pfc.xoff_bytes && !inp.pausing_peer {
@@ -612,7 +613,10 @@ impl<T: SimTransport> Simulator<T> {
         let Some((packet, len)) = self.nodes[node].ports[port].queue.dequeue() else {
             return;
         };
-        let ingress = self.nodes[node].ports[port].queued_from.pop_front();
+        let ingress = match self.pfc {
+            Some(_) => self.nodes[node].ports[port].queued_from.pop_front(),
+            None => None,
+        };
         if let (Some(pfc), Some(i)) = (self.pfc, ingress) {
             let inp = &mut self.nodes[node].ports[i];
             inp.ingress_bytes = inp.ingress_bytes.saturating_sub(len);

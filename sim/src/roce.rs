@@ -300,12 +300,21 @@ impl<const Q: usize> SimTransport for Roce<Q> {
             }
         };
         let total = transport_len(header, plen);
-        out.clear();
+        // Not zeroed first: a build that succeeds writes every byte
+        // (headers, payload, pad, ICRC), so the buffer, a recycled
+        // packet's, is only cut or grown to `total`. One that fails is
+        // redone on zeroes, leaving what it always left.
         out.resize(total, 0);
-        let built = self
-            .ip_pair(t.peer.ip)
-            .and_then(|ip| ip_udp_header(&ip, t.src_port, t.peer.port, total).ok())
-            .and_then(|h| finish(out, header, payload, h.as_bytes()).ok());
+        let build = |out: &mut [u8]| {
+            self.ip_pair(t.peer.ip)
+                .and_then(|ip| ip_udp_header(&ip, t.src_port, t.peer.port, total).ok())
+                .and_then(|h| finish(out, header, payload, h.as_bytes()).ok())
+        };
+        let mut built = build(out);
+        if built.is_none() {
+            out.fill(0);
+            built = build(out);
+        }
         if built.is_none() {
             // Sent anyway (the engine counted it), with a zero ICRC the
             // receiver drops.
