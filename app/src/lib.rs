@@ -275,11 +275,20 @@ pub fn fill_pattern(seed: u64, index: u64, out: &mut [u8]) {
 
 /// Whether `data` is the pattern of message `index` under `seed`.
 pub fn check_pattern(seed: u64, index: u64, data: &[u8]) -> bool {
-    let start = mix(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    data.chunks(8).enumerate().all(|(w, chunk)| {
-        let word = mix(start.wrapping_add(w as u64)).to_le_bytes();
-        chunk == &word[..chunk.len()]
-    })
+    let mut counter = mix(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    // Whole words compared as integers: a slice comparison per 8 bytes was
+    // a `memcmp` call each, four fifths of `metaroce serve`'s time at 8 KiB
+    // datagrams.
+    let mut words = data.chunks_exact(8);
+    for chunk in words.by_ref() {
+        let got = <[u8; 8]>::try_from(chunk).ok().map(u64::from_le_bytes);
+        if got != Some(mix(counter)) {
+            return false;
+        }
+        counter = counter.wrapping_add(1);
+    }
+    let tail = words.remainder();
+    tail == &mix(counter).to_le_bytes()[..tail.len()]
 }
 
 #[cfg(test)]
@@ -408,5 +417,11 @@ mod tests {
         assert!(!check_pattern(5, 10, &b));
         b[1000] ^= 1;
         assert!(!check_pattern(5, 9, &b));
+        // A flipped bit inside a whole word, too.
+        b[1000] ^= 1;
+        b[3] ^= 0x80;
+        assert!(!check_pattern(5, 9, &b));
+        b[3] ^= 0x80;
+        assert!(check_pattern(5, 9, &b));
     }
 }
