@@ -384,7 +384,11 @@ impl<const P: usize> Connection<P> {
         };
         let payload = payload.filter(|p| p.len > 0);
         let payload_len = payload.map_or(0, |p| p.len as u16);
-        let path = res.senders.get_mut(s).choose_path(self.params.paths);
+        let min_rtt = self.send.rtt.min_ns();
+        let path = res
+            .senders
+            .get_mut(s)
+            .choose_path(self.params.paths, min_rtt);
         let repr = Repr {
             header: self.header(now, psn.get(), path, flags),
             body,

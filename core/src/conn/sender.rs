@@ -251,23 +251,48 @@ impl<const P: usize> SenderState<P> {
         self.lost.len
     }
 
-    /// The path for the next packet: least in-flight per unit of weight,
-    /// round-robin among equals so a loss-free fabric sees an even spray.
-    pub(crate) fn choose_path(&mut self, active: u16) -> u8 {
+    /// The path for the next packet (spec 4.9.1): least in-flight times
+    /// delay per unit of weight, round-robin among equals so a loss-free
+    /// fabric sees an even spray. `min_rtt_ns`: the connection's minimum
+    /// round trip, the unqueued delay.
+    pub(crate) fn choose_path(&mut self, active: u16, min_rtt_ns: u32) -> u8 {
         let n = usize::from(active.max(1));
         // `next_path` is below `n` unless the path count shrank: no
         // division on the per-packet path.
         let next = usize::from(self.next_path);
         let start = if next < n { next } else { next % n };
-        // Least (in_flight + 1) / weight, compared by cross-multiplication
-        // (no division on the per-packet path).
+        // The unqueued round trip; at least 1 ns (| 1), so that before any
+        // sample the delays are 1 to 4 ns and in-flight decides.
+        let base = u64::from(min_rtt_ns | 1);
+        // Least (in_flight + 1) * delay / weight, compared by
+        // cross-multiplication (no division on the per-packet path).
         let mut best = start;
         let mut best_num = u64::MAX;
         let mut best_den = 1u64;
         let mut i = start;
         for _ in 0..n {
             let p = &self.paths[i];
-            let num = u64::from(p.in_flight) + 1;
+            // delay: the unqueued round trip plus three times the path's
+            // queueing (smoothed RTT above the minimum). In-flight alone
+            // gives a path a rate inverse to its RTT, too weak a pull off a
+            // shared queue: entropies that hash onto the same spine
+            // overload it while others idle (loss-free permutation: p99
+            // 1.26x -> 1.22x of the floor). The queueing counts up to one
+            // minimum RTT, so a path steered off still gets packets and its
+            // estimate stays current (uncapped, starved paths kept stale
+            // estimates: at 10 % loss p99 reached 2.7x p50). Only on a path
+            // losing under 1/16 of its packets: under heavy loss, steering
+            // by noisy RTTs starves paths of the later packets their losses
+            // are detected by and ends more flows on probes (10 % loss, 16
+            // seeds: mean p99 1.84x of the floor ungated, 1.70x gated,
+            // 1.77x before).
+            let q = if p.loss_frac < ONE / 16 {
+                u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
+            } else {
+                0
+            };
+            let delay = base + 3 * q;
+            let num = (u64::from(p.in_flight) + 1) * delay;
             let den = u64::from(p.weight().max(1));
             if num * best_den < best_num.saturating_mul(den) {
                 best_num = num;
@@ -482,5 +507,70 @@ where
         }
         self.release(old);
         Some(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path whose round trip carries a queue gets less of the spray than
+    /// in-flight balancing alone gives it (spec 4.9.1).
+    #[test]
+    fn queued_path_gets_less_of_the_spray() {
+        let config = Config::default();
+        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        // Unqueued round trip 6 us; path 0's smoothed RTT is 9 us (3 us of
+        // queue), as when two entropies share a congested spine.
+        for (i, p) in st.paths.iter_mut().enumerate() {
+            p.rtt.on_sample(if i == 0 { 9_000 } else { 6_000 });
+        }
+        let mut sent = [0u32; 4];
+        for _ in 0..64 {
+            let i = st.choose_path(4, 6_000);
+            st.on_sent(i, false);
+            sent[usize::from(i)] += 1;
+        }
+        // In-flight alone: 16 each. With the queue counted three times
+        // the queued path's delay is 15 us against 6 us.
+        assert!(sent[0] <= 10, "{sent:?}");
+        assert!(sent[1..].iter().all(|&c| c >= 17), "{sent:?}");
+        // A path that looked badly queued (60 us) counts its queue as one
+        // minimum RTT at most: it still gets packets, so a stale estimate
+        // is renewed (uncapped, its delay would be 168 us, not 24 us).
+        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        for (i, p) in st.paths.iter_mut().enumerate() {
+            p.rtt.on_sample(if i == 0 { 60_000 } else { 6_000 });
+        }
+        let mut sent = [0u32; 4];
+        for _ in 0..64 {
+            let i = st.choose_path(4, 6_000);
+            st.on_sent(i, false);
+            sent[usize::from(i)] += 1;
+        }
+        assert!(sent[0] >= 4, "{sent:?}");
+        // On paths losing 1/16 or more, RTTs do not steer: all lose 10 %
+        // here and path 0's queue is ignored, so the spray stays even.
+        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        for (i, p) in st.paths.iter_mut().enumerate() {
+            p.rtt.on_sample(if i == 0 { 9_000 } else { 6_000 });
+            p.loss_frac = ONE / 10;
+        }
+        let mut sent = [0u32; 4];
+        for _ in 0..64 {
+            let i = st.choose_path(4, 6_000);
+            st.on_sent(i, false);
+            sent[usize::from(i)] += 1;
+        }
+        assert_eq!(sent, [16; 4]);
+        // Equal round trips still spray evenly.
+        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        let mut sent = [0u32; 4];
+        for _ in 0..64 {
+            let i = st.choose_path(4, 0);
+            st.on_sent(i, false);
+            sent[usize::from(i)] += 1;
+        }
+        assert_eq!(sent, [16; 4]);
     }
 }
