@@ -514,23 +514,36 @@ where
 mod tests {
     use super::*;
 
+    /// A sender whose path 0 has smoothed RTT `rtt0_ns`, the others
+    /// `rtt_ns`, every path losing `loss_frac`.
+    fn sender_with_rtts(rtt0_ns: u32, rtt_ns: u32, loss_frac: u32) -> SenderState<4> {
+        let config = Config::default();
+        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        for (i, p) in st.paths.iter_mut().enumerate() {
+            p.rtt.on_sample(if i == 0 { rtt0_ns } else { rtt_ns });
+            p.loss_frac = loss_frac;
+        }
+        st
+    }
+
+    /// Packets per path of 64 sent with minimum RTT `min_rtt_ns`.
+    fn spray(st: &mut SenderState<4>, min_rtt_ns: u32) -> [u32; 4] {
+        let mut sent = [0u32; 4];
+        for _ in 0..64 {
+            let i = st.choose_path(4, min_rtt_ns);
+            st.on_sent(i, false);
+            sent[usize::from(i)] += 1;
+        }
+        sent
+    }
+
     /// A path whose round trip carries a queue gets less of the spray than
     /// in-flight balancing alone gives it (spec 4.9.1).
     #[test]
     fn queued_path_gets_less_of_the_spray() {
-        let config = Config::default();
-        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
         // Unqueued round trip 6 us; path 0's smoothed RTT is 9 us (3 us of
         // queue), as when two entropies share a congested spine.
-        for (i, p) in st.paths.iter_mut().enumerate() {
-            p.rtt.on_sample(if i == 0 { 9_000 } else { 6_000 });
-        }
-        let mut sent = [0u32; 4];
-        for _ in 0..64 {
-            let i = st.choose_path(4, 6_000);
-            st.on_sent(i, false);
-            sent[usize::from(i)] += 1;
-        }
+        let sent = spray(&mut sender_with_rtts(9_000, 6_000, 0), 6_000);
         // In-flight alone: 16 each. With the queue counted three times
         // the queued path's delay is 15 us against 6 us.
         assert!(sent[0] <= 10, "{sent:?}");
@@ -538,39 +551,15 @@ mod tests {
         // A path that looked badly queued (60 us) counts its queue as one
         // minimum RTT at most: it still gets packets, so a stale estimate
         // is renewed (uncapped, its delay would be 168 us, not 24 us).
-        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
-        for (i, p) in st.paths.iter_mut().enumerate() {
-            p.rtt.on_sample(if i == 0 { 60_000 } else { 6_000 });
-        }
-        let mut sent = [0u32; 4];
-        for _ in 0..64 {
-            let i = st.choose_path(4, 6_000);
-            st.on_sent(i, false);
-            sent[usize::from(i)] += 1;
-        }
+        let sent = spray(&mut sender_with_rtts(60_000, 6_000, 0), 6_000);
         assert!(sent[0] >= 4, "{sent:?}");
         // On paths losing 1/16 or more, RTTs do not steer: all lose 10 %
         // here and path 0's queue is ignored, so the spray stays even.
-        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
-        for (i, p) in st.paths.iter_mut().enumerate() {
-            p.rtt.on_sample(if i == 0 { 9_000 } else { 6_000 });
-            p.loss_frac = ONE / 10;
-        }
-        let mut sent = [0u32; 4];
-        for _ in 0..64 {
-            let i = st.choose_path(4, 6_000);
-            st.on_sent(i, false);
-            sent[usize::from(i)] += 1;
-        }
+        let sent = spray(&mut sender_with_rtts(9_000, 6_000, ONE / 10), 6_000);
         assert_eq!(sent, [16; 4]);
         // Equal round trips still spray evenly.
+        let config = Config::default();
         let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
-        let mut sent = [0u32; 4];
-        for _ in 0..64 {
-            let i = st.choose_path(4, 0);
-            st.on_sent(i, false);
-            sent[usize::from(i)] += 1;
-        }
-        assert_eq!(sent, [16; 4]);
+        assert_eq!(spray(&mut st, 0), [16; 4]);
     }
 }
