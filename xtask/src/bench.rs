@@ -7,7 +7,9 @@
 //! and writes `target/metaroce/bench.csv` (`metric,value,unit`).
 //!
 //! `--firmware` measures the firmware's CRC per packet instead
-//! (`firmware.rs`), `--host` the host tool against iperf3 (`host_bench.rs`).
+//! (`firmware.rs`), `--host` the host tool against iperf3 (`host_bench.rs`),
+//! `--fabric` the libfabric provider beside libfabric's tcp and udp
+//! (`fabric.rs`).
 //! `--simd-crc` builds the bench with crc32fast's run-time SIMD detection;
 //! every other argument goes to the binary (`cargo xtask bench -- --help`).
 //! Not part of `cargo xtask test`: timings are not pass/fail.
@@ -18,6 +20,9 @@ use crate::util::{self, Error};
 pub fn run(args: &[String]) -> Result<(), Error> {
     if args.iter().any(|a| a == "--firmware") {
         return crate::firmware::bench();
+    }
+    if args.iter().any(|a| a == "--fabric") {
+        return crate::fabric::bench();
     }
     if args.iter().any(|a| a == "--host") {
         return crate::host_bench::run();

@@ -18,6 +18,7 @@
 
 mod bench;
 mod compliance;
+mod fabric;
 mod firmware;
 mod host_bench;
 mod image;
@@ -52,6 +53,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "bench --host",
         "metaroce bench vs serve on loopback beside iperf3 UDP at 1024 and 8192 B per datagram, same run",
+    ),
+    (
+        "bench --fabric",
+        "libfabric provider: fi_pingpong latency/bandwidth of metaroce, tcp, udp (and under 1% loss), MPI_Allreduce 16 MiB; CSV in target/metaroce/",
     ),
     (
         "bench --firmware",

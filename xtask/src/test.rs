@@ -72,6 +72,11 @@ pub const STEPS: &[Step] = &[
         run: crate::compliance::netns_step,
     },
     Step {
+        name: "fabric",
+        what: "libfabric provider metaroce: clippy + unit tests, fi_info, fi_pingpong rdm (msg/tagged, -c, 8 B-1 MiB), C tests (RMA, tagged, errors), Open MPI ofi MTL -np 2/4 (+1% nftables loss)",
+        run: crate::fabric::test_step,
+    },
+    Step {
         name: "compliance",
         what: "compliance suite against metaroce serve on loopback, 1 and 2 engine threads (cargo xtask compliance --target host, host-threads)",
         run: crate::compliance::compliance_step,
