@@ -496,6 +496,16 @@ impl Sockets {
         }
     }
 
+    /// Whether datagrams taken by the last `recvmmsg` are still unread.
+    pub fn has_buffered(&self) -> bool {
+        self.rx.slot < self.rx.filled
+    }
+
+    /// The receive socket's descriptor (to poll it from elsewhere).
+    pub fn receive_fd(&self) -> BorrowedFd<'_> {
+        self.main.socket.as_fd()
+    }
+
     /// Waits until a datagram is queued, `also` (an eventfd another
     /// thread writes to wake this one) is readable, or `timeout` passed.
     pub fn wait(&self, timeout: Duration, also: Option<BorrowedFd<'_>>) {

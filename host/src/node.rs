@@ -16,6 +16,7 @@ use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout, Shard};
 use metaroce_platform::entropy::{seed_from, EntropyError, Seed};
+use metaroce_platform::dma::DmaCopy;
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::IpAddress;
 
@@ -291,9 +292,11 @@ fn rx_meta(from: SocketAddr, ecn_bits: u8) -> RxMeta {
 /// region registration, statistics, connection events) calls the endpoint
 /// directly, as the firmware's control task does.
 #[derive(Debug)]
-pub struct Node {
+pub struct Node<M: DmaCopy = Arenas> {
     pub ep: Box<HostEndpoint>,
-    pub mem: Arenas,
+    /// The memory the engine places into and gathers from: the tool's
+    /// arenas, or (the libfabric provider) the application's own buffers.
+    pub mem: M,
     pub link: SocketLink,
     engine: Engine,
     queues: Box<Queues>,
@@ -326,6 +329,22 @@ impl Node {
     /// its `config.connections` slots start at `shard.first_slot`, and the
     /// ids it hands out name it ([`Shard::owner`]).
     pub fn bind_shard(config: &NodeConfig, shard: Option<Shard>) -> Result<Node, HostError> {
+        Node::bind_with(config, shard, Arenas::new(), |_| {})
+    }
+}
+
+impl<M: DmaCopy> Node<M> {
+
+    /// Binds the sockets and creates the endpoint (`shard` as in
+    /// [`Node::bind_shard`]), placing into and gathering from `mem`;
+    /// `adjust` may change the core configuration [`NodeConfig`] made
+    /// (a program with policies of its own: the libfabric provider).
+    pub fn bind_with(
+        config: &NodeConfig,
+        shard: Option<Shard>,
+        mem: M,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Result<Self, HostError> {
         if !(1..=MAX_PATHS as u16).contains(&config.paths) {
             return Err(HostError::Usage(format!(
                 "--paths must be 1..={MAX_PATHS}, got {}",
@@ -336,11 +355,12 @@ impl Node {
         // port without colliding with the others.
         let span = config.paths * 2;
         let sockets = Sockets::bind(config.bind, config.entropy_base, span)?;
-        let core = config.core_config(
+        let mut core = config.core_config(
             sockets.local_addr().port(),
             sockets.entropy_base(),
             sockets.entropy_span(),
         );
+        adjust(&mut core);
         if config.connections == 0 || config.connections > 1 << 24 {
             return Err(HostError::Usage(format!(
                 "--connections must be 1..={}, got {}",
@@ -375,7 +395,7 @@ impl Node {
         }
         Ok(Node {
             ep,
-            mem: Arenas::new(),
+            mem,
             link: SocketLink {
                 sockets,
                 pcap: None,
@@ -458,6 +478,36 @@ impl Node {
         // What the polls staged leaves in batches, before any waiting.
         self.link.flush();
         more
+    }
+
+    /// Runs the engine without waiting: takes what arrived, runs due
+    /// timers, sends what that allows. Returns whether completions or
+    /// events are queued for the program. For programs that wait
+    /// elsewhere (on [`Node::receive_fd`], without holding the node).
+    pub fn progress(&mut self) -> bool {
+        self.run_engine();
+        !self.completions.is_empty() || !self.events.is_empty()
+    }
+
+    /// How long the node may sleep before its next deadline (at most
+    /// `max_wait`); zero while datagrams are already taken from the
+    /// socket but not yet handled.
+    pub fn idle_wait(&self, max_wait: Duration) -> Duration {
+        if self.link.sockets.has_buffered() {
+            return Duration::ZERO;
+        }
+        let now = self.now();
+        match self.ep.poll_timeout() {
+            Some(t) if t <= now => Duration::ZERO,
+            Some(t) => t.saturating_duration_since(now).min(max_wait),
+            None => max_wait,
+        }
+    }
+
+    /// The socket datagrams arrive on, for a program that polls it
+    /// itself (readable: [`Node::progress`] has work).
+    pub fn receive_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.link.sockets.receive_fd()
     }
 
     /// [`Node::run_engine`]'s polls.
