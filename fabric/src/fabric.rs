@@ -140,16 +140,12 @@ unsafe extern "C" fn fabric_trywait(
 
 // ----- Event queue ------------------------------------------------------
 
-/// One event: its kind, its bytes, or an error entry.
+/// One event: its kind and its bytes.
 #[derive(Debug, Clone)]
-enum EqItem {
-    Event { event: u32, bytes: Vec<u8> },
-    Error(sys::fi_eq_err_entry),
+struct EqItem {
+    event: u32,
+    bytes: Vec<u8>,
 }
-
-// SAFETY: the error entry's pointers are the application's contexts,
-// never dereferenced by the provider.
-unsafe impl Send for EqItem {}
 
 /// An event queue. The provider's endpoints are connectionless and report
 /// nothing asynchronously, so only events the application writes itself
@@ -245,8 +241,7 @@ unsafe extern "C" fn eq_read(
         let mut items = q.items.lock().unwrap_or_else(PoisonError::into_inner);
         match items.front() {
             None => -(errno::EAGAIN as isize),
-            Some(EqItem::Error(_)) => -(errno::EAVAIL as isize),
-            Some(EqItem::Event { event: kind, bytes }) => {
+            Some(EqItem { event: kind, bytes }) => {
                 if len < bytes.len() || (buf.is_null() && !bytes.is_empty()) {
                     return -(errno::ETOOSMALL as isize);
                 }
@@ -281,16 +276,9 @@ unsafe extern "C" fn eq_readerr(
         if buf.is_null() {
             return -(errno::EINVAL as isize);
         }
-        let mut items = q.items.lock().unwrap_or_else(PoisonError::into_inner);
-        match items.front() {
-            Some(EqItem::Error(e)) => {
-                // SAFETY: `buf` is writable (checked non-null).
-                unsafe { *buf = *e };
-                items.pop_front();
-                std::mem::size_of::<sys::fi_eq_err_entry>() as isize
-            }
-            _ => -(errno::EAGAIN as isize),
-        }
+        // Nothing the provider does fails asynchronously on an event queue.
+        let _ = q;
+        -(errno::EAGAIN as isize)
     })
 }
 
@@ -314,9 +302,9 @@ unsafe extern "C" fn eq_write(
         } else if len > 0 {
             // SAFETY: `buf` holds `len` bytes (checked non-null).
             let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, len) }.to_vec();
-            EqItem::Event { event, bytes }
+            EqItem { event, bytes }
         } else {
-            EqItem::Event {
+            EqItem {
                 event,
                 bytes: Vec::new(),
             }

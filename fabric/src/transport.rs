@@ -159,8 +159,6 @@ impl SlotPool {
 #[derive(Debug)]
 struct Conn {
     peer: SocketAddr,
-    /// Opened by this side (carries its messages) or accepted.
-    outgoing: bool,
     ring: Box<[u8]>,
     ring_key: u32,
     ring_range: RangeId,
@@ -422,6 +420,7 @@ impl Transport {
             source_limits: None,
             protection: None,
         };
+        let loopback = settings.bind.ip().is_loopback();
         let adjust = |c: &mut metaroce_core::Config| {
             // Every peer of the domain may reach every region it
             // registered: one protection domain, as libfabric's domain.
@@ -431,6 +430,15 @@ impl Transport {
             // they are read: a peer not ready is a peer slow to progress.
             c.rnr_retry_limit = u8::MAX;
             c.recv_queue_limit = c.recv_queue_limit.max(settings.rx_slots as u16 + 1);
+            if loopback {
+                // Round trips of tens of microseconds between processes of
+                // one machine: acknowledge as soon as the emulation
+                // profile's batching allows, and start at the paced rate
+                // rather than a start-up window sized for a fabric's
+                // incast (there is none on loopback).
+                c.ack_delay = Duration::from_micros(20);
+                c.initial_window_bytes = 0;
+            }
         };
         match settings.port_range {
             None => Node::bind_with(
@@ -588,7 +596,6 @@ impl Transport {
             h.to_bits(),
             Conn {
                 peer,
-                outgoing,
                 ring,
                 ring_key: key,
                 ring_range,

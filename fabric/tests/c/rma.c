@@ -178,7 +178,7 @@ static int bad_key(void)
 		return CASE_FAIL;
 	memset(dst.buf, 0xEE, dst.len);
 	fill(src.buf, 4 * KiB, 9);
-	uint64_t bad = dst.key ^ 0x5a5a5a5a00ull;
+	uint64_t bad = dst.key ^ 0x5a5a5aull; /* low bits: within a 4-byte key */
 	if (bad == dst.key)
 		bad = dst.key + 1;
 	int r = expect_rma_error(0, src.buf, 64, src.desc, dst.addr, bad, &dst,
