@@ -54,6 +54,9 @@ const FIN_SLOTS: usize = 16;
 const TX_SLOT_LEN: usize = HEADER_LEN + EAGER_LIMIT;
 /// Connections one domain holds.
 const CONNECTIONS: u32 = 1024;
+/// How long a closing endpoint keeps acknowledging (several of the
+/// longest ACK delay, the emulation profile's 200 us).
+const LINGER: Duration = Duration::from_millis(2);
 /// Internal operations whose wr_id has this bit are receives.
 const RECV_BIT: u64 = 1 << 63;
 
@@ -101,10 +104,13 @@ impl Settings {
         };
         // Loopback carries 64 KiB datagrams; an Ethernet link 1,500 bytes.
         let default_mtu = if bind.ip().is_loopback() { 8192 } else { 1024 };
+        // Loopback has one path: spraying over several sockets only
+        // reorders datagrams there (each socket's batch leaves in turn).
+        let default_paths = if bind.ip().is_loopback() { 1 } else { 4 };
         let settings = Settings {
             bind,
             port_range,
-            paths: var("FI_METAROCE_PATHS", 4)?,
+            paths: var("FI_METAROCE_PATHS", default_paths)?,
             mtu: var("FI_METAROCE_MTU", default_mtu)?,
             rate_mbps: var("FI_METAROCE_RATE_MBPS", 40_000)?,
             rx_slots: var("FI_METAROCE_RX_SLOTS", 32)?,
@@ -113,8 +119,8 @@ impl Settings {
         if !(1..=16).contains(&settings.paths) {
             return Err(format!("FI_METAROCE_PATHS={}: 1..=16", settings.paths));
         }
-        if !(256..=16_384).contains(&settings.mtu) {
-            return Err(format!("FI_METAROCE_MTU={}: 256..=16384", settings.mtu));
+        if !(256..=9_000).contains(&settings.mtu) {
+            return Err(format!("FI_METAROCE_MTU={}: 256..=9000", settings.mtu));
         }
         if !(2..=64).contains(&settings.rx_slots) {
             return Err(format!("FI_METAROCE_RX_SLOTS={}: 2..=64", settings.rx_slots));
@@ -244,6 +250,26 @@ pub struct Stats {
     pub connections_opened: u64,
     pub connections_accepted: u64,
     pub connections_failed: u64,
+    /// Of the MetaRoCE connections (closed and open): reliable packets
+    /// sent, retransmitted, declared lost, timeouts, receiver-not-ready
+    /// NAKs received, duplicates received.
+    pub packets_sent: u64,
+    pub retransmissions: u64,
+    pub packets_lost: u64,
+    pub timeouts: u64,
+    pub rnr_naks: u64,
+    pub duplicates: u64,
+}
+
+impl Stats {
+    fn add_connection(&mut self, c: &metaroce_core::stats::ConnStats) {
+        self.packets_sent += c.packets_sent;
+        self.retransmissions += c.retransmissions;
+        self.packets_lost += c.packets_lost;
+        self.timeouts += c.timeouts;
+        self.rnr_naks += c.rnr_naks_received;
+        self.duplicates += c.duplicates_received;
+    }
 }
 
 /// One domain's transport. Every method runs under the domain's lock.
@@ -632,6 +658,9 @@ impl Transport {
     }
 
     fn release_conn(&mut self, h: ConnHandle) {
+        if let Some(stats) = self.node.ep.stats(h) {
+            self.stats.add_connection(&stats);
+        }
         if let Some(c) = self.conns.remove(&h.to_bits()) {
             let _ = self.deregister(c.ring_key);
             let _ = c.ring_range;
@@ -1414,6 +1443,7 @@ impl Transport {
     pub fn close_endpoint(&mut self) {
         self.msgs.drain_posted();
         self.tagged.drain_posted();
+        self.linger();
         let now = self.node.now();
         let handles: Vec<u64> = self.conns.keys().copied().collect();
         for bits in handles {
@@ -1423,15 +1453,64 @@ impl Transport {
         self.bindings = Bindings::default();
     }
 
+    /// Runs the engine a little longer before connections close, so the
+    /// acknowledgements of what this side received leave: a peer whose
+    /// last message arrived must not see it fail because its ACK was
+    /// still delayed (spec 4.5) when this side closed.
+    fn linger(&mut self) {
+        if self.conns.is_empty() {
+            return;
+        }
+        let until = std::time::Instant::now() + LINGER;
+        while std::time::Instant::now() < until {
+            self.progress();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// Messages held unexpected now (tests).
     pub fn unexpected_len(&self) -> usize {
         self.msgs.unexpected_len() + self.tagged.unexpected_len()
     }
 }
 
+impl Transport {
+    /// The counters, with the open connections' counted in.
+    pub fn totals(&self) -> Stats {
+        let mut s = self.stats;
+        for &bits in self.conns.keys() {
+            if let Some(c) = self.node.ep.stats(ConnHandle::from_bits(bits)) {
+                s.add_connection(&c);
+            }
+        }
+        s
+    }
+}
+
 impl Drop for Transport {
     fn drop(&mut self) {
+        if std::env::var_os("FI_METAROCE_STATS").is_some() {
+            let s = self.totals();
+            eprintln!(
+                "metaroce {}: connections opened {} accepted {} failed {}; messages eager {} rendezvous {} unexpected {} malformed {}; packets sent {} retransmitted {} lost {} timeouts {} rnr_naks {} duplicates {}",
+                self.local_addr(),
+                s.connections_opened,
+                s.connections_accepted,
+                s.connections_failed,
+                s.eager_sent,
+                s.rndv_sent,
+                s.unexpected,
+                s.malformed,
+                s.packets_sent,
+                s.retransmissions,
+                s.packets_lost,
+                s.timeouts,
+                s.rnr_naks,
+                s.duplicates,
+            );
+        }
         // Tell peers: a CLOSE is cheaper for them than a timeout.
+        self.linger();
         let now = self.node.now();
         let handles: Vec<u64> = self.conns.keys().copied().collect();
         for bits in handles {
