@@ -12,8 +12,10 @@
 //!    its unit tests, a release build; `target/release/libmetaroce_fi.so`
 //!    is copied to `target/fabric/libmetaroce-fi.so` (libfabric loads only
 //!    `lib*-fi.so` files) and every tool runs with `FI_PROVIDER_PATH`
-//!    pointing there, `FI_METAROCE_ADDR=127.0.0.1` and
-//!    `FI_METAROCE_PORT_RANGE` set to a free range of this run.
+//!    pointing at this run's own copy of it (`target/fabric/run-PID/`, so a
+//!    rebuild meanwhile cannot pull the file from under a running test),
+//!    `FI_METAROCE_ADDR=127.0.0.1` and `FI_METAROCE_PORT_RANGE` set to a
+//!    range of ports free at the start of this run.
 //! 3. `fi_info -p metaroce -v` lists the provider and its capabilities.
 //! 4. `fi_pingpong -e rdm` (plain and `-m tagged`, `-c` data check) at 8 B,
 //!    4 KiB, 64 KiB and 1 MiB: a server and a client process on loopback.
@@ -338,6 +340,12 @@ impl Running {
         }
     }
 
+    /// Waits up to `extra` more from now (see [`Running::wait`]).
+    pub fn wait_more(self, extra: Duration) -> Finished {
+        let limit = self.started.elapsed() + extra;
+        self.wait(limit)
+    }
+
     /// Ends the child now (a server whose client failed).
     pub fn stop(self) -> Finished {
         signal_group(self.child.id(), "KILL");
@@ -594,15 +602,24 @@ pub fn parse_pingpong(text: &str) -> Option<(f64, f64)> {
     })
 }
 
-/// A fi_pingpong run: server and client on loopback, both must exit 0 and
-/// the client must print its result line.
+/// A fi_pingpong result: the client's line, and what became of the server
+/// (`Err` with both sides' output when it did not exit 0).
+#[derive(Debug)]
+pub struct Pong {
+    pub usec: f64,
+    pub mbps: f64,
+    pub server: Result<(), String>,
+}
+
+/// A fi_pingpong run: server and client on loopback. `Err` (with both
+/// sides' output) unless the client exits 0 with its result line.
 pub fn pingpong(
     p: &Provider,
     tagged: bool,
     size: usize,
     iters: u32,
     check: bool,
-) -> Result<(f64, f64), String> {
+) -> Result<Pong, String> {
     let port = free_tcp_port().map_err(|e| e.to_string())?;
     let mut args: Vec<String> = vec!["-p".into(), p.name.clone(), "-e".into(), "rdm".into()];
     if tagged {
@@ -640,29 +657,42 @@ pub fn pingpong(
         .map_err(|e| e.to_string())?
         .wait(limit);
     let server = if client.ok() {
-        server.wait(Duration::from_secs(30) + limit.saturating_sub(ready.elapsed()))
+        server.wait_more(Duration::from_secs(30))
     } else {
         // Give the server a moment to print its side of the failure.
         sleep(Duration::from_millis(500));
-        server.wait(Duration::from_secs(3))
+        server.wait_more(Duration::from_secs(3))
     };
-    let result = parse_pingpong(&client.stdout);
-    match (client.ok(), server.ok(), result) {
-        (true, true, Some(r)) => Ok(r),
-        _ => Err(format!(
-            "fi_pingpong {} failed: client {}, server {}{}\n{}{}",
+    let both = || format!("{}{}", client.report(), server.report());
+    let Some((usec, mbps)) = parse_pingpong(&client.stdout).filter(|_| client.ok()) else {
+        return Err(format!(
+            "fi_pingpong {}: client {}{}, server {}\n{}",
             p.name,
             client.outcome(),
-            server.outcome(),
-            if result.is_none() && client.ok() {
-                ", no result line"
+            if client.ok() {
+                " without a result line"
             } else {
                 ""
             },
-            client.report(),
-            server.report()
-        )),
-    }
+            server.outcome(),
+            both()
+        ));
+    };
+    let server_result = if server.ok() {
+        Ok(())
+    } else {
+        Err(format!(
+            "fi_pingpong {}: the client finished ({usec:.1} usec/xfer) but the server ended with {}\n{}",
+            p.name,
+            server.outcome(),
+            both()
+        ))
+    };
+    Ok(Pong {
+        usec,
+        mbps,
+        server: server_result,
+    })
 }
 
 // ---- C tests and MPI programs -------------------------------------------------
@@ -769,10 +799,10 @@ impl Outcome {
     }
 }
 
-/// Builds, lints and unit-tests the provider crate; returns the folder
-/// holding `libmetaroce-fi.so`.
-pub fn build_provider(ctx: Option<&mut Context>) -> Result<PathBuf, Error> {
-    util::run(&mut util::cargo([
+/// Lints and unit-tests the provider crate (failures are recorded, and
+/// the tools still run: their results say more than a lint).
+fn lint_and_unit_tests(ctx: &mut Context, o: &mut Outcome) -> Result<(), Error> {
+    let clippy = [
         "clippy",
         "-p",
         "metaroce-fabric",
@@ -780,25 +810,36 @@ pub fn build_provider(ctx: Option<&mut Context>) -> Result<PathBuf, Error> {
         "--",
         "-D",
         "warnings",
-    ]))?;
-    if let Some(ctx) = ctx {
-        let mut tally = crate::test::Tally::default();
-        let ok = util::run_streaming(
-            &mut util::cargo(["test", "-p", "metaroce-fabric"]),
-            |line| {
-                tally.add_libtest_line(line);
-            },
-        )?;
-        ctx.tally.passed += tally.passed;
-        ctx.tally.failed += tally.failed;
-        ctx.ran_tests = true;
-        if !ok || tally.failed > 0 {
-            return Err(Error::new(format!(
-                "cargo test -p metaroce-fabric: {} passed, {} failed",
-                tally.passed, tally.failed
-            )));
-        }
+    ];
+    if let Err(e) = util::run(&mut util::cargo(clippy)) {
+        o.fail("cargo clippy -p metaroce-fabric", e.to_string());
     }
+    let mut tally = crate::test::Tally::default();
+    let ok = util::run_streaming(
+        &mut util::cargo(["test", "-p", "metaroce-fabric"]),
+        |line| {
+            tally.add_libtest_line(line);
+        },
+    )?;
+    ctx.tally.passed += tally.passed;
+    ctx.tally.failed += tally.failed;
+    ctx.ran_tests = true;
+    if !ok || tally.failed > 0 {
+        o.failures.push(format!(
+            "cargo test -p metaroce-fabric ({} passed, {} failed)",
+            tally.passed, tally.failed
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the provider (release) and installs it as
+/// `target/fabric/libmetaroce-fi.so`; returns the folder the tools load
+/// it from: a copy of this run's own, `target/fabric/run-PID/` (removed by
+/// [`remove_snapshot`]), so that a rebuild or another run replacing the
+/// installed file in place (a truncated mapped file is a SIGBUS) never
+/// touches the processes of this run.
+pub fn build_provider() -> Result<PathBuf, Error> {
     util::run(&mut util::cargo([
         "build",
         "--release",
@@ -809,19 +850,38 @@ pub fn build_provider(ctx: Option<&mut Context>) -> Result<PathBuf, Error> {
     let dir = util::target_dir().join("fabric");
     std::fs::create_dir_all(&dir)?;
     let installed = dir.join("libmetaroce-fi.so");
-    // Copied to a new file and renamed: a process of a parallel run that
-    // has the old one mapped keeps its copy.
     let tmp = dir.join(format!(".libmetaroce-fi.so.{}", std::process::id()));
     std::fs::copy(&built, &tmp)
         .map_err(|e| Error::new(format!("copying {}: {e}", built.display())))?;
     std::fs::rename(&tmp, &installed)?;
     println!("fabric: {} -> {}", built.display(), installed.display());
-    Ok(dir)
+    // Snapshots of runs that are gone (killed before cleaning up).
+    for entry in std::fs::read_dir(&dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("run-") {
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let snapshot = dir.join(format!("run-{}", std::process::id()));
+    std::fs::create_dir_all(&snapshot)?;
+    std::fs::copy(&installed, snapshot.join("libmetaroce-fi.so"))?;
+    Ok(snapshot)
+}
+
+/// Removes this run's copy of the provider (see [`build_provider`]).
+fn remove_snapshot(p: &Provider) {
+    if let Some((_, dir)) = p.env.iter().find(|(k, _)| k == "FI_PROVIDER_PATH") {
+        if dir.contains("/run-") {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// The provider to prove: `metaroce` (built here) unless
 /// `METAROCE_FABRIC_PROVIDER` names one of libfabric's own.
-fn provider_under_test(ctx: Option<&mut Context>, base: u16) -> Result<Provider, Error> {
+fn provider_under_test(ctx: &mut Context, o: &mut Outcome, base: u16) -> Result<Provider, Error> {
     match std::env::var("METAROCE_FABRIC_PROVIDER") {
         Ok(name) if !name.is_empty() && name != PROVIDER => {
             println!(
@@ -830,7 +890,8 @@ fn provider_under_test(ctx: Option<&mut Context>, base: u16) -> Result<Provider,
             Ok(Provider::builtin(&name, base))
         }
         _ => {
-            let dir = build_provider(ctx)?;
+            lint_and_unit_tests(ctx, o)?;
+            let dir = build_provider()?;
             Ok(Provider::metaroce(&dir, base))
         }
     }
@@ -840,8 +901,8 @@ fn provider_under_test(ctx: Option<&mut Context>, base: u16) -> Result<Provider,
 pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
     ensure_packages()?;
     let base = free_range()?;
-    let p = provider_under_test(Some(ctx), base)?;
     let mut o = Outcome::default();
+    let p = provider_under_test(ctx, &mut o, base)?;
 
     println!("\n-- fi_info");
     match fi_info_check(&p) {
@@ -859,9 +920,14 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
                 if tagged { " -m tagged" } else { "" }
             );
             match pingpong(&p, tagged, size, iters, true) {
-                Ok((usec, mbps)) => {
-                    o.pass(&format!("{what} ({usec:.1} usec/xfer, {mbps:.2} MB/s)"))
-                }
+                Ok(Pong {
+                    usec,
+                    mbps,
+                    server: Ok(()),
+                }) => o.pass(&format!("{what} ({usec:.1} usec/xfer, {mbps:.2} MB/s)")),
+                Ok(Pong {
+                    server: Err(why), ..
+                }) => o.fail(&what, why),
                 Err(why) => o.fail(&what, why),
             }
         }
@@ -936,6 +1002,7 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
         }
     }
 
+    remove_snapshot(&p);
     ctx.tally.passed += o.passed;
     ctx.tally.failed += o.failed;
     ctx.ran_tests = true;
@@ -1054,7 +1121,7 @@ pub fn parse_allreduce(text: &str) -> Option<f64> {
 /// Entry point of `cargo xtask bench --fabric`.
 pub fn bench() -> Result<(), Error> {
     ensure_packages()?;
-    let dir = build_provider(None)?;
+    let dir = build_provider()?;
     let mut rows: Vec<Row> = Vec::new();
     let mut providers = vec![Provider::metaroce(&dir, free_range()?)];
     for name in ["tcp", "udp"] {
@@ -1075,7 +1142,7 @@ pub fn bench() -> Result<(), Error> {
             let guard = if loss > 0 {
                 if p.ports.is_none() || !system::is_root() {
                     let why = if system::is_root() {
-                        "no port range to drop (its ports are ephemeral)"
+                        "n/a: no port range to drop"
                     } else {
                         "not root (nftables)"
                     };
@@ -1100,7 +1167,18 @@ pub fn bench() -> Result<(), Error> {
             for &size in SIZES {
                 let r = pingpong(p, false, size, iterations(size), false);
                 let (usec, mbps, note) = match r {
-                    Ok((u, m)) => (Some(u), Some(m), String::new()),
+                    Ok(Pong { usec, mbps, server }) => {
+                        // The client's figures stand; a server that failed
+                        // after them is said in the row.
+                        let note = match server {
+                            Ok(()) => String::new(),
+                            Err(why) => {
+                                println!("{why}");
+                                "server exit not 0 after the client's result (output above)".into()
+                            }
+                        };
+                        (Some(usec), Some(mbps), note)
+                    }
                     Err(why) => {
                         println!("{why}");
                         (None, None, "FAILED (output above)".into())
@@ -1179,6 +1257,7 @@ pub fn bench() -> Result<(), Error> {
         });
     }
 
+    remove_snapshot(metaroce);
     write_csv(&rows)?;
     print_table(&rows);
     if rows
