@@ -31,8 +31,8 @@ const THREAD_MAX_WAIT: Duration = Duration::from_millis(20);
 pub struct DomainShared {
     transport: Mutex<Option<Transport>>,
     /// A second descriptor of the transport's receive socket, polled
-    /// without holding the transport.
-    receive_fd: OwnedFd,
+    /// without holding the transport (`None`: a DPU, polled).
+    receive_fd: Option<OwnedFd>,
     /// Wakes the progress thread (to stop it).
     waker: EventFd,
     origin: Instant,
@@ -89,8 +89,13 @@ impl DomainShared {
             None => return,
         };
         if !wait.is_zero() {
-            let mut fds = [PollFd::new(self.receive_fd.as_fd(), PollFlags::POLLIN)];
-            let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
+            match &self.receive_fd {
+                Some(fd) => {
+                    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                    let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
+                }
+                None => std::thread::sleep(wait),
+            }
         }
         self.progress();
     }
@@ -143,11 +148,14 @@ fn progress_thread(shared: Arc<DomainShared>) {
         }
         let ts = Some(TimeSpec::from_duration(wait));
         let waker = PollFd::new(shared.waker.as_fd(), PollFlags::POLLIN);
-        if watch_socket {
-            let socket = PollFd::new(shared.receive_fd.as_fd(), PollFlags::POLLIN);
-            let _ = nix::poll::ppoll(&mut [socket, waker], ts, None);
-        } else {
-            let _ = nix::poll::ppoll(&mut [waker], ts, None);
+        match (&shared.receive_fd, watch_socket) {
+            (Some(fd), true) => {
+                let socket = PollFd::new(fd.as_fd(), PollFlags::POLLIN);
+                let _ = nix::poll::ppoll(&mut [socket, waker], ts, None);
+            }
+            _ => {
+                let _ = nix::poll::ppoll(&mut [waker], ts, None);
+            }
         }
     }
 }
@@ -243,9 +251,10 @@ pub unsafe extern "C" fn open(
                 return -errno::EADDRINUSE;
             }
         };
-        let receive_fd = match transport.receive_fd().try_clone_to_owned() {
-            Ok(fd) => fd,
-            Err(_) => return -errno::ENOMEM,
+        let receive_fd = match transport.wait_fd().map(|fd| fd.try_clone_to_owned()) {
+            Some(Ok(fd)) => Some(fd),
+            Some(Err(_)) => return -errno::ENOMEM,
+            None => None,
         };
         let Ok(waker) = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
         else {

@@ -162,15 +162,23 @@ unsafe fn check_hints(
     flags_in: u64,
     hints: *const sys::fi_info,
 ) -> Result<Request, i32> {
+    // A DPU reaches only its shared window: application memory cannot be
+    // a remote target there, so RMA is not offered.
+    let offered = if crate::transport::device_path().is_some() {
+        (PRIMARY_CAPS | SECONDARY_CAPS)
+            & !(flags::RMA | flags::READ | flags::WRITE | flags::REMOTE_READ | flags::REMOTE_WRITE)
+    } else {
+        PRIMARY_CAPS | SECONDARY_CAPS
+    };
     let mut req = Request {
-        caps: PRIMARY_CAPS | SECONDARY_CAPS,
+        caps: offered,
         ipv6: false,
         src: None,
         dest: None,
     };
     // SAFETY: the caller's contract.
     if let Some(h) = unsafe { hints.as_ref() } {
-        if h.caps & !(PRIMARY_CAPS | SECONDARY_CAPS) != 0 {
+        if h.caps & !offered != 0 {
             return Err(errno::ENODATA);
         }
         if h.caps != 0 {

@@ -403,6 +403,12 @@ impl Device {
         }
     }
 
+    /// Accepts an incoming connection taken from [`Device::poll_event`]
+    /// (what [`Device::accept`] does for the one it waited for).
+    pub fn accept_conn(&mut self, conn: Conn) -> Result<(), Error> {
+        self.conn_command(abi::ADMIN_ACCEPT, conn)
+    }
+
     /// Closes a connection gracefully (its sends complete first).
     pub fn close(&mut self, conn: Conn) -> Result<(), Error> {
         self.conn_command(abi::ADMIN_CLOSE, conn)

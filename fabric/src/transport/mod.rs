@@ -1,43 +1,47 @@
-//! The provider's transport: one MetaRoCE host endpoint (the `metaroce-host`
-//! engine over UDP sockets) per libfabric domain, and the message layer
-//! libfabric's reliable-datagram semantics need on top of MetaRoCE's
-//! connections.
+//! The provider's transport: one MetaRoCE engine per libfabric domain (the
+//! host engine over UDP sockets, or a DPU through its host interface:
+//! [`backend`]) and the message layer libfabric's reliable-datagram
+//! semantics need on top of MetaRoCE's connections.
 //!
 //! * **Connections.** A peer's connection is opened on the first operation
-//!   towards it; incoming connections are accepted by the endpoint. Each
-//!   side sends its messages and RMA on the connection it opened itself,
-//!   so messages from one sender to one receiver travel in order on one
-//!   connection (`FI_ORDER_SAS`); the accepting side uses the connection
-//!   only to answer rendezvous (READ, FIN).
-//! * **Messages.** Every SEND lands in a provider buffer (each connection
-//!   keeps `rx_slots` posted), so a message never waits for the application
-//!   to post a receive: up to [`EAGER_LIMIT`] bytes travel inside the SEND
-//!   (eager) and are copied out when a receive matches; longer ones send a
-//!   request (RTS) and the receiver READs them straight into the matched
-//!   buffer, then answers FIN.
+//!   towards it; incoming connections are accepted. Each side sends its
+//!   messages and RMA on the connection it opened itself, so messages from
+//!   one sender to one receiver travel in order on one connection
+//!   (`FI_ORDER_SAS`); the accepting side uses the connection only to
+//!   answer rendezvous (READ, FIN).
+//! * **Messages** ([`send`], [`recv`]). Every SEND lands in a provider
+//!   buffer (each accepted connection keeps `rx_slots` posted), so a
+//!   message never waits for the application to post a receive: up to
+//!   [`EAGER_LIMIT`] bytes travel inside the SEND (eager) and are copied
+//!   out when a receive matches; longer ones send a request (RTS) and the
+//!   receiver READs them into the matched buffer, then answers FIN.
 //! * **RMA** maps onto WRITE, WRITE_IMM (remote CQ data) and READ.
 //!
-//! Memory keys are the MetaRoCE endpoint's; remote addresses are virtual
-//! addresses (`FI_MR_VIRT_ADDR`).
+//! Memory keys are the engine's; remote addresses are virtual addresses
+//! (`FI_MR_VIRT_ADDR`). Where the engine cannot reach application memory
+//! (a DPU reaches only its shared window) the transport stages data
+//! through window buffers ([`Staged`]).
+
+pub mod backend;
+mod recv;
+mod send;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metaroce_core::api::{
-    Access, Completion, ConnHandle, LocalBuf, Op, Opcode, RecvRequest, Region, Status, WorkRequest,
-};
-use metaroce_core::config::AcceptDomain;
-use metaroce_core::wire::MemoryTarget;
+use metaroce_core::api::{Access, Completion, ConnHandle, LocalBuf, Op, RecvRequest, Status, WorkRequest};
 use metaroce_core::{CommandError, Event};
-use metaroce_host::node::{socket_of, Node, NodeConfig};
+use metaroce_host::node::socket_of;
 
-use crate::flags::{self, errno, ADDR_NOTAVAIL};
-use crate::matching::{Arrival, Body, PostedRecv, Queue};
-use crate::memory::{AppMemory, RangeId};
+pub use send::{RmaArgs, RmaOp, SendArgs};
+
+use crate::flags::{errno, ADDR_NOTAVAIL};
+use crate::matching::{Arrival, PostedRecv, Queue};
 use crate::queues::{AddressVector, CompletionQueue, CqEntry, CqError, CqItem};
 use crate::wire::{Header, Kind, HEADER_LEN};
+use backend::Backend;
 
 /// Largest message sent inside its SEND; longer ones use a rendezvous.
 pub const EAGER_LIMIT: usize = 16 * 1024;
@@ -48,12 +52,12 @@ pub const MAX_MSG: usize = 1 << 30;
 /// Transmit buffers of the provider (eager messages, RTS, FIN, injected
 /// RMA): `fi_info`'s `tx_attr->size`.
 pub const TX_SLOTS: usize = 256;
+/// Transmit buffers over a DPU, whose window is small.
+const TX_SLOTS_DPU: usize = 32;
 /// Buffers each connection keeps posted for FINs (opening side).
 const FIN_SLOTS: usize = 16;
 /// Bytes of one transmit buffer.
 const TX_SLOT_LEN: usize = HEADER_LEN + EAGER_LIMIT;
-/// Connections one domain holds.
-const CONNECTIONS: u32 = 1024;
 /// How long a closing endpoint keeps acknowledging (several of the
 /// longest ACK delay, the emulation profile's 200 us).
 const LINGER: Duration = Duration::from_millis(2);
@@ -74,12 +78,15 @@ pub struct Settings {
     pub rx_slots: usize,
     /// How long a connection may go without progress before it fails.
     pub timeout: Duration,
+    /// The shared memory of a DPU's host interface to drive instead of
+    /// UDP sockets (`FI_METAROCE_DEVICE`).
+    pub device: Option<std::path::PathBuf>,
 }
 
 impl Settings {
     /// Defaults for `bind`, overridden by `FI_METAROCE_*` variables (see
     /// the guide): `PORT_RANGE=lo-hi`, `PATHS`, `MTU`, `RATE_MBPS`,
-    /// `RX_SLOTS`, `TIMEOUT_MS`.
+    /// `RX_SLOTS`, `TIMEOUT_MS`, `DEVICE`.
     pub fn from_env(bind: SocketAddr) -> Result<Settings, String> {
         fn var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
             match std::env::var(name) {
@@ -115,6 +122,7 @@ impl Settings {
             rate_mbps: var("FI_METAROCE_RATE_MBPS", 40_000)?,
             rx_slots: var("FI_METAROCE_RX_SLOTS", 32)?,
             timeout: Duration::from_millis(var("FI_METAROCE_TIMEOUT_MS", 5_000)?),
+            device: device_path(),
         };
         if !(1..=16).contains(&settings.paths) {
             return Err(format!("FI_METAROCE_PATHS={}: 1..=16", settings.paths));
@@ -129,6 +137,13 @@ impl Settings {
     }
 }
 
+/// The DPU shared memory `FI_METAROCE_DEVICE` names, if set.
+pub fn device_path() -> Option<std::path::PathBuf> {
+    std::env::var_os("FI_METAROCE_DEVICE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
 /// Where an endpoint reports and resolves (`fi_ep_bind`).
 #[derive(Debug, Default, Clone)]
 pub struct Bindings {
@@ -141,23 +156,17 @@ pub struct Bindings {
     pub rx_selective: bool,
 }
 
-/// Buffers of the provider registered once: transmit slots.
+/// The provider's transmit buffers, registered once.
 #[derive(Debug)]
 struct SlotPool {
-    buf: Box<[u8]>,
+    base: u64,
     key: u32,
-    slot_len: usize,
     free: Vec<u32>,
 }
 
 impl SlotPool {
     fn addr(&self, slot: u32) -> u64 {
-        self.buf.as_ptr() as u64 + u64::from(slot) * self.slot_len as u64
-    }
-
-    fn bytes(&mut self, slot: u32) -> &mut [u8] {
-        let start = slot as usize * self.slot_len;
-        &mut self.buf[start..start + self.slot_len]
+        self.base + u64::from(slot) * TX_SLOT_LEN as u64
     }
 }
 
@@ -165,9 +174,8 @@ impl SlotPool {
 #[derive(Debug)]
 struct Conn {
     peer: SocketAddr,
-    ring: Box<[u8]>,
+    ring: u64,
     ring_key: u32,
-    ring_range: RangeId,
     slot_len: usize,
     /// Closed or failed: released once its completions are handled.
     dead: bool,
@@ -175,47 +183,42 @@ struct Conn {
 
 impl Conn {
     fn slot_addr(&self, slot: u32) -> u64 {
-        self.ring.as_ptr() as u64 + u64::from(slot) * self.slot_len as u64
-    }
-
-    fn slot(&self, slot: u32) -> &[u8] {
-        let start = slot as usize * self.slot_len;
-        &self.ring[start..start + self.slot_len]
+        self.ring + u64::from(slot) * self.slot_len as u64
     }
 }
 
-/// A region the provider registered for one operation (a buffer without
-/// a descriptor), deregistered when the operation ends.
+/// Memory registered for one operation, deregistered when it ends: the
+/// application's buffer itself, or a provider buffer staging it.
 #[derive(Debug, Clone, Copy)]
-struct TempRegion {
+struct Staged {
     key: u32,
-    base: u64,
-    range: RangeId,
+    /// The address the engine uses.
+    addr: u64,
+    /// A provider buffer to free (staging), `None` for the application's.
+    owned: bool,
 }
 
 /// What to do when a MetaRoCE work request completes.
 #[derive(Debug)]
 enum Pending {
     /// An eager message or an injected one: free the slot, report.
-    Eager {
-        slot: u32,
-        report: Option<CqEntry>,
-    },
+    Eager { slot: u32, report: Option<CqEntry> },
     /// A rendezvous request: the application's completion waits for FIN.
     Rts { slot: u32, rndv: u32 },
     /// A FIN: free the slot.
     Fin { slot: u32 },
-    /// An RMA operation.
+    /// An RMA operation; a staged READ copies out into `read_into`.
     Rma {
         report: Option<CqEntry>,
-        temp: Option<TempRegion>,
+        staged: Option<Staged>,
         slot: Option<u32>,
+        read_into: Option<(usize, usize)>,
     },
     /// A rendezvous READ into the matched receive.
     RndvRead {
         recv: PostedRecv,
         arrival: Arrival,
-        temp: Option<TempRegion>,
+        staged: Staged,
         /// Bytes READ (the receive's capacity if the message is longer).
         len: usize,
         src: u64,
@@ -226,21 +229,21 @@ enum Pending {
 /// A rendezvous send waiting for its FIN.
 #[derive(Debug)]
 struct RndvSend {
-    temp: Option<TempRegion>,
+    staged: Staged,
     report: Option<CqEntry>,
     /// A gathered copy of a multi-buffer message (its memory is READ).
-    _staging: Option<Vec<u8>>,
+    _gather: Option<Vec<u8>>,
 }
 
-/// Work the provider itself must post but could not yet (ring full).
+/// Work the provider itself must post but could not yet (queue full).
 #[derive(Debug, Clone, Copy)]
 enum Deferred {
     Fin { conn: ConnHandle, rndv: u32, status: u16 },
     Recv { conn: ConnHandle, slot: u32 },
 }
 
-/// Counters of the provider's own decisions (`fi_metaroce_stats`-style,
-/// printed by tests on failure).
+/// Counters of the provider's own decisions (printed at close with
+/// `FI_METAROCE_STATS`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {
     pub eager_sent: u64,
@@ -250,9 +253,9 @@ pub struct Stats {
     pub connections_opened: u64,
     pub connections_accepted: u64,
     pub connections_failed: u64,
-    /// Of the MetaRoCE connections (closed and open): reliable packets
-    /// sent, retransmitted, declared lost, timeouts, receiver-not-ready
-    /// NAKs received, duplicates received.
+    /// Of the MetaRoCE connections (closed and open; host engine only):
+    /// reliable packets sent, retransmitted, declared lost, timeouts,
+    /// receiver-not-ready NAKs received, duplicates received.
     pub packets_sent: u64,
     pub retransmissions: u64,
     pub packets_lost: u64,
@@ -275,7 +278,7 @@ impl Stats {
 /// One domain's transport. Every method runs under the domain's lock.
 #[derive(Debug)]
 pub struct Transport {
-    node: Node<AppMemory>,
+    backend: Backend,
     pub bindings: Bindings,
     settings: Settings,
     /// The connection this side opened to each peer.
@@ -291,52 +294,9 @@ pub struct Transport {
     deferred: VecDeque<Deferred>,
     /// Messages an `FI_PEEK | FI_CLAIM` set aside, by the claiming context.
     claimed: HashMap<usize, (bool, Arrival)>,
-    /// Registered regions by key: `(base, range)`.
-    regions: HashMap<u32, (u64, RangeId)>,
+    /// Bytes being assembled for a provider buffer.
+    scratch: Vec<u8>,
     pub stats: Stats,
-}
-
-/// What the application asks a message send to do.
-#[derive(Debug, Clone)]
-pub struct SendArgs<'a> {
-    pub dest: u64,
-    pub iov: &'a [(usize, usize)],
-    pub tag: Option<u64>,
-    pub data: Option<u32>,
-    pub context: usize,
-    /// Report a completion.
-    pub completion: bool,
-    /// `fi_inject`: copy now, never report.
-    pub inject: bool,
-}
-
-/// An RMA operation.
-#[derive(Debug, Clone, Copy)]
-pub enum RmaOp {
-    Write,
-    WriteData(u32),
-    Read,
-}
-
-/// What the application asks an RMA operation to do.
-#[derive(Debug, Clone, Copy)]
-pub struct RmaArgs {
-    pub op: RmaOp,
-    pub dest: u64,
-    pub buf: usize,
-    pub len: usize,
-    /// Key of the local buffer's region (from its descriptor), if any.
-    pub local_key: Option<u32>,
-    pub remote_addr: u64,
-    pub remote_key: u64,
-    pub context: usize,
-    pub completion: bool,
-    pub inject: bool,
-}
-
-/// The completion flags of a message.
-fn msg_flags(tagged: bool, direction: u64) -> u64 {
-    direction | if tagged { flags::TAGGED } else { flags::MSG }
 }
 
 /// The libfabric error of a MetaRoCE completion status.
@@ -396,17 +356,24 @@ fn command_errno(e: CommandError) -> i32 {
 }
 
 impl Transport {
-    /// Binds the sockets and creates the endpoint.
+    /// Opens the backend and registers the transmit buffers.
     pub fn new(settings: Settings) -> Result<Transport, String> {
-        let node = Self::bind(&settings)?;
-        let mut t = Transport {
-            node,
+        let mut backend = Backend::open(&settings)?;
+        let slots = if backend.direct() { TX_SLOTS } else { TX_SLOTS_DPU };
+        let len = slots * TX_SLOT_LEN;
+        let base = backend
+            .alloc(len)
+            .map_err(|_| format!("no room for {len} bytes of transmit buffers"))?;
+        let key = backend
+            .register(base, len as u64, Access::ALL)
+            .map_err(|e| format!("cannot register the transmit buffers ({e})"))?;
+        Ok(Transport {
+            backend,
             bindings: Bindings::default(),
             tx: SlotPool {
-                buf: vec![0u8; TX_SLOTS * TX_SLOT_LEN].into_boxed_slice(),
-                key: 0,
-                slot_len: TX_SLOT_LEN,
-                free: (0..TX_SLOTS as u32).rev().collect(),
+                base,
+                key,
+                free: (0..slots as u32).rev().collect(),
             },
             settings,
             out: HashMap::new(),
@@ -419,89 +386,14 @@ impl Transport {
             next_rndv: 1,
             deferred: VecDeque::new(),
             claimed: HashMap::new(),
-            regions: HashMap::new(),
+            scratch: Vec::new(),
             stats: Stats::default(),
-        };
-        let base = t.tx.buf.as_ptr() as u64;
-        let len = t.tx.buf.len() as u64;
-        t.tx.key = t
-            .register(base, len, Access::ALL)
-            .map_err(|e| format!("cannot register the transmit buffers ({e})"))?;
-        Ok(t)
-    }
-
-    fn bind(settings: &Settings) -> Result<Node<AppMemory>, String> {
-        let span = settings.paths * 2;
-        let config = |port: u16, entropy_base: Option<u16>| NodeConfig {
-            bind: SocketAddr::new(settings.bind.ip(), port),
-            paths: settings.paths,
-            entropy_base,
-            mtu: settings.mtu,
-            rate_mbps: settings.rate_mbps,
-            accept: true,
-            connections: CONNECTIONS,
-            receives_per_connection: settings.rx_slots as u32 + 1,
-            seed: None,
-            ride_through: Some(settings.timeout),
-            source_limits: None,
-            protection: None,
-        };
-        let loopback = settings.bind.ip().is_loopback();
-        let adjust = |c: &mut metaroce_core::Config| {
-            // Every peer of the domain may reach every region it
-            // registered: one protection domain, as libfabric's domain.
-            c.accept_domain = AcceptDomain::Shared(0);
-            c.connect_timeout = settings.timeout;
-            // The provider's receives are its own, reposted as soon as
-            // they are read: a peer not ready is a peer slow to progress.
-            c.rnr_retry_limit = u8::MAX;
-            c.recv_queue_limit = c.recv_queue_limit.max(settings.rx_slots as u16 + 1);
-            if loopback {
-                // Round trips of tens of microseconds between processes of
-                // one machine: acknowledge as soon as the emulation
-                // profile's batching allows, and start at the paced rate
-                // rather than a start-up window sized for a fabric's
-                // incast (there is none on loopback).
-                c.ack_delay = Duration::from_micros(20);
-                c.initial_window_bytes = 0;
-            }
-        };
-        match settings.port_range {
-            None => Node::bind_with(
-                &config(settings.bind.port(), None),
-                None,
-                AppMemory::default(),
-                adjust,
-            )
-            .map_err(|e| e.to_string()),
-            Some((lo, hi)) => {
-                // Runs of 1 + span ports inside the range: the first free.
-                let mut base = u32::from(lo);
-                let mut last = String::from("no free ports");
-                while base + u32::from(span) <= u32::from(hi) {
-                    let port = base as u16;
-                    match Node::bind_with(
-                        &config(port, Some(port + 1)),
-                        None,
-                        AppMemory::default(),
-                        adjust,
-                    ) {
-                        Ok(node) => return Ok(node),
-                        Err(e) => last = e.to_string(),
-                    }
-                    base += u32::from(span) + 1;
-                }
-                Err(format!(
-                    "no free run of {} UDP ports in FI_METAROCE_PORT_RANGE {lo}-{hi} ({last})",
-                    span + 1
-                ))
-            }
-        }
+        })
     }
 
     /// The address peers reach this domain at.
     pub fn local_addr(&self) -> SocketAddr {
-        self.node.local_addr()
+        self.backend.local_addr()
     }
 
     /// The settings the transport runs with.
@@ -509,15 +401,21 @@ impl Transport {
         &self.settings
     }
 
-    /// The receive socket, for a thread that waits on it.
-    pub fn receive_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.node.receive_fd()
+    /// Whether application memory is registered as it is (host engine)
+    /// rather than staged (DPU).
+    pub fn direct(&self) -> bool {
+        self.backend.direct()
+    }
+
+    /// A descriptor to wait on for arriving work, if the backend has one.
+    pub fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.backend.wait_fd()
     }
 
     /// How long the transport may sleep (at most `max`).
     pub fn idle_wait(&self, max: Duration) -> Duration {
         if self.deferred.is_empty() {
-            self.node.idle_wait(max)
+            self.backend.idle_wait(max)
         } else {
             Duration::ZERO
         }
@@ -525,54 +423,57 @@ impl Transport {
 
     // ----- Memory -------------------------------------------------------
 
-    /// Registers `[base, base + len)` with `access`; returns its key.
+    /// Registers the application's `[base, base + len)` with `access`
+    /// (`fi_mr_reg`); returns its key. Only where the engine reaches the
+    /// application's memory.
     pub fn register(&mut self, base: u64, len: u64, access: Access) -> Result<u32, i32> {
+        if !self.backend.direct() {
+            return Err(errno::EOPNOTSUPP);
+        }
         if base.checked_add(len).is_none() {
             return Err(errno::EINVAL);
         }
-        let key = self
-            .node
-            .ep
-            .register_region(Region {
-                base,
-                len,
-                access,
-                pd: 0,
-            })
-            .map_err(|_| errno::ENOMEM)?;
-        let range = self.node.mem.add(base, len);
-        self.regions.insert(key, (base, range));
-        Ok(key)
+        self.backend.register(base, len, access)
     }
 
     /// Deregisters the region of `key`.
     pub fn deregister(&mut self, key: u32) -> Result<(), i32> {
-        let (base, range) = self.regions.remove(&key).ok_or(errno::ENOENT)?;
-        let _ = self.node.ep.deregister_region(key);
-        self.node.mem.remove(base, range);
+        self.backend.deregister(key);
         Ok(())
     }
 
     /// Whether `[addr, addr + len)` lies in the region of `key`.
     pub fn region_covers(&self, key: u32, addr: u64, len: u64) -> bool {
-        self.node
-            .ep
-            .regions()
-            .get(key)
-            .is_some_and(|r| r.contains(addr, len))
+        self.backend.region_covers(key, addr, len)
     }
 
-    fn temp_region(&mut self, base: u64, len: u64, access: Access) -> Result<TempRegion, i32> {
-        let key = self.register(base, len.max(1), access)?;
-        let range = self.regions[&key].1;
-        Ok(TempRegion { key, base, range })
+    /// Registers `len` bytes at the application's `addr` for one
+    /// operation, or (DPU) a provider buffer standing in for them, filled
+    /// from `fill` when given.
+    fn stage(&mut self, addr: u64, len: usize, access: Access, fill: Option<&[u8]>) -> Result<Staged, i32> {
+        if self.backend.direct() {
+            let key = self.backend.register(addr, len.max(1) as u64, access)?;
+            return Ok(Staged { key, addr, owned: false });
+        }
+        let buf = self.backend.alloc(len.max(1))?;
+        if let Some(bytes) = fill {
+            self.backend.write(buf, bytes);
+        }
+        match self.backend.register(buf, len.max(1) as u64, access) {
+            Ok(key) => Ok(Staged { key, addr: buf, owned: true }),
+            Err(e) => {
+                self.backend.free(buf);
+                Err(e)
+            }
+        }
     }
 
-    fn drop_temp(&mut self, temp: Option<TempRegion>) {
-        if let Some(t) = temp {
-            let _ = t.range;
-            let _ = self.deregister(t.key);
-            let _ = t.base;
+    fn unstage(&mut self, s: Option<Staged>) {
+        if let Some(s) = s {
+            self.backend.deregister(s.key);
+            if s.owned {
+                self.backend.free(s.addr);
+            }
         }
     }
 
@@ -590,6 +491,11 @@ impl Transport {
         }
     }
 
+    /// The source address of every connection, for matching.
+    fn sources(&self) -> HashMap<u64, u64> {
+        self.conns.keys().map(|&c| (c, self.src_of(c))).collect()
+    }
+
     /// The connection this side sends to `peer` on, opened if needed.
     fn conn_to(&mut self, peer: SocketAddr) -> Result<ConnHandle, i32> {
         if let Some(&h) = self.out.get(&peer) {
@@ -597,10 +503,7 @@ impl Transport {
                 return Ok(h);
             }
         }
-        let h = self.node.connect(peer).map_err(|e| match e {
-            CommandError::QueueFull => errno::EAGAIN,
-            _ => errno::ENOMEM,
-        })?;
+        let h = self.backend.connect(peer)?;
         self.stats.connections_opened += 1;
         self.add_conn(h, peer, true)?;
         self.out.insert(peer, h);
@@ -614,17 +517,21 @@ impl Transport {
         } else {
             (self.settings.rx_slots, HEADER_LEN + EAGER_LIMIT)
         };
-        let ring = vec![0u8; slots * slot_len].into_boxed_slice();
-        let base = ring.as_ptr() as u64;
-        let key = self.register(base, ring.len() as u64, Access::LOCAL_WRITE)?;
-        let ring_range = self.regions[&key].1;
+        let len = slots * slot_len;
+        let ring = self.backend.alloc(len)?;
+        let ring_key = match self.backend.register(ring, len as u64, Access::LOCAL_WRITE) {
+            Ok(k) => k,
+            Err(e) => {
+                self.backend.free(ring);
+                return Err(e);
+            }
+        };
         self.conns.insert(
             h.to_bits(),
             Conn {
                 peer,
                 ring,
-                ring_key: key,
-                ring_range,
+                ring_key,
                 slot_len,
                 dead: false,
             },
@@ -650,7 +557,7 @@ impl Transport {
                 len: c.slot_len as u32,
             },
         };
-        match self.node.post_recv(h, rr) {
+        match self.backend.post_recv(h, rr) {
             Ok(()) => {}
             Err(CommandError::QueueFull) => self.deferred.push_back(Deferred::Recv { conn: h, slot }),
             Err(_) => {}
@@ -658,17 +565,17 @@ impl Transport {
     }
 
     fn release_conn(&mut self, h: ConnHandle) {
-        if let Some(stats) = self.node.ep.stats(h) {
+        if let Some(stats) = self.backend.conn_stats(h) {
             self.stats.add_connection(&stats);
         }
         if let Some(c) = self.conns.remove(&h.to_bits()) {
-            let _ = self.deregister(c.ring_key);
-            let _ = c.ring_range;
+            self.backend.deregister(c.ring_key);
+            self.backend.free(c.ring);
             if self.out.get(&c.peer) == Some(&h) {
                 self.out.remove(&c.peer);
             }
         }
-        let _ = self.node.ep.release(h);
+        self.backend.release(h);
     }
 
     // ----- Posting ------------------------------------------------------
@@ -682,15 +589,9 @@ impl Transport {
 
     /// Posts `op` with `local` on `h`; on refusal takes back the pending
     /// record and returns it with the error.
-    fn post(
-        &mut self,
-        h: ConnHandle,
-        op: Op,
-        local: LocalBuf,
-        p: Pending,
-    ) -> Result<(), (i32, Pending)> {
+    fn post(&mut self, h: ConnHandle, op: Op, local: LocalBuf, p: Pending) -> Result<(), (i32, Pending)> {
         let id = self.wr_id(p);
-        match self.node.post_send(h, WorkRequest { id, op, local }) {
+        match self.backend.post_send(h, WorkRequest { id, op, local }) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let p = self.pending.remove(&id).expect("just inserted");
@@ -703,328 +604,48 @@ impl Transport {
         self.tx.free.pop().ok_or(errno::EAGAIN)
     }
 
-    /// `fi_send`, `fi_tsend` and their variants.
-    pub fn send(&mut self, args: &SendArgs<'_>) -> Result<(), i32> {
-        let mut total = 0usize;
-        for &(ptr, len) in args.iov {
-            if ptr == 0 && len != 0 {
-                return Err(errno::EINVAL);
+    /// Writes `header` and `payload` (pieces) into transmit slot `slot`;
+    /// returns the bytes written.
+    fn fill_slot(&mut self, slot: u32, header: &Header, payload: &[(usize, usize)]) -> usize {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(HEADER_LEN, 0);
+        header.emit(&mut scratch);
+        for &(ptr, len) in payload {
+            if len > 0 {
+                // SAFETY: the application passes `len` readable bytes at
+                // `ptr` (non-null, checked by the caller), valid for the
+                // call.
+                scratch.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) });
             }
-            total = total.checked_add(len).ok_or(errno::EMSGSIZE)?;
         }
-        if total > MAX_MSG || (args.inject && total > INJECT_LIMIT) {
-            return Err(errno::EMSGSIZE);
-        }
-        let peer = self.peer_of(args.dest)?;
-        let h = self.conn_to(peer)?;
-        let tagged = args.tag.is_some();
-        let report = (args.completion && !args.inject).then(|| CqEntry {
-            len: total,
-            ..CqEntry::new(args.context, msg_flags(tagged, flags::SEND))
-        });
-        let mut header = Header::new(Kind::Eager);
-        header.tagged = tagged;
-        header.tag = args.tag.unwrap_or(0);
-        header.data = args.data;
-        header.len = total as u64;
-        let slot = self.take_slot()?;
-        if total <= EAGER_LIMIT {
-            let bytes = self.tx.bytes(slot);
-            header.emit(bytes);
-            let mut at = HEADER_LEN;
-            for &(ptr, len) in args.iov {
-                if len > 0 {
-                    // SAFETY: the application passes `len` readable bytes
-                    // at `ptr` (checked non-null above), valid for the call.
-                    let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-                    bytes[at..at + len].copy_from_slice(src);
-                    at += len;
-                }
-            }
-            let local = LocalBuf {
-                key: self.tx.key,
-                addr: self.tx.addr(slot),
-                len: (HEADER_LEN + total) as u32,
-            };
-            return match self.post(h, Op::Send, local, Pending::Eager { slot, report }) {
-                Ok(()) => {
-                    self.stats.eager_sent += 1;
-                    self.kick();
-                    Ok(())
-                }
-                Err((e, _)) => {
-                    self.tx.free.push(slot);
-                    Err(e)
-                }
-            };
-        }
-        // Rendezvous: the receiver READs the message from its buffer (a
-        // gathered copy when it is in several pieces).
-        let (staging, base) = if args.iov.len() == 1 {
-            (None, args.iov[0].0 as u64)
-        } else {
-            let mut copy = Vec::with_capacity(total);
-            for &(ptr, len) in args.iov {
-                if len > 0 {
-                    // SAFETY: as for the eager copy above.
-                    copy.extend_from_slice(unsafe {
-                        std::slice::from_raw_parts(ptr as *const u8, len)
-                    });
-                }
-            }
-            let base = copy.as_ptr() as u64;
-            (Some(copy), base)
+        self.backend.write(self.tx.addr(slot), &scratch);
+        let n = scratch.len();
+        self.scratch = scratch;
+        n
+    }
+
+    fn send_fin(&mut self, h: ConnHandle, rndv: u32, status: u16) {
+        let Ok(slot) = self.take_slot() else {
+            self.deferred.push_back(Deferred::Fin { conn: h, rndv, status });
+            return;
         };
-        let temp = match self.temp_region(base, total as u64, Access::REMOTE_READ) {
-            Ok(t) => t,
-            Err(e) => {
-                self.tx.free.push(slot);
-                return Err(e);
-            }
-        };
-        let rndv = self.next_rndv;
-        self.next_rndv = self.next_rndv.wrapping_add(1).max(1);
-        header.kind = Kind::Rts;
+        let mut header = Header::new(Kind::Fin);
         header.rndv_id = rndv;
-        header.key = temp.key;
-        header.addr = base;
-        header.emit(self.tx.bytes(slot));
+        header.status = status;
+        let len = self.fill_slot(slot, &header, &[]);
         let local = LocalBuf {
             key: self.tx.key,
             addr: self.tx.addr(slot),
-            len: HEADER_LEN as u32,
+            len: len as u32,
         };
-        match self.post(h, Op::Send, local, Pending::Rts { slot, rndv }) {
-            Ok(()) => {
-                self.rndv_sends.insert(
-                    rndv,
-                    RndvSend {
-                        temp: Some(temp),
-                        report,
-                        _staging: staging,
-                    },
-                );
-                self.stats.rndv_sent += 1;
-                self.kick();
-                Ok(())
-            }
-            Err((e, _)) => {
+        match self.post(h, Op::Send, local, Pending::Fin { slot }) {
+            Ok(()) => {}
+            Err((errno::EAGAIN, _)) => {
                 self.tx.free.push(slot);
-                self.drop_temp(Some(temp));
-                Err(e)
+                self.deferred.push_back(Deferred::Fin { conn: h, rndv, status });
             }
-        }
-    }
-
-    /// `fi_recv`, `fi_trecv` and their variants.
-    pub fn recv(&mut self, recv: PostedRecv, tagged: bool) -> Result<(), i32> {
-        for &(ptr, len) in &recv.iov {
-            if ptr == 0 && len != 0 {
-                return Err(errno::EINVAL);
-            }
-        }
-        let src_of = |conn: u64| self.src_of(conn);
-        let srcs: HashMap<u64, u64> = self.conns.keys().map(|&c| (c, src_of(c))).collect();
-        let lookup = |c: u64| srcs.get(&c).copied().unwrap_or(ADDR_NOTAVAIL);
-        let matched = if tagged {
-            self.tagged.post(recv, lookup)
-        } else {
-            self.msgs.post(recv, lookup)
-        };
-        if let Some((recv, arrival)) = matched {
-            self.deliver(recv, arrival, tagged);
-            self.kick();
-        }
-        Ok(())
-    }
-
-    /// `fi_trecvmsg` with `FI_PEEK` (and `FI_CLAIM` / `FI_DISCARD`):
-    /// `Ok(true)` when a message matched (its completion is queued).
-    pub fn peek(&mut self, recv: &PostedRecv, claim: bool, discard: bool) -> bool {
-        self.progress();
-        let srcs: HashMap<u64, u64> = self.conns.keys().map(|&c| (c, self.src_of(c))).collect();
-        let lookup = |c: u64| srcs.get(&c).copied().unwrap_or(ADDR_NOTAVAIL);
-        let Some(i) = self
-            .tagged
-            .find_unexpected(recv.src, recv.tag, recv.ignore, &lookup)
-        else {
-            self.report_rx_error(
-                CqEntry::new(recv.context, msg_flags(true, flags::RECV)),
-                errno::ENOMSG,
-                0,
-                0,
-            );
-            return false;
-        };
-        let a = self.tagged.unexpected(i).expect("found").clone();
-        let entry = CqEntry {
-            len: a.body.len() as usize,
-            tag: a.tag,
-            data: u64::from(a.data.unwrap_or(0)),
-            src: lookup(a.conn),
-            ..CqEntry::new(
-                recv.context,
-                msg_flags(true, flags::RECV)
-                    | if a.data.is_some() {
-                        flags::REMOTE_CQ_DATA
-                    } else {
-                        0
-                    },
-            )
-        };
-        if claim || discard {
-            let a = self.tagged.take_unexpected(i).expect("found");
-            if discard {
-                self.discard(a);
-            } else {
-                self.claimed.insert(recv.context, (true, a));
-            }
-        }
-        self.report_rx(entry);
-        true
-    }
-
-    /// `fi_trecvmsg` with `FI_CLAIM`: receives the message a peek claimed
-    /// under `recv.context` (or discards it).
-    pub fn claim(&mut self, recv: PostedRecv, discard: bool) -> Result<(), i32> {
-        let (tagged, arrival) = self.claimed.remove(&recv.context).ok_or(errno::ENOMSG)?;
-        if discard {
-            let entry = CqEntry::new(recv.context, msg_flags(tagged, flags::RECV));
-            self.discard(arrival);
-            self.report_rx(entry);
-        } else {
-            self.deliver(recv, arrival, tagged);
-        }
-        self.kick();
-        Ok(())
-    }
-
-    /// Drops a message nobody will receive; a rendezvous is told.
-    fn discard(&mut self, a: Arrival) {
-        if let Body::Rts { rndv_id, .. } = a.body {
-            self.send_fin(ConnHandle::from_bits(a.conn), rndv_id, 0);
-        }
-    }
-
-    /// `fi_cancel`: a posted receive of `context` ends with `FI_ECANCELED`.
-    pub fn cancel(&mut self, context: usize) -> bool {
-        for tagged in [false, true] {
-            let q = if tagged {
-                &mut self.tagged
-            } else {
-                &mut self.msgs
-            };
-            if let Some(r) = q.cancel(context) {
-                self.report_rx_error(
-                    CqEntry::new(r.context, msg_flags(tagged, flags::RECV)),
-                    errno::ECANCELED,
-                    0,
-                    0,
-                );
-                return true;
-            }
-        }
-        false
-    }
-
-    /// `fi_write`, `fi_writedata`, `fi_read` and their variants.
-    pub fn rma(&mut self, args: RmaArgs) -> Result<(), i32> {
-        if args.buf == 0 && args.len != 0 {
-            return Err(errno::EINVAL);
-        }
-        if args.len > MAX_MSG || (args.inject && args.len > INJECT_LIMIT) {
-            return Err(errno::EMSGSIZE);
-        }
-        let remote_key = u32::try_from(args.remote_key).map_err(|_| errno::EINVAL)?;
-        let peer = self.peer_of(args.dest)?;
-        let h = self.conn_to(peer)?;
-        let (op, direction) = match args.op {
-            RmaOp::Write => (
-                Op::Write {
-                    remote: MemoryTarget {
-                        key: remote_key,
-                        addr: args.remote_addr,
-                    },
-                },
-                flags::WRITE,
-            ),
-            RmaOp::WriteData(imm) => (
-                Op::WriteImm {
-                    remote: MemoryTarget {
-                        key: remote_key,
-                        addr: args.remote_addr,
-                    },
-                    imm,
-                },
-                flags::WRITE,
-            ),
-            RmaOp::Read => (
-                Op::Read {
-                    remote: MemoryTarget {
-                        key: remote_key,
-                        addr: args.remote_addr,
-                    },
-                },
-                flags::READ,
-            ),
-        };
-        let report = (args.completion && !args.inject).then(|| CqEntry {
-            len: args.len,
-            ..CqEntry::new(args.context, flags::RMA | direction)
-        });
-        let access = if matches!(args.op, RmaOp::Read) {
-            Access::LOCAL_WRITE
-        } else {
-            Access(0)
-        };
-        let (local, temp, slot) = if args.inject {
-            let slot = self.take_slot()?;
-            // SAFETY: the application passes `len` readable bytes at `buf`
-            // (non-null checked above), valid for the call.
-            let src = unsafe { std::slice::from_raw_parts(args.buf as *const u8, args.len) };
-            self.tx.bytes(slot)[..args.len].copy_from_slice(src);
-            let local = LocalBuf {
-                key: self.tx.key,
-                addr: self.tx.addr(slot),
-                len: args.len as u32,
-            };
-            (local, None, Some(slot))
-        } else {
-            match args.local_key {
-                Some(key) => {
-                    if !self.region_covers(key, args.buf as u64, args.len as u64) {
-                        return Err(errno::EINVAL);
-                    }
-                    let local = LocalBuf {
-                        key,
-                        addr: args.buf as u64,
-                        len: args.len as u32,
-                    };
-                    (local, None, None)
-                }
-                None => {
-                    let temp = self.temp_region(args.buf as u64, args.len as u64, access)?;
-                    let local = LocalBuf {
-                        key: temp.key,
-                        addr: args.buf as u64,
-                        len: args.len as u32,
-                    };
-                    (local, Some(temp), None)
-                }
-            }
-        };
-        match self.post(h, op, local, Pending::Rma { report, temp, slot }) {
-            Ok(()) => {
-                self.kick();
-                Ok(())
-            }
-            Err((e, _)) => {
-                if let Some(slot) = slot {
-                    self.tx.free.push(slot);
-                }
-                self.drop_temp(temp);
-                Err(e)
-            }
+            Err(_) => self.tx.free.push(slot),
         }
     }
 
@@ -1041,14 +662,14 @@ impl Transport {
         let mut any = false;
         for _ in 0..4 {
             self.retry_deferred();
-            if !self.node.progress() {
+            if !self.backend.progress() {
                 break;
             }
             any = true;
-            while let Some(e) = self.node.events.pop_front() {
+            while let Some(e) = self.backend.next_event() {
                 self.on_event(e);
             }
-            while let Some(c) = self.node.completions.pop_front() {
+            while let Some(c) = self.backend.next_completion() {
                 self.on_completion(c);
             }
             let dead: Vec<ConnHandle> = self
@@ -1080,9 +701,10 @@ impl Transport {
         match e {
             Event::Incoming { conn, peer } => {
                 self.stats.connections_accepted += 1;
-                if self.add_conn(conn, socket_of(peer), false).is_err() {
-                    let now = self.node.now();
-                    let _ = self.node.ep.close(now, conn);
+                let accepted = self.backend.accept(conn).is_ok()
+                    && self.add_conn(conn, socket_of(peer), false).is_ok();
+                if !accepted {
+                    self.backend.close(conn);
                 }
             }
             Event::Connected(_) => {}
@@ -1107,7 +729,6 @@ impl Transport {
         let Some(p) = self.pending.remove(&c.wr_id) else {
             return;
         };
-        let ok = c.status == Status::Success;
         match p {
             Pending::Eager { slot, report } => {
                 self.tx.free.push(slot);
@@ -1116,288 +737,50 @@ impl Transport {
             Pending::Fin { slot } => self.tx.free.push(slot),
             Pending::Rts { slot, rndv } => {
                 self.tx.free.push(slot);
-                if !ok {
+                if c.status != Status::Success {
                     self.finish_rndv_send(rndv, c.status);
                 }
             }
-            Pending::Rma { report, temp, slot } => {
+            Pending::Rma {
+                report,
+                staged,
+                slot,
+                read_into,
+            } => {
                 if let Some(slot) = slot {
                     self.tx.free.push(slot);
                 }
-                self.drop_temp(temp);
+                if let (Some(s), Some((ptr, len)), Status::Success) = (staged, read_into, c.status) {
+                    self.copy_out(s.addr, &[(ptr, len)], len);
+                }
+                self.unstage(staged);
                 self.report_tx(report, c.status);
             }
             Pending::RndvRead {
                 recv,
                 arrival,
-                temp,
+                staged,
                 len,
                 src,
                 flags,
-            } => {
-                self.drop_temp(temp);
-                let Body::Rts { len: total, rndv_id, .. } = arrival.body else {
-                    return;
-                };
-                let status = if ok { 0 } else { prov_errno_of(c.status) as u16 };
-                self.send_fin(ConnHandle::from_bits(arrival.conn), rndv_id, status);
-                if ok {
-                    self.complete_recv(&recv, &arrival, len, total as usize, src, flags);
-                } else {
-                    self.report_rx_error(
-                        CqEntry {
-                            tag: arrival.tag,
-                            src,
-                            ..CqEntry::new(recv.context, flags)
-                        },
-                        fi_errno_of(c.status),
-                        prov_errno_of(c.status),
-                        0,
-                    );
-                }
-            }
+            } => self.rndv_read_done(c.status, recv, arrival, staged, len, src, flags),
         }
     }
 
-    /// A receive buffer of the provider's completed.
-    fn on_receive(&mut self, c: Completion) {
-        let h = c.conn;
-        let slot = c.wr_id as u32;
-        if c.status != Status::Success {
-            return;
-        }
-        let src = self.src_of(h.to_bits());
-        if c.opcode == Opcode::RecvWriteImm {
-            // The peer's fi_writedata: its data is reported here; the
-            // receive is the provider's, so it is posted again at once.
-            let entry = CqEntry {
-                len: c.byte_len as usize,
-                data: u64::from(c.imm.unwrap_or(0)),
-                src,
-                ..CqEntry::new(0, flags::RMA | flags::REMOTE_WRITE | flags::REMOTE_CQ_DATA)
-            };
-            self.post_ring_recv(h, slot);
-            self.report_rx(entry);
-            return;
-        }
-        let Some(conn) = self.conns.get(&h.to_bits()) else {
-            return;
-        };
-        let bytes = &conn.slot(slot)[..(c.byte_len as usize).min(conn.slot_len)];
-        let header = match Header::parse(bytes) {
-            Ok(h) => h,
-            Err(_) => {
-                self.stats.malformed += 1;
-                self.post_ring_recv(h, slot);
-                return;
-            }
-        };
-        let arrival = match header.kind {
-            Kind::Fin => {
-                self.post_ring_recv(h, slot);
-                self.finish_rndv_send(header.rndv_id, status_of_wire(header.status));
-                return;
-            }
-            Kind::Eager => Arrival {
-                conn: h.to_bits(),
-                tag: header.tag,
-                data: header.data,
-                body: Body::Eager(bytes[HEADER_LEN..].to_vec()),
-            },
-            Kind::Rts => Arrival {
-                conn: h.to_bits(),
-                tag: header.tag,
-                data: header.data,
-                body: Body::Rts {
-                    len: header.len,
-                    key: header.key,
-                    addr: header.addr,
-                    rndv_id: header.rndv_id,
-                },
-            },
-        };
-        // The bytes are copied out: the buffer goes back at once.
-        self.post_ring_recv(h, slot);
-        let queue = if header.tagged {
-            &mut self.tagged
-        } else {
-            &mut self.msgs
-        };
-        match queue.arrive(arrival, src) {
-            Some((recv, arrival)) => self.deliver(recv, arrival, header.tagged),
-            None => self.stats.unexpected += 1,
-        }
-    }
-
-    /// A message met its receive: copy it (eager) or READ it (rendezvous).
-    fn deliver(&mut self, recv: PostedRecv, arrival: Arrival, tagged: bool) {
-        let src = self.src_of(arrival.conn);
-        let flags = msg_flags(tagged, flags::RECV)
-            | if arrival.data.is_some() {
-                flags::REMOTE_CQ_DATA
-            } else {
-                0
-            };
-        match &arrival.body {
-            Body::Eager(bytes) => {
-                let mut at = 0;
-                for &(ptr, len) in &recv.iov {
-                    let n = len.min(bytes.len() - at);
-                    if n > 0 {
-                        // SAFETY: the application posted `len` writable
-                        // bytes at `ptr` (non-null, checked at post) and
-                        // keeps them until the receive completes.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(bytes[at..].as_ptr(), ptr as *mut u8, n)
-                        };
-                    }
-                    at += n;
-                }
-                let total = bytes.len();
-                self.complete_recv(&recv, &arrival, at, total, src, flags);
-            }
-            &Body::Rts {
-                len: total,
-                key,
-                addr,
-                rndv_id,
-            } => {
-                let h = ConnHandle::from_bits(arrival.conn);
-                let want = (total as usize).min(recv.capacity());
-                let alive = self.conns.get(&arrival.conn).is_some_and(|c| !c.dead);
-                // A single buffer is READ into directly; several through
-                // one registered staging copy would need scattering, so
-                // the first buffer takes what it holds.
-                let (base, len) = match recv.iov.first() {
-                    Some(&(ptr, cap)) => (ptr as u64, want.min(cap)),
-                    None => (0, 0),
-                };
-                if !alive {
-                    self.report_rx_error(
-                        CqEntry {
-                            tag: arrival.tag,
-                            src,
-                            ..CqEntry::new(recv.context, flags)
-                        },
-                        errno::ECANCELED,
-                        prov_errno_of(Status::Flushed),
-                        0,
-                    );
-                    return;
-                }
-                if len == 0 {
-                    self.send_fin(h, rndv_id, 0);
-                    self.complete_recv(&recv, &arrival, 0, total as usize, src, flags);
-                    return;
-                }
-                let temp = match self.temp_region(base, len as u64, Access::LOCAL_WRITE) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        self.send_fin(h, rndv_id, prov_errno_of(Status::Flushed) as u16);
-                        self.report_rx_error(
-                            CqEntry::new(recv.context, flags),
-                            e,
-                            0,
-                            0,
-                        );
-                        return;
-                    }
-                };
-                let local = LocalBuf {
-                    key: temp.key,
-                    addr: base,
-                    len: len as u32,
-                };
-                let op = Op::Read {
-                    remote: MemoryTarget { key, addr },
-                };
-                let pending = Pending::RndvRead {
-                    recv,
-                    arrival,
-                    temp: Some(temp),
-                    len,
-                    src,
-                    flags,
-                };
-                if let Err((_, p)) = self.post(h, op, local, pending) {
-                    // The connection's queue is full or closed: fail the
-                    // receive and release the sender.
-                    if let Pending::RndvRead { recv, temp, .. } = p {
-                        self.drop_temp(temp);
-                        self.send_fin(h, rndv_id, prov_errno_of(Status::Flushed) as u16);
-                        self.report_rx_error(
-                            CqEntry::new(recv.context, flags),
-                            errno::EIO,
-                            0,
-                            0,
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reports a receive that got `len` of the message's `total` bytes.
-    fn complete_recv(
-        &mut self,
-        recv: &PostedRecv,
-        arrival: &Arrival,
-        len: usize,
-        total: usize,
-        src: u64,
-        flags: u64,
-    ) {
-        let entry = CqEntry {
-            context: recv.context,
-            flags,
-            len,
-            buf: recv.iov.first().map_or(0, |&(p, _)| p),
-            data: u64::from(arrival.data.unwrap_or(0)),
-            tag: arrival.tag,
-            src,
-        };
-        if total > len {
-            self.report_rx_error(entry, errno::ETRUNC, 0, total - len);
-        } else if recv.completion || !self.bindings.rx_selective {
-            self.report_rx(entry);
-        }
-    }
-
-    fn send_fin(&mut self, h: ConnHandle, rndv: u32, status: u16) {
-        let Ok(slot) = self.take_slot() else {
-            self.deferred.push_back(Deferred::Fin {
-                conn: h,
-                rndv,
-                status,
-            });
-            return;
-        };
-        let mut header = Header::new(Kind::Fin);
-        header.rndv_id = rndv;
-        header.status = status;
-        header.emit(self.tx.bytes(slot));
-        let local = LocalBuf {
-            key: self.tx.key,
-            addr: self.tx.addr(slot),
-            len: HEADER_LEN as u32,
-        };
-        match self.post(h, Op::Send, local, Pending::Fin { slot }) {
-            Ok(()) => {}
-            Err((errno::EAGAIN, _)) => {
-                self.tx.free.push(slot);
-                self.deferred.push_back(Deferred::Fin {
-                    conn: h,
-                    rndv,
-                    status,
-                });
-            }
-            Err(_) => self.tx.free.push(slot),
-        }
+    /// Copies `len` bytes of a provider buffer at `addr` into the
+    /// application's buffers `iov`.
+    fn copy_out(&mut self, addr: u64, iov: &[(usize, usize)], len: usize) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(len, 0);
+        self.backend.read(addr, &mut scratch);
+        scatter(&scratch, iov);
+        self.scratch = scratch;
     }
 
     fn finish_rndv_send(&mut self, rndv: u32, status: Status) {
         if let Some(s) = self.rndv_sends.remove(&rndv) {
-            self.drop_temp(s.temp);
+            self.unstage(Some(s.staged));
             self.report_tx(s.report, status);
         }
     }
@@ -1444,10 +827,9 @@ impl Transport {
         self.msgs.drain_posted();
         self.tagged.drain_posted();
         self.linger();
-        let now = self.node.now();
         let handles: Vec<u64> = self.conns.keys().copied().collect();
         for bits in handles {
-            let _ = self.node.ep.close(now, ConnHandle::from_bits(bits));
+            self.backend.close(ConnHandle::from_bits(bits));
         }
         self.progress();
         self.bindings = Bindings::default();
@@ -1472,19 +854,34 @@ impl Transport {
     pub fn unexpected_len(&self) -> usize {
         self.msgs.unexpected_len() + self.tagged.unexpected_len()
     }
-}
 
-impl Transport {
     /// The counters, with the open connections' counted in.
     pub fn totals(&self) -> Stats {
         let mut s = self.stats;
         for &bits in self.conns.keys() {
-            if let Some(c) = self.node.ep.stats(ConnHandle::from_bits(bits)) {
+            if let Some(c) = self.backend.conn_stats(ConnHandle::from_bits(bits)) {
                 s.add_connection(&c);
             }
         }
         s
     }
+}
+
+/// Copies `bytes` into the buffers `iov` in order (as much as fits);
+/// returns the bytes copied.
+fn scatter(bytes: &[u8], iov: &[(usize, usize)]) -> usize {
+    let mut at = 0;
+    for &(ptr, len) in iov {
+        let n = len.min(bytes.len() - at);
+        if n > 0 {
+            // SAFETY: the application posted `len` writable bytes at `ptr`
+            // (non-null, checked at post) and keeps them until the
+            // operation completes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes[at..].as_ptr(), ptr as *mut u8, n) };
+        }
+        at += n;
+    }
+    at
 }
 
 impl Drop for Transport {
@@ -1511,11 +908,10 @@ impl Drop for Transport {
         }
         // Tell peers: a CLOSE is cheaper for them than a timeout.
         self.linger();
-        let now = self.node.now();
         let handles: Vec<u64> = self.conns.keys().copied().collect();
         for bits in handles {
-            let _ = self.node.ep.close(now, ConnHandle::from_bits(bits));
+            self.backend.close(ConnHandle::from_bits(bits));
         }
-        self.node.flush();
+        self.backend.flush();
     }
 }
