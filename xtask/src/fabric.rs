@@ -482,6 +482,7 @@ impl Loss {
                 p.name
             )));
         };
+        remove_stale_tables();
         let table = format!("metaroce_fabric_{}", std::process::id());
         let rules = format!(
             "table inet {table} {{
@@ -535,6 +536,27 @@ impl Loss {
             }
         }
         (seen, dropped)
+    }
+}
+
+/// Tables of runs that ended without deleting theirs (killed by a signal).
+fn remove_stale_tables() {
+    let Ok(out) = Command::new("nft").args(["list", "tables"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.strip_prefix("table inet ") else {
+            continue;
+        };
+        let Some(pid) = name.trim().strip_prefix("metaroce_fabric_") else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            println!("fabric: deleting the nftables table of an ended run: {name}");
+            let _ = Command::new("nft")
+                .args(["delete", "table", "inet", name.trim()])
+                .status();
+        }
     }
 }
 
@@ -825,9 +847,15 @@ fn lint_and_unit_tests(ctx: &mut Context, o: &mut Outcome) -> Result<(), Error> 
     ctx.tally.failed += tally.failed;
     ctx.ran_tests = true;
     if !ok || tally.failed > 0 {
+        if tally.failed == 0 {
+            // A build error or a crashed test binary: one failure.
+            ctx.tally.failed += 1;
+        }
         o.failures.push(format!(
-            "cargo test -p metaroce-fabric ({} passed, {} failed)",
-            tally.passed, tally.failed
+            "cargo test -p metaroce-fabric ({} passed, {} failed{})",
+            tally.passed,
+            tally.failed,
+            if ok { "" } else { ", cargo failed: see above" }
         ));
     }
     Ok(())
@@ -1043,17 +1071,19 @@ fn mpi_runs(
                 first = false;
                 let selected = f.stdout.contains("select: component ofi selected")
                     || f.stderr.contains("select: component ofi selected");
-                let provider_lines: Vec<&str> = f
+                // Open MPI 4.1 prints the domain name of the fi_info it took.
+                let domain = f
                     .stdout
                     .lines()
                     .chain(f.stderr.lines())
-                    .filter(|l| l.contains("mtl:ofi:provider"))
-                    .collect();
+                    .find_map(|l| l.split("mtl:ofi:provider: ").nth(1))
+                    .unwrap_or("?")
+                    .trim()
+                    .to_string();
                 if selected {
                     o.pass(&format!(
-                        "Open MPI selected the ofi MTL with mtl_ofi_provider_include {} ({})",
-                        p.name,
-                        provider_lines.first().map(|l| l.trim()).unwrap_or("")
+                        "Open MPI selected the ofi MTL with mtl_ofi_provider_include {} (mtl_base_verbose: domain `{domain}`)",
+                        p.name
                     ));
                 } else {
                     o.fail(
