@@ -11,8 +11,14 @@ use metaroce_fi::matching::PostedRecv;
 use metaroce_fi::queues::{AddressVector, CompletionQueue};
 use metaroce_fi::transport::{RmaArgs, RmaOp, SendArgs, Settings, Transport};
 
-fn side() -> (Transport, Arc<CompletionQueue>, Arc<CompletionQueue>, Arc<AddressVector>) {
-    let mut t = Transport::new(Settings::from_env("127.0.0.1:0".parse().unwrap()).unwrap()).unwrap();
+fn side() -> (
+    Transport,
+    Arc<CompletionQueue>,
+    Arc<CompletionQueue>,
+    Arc<AddressVector>,
+) {
+    let mut t =
+        Transport::new(Settings::from_env("127.0.0.1:0".parse().unwrap()).unwrap()).unwrap();
     let (tx, rx, av) = (Arc::default(), Arc::default(), Arc::default());
     t.bindings.tx_cq = Some(Arc::clone(&tx));
     t.bindings.rx_cq = Some(Arc::clone(&rx));
@@ -43,7 +49,9 @@ fn main() {
     let len = 1 << 20;
     let src = vec![7u8; len];
     let mut dst = vec![0u8; len];
-    let key = b.register(dst.as_mut_ptr() as u64, len as u64, Access::ALL).unwrap();
+    let key = b
+        .register(dst.as_mut_ptr() as u64, len as u64, Access::ALL)
+        .unwrap();
     let rounds = 200;
     for (name, op) in [("write", RmaOp::Write), ("read", RmaOp::Read)] {
         let start = Instant::now();
@@ -64,22 +72,46 @@ fn main() {
             drain(&mut a, &mut b, &atx, 1);
         }
         let s = start.elapsed().as_secs_f64();
-        println!("{name:8} {:8.1} MB/s  {:8.1} us per 1 MiB", (rounds * len) as f64 / s / 1e6, s * 1e6 / rounds as f64);
+        println!(
+            "{name:8} {:8.1} MB/s  {:8.1} us per 1 MiB",
+            (rounds * len) as f64 / s / 1e6,
+            s * 1e6 / rounds as f64
+        );
     }
     let start = Instant::now();
     for i in 0..rounds {
         b.recv(
-            PostedRecv { iov: vec![(dst.as_mut_ptr() as usize, len)], context: i, src: ADDR_UNSPEC, tag: 0, ignore: u64::MAX, completion: true },
+            PostedRecv {
+                iov: vec![(dst.as_mut_ptr() as usize, len)],
+                context: i,
+                src: ADDR_UNSPEC,
+                tag: 0,
+                ignore: u64::MAX,
+                completion: true,
+            },
             false,
         )
         .unwrap();
         let iov = [(src.as_ptr() as usize, len)];
-        a.send(&SendArgs { dest: 0, iov: &iov, tag: None, data: None, context: i, completion: true, inject: false }).unwrap();
+        a.send(&SendArgs {
+            dest: 0,
+            iov: &iov,
+            tag: None,
+            data: None,
+            context: i,
+            completion: true,
+            inject: false,
+        })
+        .unwrap();
         drain(&mut a, &mut b, &brx, 1);
         drain(&mut a, &mut b, &atx, 1);
     }
     let s = start.elapsed().as_secs_f64();
-    println!("message  {:8.1} MB/s  {:8.1} us per 1 MiB", (rounds * len) as f64 / s / 1e6, s * 1e6 / rounds as f64);
+    println!(
+        "message  {:8.1} MB/s  {:8.1} us per 1 MiB",
+        (rounds * len) as f64 / s / 1e6,
+        s * 1e6 / rounds as f64
+    );
     println!("{:?}", a.totals());
     println!("{:?}", b.totals());
 }

@@ -46,7 +46,7 @@ static AV_OPS: sys::fi_ops_av = sys::fi_ops_av {
 };
 
 /// The domain's `av_open` entry point.
-pub unsafe extern "C" fn open(
+pub(crate) unsafe extern "C" fn open(
     domain: *mut sys::fid_domain,
     attr: *mut sys::fi_av_attr,
     av: *mut *mut sys::fid_av,

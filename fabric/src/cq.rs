@@ -47,7 +47,7 @@ static CQ_OPS: sys::fi_ops_cq = sys::fi_ops_cq {
 };
 
 /// The domain's `cq_open` entry point.
-pub unsafe extern "C" fn open(
+pub(crate) unsafe extern "C" fn open(
     domain: *mut sys::fid_domain,
     attr: *mut sys::fi_cq_attr,
     cq: *mut *mut sys::fid_cq,
@@ -189,7 +189,8 @@ impl Cq {
     }
 
     fn sread(&self, buf: *mut c_void, count: usize, src: *mut u64, timeout: c_int) -> isize {
-        let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        let deadline =
+            (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
         loop {
             let n = self.read(buf, count, src);
             if n != -(errno::EAGAIN as isize) {

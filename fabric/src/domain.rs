@@ -51,7 +51,9 @@ pub struct DomainShared {
 impl DomainShared {
     /// The transport, `None` once the domain closed.
     pub fn lock(&self) -> MutexGuard<'_, Option<Transport>> {
-        self.transport.lock().unwrap_or_else(PoisonError::into_inner)
+        self.transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `f` on the open transport.
@@ -116,7 +118,12 @@ impl DomainShared {
     fn shut_down(&self) {
         self.stop.store(true, Ordering::Release);
         let _ = self.waker.write(1);
-        if let Some(h) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(h) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = h.join();
         }
         self.lock().take();
@@ -130,7 +137,8 @@ impl DomainShared {
 fn progress_thread(shared: Arc<DomainShared>) {
     while !shared.stop.load(Ordering::Acquire) {
         let now = shared.origin.elapsed().as_nanos() as u64;
-        let since_app = Duration::from_nanos(now.saturating_sub(shared.app_active.load(Ordering::Relaxed)));
+        let since_app =
+            Duration::from_nanos(now.saturating_sub(shared.app_active.load(Ordering::Relaxed)));
         let (wait, watch_socket) = if since_app < APP_ACTIVE {
             (APP_ACTIVE - since_app, false)
         } else {
@@ -213,7 +221,7 @@ static MR_OPS: sys::fi_ops_mr = sys::fi_ops_mr {
 };
 
 /// The fabric's `domain` entry point.
-pub unsafe extern "C" fn open(
+pub(crate) unsafe extern "C" fn open(
     fabric: *mut sys::fid_fabric,
     info: *mut sys::fi_info,
     domain: *mut *mut sys::fid_domain,
@@ -256,7 +264,8 @@ pub unsafe extern "C" fn open(
             Some(Err(_)) => return -errno::ENOMEM,
             None => None,
         };
-        let Ok(waker) = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+        let Ok(waker) =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
         else {
             return -errno::ENOMEM;
         };
@@ -535,7 +544,10 @@ unsafe extern "C" fn mr_regv(
         }
         // SAFETY: the application passes `count` iovecs at `iov`.
         let iov = unsafe { std::slice::from_raw_parts(iov, count) };
-        let pieces: Vec<(usize, usize)> = iov.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect();
+        let pieces: Vec<(usize, usize)> = iov
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect();
         register(fid, &pieces, access, offset, mr, context)
     })
 }
@@ -558,8 +570,11 @@ unsafe extern "C" fn mr_regattr(
             return -errno::EINVAL;
         }
         // SAFETY: the attributes hold `iov_count` iovecs.
-        let iov = unsafe { std::slice::from_raw_parts(a.mr_iov as *const sys::iovec, a.iov_count) };
-        let pieces: Vec<(usize, usize)> = iov.iter().map(|v| (v.iov_base as usize, v.iov_len)).collect();
+        let iov = unsafe { std::slice::from_raw_parts(a.mr_iov, a.iov_count) };
+        let pieces: Vec<(usize, usize)> = iov
+            .iter()
+            .map(|v| (v.iov_base as usize, v.iov_len))
+            .collect();
         register(fid, &pieces, a.access, a.offset, mr, a.context)
     })
 }

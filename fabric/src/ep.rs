@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::domain::{domain_of, Domain, DomainShared};
 use crate::fabric::{fid, leak};
-use crate::flags::{self, errno, ADDR_UNSPEC};
+use crate::flags::{self, errno};
 use crate::info::{sockaddr_bytes, IOV_LIMIT};
 use crate::matching::PostedRecv;
 use crate::transport::{RmaArgs, RmaOp, SendArgs};
@@ -119,7 +119,7 @@ static ATOMIC_OPS: sys::fi_ops_atomic = sys::fi_ops_atomic {
 };
 
 /// The domain's `endpoint` entry point.
-pub unsafe extern "C" fn open(
+pub(crate) unsafe extern "C" fn open(
     domain: *mut sys::fid_domain,
     info: *mut sys::fi_info,
     ep: *mut *mut sys::fid_ep,
@@ -139,14 +139,20 @@ pub unsafe extern "C" fn open(
                 // SAFETY: attribute pointers of an `fi_info` are null or
                 // valid.
                 let ep_attr = unsafe { i.ep_attr.as_ref() };
-                if ep_attr.is_some_and(|a| a.type_ != sys::FI_EP_RDM && a.type_ != sys::FI_EP_UNSPEC) {
+                if ep_attr
+                    .is_some_and(|a| a.type_ != sys::FI_EP_RDM && a.type_ != sys::FI_EP_UNSPEC)
+                {
                     return -errno::EINVAL;
                 }
                 // SAFETY: as above.
                 unsafe {
                     (
-                        i.tx_attr.as_ref().map_or(d.info.tx_op_flags, |t| t.op_flags),
-                        i.rx_attr.as_ref().map_or(d.info.rx_op_flags, |r| r.op_flags),
+                        i.tx_attr
+                            .as_ref()
+                            .map_or(d.info.tx_op_flags, |t| t.op_flags),
+                        i.rx_attr
+                            .as_ref()
+                            .map_or(d.info.rx_op_flags, |r| r.op_flags),
                     )
                 }
             }
@@ -485,18 +491,29 @@ fn send(ep: *mut sys::fid_ep, s: Send) -> isize {
         Ok(e) => e,
         Err(err) => return -(err as isize),
     };
-    let op_flags = s.op_flags.unwrap_or_else(|| e.tx_op_flags.load(Ordering::Acquire));
-    let inject = s.inject || op_flags & flags::INJECT != 0;
+    let op_flags = s
+        .op_flags
+        .unwrap_or_else(|| e.tx_op_flags.load(Ordering::Acquire));
+    // `FI_INJECT` on a `sendmsg`: the buffer is free on return, which
+    // eager messages satisfy (they are copied when posted); longer ones
+    // would be READ from it later.
+    let total: usize = s.iov.iter().map(|&(_, len)| len).sum();
+    if op_flags & flags::INJECT != 0 && total > crate::transport::INJECT_LIMIT {
+        return -(errno::EMSGSIZE as isize);
+    }
     rc(e.domain.with(|t| {
-        let completion = !s.inject && (!t.bindings.tx_selective || op_flags & flags::COMPLETION != 0);
+        let completion =
+            !s.inject && (!t.bindings.tx_selective || op_flags & flags::COMPLETION != 0);
         t.send(&SendArgs {
             dest: s.dest,
             iov: &s.iov,
             tag: s.tag,
+            // Remote CQ data is MetaRoCE's 32-bit immediate
+            // (`cq_data_size` 4).
             data: s.data.map(|d| d as u32),
             context: s.context,
             completion,
-            inject: s.inject || (inject && s.iov.iter().map(|v| v.1).sum::<usize>() <= crate::transport::INJECT_LIMIT && !completion),
+            inject: s.inject,
         })
     }))
 }
@@ -516,7 +533,9 @@ fn recv(ep: *mut sys::fid_ep, r: Recv) -> isize {
         Ok(e) => e,
         Err(err) => return -(err as isize),
     };
-    let op_flags = r.op_flags.unwrap_or_else(|| e.rx_op_flags.load(Ordering::Acquire));
+    let op_flags = r
+        .op_flags
+        .unwrap_or_else(|| e.rx_op_flags.load(Ordering::Acquire));
     if op_flags & flags::MULTI_RECV != 0 {
         return -(errno::EOPNOTSUPP as isize);
     }
@@ -556,7 +575,8 @@ fn rma(ep: *mut sys::fid_ep, args: RmaArgs, desc: *mut c_void, op_flags: Option<
         return -(errno::EINVAL as isize);
     }
     rc(e.domain.with(|t| {
-        let completion = !args.inject && (!t.bindings.tx_selective || op_flags & flags::COMPLETION != 0);
+        let completion =
+            !args.inject && (!t.bindings.tx_selective || op_flags & flags::COMPLETION != 0);
         t.rma(RmaArgs {
             local_key,
             completion,
@@ -620,13 +640,17 @@ unsafe extern "C" fn msg_recvv(
     })
 }
 
-unsafe extern "C" fn msg_recvmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, op_flags: u64) -> isize {
+unsafe extern "C" fn msg_recvmsg(
+    ep: *mut sys::fid_ep,
+    msg: *const sys::fi_msg,
+    op_flags: u64,
+) -> isize {
     guard_isize(|| {
         // SAFETY: `msg` is null or the application's message.
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return -(errno::EINVAL as isize);
         };
-        match iov_pairs(m.msg_iov as *const sys::iovec, m.iov_count) {
+        match iov_pairs(m.msg_iov, m.iov_count) {
             Ok(iov) => recv(
                 ep,
                 Recv {
@@ -693,13 +717,17 @@ unsafe extern "C" fn msg_sendv(
     })
 }
 
-unsafe extern "C" fn msg_sendmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, op_flags: u64) -> isize {
+unsafe extern "C" fn msg_sendmsg(
+    ep: *mut sys::fid_ep,
+    msg: *const sys::fi_msg,
+    op_flags: u64,
+) -> isize {
     guard_isize(|| {
         // SAFETY: `msg` is null or the application's message.
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return -(errno::EINVAL as isize);
         };
-        match iov_pairs(m.msg_iov as *const sys::iovec, m.iov_count) {
+        match iov_pairs(m.msg_iov, m.iov_count) {
             Ok(iov) => send(
                 ep,
                 Send {
@@ -709,7 +737,7 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, 
                     data: (op_flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data),
                     context: m.context as usize,
                     op_flags: Some(op_flags),
-                    inject: op_flags & flags::INJECT != 0,
+                    inject: false,
                 },
             ),
             Err(e) => -(e as isize),
@@ -852,7 +880,7 @@ unsafe extern "C" fn tagged_recvmsg(
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return -(errno::EINVAL as isize);
         };
-        match iov_pairs(m.msg_iov as *const sys::iovec, m.iov_count) {
+        match iov_pairs(m.msg_iov, m.iov_count) {
             Ok(iov) => recv(
                 ep,
                 Recv {
@@ -931,7 +959,7 @@ unsafe extern "C" fn tagged_sendmsg(
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return -(errno::EINVAL as isize);
         };
-        match iov_pairs(m.msg_iov as *const sys::iovec, m.iov_count) {
+        match iov_pairs(m.msg_iov, m.iov_count) {
             Ok(iov) => send(
                 ep,
                 Send {
@@ -941,7 +969,7 @@ unsafe extern "C" fn tagged_sendmsg(
                     data: (op_flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data),
                     context: m.context as usize,
                     op_flags: Some(op_flags),
-                    inject: op_flags & flags::INJECT != 0,
+                    inject: false,
                 },
             ),
             Err(e) => -(e as isize),
@@ -1069,7 +1097,16 @@ unsafe extern "C" fn rma_read(
     context: *mut c_void,
 ) -> isize {
     guard_isize(|| {
-        let a = rma_args(RmaOp::Read, src_addr, buf as usize, len, addr, key, context as usize, false);
+        let a = rma_args(
+            RmaOp::Read,
+            src_addr,
+            buf as usize,
+            len,
+            addr,
+            key,
+            context as usize,
+            false,
+        );
         rma(ep, a, desc, None)
     })
 }
@@ -1090,7 +1127,16 @@ unsafe extern "C" fn rma_readv(
             Err(e) => return -(e as isize),
         };
         let d = first_desc(desc, count);
-        let a = rma_args(RmaOp::Read, src_addr, buf, len, addr, key, context as usize, false);
+        let a = rma_args(
+            RmaOp::Read,
+            src_addr,
+            buf,
+            len,
+            addr,
+            key,
+            context as usize,
+            false,
+        );
         rma(ep, a, d, None)
     })
 }
@@ -1109,7 +1155,7 @@ fn rma_msg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg_rma, op_flags: u64, rea
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return -(errno::EINVAL as isize);
     };
-    let (buf, len) = match iov_pairs(m.msg_iov as *const sys::iovec, m.iov_count).and_then(|v| single(&v)) {
+    let (buf, len) = match iov_pairs(m.msg_iov, m.iov_count).and_then(|v| single(&v)) {
         Ok(x) => x,
         Err(e) => return -(e as isize),
     };
@@ -1129,11 +1175,24 @@ fn rma_msg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg_rma, op_flags: u64, rea
         RmaOp::Write
     };
     let inject = !read && op_flags & flags::INJECT != 0;
-    let a = rma_args(op, m.addr, buf, len, remote.addr, remote.key, m.context as usize, inject);
+    let a = rma_args(
+        op,
+        m.addr,
+        buf,
+        len,
+        remote.addr,
+        remote.key,
+        m.context as usize,
+        inject,
+    );
     rma(ep, a, first_desc(m.desc, m.iov_count), Some(op_flags))
 }
 
-unsafe extern "C" fn rma_readmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg_rma, op_flags: u64) -> isize {
+unsafe extern "C" fn rma_readmsg(
+    ep: *mut sys::fid_ep,
+    msg: *const sys::fi_msg_rma,
+    op_flags: u64,
+) -> isize {
     guard_isize(|| rma_msg(ep, msg, op_flags, true))
 }
 
@@ -1148,7 +1207,16 @@ unsafe extern "C" fn rma_write(
     context: *mut c_void,
 ) -> isize {
     guard_isize(|| {
-        let a = rma_args(RmaOp::Write, dest_addr, buf as usize, len, addr, key, context as usize, false);
+        let a = rma_args(
+            RmaOp::Write,
+            dest_addr,
+            buf as usize,
+            len,
+            addr,
+            key,
+            context as usize,
+            false,
+        );
         rma(ep, a, desc, None)
     })
 }
@@ -1168,12 +1236,25 @@ unsafe extern "C" fn rma_writev(
             Ok(x) => x,
             Err(e) => return -(e as isize),
         };
-        let a = rma_args(RmaOp::Write, dest_addr, buf, len, addr, key, context as usize, false);
+        let a = rma_args(
+            RmaOp::Write,
+            dest_addr,
+            buf,
+            len,
+            addr,
+            key,
+            context as usize,
+            false,
+        );
         rma(ep, a, first_desc(desc, count), None)
     })
 }
 
-unsafe extern "C" fn rma_writemsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg_rma, op_flags: u64) -> isize {
+unsafe extern "C" fn rma_writemsg(
+    ep: *mut sys::fid_ep,
+    msg: *const sys::fi_msg_rma,
+    op_flags: u64,
+) -> isize {
     guard_isize(|| rma_msg(ep, msg, op_flags, false))
 }
 
@@ -1186,7 +1267,16 @@ unsafe extern "C" fn rma_inject(
     key: u64,
 ) -> isize {
     guard_isize(|| {
-        let a = rma_args(RmaOp::Write, dest_addr, buf as usize, len, addr, key, 0, true);
+        let a = rma_args(
+            RmaOp::Write,
+            dest_addr,
+            buf as usize,
+            len,
+            addr,
+            key,
+            0,
+            true,
+        );
         rma(ep, a, std::ptr::null_mut(), None)
     })
 }
@@ -1204,7 +1294,16 @@ unsafe extern "C" fn rma_writedata(
 ) -> isize {
     guard_isize(|| {
         let op = RmaOp::WriteData(data as u32);
-        let a = rma_args(op, dest_addr, buf as usize, len, addr, key, context as usize, false);
+        let a = rma_args(
+            op,
+            dest_addr,
+            buf as usize,
+            len,
+            addr,
+            key,
+            context as usize,
+            false,
+        );
         rma(ep, a, desc, None)
     })
 }
@@ -1259,7 +1358,11 @@ unsafe extern "C" fn atomic_writev(
     NO_ATOMICS
 }
 
-unsafe extern "C" fn atomic_writemsg(_: *mut sys::fid_ep, _: *const sys::fi_msg_atomic, _: u64) -> isize {
+unsafe extern "C" fn atomic_writemsg(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_msg_atomic,
+    _: u64,
+) -> isize {
     NO_ATOMICS
 }
 
@@ -1384,6 +1487,3 @@ unsafe extern "C" fn atomic_valid(
 ) -> c_int {
     -errno::EOPNOTSUPP
 }
-
-/// Unused-import guard: `ADDR_UNSPEC` is what an untargeted receive posts.
-const _: u64 = ADDR_UNSPEC;

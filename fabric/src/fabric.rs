@@ -72,7 +72,7 @@ static FABRIC_OPS: sys::fi_ops_fabric = sys::fi_ops_fabric {
 };
 
 /// The provider's `fabric` entry point.
-pub unsafe extern "C" fn open(
+pub(crate) unsafe extern "C" fn open(
     attr: *mut sys::fi_fabric_attr,
     fabric: *mut *mut sys::fid_fabric,
     context: *mut c_void,
@@ -219,7 +219,10 @@ unsafe extern "C" fn eq_close(fid: *mut sys::fid) -> c_int {
     match eq_of(fid as *mut sys::fid_eq) {
         Ok(q) => {
             q.closed.store(true, Ordering::Release);
-            q.items.lock().unwrap_or_else(PoisonError::into_inner).clear();
+            q.items
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
             0
         }
         Err(e) => e as c_int,
@@ -331,7 +334,8 @@ unsafe extern "C" fn eq_sread(
             Ok(q) => q,
             Err(e) => return e,
         };
-        let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        let deadline =
+            (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
         loop {
             // SAFETY: forwarded arguments of the same contract.
             let n = unsafe { eq_read(eq, event, buf, len, flags) };

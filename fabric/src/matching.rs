@@ -215,7 +215,9 @@ mod tests {
             assert!(q.arrive(msg(4, 0x10 + u64::from(byte), byte), 4).is_none());
         }
         // Ignore the low nibble: any of the three matches, the oldest wins.
-        let (_, a) = q.post(recv(ADDR_UNSPEC, 0x10, 0xf, 1), |c| c).expect("match");
+        let (_, a) = q
+            .post(recv(ADDR_UNSPEC, 0x10, 0xf, 1), |c| c)
+            .expect("match");
         assert_eq!(a.body, Body::Eager(vec![0]));
         let (_, a) = q.post(recv(ADDR_UNSPEC, 0x12, 0, 2), |c| c).expect("match");
         assert_eq!(a.body, Body::Eager(vec![2]));

@@ -101,12 +101,8 @@ impl Header {
             return Err(WireError::Truncated);
         }
         let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
-        let u32_at = |o: usize| {
-            u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"))
-        };
-        let u64_at = |o: usize| {
-            u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"))
-        };
+        let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
         let kind = match bytes[0] {
             1 => Kind::Eager,
             2 => Kind::Rts,
@@ -178,7 +174,10 @@ mod tests {
         let mut bytes = vec![0u8; HEADER_LEN + 3];
         h.emit(&mut bytes);
         assert_eq!(Header::parse(&bytes), Ok(h));
-        assert_eq!(Header::parse(&bytes[..HEADER_LEN + 2]), Err(WireError::Truncated));
+        assert_eq!(
+            Header::parse(&bytes[..HEADER_LEN + 2]),
+            Err(WireError::Truncated)
+        );
     }
 
     #[test]

@@ -57,7 +57,10 @@ fn take(cq: &CompletionQueue) -> Option<Result<CqEntry, CqError>> {
 }
 
 /// Progresses both sides until `cq` of `who` yields an item (10 s bound).
-fn wait(a: &mut Side, b: &mut Side, who: impl Fn(&Side, &Side) -> Arc<CompletionQueue>,
+fn wait(
+    a: &mut Side,
+    b: &mut Side,
+    who: impl Fn(&Side, &Side) -> Arc<CompletionQueue>,
 ) -> Result<CqEntry, CqError> {
     let start = Instant::now();
     loop {
@@ -66,13 +69,18 @@ fn wait(a: &mut Side, b: &mut Side, who: impl Fn(&Side, &Side) -> Arc<Completion
         }
         a.t.progress();
         b.t.progress();
-        assert!(start.elapsed() < Duration::from_secs(10), "no completion within 10 s");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no completion within 10 s"
+        );
         std::thread::sleep(Duration::from_micros(50));
     }
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn send(s: &mut Side, buf: &[u8], tag: Option<u64>, data: Option<u32>, context: usize) {
@@ -108,7 +116,10 @@ fn recv(s: &mut Side, buf: &mut [u8], tagged: Option<(u64, u64)>, context: usize
 #[test]
 fn messages_eager_and_rendezvous_expected_and_unexpected() {
     let (mut a, mut b) = pair();
-    for (i, len) in [0usize, 1, 100, EAGER_LIMIT, EAGER_LIMIT + 1, 1 << 20].into_iter().enumerate() {
+    for (i, len) in [0usize, 1, 100, EAGER_LIMIT, EAGER_LIMIT + 1, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
         let data = pattern(len, i as u8);
         let mut got = vec![0u8; len];
         // Expected: the receive is posted first.
@@ -118,7 +129,10 @@ fn messages_eager_and_rendezvous_expected_and_unexpected() {
         assert_eq!((r.context, r.len), (10 + i, len), "receive of {len} B");
         assert_eq!(r.data, i as u64);
         assert!(r.flags & flags::REMOTE_CQ_DATA != 0 && r.flags & flags::RECV != 0);
-        assert_eq!(r.src, 0, "the source is resolved through the address vector");
+        assert_eq!(
+            r.src, 0,
+            "the source is resolved through the address vector"
+        );
         let s = wait(&mut a, &mut b, |a, _| a.tx.clone()).expect("send completes");
         assert_eq!(s.context, 20 + i);
         assert!(got == data, "bytes of the {len} B message");
@@ -143,7 +157,12 @@ fn tagged_receives_match_by_tag_in_order() {
     let (mut a, mut b) = pair();
     let big = EAGER_LIMIT * 3;
     let msgs: Vec<(u64, Vec<u8>)> = (0..6u64)
-        .map(|i| (0x100 + (i % 3), pattern(if i % 2 == 0 { 64 } else { big }, i as u8)))
+        .map(|i| {
+            (
+                0x100 + (i % 3),
+                pattern(if i % 2 == 0 { 64 } else { big }, i as u8),
+            )
+        })
         .collect();
     for (i, (tag, data)) in msgs.iter().enumerate() {
         send(&mut a, data, Some(*tag), None, i);
@@ -163,7 +182,10 @@ fn tagged_receives_match_by_tag_in_order() {
         let i = order[k];
         assert_eq!(r.tag, msgs[i].0);
         assert_eq!(r.len, msgs[i].1.len());
-        assert!(bufs[k][..r.len] == msgs[i].1[..], "message {i} in receive {k}");
+        assert!(
+            bufs[k][..r.len] == msgs[i].1[..],
+            "message {i} in receive {k}"
+        );
         seen += 1;
     }
     for _ in 0..6 {
@@ -192,10 +214,9 @@ fn rma_write_read_and_write_with_data() {
     let (mut a, mut b) = pair();
     let len = 300_000;
     let mut target = vec![0u8; len];
-    let key = b
-        .t
-        .register(target.as_mut_ptr() as u64, len as u64, Access::ALL)
-        .expect("register");
+    let key =
+        b.t.register(target.as_mut_ptr() as u64, len as u64, Access::ALL)
+            .expect("register");
     let data = pattern(len, 3);
     let rma = |op, buf: usize, len: usize, addr: u64, key: u64, context: usize| RmaArgs {
         op,
@@ -210,32 +231,70 @@ fn rma_write_read_and_write_with_data() {
         inject: false,
     };
     let base = target.as_ptr() as u64;
-    a.t.rma(rma(RmaOp::Write, data.as_ptr() as usize, len, base, key.into(), 1))
-        .expect("write posts");
+    a.t.rma(rma(
+        RmaOp::Write,
+        data.as_ptr() as usize,
+        len,
+        base,
+        key.into(),
+        1,
+    ))
+    .expect("write posts");
     let w = wait(&mut a, &mut b, |a, _| a.tx.clone()).expect("write completes");
     assert_eq!(w.flags, flags::RMA | flags::WRITE);
     assert!(target == data);
     let mut back = vec![0u8; 5000];
-    a.t.rma(rma(RmaOp::Read, back.as_mut_ptr() as usize, 5000, base + 1000, key.into(), 2))
-        .expect("read posts");
+    a.t.rma(rma(
+        RmaOp::Read,
+        back.as_mut_ptr() as usize,
+        5000,
+        base + 1000,
+        key.into(),
+        2,
+    ))
+    .expect("read posts");
     wait(&mut a, &mut b, |a, _| a.tx.clone()).expect("read completes");
     assert!(back[..] == data[1000..6000]);
-    a.t.rma(rma(RmaOp::WriteData(0xfeed), data.as_ptr() as usize, 64, base, key.into(), 3))
-        .expect("writedata posts");
+    a.t.rma(rma(
+        RmaOp::WriteData(0xfeed),
+        data.as_ptr() as usize,
+        64,
+        base,
+        key.into(),
+        3,
+    ))
+    .expect("writedata posts");
     wait(&mut a, &mut b, |a, _| a.tx.clone()).expect("writedata completes");
     let r = wait(&mut a, &mut b, |_, b| b.rx.clone()).expect("remote CQ data reported");
     assert_eq!(r.data, 0xfeed);
     assert!(r.flags & flags::REMOTE_CQ_DATA != 0 && r.flags & flags::REMOTE_WRITE != 0);
     // A wrong key and a range past the region fail at the initiator.
-    a.t.rma(rma(RmaOp::Write, data.as_ptr() as usize, 64, base, u64::from(key ^ 0x5a5a), 4))
-        .expect("posts");
+    a.t.rma(rma(
+        RmaOp::Write,
+        data.as_ptr() as usize,
+        64,
+        base,
+        u64::from(key ^ 0x5a5a),
+        4,
+    ))
+    .expect("posts");
     let e = wait(&mut a, &mut b, |a, _| a.tx.clone()).expect_err("bad key");
     assert!(e.err != 0 && e.entry.context == 4, "{e:?}");
-    a.t.rma(rma(RmaOp::Write, data.as_ptr() as usize, 64, base + len as u64 - 10, key.into(), 5))
-        .expect("posts");
+    a.t.rma(rma(
+        RmaOp::Write,
+        data.as_ptr() as usize,
+        64,
+        base + len as u64 - 10,
+        key.into(),
+        5,
+    ))
+    .expect("posts");
     let e = wait(&mut a, &mut b, |a, _| a.tx.clone()).expect_err("past the region");
     assert!(e.err != 0 && e.entry.context == 5, "{e:?}");
-    assert!(target[..] == data[..], "nothing written by the failed operations");
+    assert!(
+        target[..] == data[..],
+        "nothing written by the failed operations"
+    );
 }
 
 #[test]
@@ -263,7 +322,10 @@ fn unknown_addresses_and_unreachable_peers_are_errors() {
             break item.expect_err("the peer never answers");
         }
         a.t.progress();
-        assert!(start.elapsed() < Duration::from_secs(15), "no error within 15 s");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no error within 15 s"
+        );
         std::thread::sleep(Duration::from_millis(1));
     };
     assert_eq!(e.entry.context, 9);

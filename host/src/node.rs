@@ -15,8 +15,8 @@ use metaroce_core::config::{AcceptDomain, SourceLimits};
 use metaroce_core::crypto::ProtectionConfig;
 use metaroce_core::wire::encap::ecn;
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout, Shard};
-use metaroce_platform::entropy::{seed_from, EntropyError, Seed};
 use metaroce_platform::dma::DmaCopy;
+use metaroce_platform::entropy::{seed_from, EntropyError, Seed};
 use metaroce_platform::{DatagramLink, DatagramTarget, Engine, EngineStats, HostQueues};
 use smoltcp::wire::IpAddress;
 
@@ -334,7 +334,6 @@ impl Node {
 }
 
 impl<M: DmaCopy> Node<M> {
-
     /// Binds the sockets and creates the endpoint (`shard` as in
     /// [`Node::bind_shard`]), placing into and gathering from `mem`;
     /// `adjust` may change the core configuration [`NodeConfig`] made

@@ -532,6 +532,62 @@ pub fn host_abi_step(ctx: &mut Context) -> Result<(), Error> {
     }
 }
 
+/// Test step `fabric-qemu`: libfabric's `fi_pingpong` between two
+/// emulated DPUs through the provider's DPU backend
+/// (`FI_METAROCE_DEVICE`): `fabric/tests/run/dpu_pingpong.sh`, run by the
+/// harness (`--exec`) with each node's shared memory and address, plain
+/// and tagged messages of 8 B to 1 MiB with the data check, 1 % loss on
+/// the emulated fabric; its `N passed, M failed` line goes into the tally.
+pub fn fabric_step(ctx: &mut Context) -> Result<(), Error> {
+    ensure_qemu()?;
+    crate::fabric::ensure_packages()?;
+    let run = crate::fabric::run_dir()?;
+    crate::fabric::build_provider(&run)?;
+    let elf = build_firmware()?;
+    let root = util::project_root();
+    let out = util::target_dir().join("fabric-qemu");
+    std::fs::create_dir_all(&out).map_err(|e| Error::new(format!("{}: {e}", out.display())))?;
+    let args: Vec<String> = [
+        "--quiet",
+        "--loss",
+        "1",
+        "--duration",
+        "300",
+        "--seed",
+        "7",
+        "--exec",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([
+        root.join("fabric/tests/run/dpu_pingpong.sh")
+            .display()
+            .to_string(),
+        "--out-dir".into(),
+        out.join("run").display().to_string(),
+    ])
+    .collect();
+    let mut counts = None;
+    let mut cmd = harness(&elf, &args)?;
+    cmd.env("FI_PROVIDER_PATH", &run);
+    let ok = util::run_streaming(&mut cmd, |line| {
+        if let Some((p, f)) = passed_failed(line) {
+            counts = Some((p, f));
+        }
+    })?;
+    ctx.ran_tests = true;
+    let (passed, failed) = counts.unwrap_or((0, 1));
+    ctx.tally.passed += passed;
+    ctx.tally.failed += failed;
+    if ok && failed == 0 && passed > 0 {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "fabric-qemu: {passed} passed, {failed} failed (fi_pingpong between two DPUs)"
+        )))
+    }
+}
+
 /// `N passed, M failed` from a line.
 fn passed_failed(line: &str) -> Option<(u64, u64)> {
     let (p, rest) = line.trim().split_once(" passed, ")?;

@@ -18,13 +18,19 @@ static APT_UPDATED: AtomicBool = AtomicBool::new(false);
 /// `apt-get install`) when running as root, or the xtask stops with the
 /// command to run. Example:
 /// `ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])`.
-#[allow(dead_code)] // First caller: the QEMU issue's `cargo xtask qemu`.
+///
+/// Packages are installed without their recommendations: QEMU's would
+/// bring a desktop's worth of GUI and codec libraries the harness never
+/// loads.
 pub fn ensure_system_packages(needed: &[(&str, &str)]) -> Result<(), Error> {
     let missing = missing_packages(needed);
     if missing.is_empty() {
         return Ok(());
     }
-    let install = format!("apt-get install -y {}", missing.join(" "));
+    let install = format!(
+        "apt-get install -y --no-install-recommends {}",
+        missing.join(" ")
+    );
     if !is_root() {
         return Err(Error::new(format!(
             "missing system packages: {}\nrun as root:\n    apt-get update && {install}",
@@ -34,8 +40,9 @@ pub fn ensure_system_packages(needed: &[(&str, &str)]) -> Result<(), Error> {
     if !APT_UPDATED.swap(true, Ordering::SeqCst) {
         util::run(Command::new("apt-get").arg("update"))?;
     }
+    println!("installing {} (needed by this step)", missing.join(" "));
     let mut cmd = Command::new("apt-get");
-    cmd.args(["install", "-y"])
+    cmd.args(["install", "-y", "--no-install-recommends"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive");
     util::run(&mut cmd)?;

@@ -117,6 +117,11 @@ pub const STEPS: &[Step] = &[
         run: crate::qemu::host_abi_step,
     },
     Step {
+        name: "fabric-qemu",
+        what: "libfabric fi_pingpong (plain, tagged, -c, 8 B..1 MiB) between two QEMU DPUs through the provider's DPU backend (FI_METAROCE_DEVICE), 1 % loss",
+        run: crate::qemu::fabric_step,
+    },
+    Step {
         name: "qemu-runs",
         what: "QEMU runs: 0/5/20% loss with reorder+dup, ECN marking, 3-node incast; integrity checked",
         run: crate::qemu::runs_step,

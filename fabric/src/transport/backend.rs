@@ -33,8 +33,8 @@ const CONNECTIONS: u32 = 1024;
 /// The engine a domain runs on.
 #[derive(Debug)]
 pub enum Backend {
-    Udp(UdpBackend),
-    Dpu(DpuBackend),
+    Udp(Box<UdpBackend>),
+    Dpu(Box<DpuBackend>),
 }
 
 /// The host engine over UDP sockets, placing straight into the process's
@@ -53,8 +53,8 @@ impl Backend {
     /// `FI_METAROCE_DEVICE` names, else UDP sockets.
     pub fn open(settings: &Settings) -> Result<Backend, String> {
         match &settings.device {
-            Some(path) => DpuBackend::open(path, settings).map(Backend::Dpu),
-            None => UdpBackend::bind(settings).map(Backend::Udp),
+            Some(path) => DpuBackend::open(path, settings).map(|b| Backend::Dpu(Box::new(b))),
+            None => UdpBackend::bind(settings).map(|b| Backend::Udp(Box::new(b))),
         }
     }
 

@@ -31,7 +31,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metaroce_core::api::{Access, Completion, ConnHandle, LocalBuf, Op, RecvRequest, Status, WorkRequest};
+use metaroce_core::api::{
+    Access, Completion, ConnHandle, LocalBuf, Op, RecvRequest, Status, WorkRequest,
+};
 use metaroce_core::{CommandError, Event};
 use metaroce_host::node::socket_of;
 
@@ -100,7 +102,10 @@ impl Settings {
         let port_range = match std::env::var("FI_METAROCE_PORT_RANGE") {
             Ok(v) => {
                 let parsed = v.split_once('-').and_then(|(lo, hi)| {
-                    Some((lo.trim().parse::<u16>().ok()?, hi.trim().parse::<u16>().ok()?))
+                    Some((
+                        lo.trim().parse::<u16>().ok()?,
+                        hi.trim().parse::<u16>().ok()?,
+                    ))
                 });
                 match parsed {
                     Some((lo, hi)) if lo > 0 && lo <= hi => Some((lo, hi)),
@@ -131,7 +136,10 @@ impl Settings {
             return Err(format!("FI_METAROCE_MTU={}: 256..=9000", settings.mtu));
         }
         if !(2..=64).contains(&settings.rx_slots) {
-            return Err(format!("FI_METAROCE_RX_SLOTS={}: 2..=64", settings.rx_slots));
+            return Err(format!(
+                "FI_METAROCE_RX_SLOTS={}: 2..=64",
+                settings.rx_slots
+            ));
         }
         Ok(settings)
     }
@@ -238,8 +246,15 @@ struct RndvSend {
 /// Work the provider itself must post but could not yet (queue full).
 #[derive(Debug, Clone, Copy)]
 enum Deferred {
-    Fin { conn: ConnHandle, rndv: u32, status: u16 },
-    Recv { conn: ConnHandle, slot: u32 },
+    Fin {
+        conn: ConnHandle,
+        rndv: u32,
+        status: u16,
+    },
+    Recv {
+        conn: ConnHandle,
+        slot: u32,
+    },
 }
 
 /// Counters of the provider's own decisions (printed at close with
@@ -359,7 +374,11 @@ impl Transport {
     /// Opens the backend and registers the transmit buffers.
     pub fn new(settings: Settings) -> Result<Transport, String> {
         let mut backend = Backend::open(&settings)?;
-        let slots = if backend.direct() { TX_SLOTS } else { TX_SLOTS_DPU };
+        let slots = if backend.direct() {
+            TX_SLOTS
+        } else {
+            TX_SLOTS_DPU
+        };
         let len = slots * TX_SLOT_LEN;
         let base = backend
             .alloc(len)
@@ -450,17 +469,31 @@ impl Transport {
     /// Registers `len` bytes at the application's `addr` for one
     /// operation, or (DPU) a provider buffer standing in for them, filled
     /// from `fill` when given.
-    fn stage(&mut self, addr: u64, len: usize, access: Access, fill: Option<&[u8]>) -> Result<Staged, i32> {
+    fn stage(
+        &mut self,
+        addr: u64,
+        len: usize,
+        access: Access,
+        fill: Option<&[u8]>,
+    ) -> Result<Staged, i32> {
         if self.backend.direct() {
             let key = self.backend.register(addr, len.max(1) as u64, access)?;
-            return Ok(Staged { key, addr, owned: false });
+            return Ok(Staged {
+                key,
+                addr,
+                owned: false,
+            });
         }
         let buf = self.backend.alloc(len.max(1))?;
         if let Some(bytes) = fill {
             self.backend.write(buf, bytes);
         }
         match self.backend.register(buf, len.max(1) as u64, access) {
-            Ok(key) => Ok(Staged { key, addr: buf, owned: true }),
+            Ok(key) => Ok(Staged {
+                key,
+                addr: buf,
+                owned: true,
+            }),
             Err(e) => {
                 self.backend.free(buf);
                 Err(e)
@@ -559,7 +592,9 @@ impl Transport {
         };
         match self.backend.post_recv(h, rr) {
             Ok(()) => {}
-            Err(CommandError::QueueFull) => self.deferred.push_back(Deferred::Recv { conn: h, slot }),
+            Err(CommandError::QueueFull) => {
+                self.deferred.push_back(Deferred::Recv { conn: h, slot })
+            }
             Err(_) => {}
         }
     }
@@ -588,8 +623,16 @@ impl Transport {
     }
 
     /// Posts `op` with `local` on `h`; on refusal takes back the pending
-    /// record and returns it with the error.
-    fn post(&mut self, h: ConnHandle, op: Op, local: LocalBuf, p: Pending) -> Result<(), (i32, Pending)> {
+    /// record and returns it with the error (its caller undoes what the
+    /// record holds: slots, registrations).
+    #[allow(clippy::result_large_err)]
+    fn post(
+        &mut self,
+        h: ConnHandle,
+        op: Op,
+        local: LocalBuf,
+        p: Pending,
+    ) -> Result<(), (i32, Pending)> {
         let id = self.wr_id(p);
         match self.backend.post_send(h, WorkRequest { id, op, local }) {
             Ok(()) => Ok(()),
@@ -616,7 +659,9 @@ impl Transport {
                 // SAFETY: the application passes `len` readable bytes at
                 // `ptr` (non-null, checked by the caller), valid for the
                 // call.
-                scratch.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) });
+                scratch.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(ptr as *const u8, len)
+                });
             }
         }
         self.backend.write(self.tx.addr(slot), &scratch);
@@ -627,7 +672,11 @@ impl Transport {
 
     fn send_fin(&mut self, h: ConnHandle, rndv: u32, status: u16) {
         let Ok(slot) = self.take_slot() else {
-            self.deferred.push_back(Deferred::Fin { conn: h, rndv, status });
+            self.deferred.push_back(Deferred::Fin {
+                conn: h,
+                rndv,
+                status,
+            });
             return;
         };
         let mut header = Header::new(Kind::Fin);
@@ -643,7 +692,11 @@ impl Transport {
             Ok(()) => {}
             Err((errno::EAGAIN, _)) => {
                 self.tx.free.push(slot);
-                self.deferred.push_back(Deferred::Fin { conn: h, rndv, status });
+                self.deferred.push_back(Deferred::Fin {
+                    conn: h,
+                    rndv,
+                    status,
+                });
             }
             Err(_) => self.tx.free.push(slot),
         }
@@ -750,7 +803,8 @@ impl Transport {
                 if let Some(slot) = slot {
                     self.tx.free.push(slot);
                 }
-                if let (Some(s), Some((ptr, len)), Status::Success) = (staged, read_into, c.status) {
+                if let (Some(s), Some((ptr, len)), Status::Success) = (staged, read_into, c.status)
+                {
                     self.copy_out(s.addr, &[(ptr, len)], len);
                 }
                 self.unstage(staged);

@@ -5,7 +5,7 @@ use metaroce_core::api::{Access, Completion, ConnHandle, LocalBuf, Op, Opcode, S
 use metaroce_core::wire::MemoryTarget;
 
 use super::send::msg_flags;
-use super::{prov_errno_of, scatter, status_of_wire, fi_errno_of, Pending, Staged, Transport};
+use super::{fi_errno_of, prov_errno_of, scatter, status_of_wire, Pending, Staged, Transport};
 use crate::flags::{self, errno, ADDR_NOTAVAIL};
 use crate::matching::{Arrival, Body, PostedRecv};
 use crate::queues::CqEntry;
@@ -222,7 +222,7 @@ impl Transport {
             src,
             ..CqEntry::new(recv.context, flags)
         };
-        if !self.conns.get(&arrival.conn).is_some_and(|c| !c.dead) {
+        if self.conns.get(&arrival.conn).is_none_or(|c| c.dead) {
             let flushed = prov_errno_of(Status::Flushed);
             self.report_rx_error(failed, errno::ECANCELED, flushed, 0);
             return;
