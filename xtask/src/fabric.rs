@@ -20,8 +20,9 @@
 //! 3. `fi_info -p metaroce -v` lists the provider and its capabilities.
 //! 4. `fi_pingpong -e rdm` (plain and `-m tagged`, `-c` data check) at 8 B,
 //!    4 KiB, 64 KiB and 1 MiB: a server and a client process on loopback.
-//! 5. The C tests of `fabric/tests/c/` (RMA, tagged, errors), built with
-//!    the system `cc ... -lfabric`; each prints `N passed, N failed`.
+//! 5. The C tests of `fabric/tests/c/` (RMA, tagged, errors, threads),
+//!    built with the system `cc ... -lfabric`; each prints `N passed, N
+//!    failed`.
 //! 6. The MPI programs of `fabric/tests/mpi/` (ping-pong, 16 MiB
 //!    `MPI_Allreduce`, `MPI_Alltoall`), `mpirun -np 2` and `-np 4` through
 //!    Open MPI's `ofi` MTL restricted to the provider; then again with 1 %
@@ -71,7 +72,7 @@ const CAPS: &[&str] = &[
     "FI_SOCKADDR_IN",
 ];
 /// The C test programs (`fabric/tests/c/NAME.c`).
-const C_TESTS: &[&str] = &["rma", "tagged", "errors"];
+const C_TESTS: &[&str] = &["rma", "tagged", "errors", "threads"];
 /// The MPI programs (`fabric/tests/mpi/NAME.c`) with their arguments.
 const MPI_PROGRAMS: &[(&str, &[&str])] = &[
     ("pingpong", &["10"]),
@@ -986,7 +987,7 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
         let source = root.join("fabric/tests/c").join(format!("{name}.c"));
         let exe = bin.join(name);
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        if let Err(e) = compile(&cc, &source, &exe, &["-lfabric"]) {
+        if let Err(e) = compile(&cc, &source, &exe, &["-lfabric", "-lpthread"]) {
             o.fail(&format!("C test {name} (build)"), e.to_string());
             continue;
         }

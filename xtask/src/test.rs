@@ -73,7 +73,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "fabric",
-        what: "libfabric provider metaroce: clippy + unit tests, fi_info, fi_pingpong rdm (msg/tagged, -c, 8 B-1 MiB), C tests (RMA, tagged, errors), Open MPI ofi MTL -np 2/4 (+1% nftables loss)",
+        what: "libfabric provider metaroce: clippy + unit tests, fi_info, fi_pingpong rdm (msg/tagged, -c, 8 B-1 MiB), C tests (RMA, tagged, errors, threads), Open MPI ofi MTL -np 2/4 (+1% nftables loss)",
         run: crate::fabric::test_step,
     },
     Step {

@@ -9,7 +9,9 @@
  * one process talk to each other through the provider as two processes
  * would. Names are exchanged with fi_getname and fi_av_insert directly.
  *
- * Usage of every program: PROGRAM [PROVIDER] (default metaroce). The last
+ * Usage of every program: PROGRAM [PROVIDER [CASE]] (default metaroce, every
+ * case; the metaroce provider needs FI_PROVIDER_PATH, FI_METAROCE_ADDR and
+ * FI_METAROCE_PORT_RANGE, as `cargo xtask test fabric` sets them). The last
  * line of its output is "N passed, N failed, N skipped"; the exit status
  * is non-zero when a case failed. Contract checks that only the metaroce
  * provider promises (issue 22: null buffers, use after fi_close, no
@@ -51,6 +53,8 @@
 /* The provider under test (argv[1]) and whether it is ours. */
 static const char *g_prov = "metaroce";
 static int g_is_metaroce = 1;
+/* The threading model asked for (threads.c asks for FI_THREAD_SAFE). */
+static enum fi_threading g_threading = FI_THREAD_DOMAIN;
 
 static double now_s(void)
 {
@@ -319,7 +323,7 @@ static struct fi_info *get_info(uint64_t caps, uint64_t mr_local)
 	hints->addr_format = FI_SOCKADDR_IN;
 	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				      FI_MR_PROV_KEY | mr_local;
-	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->threading = g_threading;
 	hints->fabric_attr->prov_name = strdup(g_prov);
 	int r = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
 			   "127.0.0.1", NULL, FI_SOURCE, hints, &info);
