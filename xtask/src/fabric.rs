@@ -28,7 +28,7 @@
 //!    Open MPI's `ofi` MTL restricted to the provider; then again with 1 %
 //!    random loss of the provider's UDP packets (nftables on loopback, a
 //!    table of this run only, deleted afterwards; root only, else skipped
-//!    and said so).
+//!    and said so), after two `fi_pingpong -c` runs through the same loss.
 //!
 //! Every child process runs in its own process group with a deadline; on
 //! a hang the group is killed and the failure shows both sides' output.
@@ -1023,7 +1023,9 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
     }
     mpi_runs(&p, &programs, "", true, &mut o)?;
 
-    println!("\n-- Open MPI with 1 % random loss of the provider's packets (nftables)");
+    println!(
+        "\n-- fi_pingpong and Open MPI with 1 % random loss of the provider's packets (nftables)"
+    );
     if !system::is_root() {
         println!(
             "SKIPPED fabric MPI under loss: not running as root (nftables needs it); not counted"
@@ -1035,6 +1037,25 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
         );
     } else {
         let loss = Loss::start(&p, 1)?;
+        // fi_pingpong's own data check through the loss first.
+        for (tagged, size) in [(false, 65536), (true, 1 << 20)] {
+            let what = format!(
+                "fi_pingpong -p {} -e rdm{} -c -S {size} -I 20 under 1 % loss",
+                p.name,
+                if tagged { " -m tagged" } else { "" }
+            );
+            match pingpong(&p, tagged, size, 20, true) {
+                Ok(Pong {
+                    usec,
+                    mbps,
+                    server: Ok(()),
+                }) => o.pass(&format!("{what} ({usec:.1} usec/xfer, {mbps:.2} MB/s)")),
+                Ok(Pong {
+                    server: Err(why), ..
+                }) => o.fail(&what, why),
+                Err(why) => o.fail(&what, why),
+            }
+        }
         mpi_runs(&p, &programs, " under 1 % loss", false, &mut o)?;
         let (seen, dropped) = loss.counts();
         drop(loss);
