@@ -104,6 +104,78 @@ pub fn cargo_for(board: &Board, args: &[&str]) -> Command {
     cargo_with_flags(args, &board.cpu.rustflags())
 }
 
+/// Runs a cargo command that compiles for a board's CPU ([`cargo_for`],
+/// [`cargo_with_flags`]), passing its output through except rustc's
+/// warning that `strict-align` is not a stable feature name: the flag is
+/// deliberate (see [`CORTEX_A72`]) and rustc repeats the warning for every
+/// crate, so the README's commands would otherwise print it seven times.
+/// Every other line, warnings included, goes through unchanged.
+pub fn run_cargo(cmd: &mut Command) -> Result<(), Error> {
+    use std::io::{BufRead, BufReader, Write};
+    println!("$ {}", util::display(cmd));
+    let mut child = cmd
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::new(format!("cannot run `{}`: {e}", util::display(cmd))))?;
+    if let Some(stderr) = child.stderr.take() {
+        let mut filter = KnownWarningFilter::default();
+        let err = std::io::stderr();
+        for line in BufReader::new(stderr).lines() {
+            let line = line?;
+            if filter.keep(&line) {
+                writeln!(err.lock(), "{line}")?;
+            }
+        }
+    }
+    let status = child.wait()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "`{}` failed ({status})",
+            util::display(cmd)
+        )))
+    }
+}
+
+/// Drops the `strict-align` warning block and the per-crate warning
+/// summaries that count only it.
+#[derive(Debug, Default)]
+struct KnownWarningFilter {
+    /// Inside the known warning's block (until its blank line).
+    in_block: bool,
+    /// Other warnings were printed since the last summary line.
+    others: bool,
+}
+
+impl KnownWarningFilter {
+    const HEAD: &'static str =
+        "warning: unknown and unstable feature specified for `-Ctarget-feature`: `strict-align`";
+
+    fn keep(&mut self, line: &str) -> bool {
+        if self.in_block {
+            if line.trim().is_empty() {
+                self.in_block = false;
+            }
+            return false;
+        }
+        if line.starts_with(Self::HEAD) {
+            self.in_block = true;
+            return false;
+        }
+        // `warning: `crate` (lib) generated 1 warning (1 duplicate)`
+        if line.starts_with("warning: `") && line.contains(") generated ") {
+            let keep = self.others;
+            self.others = false;
+            return keep;
+        }
+        if line.starts_with("warning") || line.starts_with("error") {
+            self.others = true;
+        }
+        true
+    }
+}
+
 /// `cargo build --profile firmware` of a board's firmware; returns the
 /// ELF cargo wrote.
 pub fn build(board: &Board, flags: &[String]) -> Result<PathBuf, Error> {
@@ -131,7 +203,7 @@ pub fn build_with(board: &Board, flags: &[String], features: &[&str]) -> Result<
     // the 128 KiB budget beside everything a node runs.
     let level = std::env::var("DEFMT_LOG").unwrap_or_else(|_| "warn".into());
     cmd.env("DEFMT_LOG", level);
-    util::run(&mut cmd)?;
+    run_cargo(&mut cmd)?;
     Ok(elf_path(board.package))
 }
 
@@ -436,6 +508,41 @@ pub fn bench() -> Result<(), Error> {
     println!("\nCSV: {}", csv_path.display());
     // The last setting is the board's: leave its build as the current one.
     Ok(())
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::KnownWarningFilter;
+
+    #[test]
+    fn only_the_strict_align_warning_and_its_summaries_are_dropped() {
+        let text = [
+            "   Compiling board-qemu-virt-node v0.1.0",
+            "warning: unknown and unstable feature specified for `-Ctarget-feature`: `strict-align`",
+            "  |",
+            "  = note: it is still passed through to the codegen backend",
+            "",
+            "warning: `board-qemu-virt-node` (lib) generated 1 warning (1 duplicate)",
+            "warning: unused variable: `x`",
+            " --> src/lib.rs:1:1",
+            "",
+            "warning: `metaroce-app` (lib) generated 2 warnings (1 duplicate)",
+            "    Finished `firmware` profile",
+        ];
+        let mut f = KnownWarningFilter::default();
+        let kept: Vec<&str> = text.iter().copied().filter(|l| f.keep(l)).collect();
+        assert_eq!(
+            kept,
+            [
+                "   Compiling board-qemu-virt-node v0.1.0",
+                "warning: unused variable: `x`",
+                " --> src/lib.rs:1:1",
+                "",
+                "warning: `metaroce-app` (lib) generated 2 warnings (1 duplicate)",
+                "    Finished `firmware` profile",
+            ]
+        );
+    }
 }
 
 #[cfg(test)]

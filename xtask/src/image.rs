@@ -582,7 +582,7 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
         "warnings",
     ]))?;
     let elba = find_board("pensando-elba").ok_or_else(|| Error::new("no pensando-elba board"))?;
-    util::run(&mut firmware::cargo_for(
+    firmware::run_cargo(&mut firmware::cargo_for(
         elba,
         &[
             "clippy",

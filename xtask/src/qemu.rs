@@ -102,7 +102,7 @@ pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
         "metaroce-platform/virtio",
         "metaroce-platform/virtio,bench-role",
     ] {
-        util::run(&mut firmware::cargo_for(
+        firmware::run_cargo(&mut firmware::cargo_for(
             board()?,
             &[
                 "clippy",
