@@ -365,6 +365,11 @@ impl UdpBackend {
                 // incast (there is none on loopback).
                 c.ack_delay = Duration::from_micros(20);
                 c.initial_window_bytes = 0;
+                // Loss is repaired on the scale of loopback's round trips
+                // (a tail-loss probe after rto_min / 8), not the emulation
+                // profile's milliseconds meant for QEMU's slow CPUs.
+                c.rto_min = Duration::from_millis(1);
+                c.rto_initial = Duration::from_millis(5);
             }
         };
         let wrap = |node| UdpBackend {
