@@ -14,6 +14,9 @@ use crate::flags::{errno, fi_version};
 use crate::queues::{CompletionQueue, CqEntry};
 use crate::{guard, guard_isize, sys};
 
+/// Empty reads in a row after which a read yields the CPU once.
+const IDLE_READS_PER_YIELD: u32 = 16;
+
 /// A completion queue.
 #[repr(C)]
 #[derive(Debug)]
@@ -25,6 +28,8 @@ pub struct Cq {
     format: u32,
     api_version: u32,
     signaled: AtomicBool,
+    /// Reads in a row that found nothing (see [`Cq::read`]).
+    idle_reads: std::sync::atomic::AtomicU32,
 }
 
 static CQ_FI_OPS: sys::fi_ops = sys::fi_ops {
@@ -89,6 +94,7 @@ pub(crate) unsafe extern "C" fn open(
             format,
             api_version: d.info.api_version,
             signaled: AtomicBool::new(false),
+            idle_reads: std::sync::atomic::AtomicU32::new(0),
         });
         // SAFETY: `cq` is writable (checked non-null).
         unsafe { *cq = obj as *mut sys::fid_cq };
@@ -183,8 +189,23 @@ impl Cq {
             other => other,
         };
         match result {
-            Ok(n) => n as isize,
-            Err(e) => -(e as isize),
+            Ok(n) => {
+                self.idle_reads.store(0, Ordering::Relaxed);
+                n as isize
+            }
+            Err(e) => {
+                // An application spinning on an empty queue holds a core
+                // its peer (another process on this machine, or this
+                // domain's progress thread) may need to answer: every so
+                // many empty reads, let it run.
+                if e == errno::EAGAIN
+                    && self.idle_reads.fetch_add(1, Ordering::Relaxed) % IDLE_READS_PER_YIELD
+                        == IDLE_READS_PER_YIELD - 1
+                {
+                    std::thread::yield_now();
+                }
+                -(e as isize)
+            }
         }
     }
 
