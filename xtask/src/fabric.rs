@@ -44,7 +44,9 @@
 //! bandwidth of `metaroce`, `tcp` and `udp` at the same sizes, then
 //! `metaroce` and `tcp` under 1 % random drop of their own packets, and a
 //! 16 MiB `MPI_Allreduce` over `metaroce` beside Open MPI over TCP; a table
-//! and `target/metaroce/bench-fabric.csv`.
+//! and `target/metaroce/bench-fabric.csv`. The allreduce runs again under
+//! 1 % loss of each transport's own packets (Open MPI's TCP listening
+//! ports held to a range with `btl_tcp_port_min_v4`/`btl_tcp_port_range_v4`).
 
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
@@ -632,17 +634,17 @@ pub fn parse_pingpong(text: &str) -> Option<(f64, f64)> {
     })
 }
 
-/// A fi_pingpong result: the client's line, and what became of the server
-/// (`Err` with both sides' output when it did not exit 0).
+/// A fi_pingpong result: the client's line, and whether both sides then
+/// exited 0 (`Err` with both sides' output when not).
 #[derive(Debug)]
 pub struct Pong {
     pub usec: f64,
     pub mbps: f64,
-    pub server: Result<(), String>,
+    pub exits: Result<(), String>,
 }
 
 /// A fi_pingpong run: server and client on loopback. `Err` (with both
-/// sides' output) unless the client exits 0 with its result line.
+/// sides' output) unless the client printed its result line.
 pub fn pingpong(
     p: &Provider,
     tagged: bool,
@@ -694,35 +696,32 @@ pub fn pingpong(
         server.wait_more(Duration::from_secs(3))
     };
     let both = || format!("{}{}", client.report(), server.report());
-    let Some((usec, mbps)) = parse_pingpong(&client.stdout).filter(|_| client.ok()) else {
+    // A client killed at its deadline printed nothing that counts.
+    let result = parse_pingpong(&client.stdout).filter(|_| client.timed_out.is_none());
+    let Some((usec, mbps)) = result else {
         return Err(format!(
-            "fi_pingpong {}: client {}{}, server {}\n{}",
+            "fi_pingpong {}: client {} without a result line, server {}\n{}",
             p.name,
             client.outcome(),
-            if client.ok() {
-                " without a result line"
-            } else {
-                ""
-            },
             server.outcome(),
             both()
         ));
     };
-    let server_result = if server.ok() {
+    // After its result line fi_pingpong still exchanges a last message
+    // (pp_finalize) and closes: a failure there fails the test, while the
+    // bench keeps the figures and says so.
+    let exits = if client.ok() && server.ok() {
         Ok(())
     } else {
         Err(format!(
-            "fi_pingpong {}: the client finished ({usec:.1} usec/xfer) but the server ended with {}\n{}",
+            "fi_pingpong {}: the result line came ({usec:.1} usec/xfer) but client {}, server {}\n{}",
             p.name,
+            client.outcome(),
             server.outcome(),
             both()
         ))
     };
-    Ok(Pong {
-        usec,
-        mbps,
-        server: server_result,
-    })
+    Ok(Pong { usec, mbps, exits })
 }
 
 // ---- C tests and MPI programs -------------------------------------------------
@@ -970,10 +969,10 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
                 Ok(Pong {
                     usec,
                     mbps,
-                    server: Ok(()),
+                    exits: Ok(()),
                 }) => o.pass(&format!("{what} ({usec:.1} usec/xfer, {mbps:.2} MB/s)")),
                 Ok(Pong {
-                    server: Err(why), ..
+                    exits: Err(why), ..
                 }) => o.fail(&what, why),
                 Err(why) => o.fail(&what, why),
             }
@@ -1048,10 +1047,10 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
                 Ok(Pong {
                     usec,
                     mbps,
-                    server: Ok(()),
+                    exits: Ok(()),
                 }) => o.pass(&format!("{what} ({usec:.1} usec/xfer, {mbps:.2} MB/s)")),
                 Ok(Pong {
-                    server: Err(why), ..
+                    exits: Err(why), ..
                 }) => o.fail(&what, why),
                 Err(why) => o.fail(&what, why),
             }
@@ -1191,9 +1190,18 @@ pub fn parse_allreduce(text: &str) -> Option<f64> {
     })
 }
 
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`): the bench's
+/// figures depend on what else the machine runs.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
 /// Entry point of `cargo xtask bench --fabric`.
 pub fn bench() -> Result<(), Error> {
     ensure_packages()?;
+    let load_before = load_average();
     let run = run_dir()?;
     build_provider(&run)?;
     let mut rows: Vec<Row> = Vec::new();
@@ -1246,12 +1254,15 @@ pub fn bench() -> Result<(), Error> {
                 let mut notes: Vec<String> = Vec::new();
                 for _ in 0..BENCH_RUNS {
                     match pingpong(p, false, size, iterations(size), false) {
-                        Ok(Pong { usec, mbps, server }) => {
-                            // The client's figures stand; a server that
-                            // failed after them is said in the row.
-                            if let Err(why) = server {
+                        Ok(Pong { usec, mbps, exits }) => {
+                            // The figures stand; a side that failed after
+                            // them (fi_pingpong's last exchange) is said.
+                            if let Err(why) = exits {
                                 println!("{why}");
-                                notes.push("a server exit not 0 after the client's result".into());
+                                notes.push(
+                                    "a side exited non-zero after the result line (output above)"
+                                        .into(),
+                                );
                             }
                             results.push((usec, mbps));
                         }
@@ -1296,10 +1307,25 @@ pub fn bench() -> Result<(), Error> {
         &[],
     )?;
     let metaroce = &providers[0];
-    let mut over_ofi = mpirun(metaroce, 2, &exe, &["5"], false);
-    let mut over_tcp = Command::new("mpirun");
-    over_tcp
-        .args([
+    // Open MPI's TCP transport with its listening ports held to a range of
+    // its own, so that the loss rows drop exactly its data packets.
+    let ompi_lo = loop {
+        let b = free_range()?;
+        if providers
+            .iter()
+            .all(|p| p.ports.is_none_or(|(_, lo, _)| lo != b))
+        {
+            break b;
+        }
+    };
+    let ompi_tcp = Provider {
+        name: "ompi-tcp".into(),
+        env: vec![],
+        ports: Some(("tcp", ompi_lo, ompi_lo + RANGE_LEN - 1)),
+    };
+    let over_tcp = || {
+        let mut cmd = Command::new("mpirun");
+        cmd.args([
             "--allow-run-as-root",
             "--oversubscribe",
             "--timeout",
@@ -1315,37 +1341,61 @@ pub fn bench() -> Result<(), Error> {
             "--mca",
             "btl_tcp_if_include",
             "lo",
+            "--mca",
+            "btl_tcp_port_min_v4",
+            &ompi_lo.to_string(),
+            "--mca",
+            "btl_tcp_port_range_v4",
+            &RANGE_LEN.to_string(),
         ])
         .arg(&exe)
         .arg("5");
-    for (name, cmd) in [
-        (metaroce.name.clone(), &mut over_ofi),
-        ("ompi-tcp".to_string(), &mut over_tcp),
-    ] {
-        let f = run_for(cmd, Duration::from_secs(300))?;
-        let ms = parse_allreduce(&f.stdout).filter(|_| f.ok());
-        if ms.is_none() {
-            println!("{}", f.report());
-        }
-        rows.push(Row {
-            test: "mpi_allreduce_16MiB_np2",
-            provider: name,
-            bytes: 16 << 20,
-            loss: 0,
-            usec: None,
-            mbps: None,
-            ms,
-            runs: usize::from(ms.is_some()),
-            note: if ms.is_some() {
-                String::new()
+        cmd
+    };
+    for loss in [0u32, 1] {
+        for (p, mut cmd) in [
+            (metaroce, mpirun(metaroce, 2, &exe, &["5"], false)),
+            (&ompi_tcp, over_tcp()),
+        ] {
+            if loss > 0 && !system::is_root() {
+                continue;
+            }
+            let guard = if loss > 0 {
+                Some(Loss::start(p, loss)?)
             } else {
-                "FAILED (output above)".into()
-            },
-        });
+                None
+            };
+            let f = run_for(&mut cmd, Duration::from_secs(300))?;
+            drop(guard);
+            let ms = parse_allreduce(&f.stdout).filter(|_| f.ok());
+            if ms.is_none() {
+                println!("{}", f.report());
+            }
+            rows.push(Row {
+                test: "mpi_allreduce_16MiB_np2",
+                provider: p.name.clone(),
+                bytes: 16 << 20,
+                loss,
+                usec: None,
+                mbps: None,
+                ms,
+                runs: usize::from(ms.is_some()),
+                note: if ms.is_some() {
+                    String::new()
+                } else {
+                    "FAILED (output above)".into()
+                },
+            });
+        }
     }
 
     write_csv(&rows)?;
     print_table(&rows);
+    println!(
+        "\nload average (1/5/15 min) at the start: {load_before}; at the end: {} ({} CPUs)",
+        load_average(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     if rows
         .iter()
         .any(|r| r.provider == PROVIDER && r.note.starts_with("FAILED"))
@@ -1448,16 +1498,30 @@ fn print_table(rows: &[Row]) {
             );
         }
     }
-    println!("\nMPI_Allreduce 16 MiB of doubles, -np 2 on loopback (mean of 5, slowest rank):\n");
+    println!(
+        "\nMPI_Allreduce 16 MiB of doubles, -np 2 on loopback (mean of 5, slowest rank; loss: 1 % of each transport's own packets):\n"
+    );
     for r in rows.iter().filter(|r| r.test.starts_with("mpi_allreduce")) {
         let how = if r.provider == "ompi-tcp" {
             "Open MPI over TCP (pml ob1, btl tcp,self)".to_string()
         } else {
             format!("{} (pml cm, mtl ofi)", r.provider)
         };
+        let other = rows.iter().find(|o| {
+            o.test == r.test
+                && o.loss == r.loss
+                && o.provider == "ompi-tcp"
+                && r.provider != "ompi-tcp"
+        });
+        let vs = match (r.ms, other.and_then(|o| o.ms)) {
+            (Some(m), Some(t)) if m > 0.0 => {
+                format!("  ({:.2}x faster than Open MPI over TCP)", t / m)
+            }
+            _ => String::new(),
+        };
         match r.ms {
-            Some(ms) => println!("  {how:<44} {ms:>10.2} ms"),
-            None => println!("  {how:<44} {}", r.note),
+            Some(ms) => println!("  {} % loss  {how:<44} {ms:>10.2} ms{vs}", r.loss),
+            None => println!("  {} % loss  {how:<44} {}", r.loss, r.note),
         }
     }
 }
