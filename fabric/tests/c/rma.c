@@ -277,6 +277,60 @@ static int closed_region(void)
 				"fi_write to a closed region's key");
 }
 
+/* Regions registered with fi_mr_regv and fi_mr_regattr (one iov each)
+ * take a write and a read like fi_mr_reg's. */
+static int regv_regattr(void)
+{
+	if (setup())
+		return CASE_FAIL;
+	struct region src;
+	size_t len = 8 * KiB;
+	if (reg(&A, &src, len, ALL_ACCESS))
+		return CASE_FAIL;
+	uint8_t *bufs[2];
+	struct fid_mr *mrs[2] = {NULL, NULL};
+	for (int k = 0; k < 2; k++) {
+		bufs[k] = aligned_alloc(4096, len);
+		memset(bufs[k], 0xEE, len);
+		struct iovec iov = {.iov_base = bufs[k], .iov_len = len};
+		if (k == 0) {
+			CALL(fi_mr_regv(B.domain, &iov, 1, ALL_ACCESS, 0, 0x7000, 0, &mrs[k],
+					NULL));
+		} else {
+			struct fi_mr_attr attr = {.mr_iov = &iov,
+						  .iov_count = 1,
+						  .access = ALL_ACCESS,
+						  .requested_key = 0x7001};
+			CALL(fi_mr_regattr(B.domain, &attr, 0, &mrs[k]));
+		}
+		if (B.info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+			CALL(fi_mr_bind(mrs[k], &B.ep->fid, 0));
+			CALL(fi_mr_enable(mrs[k]));
+		}
+		uint64_t addr = (B.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)
+					? (uint64_t)(uintptr_t)bufs[k]
+					: 0;
+		fill(src.buf, len, 90 + k);
+		struct req w = {.what = k ? "fi_write into a regattr region"
+					  : "fi_write into a regv region"};
+		POST_OK(fi_write(A.ep, src.buf, len, src.desc, a2b, addr, fi_mr_key(mrs[k]),
+				 &w.ctx));
+		struct comp c;
+		EXPECT_OK(&A, &w, 30, &c);
+		double end = now_s() + 5;
+		while (mismatch(bufs[k], len, 90 + k) >= 0 && now_s() < end)
+			progress_all();
+		CHECK(mismatch(bufs[k], len, 90 + k) < 0, "%s: data differs", w.what);
+		memset(src.buf, 0, len);
+		struct req rd = {.what = "fi_read back"};
+		POST_OK(fi_read(A.ep, src.buf, len, src.desc, a2b, addr, fi_mr_key(mrs[k]),
+				&rd.ctx));
+		EXPECT_OK(&A, &rd, 30, &c);
+		CHECK(mismatch(src.buf, len, 90 + k) < 0, "%s: read back differs", w.what);
+	}
+	return CASE_PASS;
+}
+
 static int null_buffer(void)
 {
 	if (!g_is_metaroce) {
@@ -308,6 +362,7 @@ int main(int argc, char **argv)
 		{"rma_past_region_error_completion", past_region, 90},
 		{"rma_key_of_another_domain", foreign_key, 60},
 		{"rma_key_of_closed_region", closed_region, 60},
+		{"mr_regv_and_regattr_regions", regv_regattr, 60},
 		{"mr_reg_null_buffer", null_buffer, 30},
 	};
 	return run_cases(argc, argv, "rma", cases,

@@ -307,6 +307,52 @@ static int trunc_tagged(void) { return truncation(1, 0); }
 static int trunc_msg(void) { return truncation(0, 0); }
 static int trunc_unexpected(void) { return truncation(1, 1); }
 
+/* fi_cq_readfrom names the sender: B's completion of A's message carries
+ * the fi_addr B has for A (FI_SOURCE), entry 1 of B's AV (C is entry 0). */
+static int readfrom(void)
+{
+	uint64_t caps = BASE_CAPS | FI_SOURCE;
+	if (open_side(&A, "A", caps) || open_side(&B, "B", caps) || open_side(&C, "C", caps))
+		return CASE_FAIL;
+	fi_addr_t b2c = insert_peer(&B, &C);
+	b2a = insert_peer(&B, &A);
+	a2b = insert_peer(&A, &B);
+	CHECK(b2c != FI_ADDR_NOTAVAIL && b2a != FI_ADDR_NOTAVAIL && a2b != FI_ADDR_NOTAVAIL,
+	      "AV insert");
+	CHECK(b2a != b2c, "B's AV gave A and C the same fi_addr");
+	if (!(B.info->caps & FI_SOURCE)) {
+		STRICT(0, "the provider did not grant FI_SOURCE");
+		return CASE_SKIP;
+	}
+	struct region s, r;
+	if (reg(&A, &s, 64, ALL_ACCESS) || reg(&B, &r, 64, ALL_ACCESS))
+		return CASE_FAIL;
+	fill(s.buf, 64, 81);
+	struct req rr = {.what = "fi_trecv"}, sr = {.what = "fi_tsend"};
+	POST_OK(fi_trecv(B.ep, r.buf, 64, r.desc, FI_ADDR_UNSPEC, 3, 0, &rr.ctx));
+	POST_OK(fi_tsend(A.ep, s.buf, 64, s.desc, a2b, 3, &sr.ctx));
+	double end = now_s() + 30;
+	fi_addr_t src = FI_ADDR_NOTAVAIL;
+	int got = 0;
+	while (!got && now_s() < end) {
+		drain_side(&A);
+		struct fi_cq_tagged_entry e;
+		ssize_t n = fi_cq_readfrom(B.cq, &e, 1, &src);
+		if (n == 1) {
+			CHECK(e.op_context == &rr.ctx, "a completion of another context");
+			got = 1;
+		} else {
+			CHECK(n == -FI_EAGAIN, "fi_cq_readfrom = %zd (%s)", n,
+			      fi_strerror((int)-n));
+		}
+	}
+	CHECK(got, "no receive completion within 30 s");
+	note("fi_cq_readfrom: src_addr %" PRIu64 ", B's fi_addr for A %" PRIu64, src, b2a);
+	CHECK(src == b2a, "src_addr %" PRIu64 ", expected %" PRIu64, src, b2a);
+	CHECK(mismatch(r.buf, 64, 81) < 0, "payload differs");
+	return CASE_PASS;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case cases[] = {
@@ -327,6 +373,7 @@ int main(int argc, char **argv)
 		{"truncation_tagged_FI_ETRUNC", trunc_tagged, 60},
 		{"truncation_msg_FI_ETRUNC", trunc_msg, 60},
 		{"truncation_unexpected_FI_ETRUNC", trunc_unexpected, 60},
+		{"cq_readfrom_source_address", readfrom, 60},
 	};
 	return run_cases(argc, argv, "tagged", cases,
 			 sizeof cases / sizeof cases[0]);
