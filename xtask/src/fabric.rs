@@ -241,6 +241,15 @@ fn shown(cmd: &Command) -> String {
 /// everything it started) and echoes it.
 pub fn spawn(cmd: &mut Command) -> Result<Running, Error> {
     let what = shown(cmd);
+    // In this run's folder when it has one: libpsm2, which libfabric loads,
+    // writes `PROGRAM.HOST-PID,HOST.btr` backtraces into the working
+    // directory of a crashing process (not into the source tree, then).
+    let run = util::target_dir()
+        .join("fabric")
+        .join(format!("run-{}", std::process::id()));
+    if cmd.get_current_dir().is_none() && run.is_dir() {
+        cmd.current_dir(&run);
+    }
     println!("$ {what}");
     let mut child = cmd
         .stdin(Stdio::null())
