@@ -39,6 +39,8 @@ pub mod rng;
 pub mod rtt;
 pub mod stats;
 pub mod storage;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod time;
 pub mod wire;
 
