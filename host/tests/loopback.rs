@@ -2,6 +2,8 @@
 //! writes and reads, every byte checked; and the `metaroce` binary as two
 //! processes, with its error exit codes.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -97,7 +99,7 @@ fn ipv4_read_verified_by_client() {
 #[test]
 fn ipv6_write_and_read() {
     if std::net::UdpSocket::bind("[::1]:0").is_err() {
-        println!("SKIPPED ipv6_write_and_read: no IPv6 loopback on this machine");
+        common::skip("ipv6_write_and_read", "no IPv6 loopback on this machine");
         return;
     }
     transfer("[::1]:0", "[::1]:0", Operation::Write, 5000, 100);

@@ -19,8 +19,10 @@
 //! root, `ip` and `nft`, and run when `METAROCE_NETNS` is set (`cargo
 //! xtask test host-netns` sets it, shows the output and installs
 //! `iproute2` and `nftables`; the plain `cargo test` of the host tests
-//! does not run them twice); otherwise they print `SKIPPED` and why. They
-//! run one at a time.
+//! does not run them twice); otherwise they report themselves skipped,
+//! with the reason (`common::skip`). They run one at a time.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -406,13 +408,13 @@ fn bench(ns: &Namespaces, loss: u32, ce: u32) {
 /// Namespaces for a test, or why it is skipped.
 fn namespaces(test: &str) -> Option<Namespaces> {
     if let Some(why) = skip_reason() {
-        println!("SKIPPED {test}: {why}");
+        common::skip(test, &why);
         return None;
     }
     match Namespaces::create() {
         Ok(ns) => Some(ns),
         Err(e) => {
-            println!("SKIPPED {test}: cannot create namespaces: {e}");
+            common::skip(test, &format!("cannot create namespaces: {e}"));
             None
         }
     }
@@ -529,7 +531,7 @@ fn flood(ns: String, sources: Vec<Ipv4Addr>, count: u32, per_second: u32) -> (u3
     (sent, start.elapsed())
 }
 
-/// Spec 4.2, 5.1.4 (issue 12 point 3): a legitimate client connects and
+/// Spec 4.2, 5.1.4: a legitimate client connects and
 /// completes with integrity while 100,000 CONNECTs from 1,000 source
 /// addresses hit the server; the flood leaves no state behind.
 #[test]
@@ -645,7 +647,7 @@ fn blackout(ns: &Namespaces, seconds: f64) {
     );
 }
 
-/// Spec 4.6.4 (issue 12 point 6): blackouts of 3.5 s and 9 s in the
+/// Spec 4.6.4: blackouts of 3.5 s and 9 s in the
 /// middle of a transfer are ridden through (the default ride-through and
 /// idle timeout are 10 s).
 #[test]
@@ -658,7 +660,7 @@ fn netns_blackouts_of_3_5_and_9_seconds() {
     blackout(&ns, 9.0);
 }
 
-/// Spec 4.2, 4.6 (issue 12 point 6): bursts of 20 losses in every 1,000
+/// Spec 4.2, 4.6: bursts of 20 losses in every 1,000
 /// packets, the first on the handshake, are ridden through: CONNECT is
 /// repeated with backoff until one gets through.
 #[test]

@@ -5,6 +5,8 @@
 //! it (connections spread, every one answered) and the binary's
 //! `--threads` summary.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -240,7 +242,10 @@ fn a_peer_budget_holds_for_the_node_not_per_thread() {
 #[test]
 fn the_binary_serves_on_two_threads_and_sums_up() {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        println!("SKIPPED: --threads 2 needs 2 CPUs");
+        common::skip(
+            "the_binary_serves_on_two_threads_and_sums_up",
+            "--threads 2 needs 2 CPUs",
+        );
         return;
     }
     let mut server = Command::new(env!("CARGO_BIN_EXE_metaroce"))

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::system;
-use crate::test::{Context, Tally};
+use crate::test::{Context, SkipLog, Tally};
 use crate::util::{self, Error};
 
 const USAGE: &str =
@@ -462,24 +462,30 @@ fn is_root() -> bool {
 }
 
 /// Runs one test binary of a package with its output shown, with `env`
-/// set; returns the tally and whether it printed a `SKIPPED` line.
+/// set. Returns its counts, the tests that skipped themselves moved from
+/// passed to skipped (their reasons recorded in `ctx`), and whether any
+/// line said `SKIPPED` (a part of a test left out).
 fn run_visible_test(
+    ctx: &mut Context,
     package: &str,
     test: &str,
     env: &[(&str, &str)],
 ) -> Result<(Tally, bool), Error> {
     let mut tally = Tally::default();
-    let mut skipped = false;
+    let mut printed_skip = false;
+    let skips = SkipLog::new(test)?;
     let mut command = util::cargo(["test", "-p", package, "--test", test, "--", "--nocapture"]);
     command.envs(env.iter().copied());
+    skips.attach(&mut command);
     let ok = util::run_streaming(&mut command, |line| {
         tally.add_libtest_line(line);
-        skipped |= line.contains("SKIPPED");
+        printed_skip |= line.contains("SKIPPED");
     })?;
+    skips.settle(&mut tally, ctx);
     if !ok || tally.failed > 0 {
         return Err(Error::new(format!("{package} test `{test}` failed")));
     }
-    Ok((tally, skipped))
+    Ok((tally, printed_skip))
 }
 
 /// Test step: `metaroce serve` and `metaroce bench` in two network
@@ -488,19 +494,16 @@ fn run_visible_test(
 /// bursts from the handshake on.
 pub fn netns_step(ctx: &mut Context) -> Result<(), Error> {
     if !is_root() {
-        println!(
-            "SKIPPED host-netns: not running as root (network namespaces and nftables need it)"
+        ctx.skip(
+            "host-netns",
+            "not running as root (network namespaces and nftables need it)",
         );
         return Ok(());
     }
     system::ensure_system_packages(&[("ip", "iproute2"), ("nft", "nftables")])?;
-    // The netns tests run here only (not again in the plain `cargo test`).
-    let (tally, skipped) = run_visible_test("metaroce-host", "netns", &[("METAROCE_NETNS", "1")])?;
-    ctx.tally.passed += tally.passed;
-    ctx.ran_tests = true;
-    if skipped {
-        println!("host-netns: the test could not run here (see SKIPPED above)");
-    }
+    // The netns tests run here only (`test-host` filters them out).
+    let (tally, _) = run_visible_test(ctx, "metaroce-host", "netns", &[("METAROCE_NETNS", "1")])?;
+    ctx.add(tally);
     Ok(())
 }
 
@@ -508,14 +511,16 @@ pub fn netns_step(ctx: &mut Context) -> Result<(), Error> {
 /// suite exactly as the core parses it.
 pub fn wireshark_step(ctx: &mut Context) -> Result<(), Error> {
     if system::find_on_path("tshark").is_none() && !is_root() {
-        println!("SKIPPED wireshark: tshark is not installed and installing needs root (apt-get install tshark)");
+        ctx.skip(
+            "wireshark",
+            "tshark is not installed and installing needs root (apt-get install tshark)",
+        );
         return Ok(());
     }
     system::ensure_system_packages(&[("tshark", "tshark")])?;
-    let (tally, skipped) = run_visible_test("metaroce-compliance", "against_host", &[])?;
-    ctx.tally.passed += tally.passed;
-    ctx.ran_tests = true;
-    if skipped {
+    let (tally, printed_skip) = run_visible_test(ctx, "metaroce-compliance", "against_host", &[])?;
+    ctx.add(tally);
+    if printed_skip {
         return Err(Error::new(
             "the dissector check was skipped although tshark is installed",
         ));

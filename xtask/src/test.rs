@@ -3,16 +3,25 @@
 //!
 //! The steps are the list [`STEPS`]; each prints a header, its commands and
 //! its duration. Steps that run tests add their counts to the run's
-//! [`Tally`], printed at the end as `N passed, N failed` alone on a line
-//! (the line CI reads).
+//! [`Tally`], printed at the end as `N passed, N failed, N skipped` alone
+//! on a line (the line CI reads).
 //!
-//! To add a step (a later issue's QEMU runs, simulator checks, image
-//! checks): write `fn my_step(ctx: &mut Context) -> Result<(), Error>`,
+//! A test that cannot run here (not root, no network namespaces, a tool
+//! missing) is counted as skipped, never as passed, and its reason is
+//! printed above the closing line. Such a test returns early and, when the
+//! environment variable [`SKIP_LOG_VAR`] names a file, appends one line
+//! `test name: reason` to it; [`SkipLog`] sets the variable for one cargo
+//! run and moves that many tests from passed to skipped. A whole step that
+//! cannot run calls [`Context::skip`].
+//!
+//! To add a step: write `fn my_step(ctx: &mut Context) -> Result<(), Error>`,
 //! ideally calling into the module that owns the feature, and add a
 //! [`Step`] to [`STEPS`] where it belongs in the order (cheap checks first,
 //! slow runs last). If it runs tests, add their counts to `ctx.tally`.
 //! `cargo xtask test STEP...` runs only the named steps; `--list` lists them.
 
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::project::{FIRMWARE_TARGET, NO_STD_CRATES};
@@ -143,6 +152,9 @@ pub const STEPS: &[Step] = &[
 pub struct Tally {
     pub passed: u64,
     pub failed: u64,
+    /// Tests (or whole steps) that could not run here; their reasons are in
+    /// [`Context::skips`].
+    pub skipped: u64,
 }
 
 impl Tally {
@@ -167,6 +179,72 @@ impl Tally {
             _ => false,
         }
     }
+
+    /// Moves `n` tests that libtest counted as passed (they returned early)
+    /// to skipped.
+    pub fn reclassify_skipped(&mut self, n: u64) {
+        let n = n.min(self.passed);
+        self.passed -= n;
+        self.skipped += n;
+    }
+}
+
+/// The environment variable naming the file a skipping test appends its
+/// `name: reason` line to. Unset when the tests run by hand: they then
+/// only print the reason.
+pub const SKIP_LOG_VAR: &str = "METAROCE_SKIP_LOG";
+
+/// The skip log of one cargo run: a fresh file under `target/metaroce/`,
+/// named to the tests through [`SKIP_LOG_VAR`].
+#[derive(Debug)]
+pub struct SkipLog {
+    path: PathBuf,
+}
+
+impl SkipLog {
+    /// A new, empty log for the run called `label`.
+    pub fn new(label: &str) -> Result<SkipLog, Error> {
+        let dir = util::target_dir().join("metaroce").join("skips");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::new(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(format!("{label}-{}.log", std::process::id()));
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::new(format!("{}: {e}", path.display())))
+            }
+            _ => {}
+        }
+        Ok(SkipLog { path })
+    }
+
+    /// Names the log to the tests `cmd` runs.
+    pub fn attach(&self, cmd: &mut Command) {
+        cmd.env(SKIP_LOG_VAR, &self.path);
+    }
+
+    /// The `name: reason` lines the tests wrote (none if none skipped).
+    pub fn reasons(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.path)
+            .map(|text| parse_skip_log(&text))
+            .unwrap_or_default()
+    }
+
+    /// Moves the tests that skipped from `tally`'s passed to its skipped
+    /// and records their reasons in `ctx`; removes the log.
+    pub fn settle(self, tally: &mut Tally, ctx: &mut Context) {
+        let reasons = self.reasons();
+        tally.reclassify_skipped(reasons.len() as u64);
+        ctx.skips.extend(reasons);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The non-empty lines of a skip log.
+fn parse_skip_log(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// State shared by the steps of one run.
@@ -175,6 +253,26 @@ pub struct Context {
     pub tally: Tally,
     /// Whether any step ran tests (so the totals line means something).
     pub ran_tests: bool,
+    /// Why each skipped test or step did not run, one `name: reason` each.
+    pub skips: Vec<String>,
+}
+
+impl Context {
+    /// Counts `what` (a step or a test) as skipped, with the reason.
+    pub fn skip(&mut self, what: &str, why: &str) {
+        println!("SKIPPED {what}: {why}");
+        self.tally.skipped += 1;
+        self.skips.push(format!("{what}: {why}"));
+        self.ran_tests = true;
+    }
+
+    /// Adds the counts of one step's tests.
+    pub fn add(&mut self, tally: Tally) {
+        self.tally.passed += tally.passed;
+        self.tally.failed += tally.failed;
+        self.tally.skipped += tally.skipped;
+        self.ran_tests = true;
+    }
 }
 
 /// Entry point: `cargo xtask test [--list] [STEP...]`.
@@ -225,13 +323,27 @@ pub fn run(args: &[String]) -> Result<(), Error> {
         "",
         util::fmt_duration(started.elapsed())
     );
+    if !ctx.skips.is_empty() {
+        println!("skipped (could not run here):");
+        for why in &ctx.skips {
+            println!("  {why}");
+        }
+    }
     if ctx.ran_tests {
-        println!("{} passed, {} failed", ctx.tally.passed, ctx.tally.failed);
+        println!("{}", closing_line(&ctx.tally));
     }
     match failure {
         Some((name, e)) => Err(Error::new(format!("step `{name}` failed: {e}"))),
         None => Ok(()),
     }
+}
+
+/// The run's last line, the one CI reads.
+fn closing_line(t: &Tally) -> String {
+    format!(
+        "{} passed, {} failed, {} skipped",
+        t.passed, t.failed, t.skipped
+    )
 }
 
 fn select_steps(names: &[String]) -> Result<Vec<&'static Step>, Error> {
@@ -297,17 +409,23 @@ fn clippy_no_std(_: &mut Context) -> Result<(), Error> {
 
 /// Host tests of the default members. `--no-fail-fast` so that the totals
 /// cover every test binary even when one fails; the step still fails then.
+/// The network-namespace tests (`host/tests/netns.rs`, every one named
+/// `netns_*`) are left to the `host-netns` step, which runs them as root
+/// with their output shown; here libtest filters them out, so they are
+/// neither run twice nor counted as skipped.
 fn test_host(ctx: &mut Context) -> Result<(), Error> {
     let mut tally = Tally::default();
-    let ok = util::run_streaming(&mut util::cargo(["test", "--no-fail-fast"]), |line| {
+    let skips = SkipLog::new("test-host")?;
+    let mut command = util::cargo(["test", "--no-fail-fast", "--", "--skip", "netns_"]);
+    skips.attach(&mut command);
+    let ok = util::run_streaming(&mut command, |line| {
         tally.add_libtest_line(line);
     })?;
-    ctx.tally.passed += tally.passed;
-    ctx.tally.failed += tally.failed;
-    ctx.ran_tests = true;
+    skips.settle(&mut tally, ctx);
+    ctx.add(tally);
     println!(
-        "host tests: {} passed, {} failed",
-        tally.passed, tally.failed
+        "host tests: {} passed, {} failed, {} skipped",
+        tally.passed, tally.failed, tally.skipped
     );
     match (ok, tally.failed) {
         (true, 0) => Ok(()),
@@ -341,9 +459,57 @@ mod tests {
             t,
             Tally {
                 passed: 15,
-                failed: 2
+                failed: 2,
+                skipped: 0
             }
         );
+    }
+
+    #[test]
+    fn skipped_tests_leave_passed_for_skipped() {
+        let mut t = Tally {
+            passed: 10,
+            failed: 1,
+            skipped: 0,
+        };
+        t.reclassify_skipped(3);
+        assert_eq!((t.passed, t.failed, t.skipped), (7, 1, 3));
+        // A log longer than the passed count (a test that wrote twice)
+        // never makes the counts wrap.
+        t.reclassify_skipped(100);
+        assert_eq!((t.passed, t.failed, t.skipped), (0, 1, 10));
+        assert_eq!(closing_line(&t), "0 passed, 1 failed, 10 skipped");
+    }
+
+    #[test]
+    fn skip_log_lines_are_read_back_and_settled() {
+        assert_eq!(
+            parse_skip_log("netns_a: not root\n\n  ipv6: no loopback  \n"),
+            ["netns_a: not root", "ipv6: no loopback"]
+        );
+        let log = SkipLog::new("xtask-unit-test").unwrap();
+        let mut cmd = Command::new("true");
+        log.attach(&mut cmd);
+        let path = cmd
+            .get_envs()
+            .find(|(k, _)| *k == SKIP_LOG_VAR)
+            .and_then(|(_, v)| v)
+            .map(PathBuf::from)
+            .unwrap();
+        std::fs::write(&path, "t1: why one\nt2: why two\n").unwrap();
+        let mut tally = Tally {
+            passed: 5,
+            ..Tally::default()
+        };
+        let mut ctx = Context::default();
+        log.settle(&mut tally, &mut ctx);
+        assert_eq!((tally.passed, tally.skipped), (3, 2));
+        assert_eq!(ctx.skips, ["t1: why one", "t2: why two"]);
+        assert!(!path.exists());
+        ctx.add(tally);
+        ctx.skip("host-netns", "not running as root");
+        assert_eq!(ctx.tally.skipped, 3);
+        assert_eq!(ctx.skips.len(), 3);
     }
 
     #[test]
