@@ -243,7 +243,7 @@ pub fn memory_rows() -> Vec<Row> {
     rows
 }
 
-/// Pool bytes one long-haul connection needs (issue 17): the sender's
+/// Pool bytes one long-haul connection needs: the sender's
 /// in-flight records and the receiver's out-of-order bitmap for a window
 /// of 3 bandwidth-delay products in 4 KiB packets (what keeps the line
 /// busy while a loss is repaired, spec 4.4), capped at the 65,536-PSN

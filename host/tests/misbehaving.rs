@@ -1,7 +1,6 @@
 //! 64 concurrent clients against `metaroce serve` (the binary, as users
 //! run it), 24 of them misbehaving, each group from its own loopback
-//! address (127.0.0.x) so the per-peer budgets meet it alone (issue 12,
-//! point 4). The clients are `metaroce_host::session::Crowd` (the library
+//! address (127.0.0.x) so the per-peer budgets meet it alone. The clients are `metaroce_host::session::Crowd` (the library
 //! behind `metaroce crowd`, whose module documentation lists the groups):
 //! 40 well-behaved writers and readers, bad keys, a key of another
 //! connection, a size past the maximum, a second announcement, abandoned

@@ -1,4 +1,4 @@
-//! CRC offload (issue 16): a frame device that writes and checks the
+//! CRC offload: a frame device that writes and checks the
 //! transport's CRC trailer (spec 3.9) itself, as a NIC's DMA engine does
 //! RoCEv2's ICRC, and the engine loop that then leaves that work to it
 //! (`FrameDevice::FILLS_CRC_TRAILER`, `FrameDevice::receive_with_verdict`).

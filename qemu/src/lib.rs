@@ -16,7 +16,7 @@
 //! talk MetaRoCE to the firmware. It runs until stopped.
 //!
 //! It is **not** a simulator: nodes run in real time under QEMU's TCG, so
-//! timing numbers are those of emulated CPUs (see the README's notes on
+//! timing numbers are those of emulated CPUs (see `docs/guide/qemu.md` on
 //! what differs on hardware). It never touches the network beyond
 //! 127.0.0.1; node addresses (198.18.0.0/15, the benchmarking range) exist
 //! only inside the emulated fabric.

@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: the engine benchmark of issue 3.
+//! `cargo xtask bench`: the engine benchmark.
 //!
 //! Runs `metaroce-bench` in release: ns per 4 KiB data packet for the full
 //! TX → RX → ACK cycle between two endpoints in one process, the same

@@ -2,8 +2,8 @@
 //!
 //! The project's developer and CI entry points, run as `cargo xtask <command>`
 //! (the alias lives in `.cargo/config.toml`). It follows rust-analyzer's xtask:
-//! plain Rust with the standard library only (plus `metaroce-core` for the
-//! demo), so it builds in seconds on a fresh machine and needs no extra tools.
+//! plain Rust with the standard library only, so it builds in seconds on a
+//! fresh machine and needs no extra tools.
 //!
 //! It is **not** a build system: it only orders `cargo` invocations and a few
 //! checks (formatting, lints, host tests, the no_std release build, the
@@ -64,7 +64,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "sim <EXPERIMENT> [ARGS]",
-        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep, incast, path-failure); tables, CSV in target/metaroce/",
+        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep, incast, path-failure, permutation, all-to-all, spray, long-haul); tables, CSV and SVG in target/metaroce/",
     ),
     (
         "image --board <pensando-elba|qemu-virt>",

@@ -1,5 +1,4 @@
-//! `cargo xtask sim <experiment>`: the fabric simulator's experiments of
-//! issue 5.
+//! `cargo xtask sim <experiment>`: the fabric simulator's experiments.
 //!
 //! Builds `metaroce-sim` in release and runs it; every argument goes to the
 //! binary (`cargo xtask sim help` lists experiments and options). Tables go

@@ -245,7 +245,7 @@ rustfmt-x86_64-unknown-linux-gnu
 
     #[test]
     fn a_toolchain_without_the_firmware_target_gets_it_added() {
-        // The case: the pinned toolchain installed without
+        // A fresh machine's case: the pinned toolchain installed without
         // `aarch64-unknown-none`.
         let installed_targets = "x86_64-unknown-linux-gnu\n";
         let components = ALL_COMPONENTS.replace("rust-std-aarch64-unknown-none\n", "");

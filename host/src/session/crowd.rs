@@ -1,6 +1,6 @@
 //! `metaroce crowd`: many clients at once against one server, some of
-//! them misbehaving, to check that the server keeps serving the others
-//! (issue 12, point 4). Each group binds its own source address
+//! them misbehaving, to check that the server keeps serving the others.
+//! Each group binds its own source address
 //! (127.0.0.x on loopback) so the server's per-peer budgets meet it
 //! alone; where only one address reaches the server (the QEMU harness's
 //! gateway), every client shares it and the budget probes are left out.
