@@ -67,7 +67,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "test-host",
-        what: "host tests (default members): cargo test --no-fail-fast",
+        what: "host tests (default members): cargo test --no-fail-fast (the netns_* tests run in host-netns)",
         run: test_host,
     },
     Step {
@@ -279,7 +279,7 @@ impl Context {
 pub fn run(args: &[String]) -> Result<(), Error> {
     if args.iter().any(|a| a == "--list") {
         for step in STEPS {
-            println!("{:<14} {}", step.name, step.what);
+            println!("{:<15} {}", step.name, step.what);
         }
         return Ok(());
     }
@@ -315,10 +315,10 @@ pub fn run(args: &[String]) -> Result<(), Error> {
     println!("\n== summary");
     for (name, took, ok) in &done {
         let status = if *ok { "ok" } else { "FAILED" };
-        println!("  {name:<14} {status:<7} {}", util::fmt_duration(*took));
+        println!("  {name:<15} {status:<7} {}", util::fmt_duration(*took));
     }
     println!(
-        "  {:<14} {:<7} {}",
+        "  {:<15} {:<7} {}",
         "total",
         "",
         util::fmt_duration(started.elapsed())
