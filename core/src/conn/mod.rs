@@ -157,9 +157,10 @@ impl PendingEvents {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Job {
     User(crate::api::WorkRequest),
-    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`.
+    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`
+    /// (its key is checked again for every packet).
     ReadResponse {
-        source: u64,
+        source: MemoryTarget,
         sink: MemoryTarget,
     },
 }
@@ -186,7 +187,7 @@ pub struct WorkEntry {
 impl WorkEntry {
     pub const VACANT: WorkEntry = WorkEntry {
         job: Job::ReadResponse {
-            source: 0,
+            source: MemoryTarget { key: 0, addr: 0 },
             sink: MemoryTarget { key: 0, addr: 0 },
         },
         msg_id: 0,
