@@ -761,6 +761,29 @@ fn compile(compiler: &str, source: &Path, out: &Path, libs: &[&str]) -> Result<(
     }
 }
 
+/// The cases a C test program skipped, `skip NAME` lines, each with the
+/// reason the case printed (its last indented line before).
+pub fn skipped_cases(stdout: &str) -> Vec<(String, String)> {
+    let mut skips = Vec::new();
+    let mut last_note = "";
+    for line in stdout.lines() {
+        if let Some(case) = line.strip_prefix("skip ") {
+            let reason = if last_note.is_empty() {
+                "skipped by the program"
+            } else {
+                last_note
+            };
+            skips.push((case.trim().to_string(), reason.to_string()));
+            last_note = "";
+        } else if let Some(note) = line.strip_prefix("    ") {
+            last_note = note.trim();
+        } else {
+            last_note = "";
+        }
+    }
+    skips
+}
+
 /// The counts a program printed, or a failure with its output.
 fn counted(f: &Finished, name: &str) -> (u64, u64, Option<String>) {
     let counts = f.stdout.lines().rev().find_map(passed_failed);
@@ -853,15 +876,14 @@ fn lint_and_unit_tests(ctx: &mut Context, o: &mut Outcome) -> Result<(), Error> 
         o.fail("cargo clippy -p metaroce-fabric", e.to_string());
     }
     let mut tally = crate::test::Tally::default();
-    let ok = util::run_streaming(
-        &mut util::cargo(["test", "-p", "metaroce-fabric"]),
-        |line| {
-            tally.add_libtest_line(line);
-        },
-    )?;
-    ctx.tally.passed += tally.passed;
-    ctx.tally.failed += tally.failed;
-    ctx.ran_tests = true;
+    let skips = crate::test::SkipLog::new("fabric")?;
+    let mut command = util::cargo(["test", "-p", "metaroce-fabric"]);
+    skips.attach(&mut command);
+    let ok = util::run_streaming(&mut command, |line| {
+        tally.add_libtest_line(line);
+    })?;
+    skips.settle(&mut tally, ctx);
+    ctx.add(tally);
     if !ok || tally.failed > 0 {
         if tally.failed == 0 {
             // A build error or a crashed test binary: one failure.
@@ -1006,6 +1028,9 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
         let (passed, failed, why) = counted(&f, name);
         o.passed += passed;
         o.failed += failed;
+        for (case, reason) in skipped_cases(&f.stdout) {
+            ctx.skip(&format!("fabric C test {name} {case}"), &reason);
+        }
         match why {
             None => println!("ok   C test {name}: {passed} passed"),
             Some(_) => {
@@ -1035,13 +1060,14 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
         "\n-- fi_pingpong and Open MPI with 1 % random loss of the provider's packets (nftables)"
     );
     if !system::is_root() {
-        println!(
-            "SKIPPED fabric MPI under loss: not running as root (nftables needs it); not counted"
+        ctx.skip(
+            "fabric fi_pingpong and MPI under 1 % loss",
+            "not running as root (nftables needs it)",
         );
     } else if p.ports.is_none() {
-        println!(
-            "SKIPPED fabric MPI under loss: provider {} has no port range to drop; not counted",
-            p.name
+        ctx.skip(
+            "fabric fi_pingpong and MPI under 1 % loss",
+            &format!("provider {} has no port range to drop", p.name),
         );
     } else {
         let loss = Loss::start(&p, 1)?;
@@ -1556,6 +1582,21 @@ mod tests {
         );
         assert_eq!(passed_failed("pingpong: 8 passed, 1 failed"), Some((8, 1)));
         assert_eq!(passed_failed("ok   rma_write_8B (0.31 s)"), None);
+    }
+
+    #[test]
+    fn skipped_cases_come_with_their_reason() {
+        let out = "rma: provider tcp\n    wrote 8 B\nok   rma_write_8B (0.31 s)\n    contract of the metaroce provider only\nskip mr_reg_null_buffer\nskip bare\nrma: 1 passed, 0 failed, 2 skipped\n";
+        assert_eq!(
+            skipped_cases(out),
+            vec![
+                (
+                    "mr_reg_null_buffer".to_string(),
+                    "contract of the metaroce provider only".to_string()
+                ),
+                ("bare".to_string(), "skipped by the program".to_string()),
+            ]
+        );
     }
 
     #[test]
