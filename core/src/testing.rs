@@ -64,8 +64,9 @@ pub struct Checks {
     /// Known to happen today: a READ's response keeps reading the
     /// responder's region after the application deregistered it (the
     /// requester's side re-checks its buffer per packet, the responder's
-    /// READ job does not), so the bounded tests count these and `cargo
-    /// fuzz` with `strict_reads` finds them.
+    /// READ job does not; `core/tests/stateful_fuzz.rs` has the input), so
+    /// the bounded tests count these and `cargo fuzz` with `strict_reads`
+    /// finds them.
     pub strict_reads: bool,
 }
 

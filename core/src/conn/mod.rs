@@ -157,10 +157,9 @@ impl PendingEvents {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Job {
     User(crate::api::WorkRequest),
-    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`
-    /// (its key is checked again for every packet).
+    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`.
     ReadResponse {
-        source: MemoryTarget,
+        source: u64,
         sink: MemoryTarget,
     },
 }
@@ -187,7 +186,7 @@ pub struct WorkEntry {
 impl WorkEntry {
     pub const VACANT: WorkEntry = WorkEntry {
         job: Job::ReadResponse {
-            source: MemoryTarget { key: 0, addr: 0 },
+            source: 0,
             sink: MemoryTarget { key: 0, addr: 0 },
         },
         msg_id: 0,

@@ -86,7 +86,7 @@ impl<const P: usize> Connection<P> {
         &mut self,
         msg_id: u32,
         len: u32,
-        source: MemoryTarget,
+        source: u64,
         sink: MemoryTarget,
         res: &mut Resources<B, P>,
         config: &Config,
@@ -343,17 +343,22 @@ impl<const P: usize> Connection<P> {
             offset,
             len: entry.len,
         };
-        // The bytes a packet carries must still be registered when it
-        // leaves (spec 5.1): the local buffer of a user request, the
-        // responder's region of a READ (the application may deregister it
-        // while the response streams).
-        let (body, payload, key, rights) = match entry.job {
+        let (body, payload) = match entry.job {
             Job::User(wr) => {
                 let src = PayloadRef {
                     addr: wr.local.addr + u64::from(offset),
                     len: chunk,
                 };
-                let (body, payload) = user_body(
+                // The local buffer must still be registered (spec 5.1).
+                if res
+                    .regions
+                    .check(wr.local.key, self.pd, src.addr, u64::from(chunk), Access(0))
+                    .is_err()
+                {
+                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), res);
+                    return None;
+                }
+                user_body(
                     wr,
                     msg,
                     offset,
@@ -361,8 +366,7 @@ impl<const P: usize> Connection<P> {
                     entry.msg_id,
                     entry.len,
                     src,
-                );
-                (body, payload, wr.local.key, Access(0))
+                )
             }
             Job::ReadResponse { source, sink } => (
                 Body::ReadResponse(ReadResponseRepr {
@@ -373,23 +377,11 @@ impl<const P: usize> Connection<P> {
                     },
                 }),
                 Some(PayloadRef {
-                    addr: source.addr + u64::from(offset),
+                    addr: source + u64::from(offset),
                     len: chunk,
                 }),
-                source.key,
-                Access::REMOTE_READ,
             ),
         };
-        if let Some(p) = payload {
-            if res
-                .regions
-                .check(key, self.pd, p.addr, u64::from(p.len), rights)
-                .is_err()
-            {
-                self.fail(Status::LocalProtection, super::Blame::Psn(psn), res);
-                return None;
-            }
-        }
         let payload = payload.filter(|p| p.len > 0);
         let payload_len = payload.map_or(0, |p| p.len as u16);
         let min_rtt = self.send.rtt.min_ns();
