@@ -19,6 +19,10 @@ pub const DEFAULT_WINDOW: u32 = 256;
 /// 1 Gbit/s in 1 KiB packets three times over.
 pub const EMULATION_WINDOW: u32 = 4096;
 
+/// Whether this build grants and applies Rate Grants (spec 4.10.6;
+/// feature `grant`, off in firmware for its code budget).
+pub const GRANTS: bool = cfg!(feature = "grant");
+
 /// Which protection domain an accepted connection gets (spec 5.1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
