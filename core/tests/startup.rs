@@ -95,3 +95,81 @@ fn without_a_grant_a_sender_fills_the_path_from_its_second_round_trip() {
     let (first, _) = first_two_round_trips(config);
     assert_eq!(first, 4, "four packets before the first ACK");
 }
+
+/// The Rate Grant of every ACCEPT node 0 sends, in the order sent.
+fn grants_of_accepts(c: &mut Cluster) -> std::rc::Rc<std::cell::RefCell<Vec<u32>>> {
+    let grants = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = grants.clone();
+    c.tamper = Some(Box::new(move |from, bytes| {
+        if from == 0 {
+            if let Ok((r, _)) = metaroce_core::wire::parse(bytes) {
+                if let metaroce_core::wire::Body::Accept(a) = r.body {
+                    seen.borrow_mut().push(a.rate_grant_mbps());
+                }
+            }
+        }
+        false
+    }));
+    grants
+}
+
+#[test]
+fn accepts_grant_the_kth_of_senders_starting_together_at_most_a_kth_of_the_link() {
+    // Spec 4.10.6: half-open connections count as active senders, so
+    // among senders that connect at once the k-th accepted is granted at
+    // most link / k.
+    let config = Config::default();
+    let mut c = Cluster::new(5, config, Impairments::default(), 3);
+    let grants = grants_of_accepts(&mut c);
+    let peer = c.addr(0);
+    const PART: u32 = 64 << 10;
+    let dst = c.register(0, DST, u64::from(4 * PART), Access::REMOTE_WRITE);
+    // A microsecond apart, each with a WRITE to send: each is accepted
+    // while the earlier ones are half open or sending.
+    for i in 1..5 {
+        let src = c.register(i, SRC, u64::from(PART), Access::LOCAL_WRITE);
+        let now = c.now;
+        let a = c.nodes[i].ep.connect(now, peer, 0).expect("connect");
+        let wr = WorkRequest {
+            id: 1,
+            op: Op::Write {
+                remote: MemoryTarget {
+                    key: dst,
+                    addr: DST + u64::from(PART) * (i as u64 - 1),
+                },
+            },
+            local: c.local(src, SRC, PART),
+        };
+        c.nodes[i].ep.post_send(a, wr).expect("post");
+        c.run_until(now + Duration::from_micros(1), |_| false);
+    }
+    c.run_until(c.now + Duration::from_millis(1), |c| {
+        c.nodes[0]
+            .events
+            .iter()
+            .filter(|e| matches!(e, metaroce_core::Event::Incoming { .. }))
+            .count()
+            == 4
+    });
+    let grants = grants.borrow().clone();
+    println!("grants: {grants:?}");
+    assert!(grants.len() >= 4, "{grants:?}");
+    for (k, g) in grants.iter().take(4).enumerate() {
+        assert!(
+            *g > 0 && *g <= config.link_rate_mbps / (k as u32 + 1),
+            "ACCEPT {k}: grant {g} of {grants:?}"
+        );
+    }
+}
+
+#[test]
+fn a_receiver_without_hints_grants_nothing() {
+    let config = Config {
+        rate_hints: false,
+        ..Config::default()
+    };
+    let mut c = Cluster::new(2, config, Impairments::default(), 3);
+    let grants = grants_of_accepts(&mut c);
+    c.connect(1, 0);
+    assert_eq!(*grants.borrow(), vec![0]);
+}
