@@ -519,6 +519,9 @@ impl Default for FirstFlight {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FirstFlightRow {
     pub protocol: Protocol,
+    /// MetaRoCE with a job key (a pre-shared key, every packet protected,
+    /// spec 5.3); always false for RoCEv2.
+    pub job_key: bool,
     pub bytes: u64,
     /// Whether it completed with its data intact.
     pub intact: bool,
@@ -537,7 +540,12 @@ pub fn first_flight(
     mut progress: impl FnMut(usize, usize),
 ) -> Vec<FirstFlightRow> {
     let topology = Topology::leaf_spine(&cfg.fabric);
-    let total = cfg.sizes.len() * cfg.protocols.len();
+    let runs_per_size: usize = cfg
+        .protocols
+        .iter()
+        .map(|p| if *p == Protocol::MetaRoce { 2 } else { 1 })
+        .sum();
+    let total = cfg.sizes.len() * runs_per_size;
     let mut rows = Vec::new();
     for &bytes in &cfg.sizes {
         let flows = [Flow {
@@ -553,10 +561,22 @@ pub fn first_flight(
             time_limit: cfg.time_limit,
             ..WorkloadConfig::default()
         };
-        for &protocol in cfg.protocols {
-            let r = run(protocol, &topology, &flows, cfg.seed, &workload, false);
+        let runs = cfg.protocols.iter().flat_map(|&p| {
+            let keyed: &[bool] = match p {
+                Protocol::MetaRoce => &[false, true],
+                Protocol::Roce => &[false],
+            };
+            keyed.iter().map(move |&k| (p, k))
+        });
+        for (protocol, job_key) in runs {
+            let r = if job_key {
+                run_with_job_key(&topology, &flows, cfg.seed, &workload)
+            } else {
+                run(protocol, &topology, &flows, cfg.seed, &workload, false)
+            };
             rows.push(FirstFlightRow {
                 protocol,
+                job_key,
                 bytes,
                 intact: intact(&r.report) == 1,
                 fct: r.report.flows.first().and_then(|f| f.fct()),
@@ -568,6 +588,32 @@ pub fn first_flight(
         }
     }
     rows
+}
+
+/// MetaRoCE with every host holding the same job key (Key ID 1) and
+/// requiring protection (spec 5.3): AES-256-GCM on every packet.
+fn run_with_job_key(
+    topology: &Topology,
+    flows: &[Flow],
+    seed: u64,
+    workload: &WorkloadConfig,
+) -> Run {
+    const JOB_KEY: [u8; metaroce_core::crypto::PSK_LEN] = [0x4a; metaroce_core::crypto::PSK_LEN];
+    let config = metaroce_core::Config {
+        protection: metaroce_core::crypto::ProtectionConfig {
+            policy: metaroce_core::crypto::Policy::Require,
+            key_id: 1,
+        },
+        ..metaroce_core::Config::default()
+    };
+    let sim_config = SimConfig {
+        seed,
+        ..SimConfig::default()
+    };
+    let per_host = crate::workload::connections_per_host(flows, topology.hosts.len());
+    go(topology, sim_config, flows, workload, |h, _, s| {
+        MetaRoce::<16>::new(config, per_host[h], s).with_psk(1, &JOB_KEY)
+    })
 }
 
 fn intact(report: &Report) -> usize {

@@ -697,11 +697,11 @@ fn first_flight(o: &Options, c: &FirstFlight) -> Result<(), String> {
         c.seed
     );
     println!(
-        "{:<9} {:>10} {:>7} {:>10} {:>10} {:>9} {:>10} {:>6}",
+        "{:<13} {:>10} {:>7} {:>10} {:>10} {:>9} {:>10} {:>6}",
         "protocol", "bytes", "intact", "fct us", "floor us", "fct/flr", "vs RoCEv2", "retx"
     );
     let mut csv = String::from(
-        "protocol,bytes,intact,fct_us,wire_floor_us,fct_over_floor,fct_over_rocev2,retransmissions,events\n",
+        "protocol,job_key,bytes,intact,fct_us,wire_floor_us,fct_over_floor,fct_over_rocev2,retransmissions,events\n",
     );
     for r in &rows {
         let over_floor = r
@@ -711,13 +711,18 @@ fn first_flight(o: &Options, c: &FirstFlight) -> Result<(), String> {
             .iter()
             .find(|x| x.protocol == Protocol::Roce && x.bytes == r.bytes)
             .and_then(|x| x.fct);
+        let name = if r.job_key {
+            "MetaRoCE+key"
+        } else {
+            r.protocol.name()
+        };
         let over_roce = match (r.fct, roce) {
             (Some(f), Some(b)) => f.as_secs_f64() / b.as_secs_f64(),
             _ => f64::NAN,
         };
         println!(
-            "{:<9} {:>10} {:>7} {:>10} {:>10} {:>9.3} {:>10.3} {:>6}",
-            r.protocol.name(),
+            "{:<13} {:>10} {:>7} {:>10} {:>10} {:>9.3} {:>10.3} {:>6}",
+            name,
             r.bytes,
             r.intact,
             us(r.fct),
@@ -727,8 +732,9 @@ fn first_flight(o: &Options, c: &FirstFlight) -> Result<(), String> {
             r.retransmissions
         );
         csv.push_str(&format!(
-            "{},{},{},{},{},{:.4},{:.4},{},{}\n",
+            "{},{},{},{},{},{},{:.4},{:.4},{},{}\n",
             r.protocol.name(),
+            r.job_key,
             r.bytes,
             r.intact,
             us(r.fct),
@@ -740,24 +746,30 @@ fn first_flight(o: &Options, c: &FirstFlight) -> Result<(), String> {
         ));
     }
     let path = write_csv(o, "first-flight.csv", &csv)?;
-    let mut series: Vec<Series> = c
-        .protocols
-        .iter()
-        .map(|&p| Series {
-            name: p.name().into(),
-            points: rows
+    let mut series: Vec<Series> = Vec::new();
+    for &p in c.protocols {
+        for key in [false, true] {
+            let points: Vec<(f64, f64)> = rows
                 .iter()
-                .filter(|r| r.protocol == p)
+                .filter(|r| r.protocol == p && r.job_key == key)
                 .filter_map(|r| Some((r.bytes as f64, r.fct?.as_secs_f64() * 1e6)))
-                .collect(),
-        })
-        .collect();
+                .collect();
+            if !points.is_empty() {
+                let name = if key {
+                    format!("{} with a job key", p.name())
+                } else {
+                    p.name().to_string()
+                };
+                series.push(Series { name, points });
+            }
+        }
+    }
     if let Some(&p) = c.protocols.first() {
         series.push(Series {
             name: format!("wire floor ({})", p.name()),
             points: rows
                 .iter()
-                .filter(|r| r.protocol == p)
+                .filter(|r| r.protocol == p && !r.job_key)
                 .map(|r| (r.bytes as f64, r.wire_floor.as_secs_f64() * 1e6))
                 .collect(),
         });

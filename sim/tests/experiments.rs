@@ -73,7 +73,8 @@ fn first_flight_completes_intact_above_the_wire_floor() {
         ..experiments::FirstFlight::default()
     };
     let rows = experiments::first_flight(&cfg, |_, _| {});
-    assert_eq!(rows.len(), 4);
+    // Per size: MetaRoCE, MetaRoCE with a job key, RoCEv2.
+    assert_eq!(rows.len(), 6);
     for r in &rows {
         println!("{r:?}");
         assert!(r.intact, "{r:?}");
@@ -84,8 +85,14 @@ fn first_flight_completes_intact_above_the_wire_floor() {
     // wire time, not a ramp of several round trips.
     let big = rows
         .iter()
-        .find(|r| r.protocol == Protocol::MetaRoce && r.bytes == 256 << 10)
+        .find(|r| r.protocol == Protocol::MetaRoce && !r.job_key && r.bytes == 256 << 10)
         .expect("row");
+    // With the job key every packet carries 32 more bytes (spec 5.3.2).
+    let keyed = rows
+        .iter()
+        .find(|r| r.job_key && r.bytes == 256 << 10)
+        .expect("keyed row");
+    assert!(keyed.fct > big.fct, "{keyed:?} against {big:?}");
     let fct = big.fct.expect("completed");
     assert!(
         fct < big.wire_floor + Duration::from_micros(20),
