@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use metaroce_core::wire::{Body, Flags, MemoryTarget, NakReason, NakRepr, Repr, SackBits};
+use metaroce_core::wire::{
+    Body, ConnectRepr, Flags, MemoryTarget, NakReason, NakRepr, Repr, SackBits,
+};
 use metaroce_host::app::{fill_pattern, READ_ONLY_INDEX, READ_ONLY_LEN};
 
 use crate::peer::{Fail, Peer, RemoteRegion, Rx};
@@ -280,8 +282,39 @@ fn duplicate_connect(ctx: &mut Ctx) -> Result<(), Fail> {
         .ok_or("no ACCEPT for the repeated CONNECT")?;
     p.keepalive()?;
     p.close();
-    ensure(first == second, || {
+    // The Rate Grant is the acceptor's share at the time it sends (spec
+    // 4.10.6): a repeated ACCEPT may grant another.
+    let ungranted = |mut a: ConnectRepr| {
+        a.set_rate_grant_mbps(0);
+        a
+    };
+    ensure(ungranted(first) == ungranted(second), || {
         format!("second ACCEPT differs: {first:?} vs {second:?}")
+    })
+}
+
+/// Spec 3.8.1, 4.10.4, 4.10.6: an ACCEPT's Rate Grant is 0 (no grant) or
+/// the acceptor's share, which counts half-open connections: a second
+/// connection accepted while the first is still half open is granted no
+/// more than the first.
+fn accept_grant(ctx: &mut Ctx) -> Result<(), Fail> {
+    // Let earlier senders age out of the active-sender window.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut first = ctx.peer()?;
+    let a = first.connect_only(1024, 4, 256)?;
+    let mut second = ctx.peer()?;
+    let b = second.connect_only(1024, 4, 256)?;
+    for p in [&mut first, &mut second] {
+        p.keepalive()?;
+        p.close();
+    }
+    let (ga, gb) = (a.rate_grant_mbps(), b.rate_grant_mbps());
+    if ga == 0 && gb == 0 {
+        // Grants are optional (the reference firmware gives none).
+        return Ok(());
+    }
+    ensure(ga > 0 && gb > 0 && gb <= ga, || {
+        format!("grants {ga} then {gb} Mbit/s for a second half-open connection")
     })
 }
 
@@ -1265,6 +1298,12 @@ pub const CASES: &[Case] = &[
         section: "3.8.1, 4.2",
         run: negotiate_min,
         attempts: 1,
+    },
+    Case {
+        name: "handshake: ACCEPT grants no share or a share that counts half-open connections",
+        section: "3.8.1, 4.10.4, 4.10.6",
+        run: accept_grant,
+        attempts: 2,
     },
     Case {
         name: "handshake: duplicate CONNECT gets the same ACCEPT",

@@ -103,6 +103,7 @@ fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
                     String::new(),
                 );
                 let mut offset = String::new();
+                let mut grant = String::new();
                 match repr.body {
                     Body::Ack(a) => {
                         cum = a.cumulative.to_string();
@@ -119,10 +120,11 @@ fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
                         reason = k.reason.code().to_string();
                         nak_psn = k.nak_psn.to_string();
                     }
+                    Body::Accept(a) => grant = a.rate_grant_mbps().to_string(),
                     _ => {}
                 }
                 rows.push(format!(
-                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{offset}\t{sack}\t{reason}\t{nak_psn}\t1",
+                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{offset}\t{sack}\t{reason}\t{nak_psn}\t{grant}\t1",
                     h.psn, h.path, h.flags.0
                 ));
             }
@@ -165,7 +167,8 @@ fn tshark_rows(pcap: &Path) -> Result<Vec<String>, String> {
             "metaroce.ack.sack_offset",
         ])
         .args(["-e", "metaroce.ack.sack_bits", "-e", "metaroce.nak.reason"])
-        .args(["-e", "metaroce.nak.psn", "-e", "metaroce.crc_ok"])
+        .args(["-e", "metaroce.nak.psn", "-e", "metaroce.accept.rate_grant"])
+        .args(["-e", "metaroce.crc_ok"])
         .output()
         .map_err(|e| format!("cannot run tshark: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);

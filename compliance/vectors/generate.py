@@ -116,8 +116,11 @@ def extension(f):
         return struct.pack(">IIB", f["cumulative"], f["nak_psn"],
                            f.get("_reason_code", NAK_REASONS.get(f.get("reason"), 0))) + reserved
     if t in ("CONNECT", "ACCEPT"):
-        # Spec 3.8.1: 64 bytes.
+        # Spec 3.8.1: 64 bytes. An ACCEPT's Cookie field holds its Rate
+        # Grant (Mbit/s) in its first 4 bytes and zeros after them.
         cookie = f.get("cookie", bytes(32))
+        if t == "ACCEPT" and "rate_grant_mbps" in f:
+            assert cookie == struct.pack(">I", f["rate_grant_mbps"]) + bytes(28)
         assert len(cookie) == 32
         return struct.pack(">IQHHIHBBII", f["src_conn"], f["src_token"], f["mtu"],
                            f["max_paths"], f["window"], f["reply_port"],
@@ -374,6 +377,21 @@ def valid_cases():
              src_conn=0x0000009A, src_token=0x0102030405060708, mtu=4096, max_paths=16,
              window=30000, reply_port=4795, initial_psn=0x7FFFFFF0,
              timer_profile="DataCenter", suite="None", key_id=0, cookie=bytes(32)))
+    add("accept_rate_grant", "ACCEPT granting the initiator 1/63 of a 100 Gbit/s link "
+        "(spec 3.8.1, 4.10.6: Rate Grant in the Cookie field's first 4 bytes)",
+        dict(type="ACCEPT", **hdr(dst_conn=0x00000044, token=0x0A0B0C0D0E0F1011, psn=0x00C0FFEE,
+                                  path=0),
+             src_conn=0x0000009B, src_token=0x2122232425262728, mtu=4096, max_paths=16,
+             window=256, reply_port=4795, initial_psn=0x00C0FFEE,
+             timer_profile="DataCenter", suite="None", key_id=0, rate_grant_mbps=1587,
+             cookie=struct.pack(">I", 1587) + bytes(28)))
+    add("accept_rate_grant_max", "ACCEPT with the largest Rate Grant (0xFFFFFFFF Mbit/s)",
+        dict(type="ACCEPT", **hdr(dst_conn=0x00000045, token=0x3132333435363738, psn=0,
+                                  path=0),
+             src_conn=0x0000009C, src_token=0x4142434445464748, mtu=4096, max_paths=16,
+             window=256, reply_port=0, initial_psn=0,
+             timer_profile="DataCenter", suite="None", key_id=0, rate_grant_mbps=0xFFFFFFFF,
+             cookie=b"\xff" * 4 + bytes(28)))
     # RETRY (spec 3.8.4)
     add("retry", "RETRY carrying a cookie, addressed by the initiator's id and token",
         dict(type="RETRY", **hdr(dst_conn=0x00001234, token=0x1122334455667788, psn=0,
@@ -605,7 +623,7 @@ FIELD_ORDER = [
     "cumulative", "echo_psn", "echo_timestamp", "echo_path", "path_rx_count", "path_ce_count",
     "rate_hint_mbps", "sack_offset", "sack", "nak_psn", "reason", "reason_code",
     "src_conn", "src_token", "mtu", "max_paths", "window", "reply_port", "initial_psn",
-    "timer_profile", "suite", "key_id", "cookie",
+    "timer_profile", "suite", "key_id", "rate_grant_mbps", "cookie",
 ]
 
 

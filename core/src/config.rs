@@ -19,6 +19,10 @@ pub const DEFAULT_WINDOW: u32 = 256;
 /// 1 Gbit/s in 1 KiB packets three times over.
 pub const EMULATION_WINDOW: u32 = 4096;
 
+/// Whether this build grants and applies Rate Grants (spec 4.10.6;
+/// feature `grant`, off in firmware for its code budget).
+pub const GRANTS: bool = cfg!(feature = "grant");
+
 /// Which protection domain an accepted connection gets (spec 5.1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -175,7 +179,9 @@ pub struct Config {
     /// minimum round trip is k times longer, every acknowledged byte adds k
     /// bytes to the start-up window instead of one, so a long path reaches
     /// its (k times larger) bandwidth-delay product in as many round trips
-    /// as a data-centre path (spec 4.10.6).
+    /// as a data-centre path (spec 4.10.6). A sender the ACCEPT granted a
+    /// share starts with a window of the share over this round trip
+    /// instead of `initial_window_bytes`.
     pub initial_window_rtt: Duration,
     /// ACK after this many unacknowledged reliable packets.
     pub ack_every: u8,

@@ -307,6 +307,16 @@ fn connect(v: &Vector) -> Check<ConnectRepr> {
     })
 }
 
+/// An ACCEPT: CONNECT's fields, and its Rate Grant (spec 3.8.1), which
+/// must be what the Cookie field's first 4 bytes say.
+fn accept(v: &Vector) -> Check<ConnectRepr> {
+    let a = connect(v)?;
+    if v.has("rate_grant_mbps") && a.rate_grant_mbps() != v.int::<u32>("rate_grant_mbps")? {
+        return Err(format!("{}: rate_grant_mbps disagrees with cookie", v.name));
+    }
+    Ok(a)
+}
+
 fn cookie(v: &Vector) -> Check<[u8; COOKIE_LEN]> {
     v.hex("cookie")?
         .try_into()
@@ -396,7 +406,7 @@ fn expected(v: &Vector) -> Check<(Repr, Vec<u8>)> {
             })
         }
         PacketType::Connect => Body::Connect(connect(v)?),
-        PacketType::Accept => Body::Accept(connect(v)?),
+        PacketType::Accept => Body::Accept(accept(v)?),
         PacketType::Close => {
             let name = v.str("reason")?;
             let reason =
@@ -623,6 +633,32 @@ fn valid_vectors_follow_the_psn_field_rule() {
             Err(format!(
                 "{}: PSN field {:#x} breaks spec 3.2.4",
                 v.name, repr.header.psn
+            ))
+        }
+    });
+}
+
+/// Spec 3.8.1: an ACCEPT's Rate Grant is the first 4 bytes of its Cookie
+/// field, big-endian; a vector without `rate_grant_mbps` grants nothing.
+#[test]
+fn accept_vectors_carry_their_rate_grant() {
+    for_each(Kind::Valid, "valid vectors (rate grant)", MIN_VALID, |v| {
+        let (repr, _) = expected(v)?;
+        let Body::Accept(a) = repr.body else {
+            return Ok(());
+        };
+        let want: u32 = if v.has("rate_grant_mbps") {
+            v.int("rate_grant_mbps")?
+        } else {
+            0
+        };
+        if a.rate_grant_mbps() == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: rate grant {} != {want}",
+                v.name,
+                a.rate_grant_mbps()
             ))
         }
     });

@@ -487,6 +487,135 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
     rows
 }
 
+/// `first-flight` settings: one WRITE of each size from a host to another
+/// on the same leaf, alone on the fabric, on a fresh connection (MetaRoCE:
+/// handshake included) or a queue pair set up beforehand (RoCEv2, as it
+/// is deployed: out of band).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstFlight {
+    pub fabric: LeafSpine,
+    /// Bytes of each WRITE, one run per size.
+    pub sizes: Vec<u64>,
+    pub seed: u64,
+    pub time_limit: Duration,
+    /// The protocols run, in this order (default: both).
+    pub protocols: &'static [Protocol],
+}
+
+impl Default for FirstFlight {
+    /// 4 KiB, 64 KiB, 1 MiB and 16 MiB on the 64-host leaf-spine.
+    fn default() -> Self {
+        FirstFlight {
+            fabric: LeafSpine::default(),
+            sizes: vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
+            seed: 1,
+            time_limit: Duration::from_secs(1),
+            protocols: &Protocol::ALL,
+        }
+    }
+}
+
+/// One protocol's single WRITE of one size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstFlightRow {
+    pub protocol: Protocol,
+    /// MetaRoCE with a job key (a pre-shared key, every packet protected,
+    /// spec 5.3); always false for RoCEv2.
+    pub job_key: bool,
+    pub bytes: u64,
+    /// Whether it completed with its data intact.
+    pub intact: bool,
+    /// From the post (the connect, for MetaRoCE) to the completion.
+    pub fct: Option<Duration>,
+    /// Every frame of the WRITE through one link at line rate.
+    pub wire_floor: Duration,
+    pub retransmissions: u64,
+    pub events: u64,
+}
+
+/// Runs one WRITE of each size for each protocol, host 1 to host 0;
+/// `progress` after each run.
+pub fn first_flight(
+    cfg: &FirstFlight,
+    mut progress: impl FnMut(usize, usize),
+) -> Vec<FirstFlightRow> {
+    let topology = Topology::leaf_spine(&cfg.fabric);
+    let runs_per_size: usize = cfg
+        .protocols
+        .iter()
+        .map(|p| if *p == Protocol::MetaRoce { 2 } else { 1 })
+        .sum();
+    let total = cfg.sizes.len() * runs_per_size;
+    let mut rows = Vec::new();
+    for &bytes in &cfg.sizes {
+        let flows = [Flow {
+            src: 1,
+            dst: 0,
+            bytes,
+            start: Instant::from_micros(1),
+        }];
+        // One WRITE of the whole size.
+        let workload = WorkloadConfig {
+            message_bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+            messages_in_flight: 1,
+            time_limit: cfg.time_limit,
+            ..WorkloadConfig::default()
+        };
+        let runs = cfg.protocols.iter().flat_map(|&p| {
+            let keyed: &[bool] = match p {
+                Protocol::MetaRoce => &[false, true],
+                Protocol::Roce => &[false],
+            };
+            keyed.iter().map(move |&k| (p, k))
+        });
+        for (protocol, job_key) in runs {
+            let r = if job_key {
+                run_with_job_key(&topology, &flows, cfg.seed, &workload)
+            } else {
+                run(protocol, &topology, &flows, cfg.seed, &workload, false)
+            };
+            rows.push(FirstFlightRow {
+                protocol,
+                job_key,
+                bytes,
+                intact: intact(&r.report) == 1,
+                fct: r.report.flows.first().and_then(|f| f.fct()),
+                wire_floor: protocol.wire_floor(bytes, bytes, cfg.fabric.host_link.rate_bps),
+                retransmissions: r.report.transport.retransmissions,
+                events: r.events,
+            });
+            progress(rows.len(), total);
+        }
+    }
+    rows
+}
+
+/// MetaRoCE with every host holding the same job key (Key ID 1) and
+/// requiring protection (spec 5.3): AES-256-GCM on every packet.
+fn run_with_job_key(
+    topology: &Topology,
+    flows: &[Flow],
+    seed: u64,
+    workload: &WorkloadConfig,
+) -> Run {
+    const JOB_KEY: [u8; metaroce_core::crypto::PSK_LEN] = [0x4a; metaroce_core::crypto::PSK_LEN];
+    let config = metaroce_core::Config {
+        protection: metaroce_core::crypto::ProtectionConfig {
+            policy: metaroce_core::crypto::Policy::Require,
+            key_id: 1,
+        },
+        ..metaroce_core::Config::default()
+    };
+    let sim_config = SimConfig {
+        seed,
+        ..SimConfig::default()
+    };
+    let per_host = crate::workload::connections_per_host(flows, topology.hosts.len());
+    go(topology, sim_config, flows, workload, |h, _, s| {
+        MetaRoce::<16>::new(config, per_host[h], s).with_psk(1, &JOB_KEY)
+    })
+}
+
 fn intact(report: &Report) -> usize {
     report
         .flows

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use metaroce_sim::experiments::{
-    self, Incast, LossSweep, LossSweepRow, PathFailure, Pattern, Protocol, Spray, Traffic,
+    self, FirstFlight, Incast, LossSweep, LossSweepRow, PathFailure, Pattern, Protocol, Spray,
+    Traffic,
 };
 use metaroce_sim::long_haul::cli::LongHaulArgs;
 use metaroce_sim::plot::{self, Chart, Scale, Series};
@@ -50,6 +51,11 @@ enum Experiment {
     /// One connection between two sites at round trips of 0.01 to 20 ms,
     /// 0 and 0.1 % loss; goodput against the line rate; then a long-haul
     /// flow sharing a receiver with data-centre flows.
+    /// One WRITE of 4 KiB, 64 KiB, 1 MiB and 16 MiB between two hosts of
+    /// a leaf, alone: MetaRoCE on a fresh connection (handshake included)
+    /// against RoCEv2 on a queue pair set up beforehand; completion time
+    /// against the wire floor.
+    FirstFlight(FirstFlightArgs),
     // An option given twice: the last one counts, as with the
     // experiment's hand-written parser of old.
     #[command(args_override_self = true)]
@@ -129,6 +135,19 @@ struct IncastArgs {
     seed: u64,
     #[command(flatten)]
     fabric: FabricArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct FirstFlightArgs {
+    /// Bytes of each WRITE (one run per size) [default: 4096 65536 1048576
+    /// 16777216].
+    #[arg(long, num_args = 1..)]
+    sizes: Option<Vec<u64>>,
+    /// The seed.
+    #[arg(long, default_value_t = FirstFlight::default().seed)]
+    seed: u64,
     #[command(flatten)]
     common: Common,
 }
@@ -324,6 +343,21 @@ fn run(experiment: &Experiment) -> Result<(), String> {
             spray(&o)
         }
         Experiment::LongHaul(args) => long_haul(args),
+        Experiment::FirstFlight(a) => {
+            let o = Options::new(&a.common);
+            let mut c = FirstFlight {
+                seed: a.seed,
+                protocols: a.common.protocol.protocols(),
+                ..FirstFlight::default()
+            };
+            if let Some(sizes) = &a.sizes {
+                if sizes.contains(&0) {
+                    return Err("--sizes must not be zero".into());
+                }
+                c.sizes = sizes.clone();
+            }
+            first_flight(&o, &c)
+        }
     }
 }
 
@@ -653,6 +687,106 @@ fn incast(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn first_flight(o: &Options, c: &FirstFlight) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
+    let rows = experiments::first_flight(c, progress_bar);
+    println!(
+        "first-flight: one WRITE host 1 -> host 0 (same leaf), alone on a leaf-spine of {} hosts, seed {}; MetaRoCE connects first, RoCEv2's queue pair is set up beforehand",
+        c.fabric.hosts(),
+        c.seed
+    );
+    println!(
+        "{:<13} {:>10} {:>7} {:>10} {:>10} {:>9} {:>10} {:>6}",
+        "protocol", "bytes", "intact", "fct us", "floor us", "fct/flr", "vs RoCEv2", "retx"
+    );
+    let mut csv = String::from(
+        "protocol,job_key,bytes,intact,fct_us,wire_floor_us,fct_over_floor,fct_over_rocev2,retransmissions,events\n",
+    );
+    for r in &rows {
+        let over_floor = r
+            .fct
+            .map_or(f64::NAN, |f| f.as_secs_f64() / r.wire_floor.as_secs_f64());
+        let roce = rows
+            .iter()
+            .find(|x| x.protocol == Protocol::Roce && x.bytes == r.bytes)
+            .and_then(|x| x.fct);
+        let name = if r.job_key {
+            "MetaRoCE+key"
+        } else {
+            r.protocol.name()
+        };
+        let over_roce = match (r.fct, roce) {
+            (Some(f), Some(b)) => f.as_secs_f64() / b.as_secs_f64(),
+            _ => f64::NAN,
+        };
+        println!(
+            "{:<13} {:>10} {:>7} {:>10} {:>10} {:>9.3} {:>10.3} {:>6}",
+            name,
+            r.bytes,
+            r.intact,
+            us(r.fct),
+            us(Some(r.wire_floor)),
+            over_floor,
+            over_roce,
+            r.retransmissions
+        );
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{:.4},{:.4},{},{}\n",
+            r.protocol.name(),
+            r.job_key,
+            r.bytes,
+            r.intact,
+            us(r.fct),
+            us(Some(r.wire_floor)),
+            over_floor,
+            over_roce,
+            r.retransmissions,
+            r.events
+        ));
+    }
+    let path = write_csv(o, "first-flight.csv", &csv)?;
+    let mut series: Vec<Series> = Vec::new();
+    for &p in c.protocols {
+        for key in [false, true] {
+            let points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.protocol == p && r.job_key == key)
+                .filter_map(|r| Some((r.bytes as f64, r.fct?.as_secs_f64() * 1e6)))
+                .collect();
+            if !points.is_empty() {
+                let name = if key {
+                    format!("{} with a job key", p.name())
+                } else {
+                    p.name().to_string()
+                };
+                series.push(Series { name, points });
+            }
+        }
+    }
+    if let Some(&p) = c.protocols.first() {
+        series.push(Series {
+            name: format!("wire floor ({})", p.name()),
+            points: rows
+                .iter()
+                .filter(|r| r.protocol == p && !r.job_key)
+                .map(|r| (r.bytes as f64, r.wire_floor.as_secs_f64() * 1e6))
+                .collect(),
+        });
+    }
+    let chart = Chart {
+        title: "first flight: one WRITE alone (MetaRoCE handshake included)",
+        x_label: "WRITE size (bytes)",
+        y_label: "completion time (us)",
+        x_scale: Scale::Log,
+        y_scale: Scale::Log,
+    };
+    let svg = write_svg(o, "first-flight.svg", &chart, &series)?;
+    speed(rows.iter().map(|r| r.events).sum(), wall, cpu);
+    println!("CSV: {}\nplot: {}", path.display(), svg.display());
+    Ok(())
+}
+
 fn path_failure(o: &Options) -> Result<(), String> {
     let wall = std::time::Instant::now();
     let cpu = cpu_seconds();
@@ -960,6 +1094,7 @@ mod tests {
             "permutation",
             "all-to-all",
             "spray",
+            "first-flight",
         ] {
             let err = Cli::try_parse_from(["metaroce-sim", name, "--help"]).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp, "{name}");

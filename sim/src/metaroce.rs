@@ -210,6 +210,15 @@ impl<const P: usize> MetaRoce<P> {
         }
     }
 
+    /// Installs a pre-shared key (a job key, spec 5.3): with
+    /// `config.protection` naming it, connections are protected.
+    pub fn with_psk(mut self, key_id: u32, key: &[u8; metaroce_core::crypto::PSK_LEN]) -> Self {
+        self.endpoint
+            .add_psk(key_id, key)
+            .expect("keyring has room");
+        self
+    }
+
     /// The engine, for inspection.
     pub fn endpoint(&self) -> &Endpoint<Heap, P> {
         &self.endpoint

@@ -61,6 +61,48 @@ fn incast_small_completes_intact() {
 }
 
 #[test]
+fn first_flight_completes_intact_above_the_wire_floor() {
+    let cfg = experiments::FirstFlight {
+        fabric: metaroce_sim::LeafSpine {
+            leaves: 2,
+            spines: 2,
+            hosts_per_leaf: 4,
+            ..metaroce_sim::LeafSpine::default()
+        },
+        sizes: vec![4 << 10, 256 << 10],
+        ..experiments::FirstFlight::default()
+    };
+    let rows = experiments::first_flight(&cfg, |_, _| {});
+    // Per size: MetaRoCE, MetaRoCE with a job key, RoCEv2.
+    assert_eq!(rows.len(), 6);
+    for r in &rows {
+        println!("{r:?}");
+        assert!(r.intact, "{r:?}");
+        assert!(r.fct.expect("completed") > r.wire_floor, "{r:?}");
+    }
+    // A sender alone at its receiver is granted the link (spec 4.10.6):
+    // 256 KiB takes the handshake, the first flight's round trip and the
+    // wire time, not a ramp of several round trips.
+    let big = rows
+        .iter()
+        .find(|r| r.protocol == Protocol::MetaRoce && !r.job_key && r.bytes == 256 << 10)
+        .expect("row");
+    // With the job key every packet carries 32 more bytes (spec 5.3.2).
+    let keyed = rows
+        .iter()
+        .find(|r| r.job_key && r.bytes == 256 << 10)
+        .expect("keyed row");
+    assert!(keyed.fct > big.fct, "{keyed:?} against {big:?}");
+    let fct = big.fct.expect("completed");
+    assert!(
+        fct < big.wire_floor + Duration::from_micros(20),
+        "{fct:?} against a floor of {:?}",
+        big.wire_floor
+    );
+    assert_eq!(rows, experiments::first_flight(&cfg, |_, _| {}));
+}
+
+#[test]
 fn path_failure_small_loses_no_data() {
     let cfg = experiments::PathFailure {
         fabric: metaroce_sim::LeafSpine {

@@ -100,6 +100,7 @@ local f = {
     initial_psn = ProtoField.uint32("metaroce.initial_psn", "Initial PSN", base.DEC),
     key_id = ProtoField.uint32("metaroce.key_id", "Key ID", base.HEX),
     cookie = ProtoField.bytes("metaroce.cookie", "Cookie"),
+    rate_grant = ProtoField.uint32("metaroce.accept.rate_grant", "Rate Grant (Mbit/s)", base.DEC),
     close_reason = ProtoField.uint8("metaroce.close.reason", "Reason", base.DEC, close_reasons),
     -- Packet protection (5.3.2): security extension and tag.
     sec_key_id = ProtoField.uint32("metaroce.sec.key_id", "Security Key ID", base.HEX),
@@ -245,10 +246,18 @@ local function dissect_ext(ty, t, tvb, o)
         t:add(f.suite, tvb(o + 23, 1))
         t:add(f.initial_psn, tvb(o + 24, 4))
         t:add(f.key_id, tvb(o + 28, 4))
-        t:add(f.cookie, tvb(o + 32, 32))
         local cookie = ""
-        for i = 0, 31 do
-            if tvb(o + 32 + i, 1):uint() ~= 0 then cookie = " cookie"; break end
+        if ty == 0x21 then
+            -- ACCEPT: the Rate Grant in the Cookie field's first 4 bytes,
+            -- zeros after it (3.8.1, 4.10.6).
+            t:add(f.rate_grant, tvb(o + 32, 4))
+            local grant = tvb(o + 32, 4):uint()
+            if grant ~= 0 then cookie = string.format(" grant=%d", grant) end
+        else
+            t:add(f.cookie, tvb(o + 32, 32))
+            for i = 0, 31 do
+                if tvb(o + 32 + i, 1):uint() ~= 0 then cookie = " cookie"; break end
+            end
         end
         return string.format(" mtu=%d paths=%d window=%d%s", tvb(o + 12, 2):uint(),
             tvb(o + 14, 2):uint(), tvb(o + 16, 4):uint(), cookie)

@@ -373,11 +373,14 @@ impl<const P: usize> Connection<P> {
         p.has(Pending::CONNECT) || (p.any() && self.remote_id != 0)
     }
 
-    /// The next control packet, if one is pending.
+    /// The next control packet, if one is pending. `grant_mbps`: the
+    /// share an ACCEPT grants (spec 4.10.6), the endpoint's fair-share
+    /// hint, which counts half-open connections.
     pub(crate) fn poll_control<B: Backing>(
         &mut self,
         now: Instant,
         buf: &mut [u8],
+        grant_mbps: u32,
         res: &Resources<B, P>,
         config: &Config,
     ) -> Option<Transmit> {
@@ -397,7 +400,11 @@ impl<const P: usize> Connection<P> {
             (Pending::CONNECT, h, Body::Connect(c))
         } else if pending.has(Pending::ACCEPT) {
             let h = self.header(now, initial, 0, Flags::NONE);
-            (Pending::ACCEPT, h, Body::Accept(self.connect_repr(config)))
+            let mut a = self.connect_repr(config);
+            if crate::config::GRANTS {
+                a.set_rate_grant_mbps(grant_mbps);
+            }
+            (Pending::ACCEPT, h, Body::Accept(a))
         } else if pending.has(Pending::CLOSE_REPLY) {
             let h = self.header(now, next_psn, 0, Flags::CLOSE_REPLY);
             let reason = self.close_reason;

@@ -399,9 +399,11 @@ pub(crate) struct SendSide {
     /// A pool (sender states or in-flight records) refused it: the endpoint
     /// wakes it when something is given back.
     pub starved: bool,
-    /// It held a sender state before (the receiver's echo counters of
-    /// earlier bursts are unknown to a new one).
-    pub had_sender: bool,
+    /// `Some` until it held a sender state (the receiver's echo counters of
+    /// earlier bursts are unknown to a later one), with the ACCEPT's Rate
+    /// Grant in Mbit/s (0: none), the first sender state's share and first
+    /// flight (spec 4.10.6).
+    pub first_sender: Option<u32>,
 }
 
 /// The receiver's state (spec 4.5, 4.8).
@@ -534,7 +536,7 @@ impl<const P: usize> Connection<P> {
             read_jobs: 0,
             user_jobs: 0,
             starved: false,
-            had_sender: false,
+            first_sender: Some(0),
         },
         recv: RecvSide {
             win: ReceiveWindow::EMPTY,
@@ -812,6 +814,9 @@ impl<const P: usize> Connection<P> {
                         self.peer.port = a.reply_port;
                     }
                     self.adopt_peer(a, config, &mut res.rng);
+                    if crate::config::GRANTS {
+                        self.send.first_sender = Some(a.rate_grant_mbps());
+                    }
                     // Confirm at once so the acceptor is established even if
                     // we have no data to send, and repeat the confirmation
                     // on the handshake timer until the acceptor is heard
@@ -867,7 +872,7 @@ impl<const P: usize> Connection<P> {
         config: &Config,
     ) -> Option<Transmit> {
         if self.pending.any() {
-            if let Some(t) = self.poll_control(now, buf, res, config) {
+            if let Some(t) = self.poll_control(now, buf, rate_hint_mbps, res, config) {
                 return Some(t);
             }
         }

@@ -179,11 +179,13 @@ impl<const P: usize> Connection<P> {
             config,
             now,
             self.send.rtt,
-            !self.send.had_sender,
+            self.send.first_sender,
         )) {
             Some(s) => {
                 self.send.state = OptIndex::some(s);
-                self.send.had_sender = true;
+                // A later sender state (after an idle spell) starts from
+                // the start-up window: the grant is as old as the handshake.
+                self.send.first_sender = None;
                 Some(s)
             }
             None => {

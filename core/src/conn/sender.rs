@@ -219,23 +219,38 @@ impl<const P: usize> SenderState<P> {
     };
 
     /// A fresh sender: line rate, the start-up window, every path seeded
-    /// with the connection's RTT estimate. `first`: the connection never
-    /// had a sender state, so the receiver's per-path echo counters start
-    /// from zero; otherwise the first echo of each path is only a baseline.
-    pub(crate) fn new(config: &Config, now: Instant, prior: RttEstimator, first: bool) -> Self {
+    /// with the connection's RTT estimate. `first`: `Some` when the
+    /// connection never had a sender state, so the receiver's per-path echo
+    /// counters start from zero (otherwise the first echo of each path is
+    /// only a baseline), with the ACCEPT's Rate Grant (0: none). A grant is the share of the
+    /// receiver's link this sender starts at, and its first flight one
+    /// data-centre bandwidth-delay product of that share (spec 4.10.6).
+    pub(crate) fn new(
+        config: &Config,
+        now: Instant,
+        prior: RttEstimator,
+        first: Option<u32>,
+    ) -> Self {
         let path = PathSender {
             rtt: RttEstimator::seeded(prior.srtt_ns(), prior.rttvar_ns()),
-            echo_valid: first,
+            echo_valid: first.is_some(),
             ..PathSender::IDLE
         };
+        let grant = first.unwrap_or(0);
         SenderState {
             paths: [path; P],
             cc: Controller::new(config),
             startup_window: if config.initial_window_bytes == 0 {
                 u32::MAX
+            } else if crate::config::GRANTS && grant > 0 {
+                // In nanoseconds, 64-bit: `Duration` arithmetic is firmware
+                // code.
+                (u64::from(grant) * config.initial_window_rtt.as_nanos() as u64 / 8_000)
+                    .min(u64::from(u32::MAX)) as u32
             } else {
                 config.initial_window_bytes
             },
+            rate_hint_mbps: grant,
             next_send_at: now,
             ..Self::VACANT
         }
@@ -518,7 +533,8 @@ mod tests {
     /// `rtt_ns`, every path losing `loss_frac`.
     fn sender_with_rtts(rtt0_ns: u32, rtt_ns: u32, loss_frac: u32) -> SenderState<4> {
         let config = Config::default();
-        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        let mut st =
+            SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), Some(0));
         for (i, p) in st.paths.iter_mut().enumerate() {
             p.rtt.on_sample(if i == 0 { rtt0_ns } else { rtt_ns });
             p.loss_frac = loss_frac;
@@ -559,7 +575,8 @@ mod tests {
         assert_eq!(sent, [16; 4]);
         // Equal round trips still spray evenly.
         let config = Config::default();
-        let mut st = SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), true);
+        let mut st =
+            SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), Some(0));
         assert_eq!(spray(&mut st, 0), [16; 4]);
     }
 }

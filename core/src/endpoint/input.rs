@@ -234,6 +234,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         self.half_open += 1;
         self.slots[i as usize].half_open = true;
+        // The next ACCEPT's grant counts this one (spec 4.10.6).
+        self.hint_cache.0 = Instant::FAR_FUTURE;
         let pd = match config.accept_domain {
             AcceptDomain::Shared(pd) => pd,
             AcceptDomain::PerConnection => {

@@ -782,8 +782,23 @@ pub struct ConnectRepr {
     /// suite).
     pub key_id: u32,
     /// CONNECT: the cookie of the acceptor's RETRY, echoed; all zero in a
-    /// first CONNECT. ACCEPT: all zero.
+    /// first CONNECT. ACCEPT: the Rate Grant in its first four bytes
+    /// ([`ConnectRepr::rate_grant_mbps`]), the rest zero.
     pub cookie: [u8; COOKIE_LEN],
+}
+
+impl ConnectRepr {
+    /// ACCEPT: the share of the acceptor's link it grants the initiator's
+    /// first flight, Mbit/s (spec 3.8.1, 4.10.6); 0 grants nothing.
+    pub fn rate_grant_mbps(&self) -> u32 {
+        let [a, b, c, d, ..] = self.cookie;
+        u32::from_be_bytes([a, b, c, d])
+    }
+
+    /// Sets the Rate Grant of an ACCEPT.
+    pub fn set_rate_grant_mbps(&mut self, mbps: u32) {
+        self.cookie[..4].copy_from_slice(&mbps.to_be_bytes());
+    }
 }
 
 /// Timer profiles (spec 4.11): which set of timer defaults the sender
@@ -1113,7 +1128,9 @@ impl Repr {
             }
             PacketType::Accept => {
                 let a = parse_connect(ext)?;
-                check_zero(&a.cookie)?;
+                // The Rate Grant, then reserved bytes (spec 3.8.1).
+                let [_, _, _, _, reserved @ ..] = &a.cookie;
+                check_zero(reserved)?;
                 Body::Accept(a)
             }
             PacketType::Retry => {
