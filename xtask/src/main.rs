@@ -64,7 +64,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "sim <EXPERIMENT> [ARGS]",
-        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep, incast, path-failure, permutation, all-to-all, spray, long-haul); tables, CSV and SVG in target/metaroce/",
+        "fabric simulator experiments, MetaRoCE beside RoCEv2 (loss-sweep, incast, path-failure, permutation, all-to-all, spray, long-haul, first-flight); tables, CSV and SVG in target/metaroce/",
     ),
     (
         "image --board <pensando-elba|qemu-virt>",
