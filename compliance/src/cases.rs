@@ -1103,7 +1103,7 @@ fn psn_outside_window(ctx: &mut Ctx) -> Result<(), Fail> {
     })
 }
 
-/// Issue 12 point 5: the negotiated MTU, not the largest one, bounds a
+/// The negotiated MTU, not the largest one, bounds a
 /// packet's payload: more is a PROTOCOL_ERROR, placed nowhere.
 fn negotiated_mtu_enforced(ctx: &mut Ctx) -> Result<(), Fail> {
     let (mut v, r, m) = ctx.victim()?;
@@ -1135,7 +1135,7 @@ fn negotiated_mtu_enforced(ctx: &mut Ctx) -> Result<(), Fail> {
     res.and(mem)
 }
 
-/// Issue 12 point 5: the negotiated window, not the largest one, bounds
+/// The negotiated window, not the largest one, bounds
 /// the PSNs a receiver takes: beyond it a packet is dropped silently,
 /// placed nowhere and not acknowledged.
 fn negotiated_window_enforced(ctx: &mut Ctx) -> Result<(), Fail> {

@@ -10,7 +10,7 @@ const CONNECTIONS: usize = 8;
 /// (an endpoint draws a few values per connection besides its token).
 const PREDICTIONS: usize = 4096;
 
-/// The state-recovery attack of issue 12 on SplitMix64, the generator the
+/// The state-recovery attack on SplitMix64, the generator the
 /// reference implementation once used: its output function is a
 /// bijection, so one token gives the state, and the state only ever
 /// advances by a public constant.

@@ -292,7 +292,7 @@ impl Default for Config {
             // us): a lost CONNECT or ACCEPT (10 % loss loses one in five
             // handshakes) costs one interval, doubled per loss. With 200
             // us those intervals were the 64-host all-to-all's tail at 10
-            // % loss (p99 2.8 ms against p50 0.33 ms; issue 15).
+            // % loss (p99 2.8 ms against p50 0.33 ms).
             handshake_timeout: Duration::from_micros(25),
             handshake_timeout_max: Duration::from_millis(10),
             connect_twice: true,

@@ -1,4 +1,4 @@
-//! Issue 15, spec conformance: an acceptor driven packet by packet, checked
+//! Spec conformance: an acceptor driven packet by packet, checked
 //! against the rules an implementation built from the specification alone
 //! relies on: a NAK per refused packet (3.7, 4.7), path counters that
 //! include duplicates and refused packets (3.5), KEEPALIVE never

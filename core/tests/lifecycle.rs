@@ -569,7 +569,7 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
     let _: Option<&Endpoint<TestHeap, PATHS>> = None;
 }
 
-/// Issue 11's budget: an idle established 16-path connection (its table
+/// The budget of an idle established 16-path connection (its table
 /// slot and its share of the index) takes at most 512 bytes.
 #[test]
 fn an_idle_16_path_connection_fits_512_bytes() {

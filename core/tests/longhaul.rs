@@ -1,4 +1,4 @@
-//! Windows beyond one SACK bitvector (spec 4.3 - 4.5, 4.10.6, issue 17):
+//! Windows beyond one SACK bitvector (spec 4.3 - 4.5, 4.10.6):
 //! thousands of packets in flight over a 10 ms round trip, under loss,
 //! reordering and duplication; every loss learnt within about a round
 //! trip; the start-up ramp at a long round trip; a peer offering 256

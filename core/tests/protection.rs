@@ -1,6 +1,6 @@
 //! Packet protection (spec 5.3) on a virtual clock: protected transfers
 //! through a lossy, reordering, duplicating channel; the on-path attacks
-//! of issue 12 (a forged CLOSE, a sweep of forged NAKs, forged SACK bits,
+//! of the threat model (spec 5.1.1: a forged CLOSE, a sweep of forged NAKs, forged SACK bits,
 //! tampering, replays) failing with protection on, and succeeding without
 //! it, so each test shows it can fail; and the negotiation (policies,
 //! Key IDs, downgrades, a tampered handshake).
@@ -293,7 +293,7 @@ proptest! {
     }
 }
 
-// ----- On-path attacks (issue 12, point 8) -----------------------------------
+// ----- On-path attacks -------------------------------------------------------
 
 /// A CLOSE forged from a sniffed packet's id and token, in clear and
 /// dressed as protected: ends an unprotected transfer, not a protected one.
@@ -460,7 +460,7 @@ fn tampered_packets_are_dropped_and_counted() {
     assert_eq!(t.c.nodes[1].ep.drops().bad_crc, 0, "the CRC was fixed");
 }
 
-/// The CRC left to the device (issue 16's offload seam): protected
+/// The CRC left to the device (the offload seam): protected
 /// packets are sealed by `seal_transmit` with the trailer left zero, the
 /// channel writes and checks the trailer, and they open as usual through
 /// loss, reordering and duplication. A payload altered on the way with the

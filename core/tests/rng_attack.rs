@@ -1,4 +1,4 @@
-//! The state-recovery attack of issue 12 (finding 1), run against the
+//! The state-recovery attack on the endpoint's generator, run against the
 //! generator it broke and against the core's.
 //!
 //! SplitMix64, which the core used before, outputs `mix(state)` where

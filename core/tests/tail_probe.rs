@@ -1,4 +1,4 @@
-//! Tail-loss probes (spec 4.6.5, issue 15): a lost last packet has no
+//! Tail-loss probes (spec 4.6.5): a lost last packet has no
 //! later delivery for RACK (4.6.2) to notice it by, so without a probe it
 //! waits for the retransmission timer. Seeded, virtual-clock runs of one
 //! short WRITE between two nodes with the data-centre configuration.

@@ -1,4 +1,4 @@
-//! Experiments of issue 5, as library functions so that tests run small
+//! The fabric experiments, as library functions so that tests run small
 //! versions of them and the `metaroce-sim` binary (`cargo xtask sim`) runs
 //! the full ones. Each returns plain rows; printing, CSV and plots belong
 //! to the caller.

@@ -28,8 +28,8 @@
 //!   with completion times and integrity checks; [`stream`]: long flows
 //!   in bounded memory, with goodput sampled over time.
 //! * [`two_site`]: two leaf-spine sites joined by long-haul links.
-//! * [`experiments`]: the issue-5 experiments as functions returning rows;
-//!   [`long_haul`]: issue 17's, with its own tables and options;
+//! * [`experiments`]: the fabric experiments as functions returning rows;
+//!   [`long_haul`]: the two-site experiment, with its own tables and options;
 //!   [`plot`]: SVG charts. The `metaroce-sim` binary (`cargo xtask sim`)
 //!   prints, writes CSV and plots.
 

@@ -550,7 +550,7 @@ fn loss_sweep(o: &Options) -> Result<(), String> {
         println!("{}", line.trim_end_matches(" |"));
     }
     println!(
-        "goals (issue 5): MetaRoCE at 1 % >= 97 % of loss-free, at 10 % >= 85 %; MetaRoCE/RoCEv2 at 1 % >= 10x"
+        "goals: MetaRoCE at 1 % >= 97 % of loss-free, at 10 % >= 85 %; MetaRoCE/RoCEv2 at 1 % >= 10x"
     );
     let series: Vec<Series> = o
         .sweep
@@ -665,7 +665,7 @@ fn incast(o: &Options) -> Result<(), String> {
             r.events
         ));
     }
-    println!("goal (issue 15): last completion <= 1.01x the wire floor with fewer than 300 retransmissions");
+    println!("goal: last completion <= 1.01x the wire floor with fewer than 300 retransmissions");
     let path = write_csv(o, "incast.csv", &csv)?;
     let series: Vec<Series> = rows
         .iter()
@@ -842,7 +842,7 @@ fn path_failure(o: &Options) -> Result<(), String> {
             r.events
         ));
     }
-    println!("goal (issue 5): bytes lost must be 0 (every flow intact); extra us = time the failure cost");
+    println!("goal: bytes lost must be 0 (every flow intact); extra us = time the failure cost");
     let path = write_csv(o, "path-failure.csv", &csv)?;
     let chart = Chart {
         title: "path-failure: per-flow completion time (flat lines: failure, reroute)",
@@ -996,7 +996,7 @@ fn spray(o: &Options) -> Result<(), String> {
             r.events
         ));
     }
-    println!("goal (issue 5): spurious retransmissions < 0.1 % (RoCEv2 keeps one path: nothing to reorder; go-back-N cannot tell spurious ones)");
+    println!("goal: spurious retransmissions < 0.1 % (RoCEv2 keeps one path: nothing to reorder; go-back-N cannot tell spurious ones)");
     for r in &rows {
         let counts: Vec<String> = r.path_packets.iter().map(u64::to_string).collect();
         println!(

@@ -246,7 +246,7 @@ const MULTICORE_SCENARIOS: &[Scenario] = &[
     },
 ];
 
-/// The long-haul run (issue 17): 5 ms one way (a 10 ms round trip), 1 %
+/// The long-haul run: 5 ms one way (a 10 ms round trip), 1 %
 /// loss, 16 messages of 64 KiB in flight: the window must let one
 /// connection keep more than the 256 PSNs of one SACK bitvector
 /// outstanding (spec 4.4), with every byte intact.

@@ -1,4 +1,4 @@
-//! Issue 15 (spec conformance): rules an implementation built from the
+//! Spec conformance: rules an implementation built from the
 //! specification alone found the reference implementation breaking. Each
 //! case fails against the behaviour the issue reported.
 //!

@@ -1,4 +1,4 @@
-//! `long-haul` (issue 17, point 3): one connection between two data-centre
+//! `long-haul`: one connection between two data-centre
 //! sites ([`TwoSite`]) at round trips from 0.01 to 20 ms, with and without
 //! random loss on the long-haul links, MetaRoCE beside RoCEv2; and a small
 //! shared-bottleneck scenario for point 2 ([`shared`]).
@@ -283,7 +283,7 @@ impl LongHaulRow {
         100.0 * self.goodput_gbps * 1e9 / self.line_rate_bps.max(1) as f64
     }
 
-    /// The issue-17 goal that applies to this row, if one does: (required
+    /// The goal that applies to this row, if one does: (required
     /// percentage of line rate, met).
     pub fn goal(&self) -> Option<(f64, bool)> {
         let required = goal_pct(self.rtt, self.loss)?;
@@ -301,7 +301,7 @@ impl LongHaulRow {
     }
 }
 
-/// Issue 17's goals: at 10 ms, at least 90 % of line rate without loss
+/// The long-haul goals: at 10 ms, at least 90 % of line rate without loss
 /// and at least 85 % at 0.1 % loss.
 pub fn goal_pct(rtt: Duration, loss: f64) -> Option<f64> {
     if rtt != Duration::from_millis(10) {

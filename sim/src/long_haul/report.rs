@@ -88,7 +88,7 @@ pub fn goals(rows: &[LongHaulRow]) -> String {
         if let Some((required, met)) = r.goal() {
             let _ = writeln!(
                 out,
-                "goal (issue 17): {} at {} ms, {} % loss: >= {required} % of line rate; measured {:.1} %: {}",
+                "goal: {} at {} ms, {} % loss: >= {required} % of line rate; measured {:.1} %: {}",
                 r.protocol.name(),
                 ms(r.rtt),
                 r.loss * 100.0,
@@ -155,8 +155,8 @@ pub fn timeseries_csv(rows: &[LongHaulRow]) -> String {
 }
 
 /// Goodput against round trip: one line per protocol and loss, plus the
-/// line rate and the ceiling of the 256-PSN window MetaRoCE had before
-/// issue 17 (256 packets per round trip), for comparison.
+/// line rate and the ceiling of a window of 256 PSNs (256 packets per
+/// round trip, what one SACK bitvector describes), for comparison.
 pub fn goodput_series(rows: &[LongHaulRow]) -> Vec<Series> {
     let mut losses: Vec<f64> = rows.iter().map(|r| r.loss).collect();
     losses.dedup();

@@ -1,4 +1,4 @@
-//! Issue 17, point 2's scenario, for tuning congestion control at long
+//! The shared-bottleneck scenario, for tuning congestion control at long
 //! round trips: one long-haul flow (site A host 0 to site B host 0) and
 //! `intra_flows` data-centre flows (other site-B hosts to the same host)
 //! share the last link into site B's host 0. Every flow runs for the same
