@@ -77,8 +77,7 @@ fn structured(seed: u64, protected: bool, scatter: bool) -> Vec<u8> {
 }
 
 /// Inputs of a cruder shape (random offsets, lengths and remote
-/// addresses, no calm moments), kept because they found a READ response
-/// reading a region deregistered after the READ was accepted.
+/// addresses, no calm moments): they reach the refusal paths.
 fn crude(seed: u64, protected: bool) -> Vec<u8> {
     let mut s = seed;
     let mut r = || next(&mut s) as u8;
@@ -127,6 +126,8 @@ fn run_many(inputs: impl Iterator<Item = Vec<u8>>) -> Outcome {
 fn random_inputs_break_no_invariant() {
     let total = run_many((0..400u64).map(|seed| random_input(seed, 64 + (seed as usize % 512))));
     assert!(total.operations > 5_000, "{total:?}");
+    let crude_total = run_many((0..100u64).map(|seed| crude(seed, seed % 2 == 1)));
+    assert!(crude_total.packets_delivered > 1_000, "{crude_total:?}");
     assert!(total.strangers > 100, "{total:?}");
 }
 
