@@ -520,7 +520,10 @@ pub fn netns_step(ctx: &mut Context) -> Result<(), Error> {
         );
         return Ok(());
     }
-    system::ensure_system_packages(&[("ip", "iproute2"), ("nft", "nftables")])?;
+    system::ensure_system_packages(
+        &[("ip", "iproute2"), ("nft", "nftables")],
+        "network namespaces and packet loss for the netns tests",
+    )?;
     // The netns tests run here only (`test-host` filters them out).
     let (tally, _) = run_visible_test(ctx, "metaroce-host", "netns", &[("METAROCE_NETNS", "1")])?;
     ctx.add(tally);
@@ -537,7 +540,10 @@ pub fn wireshark_step(ctx: &mut Context) -> Result<(), Error> {
         );
         return Ok(());
     }
-    system::ensure_system_packages(&[("tshark", "tshark")])?;
+    system::ensure_system_packages(
+        &[("tshark", "tshark")],
+        "to decode captures with the Wireshark dissector",
+    )?;
     let (tally, printed_skip) = run_visible_test(ctx, "metaroce-compliance", "against_host", &[])?;
     ctx.add(tally);
     if printed_skip {

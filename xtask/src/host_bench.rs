@@ -98,7 +98,10 @@ fn iperf3(size: u32, port: u16) -> Result<f64, Error> {
 
 /// Entry point of `cargo xtask bench --host`.
 pub fn run() -> Result<(), Error> {
-    system::ensure_system_packages(&[("iperf3", "iperf3")])?;
+    system::ensure_system_packages(
+        &[("iperf3", "iperf3")],
+        "the UDP baseline of the host bench",
+    )?;
     util::run(&mut util::cargo([
         "build",
         "--release",

@@ -132,11 +132,14 @@ pub fn images_dir() -> PathBuf {
 /// The tools `image` runs: `mkimage` (and `dtc`, which it calls for `-f`)
 /// and `dumpimage`.
 fn ensure_tools() -> Result<(), Error> {
-    system::ensure_system_packages(&[
-        ("mkimage", "u-boot-tools"),
-        ("dumpimage", "u-boot-tools"),
-        ("dtc", "device-tree-compiler"),
-    ])
+    system::ensure_system_packages(
+        &[
+            ("mkimage", "u-boot-tools"),
+            ("dumpimage", "u-boot-tools"),
+            ("dtc", "device-tree-compiler"),
+        ],
+        "to build and list the FIT images U-Boot boots",
+    )
 }
 
 /// The board's load and entry addresses from its board file.
@@ -665,7 +668,10 @@ pub fn uboot_boot_commands(fit_name: &str, addr: u64) -> String {
 /// U-Boot verifies the FIT and the firmware prints its banner (it then
 /// stops through semihosting: it has no node configuration here).
 pub fn uboot_qemu_step(ctx: &mut Context) -> Result<(), Error> {
-    system::ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])?;
+    system::ensure_system_packages(
+        &[("qemu-system-aarch64", "qemu-system-arm")],
+        "to boot U-Boot and the image under emulation",
+    )?;
     let uboot = ensure_uboot_qemu()?;
     let board = find_board("qemu-virt").ok_or_else(|| Error::new("no qemu-virt board"))?;
     let image = build(board)?;

@@ -76,7 +76,10 @@ pub fn build_firmware() -> Result<PathBuf, Error> {
 
 /// Installs QEMU if missing (as root), else says how.
 pub fn ensure_qemu() -> Result<(), Error> {
-    system::ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])
+    system::ensure_system_packages(
+        &[("qemu-system-aarch64", "qemu-system-arm")],
+        "to boot the emulated DPUs",
+    )
 }
 
 /// The harness command (built by cargo in the dev profile, which is

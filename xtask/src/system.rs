@@ -17,12 +17,14 @@ static APT_UPDATED: AtomicBool = AtomicBool::new(false);
 /// from `PATH` gets its package installed (all missing ones in one
 /// `apt-get install`) when running as root, or the xtask stops with the
 /// command to run. Example:
-/// `ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")])`.
+/// `ensure_system_packages(&[("qemu-system-aarch64", "qemu-system-arm")], "to boot the
+/// emulated DPUs")`; `why` is printed in the one line that says what
+/// is installed.
 ///
 /// Packages are installed without their recommendations: QEMU's would
 /// bring a desktop's worth of GUI and codec libraries the harness never
 /// loads.
-pub fn ensure_system_packages(needed: &[(&str, &str)]) -> Result<(), Error> {
+pub fn ensure_system_packages(needed: &[(&str, &str)], why: &str) -> Result<(), Error> {
     let missing = missing_packages(needed);
     if missing.is_empty() {
         return Ok(());
@@ -40,7 +42,7 @@ pub fn ensure_system_packages(needed: &[(&str, &str)]) -> Result<(), Error> {
     if !APT_UPDATED.swap(true, Ordering::SeqCst) {
         util::run(Command::new("apt-get").arg("update"))?;
     }
-    println!("installing {} (needed by this step)", missing.join(" "));
+    println!("installing {} ({why})", missing.join(" "));
     let mut cmd = Command::new("apt-get");
     cmd.args(["install", "-y", "--no-install-recommends"])
         .args(&missing)
@@ -124,6 +126,6 @@ mod tests {
 
     #[test]
     fn present_binaries_need_no_install() {
-        assert!(ensure_system_packages(&[("sh", "dash")]).is_ok());
+        assert!(ensure_system_packages(&[("sh", "dash")], "a shell").is_ok());
     }
 }
