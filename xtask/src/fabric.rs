@@ -1,4 +1,4 @@
-//! The libfabric provider (`fabric/`, issue 22) proven by software nobody
+//! The libfabric provider (`fabric/`) proven by software nobody
 //! here wrote: the `fabric` step of `cargo xtask test` and
 //! `cargo xtask bench --fabric`.
 //!
@@ -1549,8 +1549,11 @@ fn print_table(rows: &[Row]) {
                 && r.provider != "ompi-tcp"
         });
         let vs = match (r.ms, other.and_then(|o| o.ms)) {
-            (Some(m), Some(t)) if m > 0.0 => {
+            (Some(m), Some(t)) if m > 0.0 && t >= m => {
                 format!("  ({:.2}x faster than Open MPI over TCP)", t / m)
+            }
+            (Some(m), Some(t)) if t > 0.0 => {
+                format!("  ({:.2}x slower than Open MPI over TCP)", m / t)
             }
             _ => String::new(),
         };
