@@ -263,14 +263,14 @@ unsafe fn check_hints(
     }
     // Node and service: the source with FI_SOURCE, else the destination.
     if !node.is_null() || !service.is_null() {
-        // SAFETY: libfabric passes NUL-terminated strings or null.
         let host = (!node.is_null()).then(|| {
+            // SAFETY: libfabric passes NUL-terminated strings or null.
             unsafe { CStr::from_ptr(node) }
                 .to_string_lossy()
                 .into_owned()
         });
-        // SAFETY: as above.
         let port = (!service.is_null()).then(|| {
+            // SAFETY: as above.
             unsafe { CStr::from_ptr(service) }
                 .to_string_lossy()
                 .into_owned()
@@ -506,8 +506,8 @@ mod tests {
         // SAFETY: a null pointer is allowed.
         assert_eq!(unsafe { read_sockaddr(std::ptr::null(), 16) }, None);
         let short = sockaddr_bytes("127.0.0.1:1".parse().unwrap());
-        // SAFETY: `short` holds at least 4 bytes.
         assert_eq!(
+            // SAFETY: `short` holds at least 4 bytes.
             unsafe { read_sockaddr(short.as_ptr() as *const c_void, 4) },
             None
         );
