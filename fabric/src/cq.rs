@@ -339,7 +339,9 @@ pub fn describe_prov_errno(prov_errno: c_int) -> &'static str {
 }
 
 const DESCRIPTIONS: [&std::ffi::CStr; 10] = [
-    c"success",
+    // 0: the provider failed the operation itself (truncation, a
+    // cancelled receive): `err` says why.
+    c"no MetaRoCE transport error: see err (truncated, cancelled or refused by the provider)",
     c"MetaRoCE: local protection error (key, bounds or rights of the local buffer)",
     c"MetaRoCE: the peer rejected the memory key",
     c"MetaRoCE: the peer's region does not grant this access",

@@ -23,7 +23,8 @@
 //! 5. The C tests of `fabric/tests/c/` (RMA, tagged, errors, threads),
 //!    built with the system `cc ... -lfabric`; each prints `N passed, N
 //!    failed`.
-//! 6. The MPI programs of `fabric/tests/mpi/` (ping-pong, 16 MiB
+//! 6. The MPI programs of `fabric/tests/mpi/` (ping-pong, point-to-point
+//!    semantics, `MPI_THREAD_MULTIPLE`, 16 MiB
 //!    `MPI_Allreduce`, `MPI_Alltoall`), `mpirun -np 2` and `-np 4` through
 //!    Open MPI's `ofi` MTL restricted to the provider; then again with 1 %
 //!    random loss of the provider's UDP packets (nftables on loopback, a
@@ -80,6 +81,10 @@ const MPI_PROGRAMS: &[(&str, &[&str])] = &[
     ("pingpong", &["10"]),
     ("allreduce", &["3"]),
     ("alltoall", &["16384"]),
+    // Wildcards, probe, matched probe, ssend, cancel, message order.
+    ("semantics", &[]),
+    // MPI_THREAD_MULTIPLE: four threads per rank (even rank counts).
+    ("threads", &[]),
 ];
 /// Ports in the provider's range (`FI_METAROCE_PORT_RANGE`), and in the
 /// tcp provider's (`FI_TCP_PORT_LOW_RANGE`/`HIGH`).
@@ -1049,7 +1054,7 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
     for (name, args) in MPI_PROGRAMS {
         let source = root.join("fabric/tests/mpi").join(format!("{name}.c"));
         let exe = bin.join(format!("mpi-{name}"));
-        match compile("mpicc", &source, &exe, &[]) {
+        match compile("mpicc", &source, &exe, &["-pthread"]) {
             Ok(()) => programs.push((*name, exe, *args)),
             Err(e) => o.fail(&format!("MPI {name} (build)"), e.to_string()),
         }

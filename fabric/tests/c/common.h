@@ -1,5 +1,5 @@
 /*
- * Shared helpers of the C tests of the libfabric provider (issue 22, point 6).
+ * Shared helpers of the C tests of the libfabric provider.
  *
  * Each test program is a list of cases. Every case runs in its own forked
  * child process with a deadline (the parent kills it past that), so a crash
@@ -14,7 +14,7 @@
  * FI_METAROCE_PORT_RANGE, as `cargo xtask test fabric` sets them). The last
  * line of its output is "N passed, N failed, N skipped"; the exit status
  * is non-zero when a case failed. Contract checks that only the metaroce
- * provider promises (issue 22: null buffers, use after fi_close, no
+ * provider promises (null buffers, use after fi_close, no
  * atomics) are skipped, not passed, for other providers.
  */
 #ifndef METAROCE_FABRIC_TEST_COMMON_H
