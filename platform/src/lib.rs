@@ -54,6 +54,8 @@ pub mod shard;
 pub mod shmem;
 pub mod spinlock;
 pub mod storage;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 #[cfg(feature = "virtio")]
 pub mod virtio;
