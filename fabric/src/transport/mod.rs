@@ -484,6 +484,17 @@ impl Transport {
                 owned: false,
             });
         }
+        self.stage_owned(len, access, fill)
+    }
+
+    /// A provider buffer of `len` bytes registered with `access`, filled
+    /// from `fill` when given.
+    fn stage_owned(
+        &mut self,
+        len: usize,
+        access: Access,
+        fill: Option<&[u8]>,
+    ) -> Result<Staged, i32> {
         let buf = self.backend.alloc(len.max(1))?;
         if let Some(bytes) = fill {
             self.backend.write(buf, bytes);

@@ -241,7 +241,7 @@ impl Transport {
         };
         let staged = match direct_target {
             Some(ptr) => self.stage(ptr, want, Access::LOCAL_WRITE, None),
-            None => self.stage_owned(want),
+            None => self.stage_owned(want, Access::LOCAL_WRITE, None),
         };
         let staged = match staged {
             Ok(s) => s,
@@ -275,22 +275,6 @@ impl Transport {
             }
             self.send_fin(h, rndv_id, prov_errno_of(Status::Flushed) as u16);
             self.report_rx_error(failed, errno::EIO, 0, 0);
-        }
-    }
-
-    /// A provider buffer registered for the engine to READ into.
-    fn stage_owned(&mut self, len: usize) -> Result<Staged, i32> {
-        let buf = self.backend.alloc(len)?;
-        match self.backend.register(buf, len as u64, Access::LOCAL_WRITE) {
-            Ok(key) => Ok(Staged {
-                key,
-                addr: buf,
-                owned: true,
-            }),
-            Err(e) => {
-                self.backend.free(buf);
-                Err(e)
-            }
         }
     }
 
