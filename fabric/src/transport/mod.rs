@@ -25,6 +25,8 @@
 pub mod backend;
 mod recv;
 mod send;
+mod settings;
+mod status;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -38,6 +40,9 @@ use metaroce_core::{CommandError, Event};
 use metaroce_host::node::socket_of;
 
 pub use send::{RmaArgs, RmaOp, SendArgs};
+pub use settings::{device_path, Settings};
+use status::{command_errno, status_of_wire};
+pub use status::{fi_errno_of, prov_errno_of, Stats};
 
 use crate::flags::{errno, ADDR_NOTAVAIL};
 use crate::matching::{Arrival, PostedRecv, Queue};
@@ -65,92 +70,6 @@ const TX_SLOT_LEN: usize = HEADER_LEN + EAGER_LIMIT;
 const LINGER: Duration = Duration::from_millis(2);
 /// Internal operations whose wr_id has this bit are receives.
 const RECV_BIT: u64 = 1 << 63;
-
-/// How a domain's transport is set up.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Address to bind (port 0: any free port in `port_range`).
-    pub bind: SocketAddr,
-    /// Ports the sockets may use (inclusive); `None`: any.
-    pub port_range: Option<(u16, u16)>,
-    pub paths: u16,
-    pub mtu: u16,
-    pub rate_mbps: u32,
-    /// Receive buffers each accepted connection keeps posted.
-    pub rx_slots: usize,
-    /// How long a connection may go without progress before it fails.
-    pub timeout: Duration,
-    /// The shared memory of a DPU's host interface to drive instead of
-    /// UDP sockets (`FI_METAROCE_DEVICE`).
-    pub device: Option<std::path::PathBuf>,
-}
-
-impl Settings {
-    /// Defaults for `bind`, overridden by `FI_METAROCE_*` variables (see
-    /// the guide): `PORT_RANGE=lo-hi`, `PATHS`, `MTU`, `RATE_MBPS`,
-    /// `RX_SLOTS`, `TIMEOUT_MS`, `DEVICE`.
-    pub fn from_env(bind: SocketAddr) -> Result<Settings, String> {
-        fn var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
-            match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{name}={v}: not a number")),
-                Err(_) => Ok(default),
-            }
-        }
-        let port_range = match std::env::var("FI_METAROCE_PORT_RANGE") {
-            Ok(v) => {
-                let parsed = v.split_once('-').and_then(|(lo, hi)| {
-                    Some((
-                        lo.trim().parse::<u16>().ok()?,
-                        hi.trim().parse::<u16>().ok()?,
-                    ))
-                });
-                match parsed {
-                    Some((lo, hi)) if lo > 0 && lo <= hi => Some((lo, hi)),
-                    _ => return Err(format!("FI_METAROCE_PORT_RANGE={v}: expected LOW-HIGH")),
-                }
-            }
-            Err(_) => None,
-        };
-        // Loopback carries 64 KiB datagrams; an Ethernet link 1,500 bytes.
-        let default_mtu = if bind.ip().is_loopback() { 8192 } else { 1024 };
-        // Loopback has one path: spraying over several sockets only
-        // reorders datagrams there (each socket's batch leaves in turn).
-        let default_paths = if bind.ip().is_loopback() { 1 } else { 4 };
-        let settings = Settings {
-            bind,
-            port_range,
-            paths: var("FI_METAROCE_PATHS", default_paths)?,
-            mtu: var("FI_METAROCE_MTU", default_mtu)?,
-            rate_mbps: var("FI_METAROCE_RATE_MBPS", 40_000)?,
-            rx_slots: var("FI_METAROCE_RX_SLOTS", 32)?,
-            timeout: Duration::from_millis(var("FI_METAROCE_TIMEOUT_MS", 5_000)?),
-            device: device_path(),
-        };
-        if !(1..=16).contains(&settings.paths) {
-            return Err(format!("FI_METAROCE_PATHS={}: 1..=16", settings.paths));
-        }
-        if !(256..=9_000).contains(&settings.mtu) {
-            return Err(format!("FI_METAROCE_MTU={}: 256..=9000", settings.mtu));
-        }
-        if !(2..=64).contains(&settings.rx_slots) {
-            return Err(format!(
-                "FI_METAROCE_RX_SLOTS={}: 2..=64",
-                settings.rx_slots
-            ));
-        }
-        Ok(settings)
-    }
-}
-
-/// The DPU shared memory `FI_METAROCE_DEVICE` names, if set.
-pub fn device_path() -> Option<std::path::PathBuf> {
-    std::env::var_os("FI_METAROCE_DEVICE")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from)
-}
 
 /// Where an endpoint reports and resolves (`fi_ep_bind`).
 #[derive(Debug, Default, Clone)]
@@ -257,39 +176,6 @@ enum Deferred {
     },
 }
 
-/// Counters of the provider's own decisions (printed at close with
-/// `FI_METAROCE_STATS`).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Stats {
-    pub eager_sent: u64,
-    pub rndv_sent: u64,
-    pub unexpected: u64,
-    pub malformed: u64,
-    pub connections_opened: u64,
-    pub connections_accepted: u64,
-    pub connections_failed: u64,
-    /// Of the MetaRoCE connections (closed and open; host engine only):
-    /// reliable packets sent, retransmitted, declared lost, timeouts,
-    /// receiver-not-ready NAKs received, duplicates received.
-    pub packets_sent: u64,
-    pub retransmissions: u64,
-    pub packets_lost: u64,
-    pub timeouts: u64,
-    pub rnr_naks: u64,
-    pub duplicates: u64,
-}
-
-impl Stats {
-    fn add_connection(&mut self, c: &metaroce_core::stats::ConnStats) {
-        self.packets_sent += c.packets_sent;
-        self.retransmissions += c.retransmissions;
-        self.packets_lost += c.packets_lost;
-        self.timeouts += c.timeouts;
-        self.rnr_naks += c.rnr_naks_received;
-        self.duplicates += c.duplicates_received;
-    }
-}
-
 /// One domain's transport. Every method runs under the domain's lock.
 #[derive(Debug)]
 pub struct Transport {
@@ -312,62 +198,6 @@ pub struct Transport {
     /// Bytes being assembled for a provider buffer.
     scratch: Vec<u8>,
     pub stats: Stats,
-}
-
-/// The libfabric error of a MetaRoCE completion status.
-pub fn fi_errno_of(status: Status) -> i32 {
-    match status {
-        Status::Success => 0,
-        Status::LocalProtection => errno::EINVAL,
-        Status::RemoteInvalidKey => errno::EKEYREJECTED,
-        Status::RemoteAccess => errno::EACCES,
-        Status::RemoteBounds => errno::EINVAL,
-        Status::RemoteProtocol => errno::EREMOTEIO,
-        Status::ReceiveTooSmall => errno::ETRUNC,
-        Status::RetryExceeded => errno::ETIMEDOUT,
-        Status::ReceiverNotReadyExceeded => errno::ENORX,
-        Status::Flushed => errno::ECANCELED,
-    }
-}
-
-/// `prov_errno` of a status: its number in spec chapter 6's completion
-/// status table.
-pub fn prov_errno_of(status: Status) -> i32 {
-    match status {
-        Status::Success => 0,
-        Status::LocalProtection => 1,
-        Status::RemoteInvalidKey => 2,
-        Status::RemoteAccess => 3,
-        Status::RemoteBounds => 4,
-        Status::RemoteProtocol => 5,
-        Status::ReceiveTooSmall => 6,
-        Status::RetryExceeded => 7,
-        Status::ReceiverNotReadyExceeded => 8,
-        Status::Flushed => 9,
-    }
-}
-
-fn status_of_wire(code: u16) -> Status {
-    match code {
-        0 => Status::Success,
-        1 => Status::LocalProtection,
-        2 => Status::RemoteInvalidKey,
-        3 => Status::RemoteAccess,
-        4 => Status::RemoteBounds,
-        5 => Status::RemoteProtocol,
-        6 => Status::ReceiveTooSmall,
-        7 => Status::RetryExceeded,
-        8 => Status::ReceiverNotReadyExceeded,
-        _ => Status::Flushed,
-    }
-}
-
-fn command_errno(e: CommandError) -> i32 {
-    match e {
-        CommandError::QueueFull => errno::EAGAIN,
-        CommandError::NotOpen => errno::EIO,
-        _ => errno::EINVAL,
-    }
 }
 
 impl Transport {
