@@ -71,6 +71,21 @@ struct Send {
     inject: bool,
 }
 
+impl Send {
+    /// A send of `iov` to `dest` with the endpoint's default flags.
+    fn new(iov: Vec<(usize, usize)>, dest: u64, context: usize) -> Send {
+        Send {
+            iov,
+            dest,
+            tag: None,
+            data: None,
+            context,
+            op_flags: None,
+            inject: false,
+        }
+    }
+}
+
 fn send(ep: *mut sys::fid_ep, s: Send) -> isize {
     let e = match enabled_ep(ep) {
         Ok(e) => e,
@@ -111,6 +126,22 @@ struct Recv {
     tagged: bool,
     context: usize,
     op_flags: Option<u64>,
+}
+
+impl Recv {
+    /// An untagged receive into `iov` from `src` with the endpoint's
+    /// default flags.
+    fn new(iov: Vec<(usize, usize)>, src: u64, context: usize) -> Recv {
+        Recv {
+            iov,
+            src,
+            tag: 0,
+            ignore: 0,
+            tagged: false,
+            context,
+            op_flags: None,
+        }
+    }
 }
 
 fn recv(ep: *mut sys::fid_ep, r: Recv) -> isize {
@@ -189,20 +220,7 @@ unsafe extern "C" fn msg_recv(
     src_addr: sys::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    guard_isize(|| {
-        recv(
-            ep,
-            Recv {
-                iov: one(buf, len),
-                src: src_addr,
-                tag: 0,
-                ignore: 0,
-                tagged: false,
-                context: context as usize,
-                op_flags: None,
-            },
-        )
-    })
+    guard_isize(|| recv(ep, Recv::new(one(buf, len), src_addr, context as usize)))
 }
 
 unsafe extern "C" fn msg_recvv(
@@ -214,18 +232,7 @@ unsafe extern "C" fn msg_recvv(
     context: *mut c_void,
 ) -> isize {
     guard_isize(|| match iov_pairs(iov, count) {
-        Ok(iov) => recv(
-            ep,
-            Recv {
-                iov,
-                src: src_addr,
-                tag: 0,
-                ignore: 0,
-                tagged: false,
-                context: context as usize,
-                op_flags: None,
-            },
-        ),
+        Ok(iov) => recv(ep, Recv::new(iov, src_addr, context as usize)),
         Err(e) => -(e as isize),
     })
 }
@@ -244,13 +251,8 @@ unsafe extern "C" fn msg_recvmsg(
             Ok(iov) => recv(
                 ep,
                 Recv {
-                    iov,
-                    src: m.addr,
-                    tag: 0,
-                    ignore: 0,
-                    tagged: false,
-                    context: m.context as usize,
                     op_flags: Some(op_flags),
+                    ..Recv::new(iov, m.addr, m.context as usize)
                 },
             ),
             Err(e) => -(e as isize),
@@ -266,20 +268,7 @@ unsafe extern "C" fn msg_send(
     dest_addr: sys::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    guard_isize(|| {
-        send(
-            ep,
-            Send {
-                iov: one(buf, len),
-                dest: dest_addr,
-                tag: None,
-                data: None,
-                context: context as usize,
-                op_flags: None,
-                inject: false,
-            },
-        )
-    })
+    guard_isize(|| send(ep, Send::new(one(buf, len), dest_addr, context as usize)))
 }
 
 unsafe extern "C" fn msg_sendv(
@@ -291,18 +280,7 @@ unsafe extern "C" fn msg_sendv(
     context: *mut c_void,
 ) -> isize {
     guard_isize(|| match iov_pairs(iov, count) {
-        Ok(iov) => send(
-            ep,
-            Send {
-                iov,
-                dest: dest_addr,
-                tag: None,
-                data: None,
-                context: context as usize,
-                op_flags: None,
-                inject: false,
-            },
-        ),
+        Ok(iov) => send(ep, Send::new(iov, dest_addr, context as usize)),
         Err(e) => -(e as isize),
     })
 }
@@ -321,13 +299,9 @@ unsafe extern "C" fn msg_sendmsg(
             Ok(iov) => send(
                 ep,
                 Send {
-                    iov,
-                    dest: m.addr,
-                    tag: None,
                     data: (op_flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data),
-                    context: m.context as usize,
                     op_flags: Some(op_flags),
-                    inject: false,
+                    ..Send::new(iov, m.addr, m.context as usize)
                 },
             ),
             Err(e) => -(e as isize),
@@ -345,13 +319,8 @@ unsafe extern "C" fn msg_inject(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
-                tag: None,
-                data: None,
-                context: 0,
-                op_flags: None,
                 inject: true,
+                ..Send::new(one(buf, len), dest_addr, 0)
             },
         )
     })
@@ -370,13 +339,8 @@ unsafe extern "C" fn msg_senddata(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
-                tag: None,
                 data: Some(data),
-                context: context as usize,
-                op_flags: None,
-                inject: false,
+                ..Send::new(one(buf, len), dest_addr, context as usize)
             },
         )
     })
@@ -393,13 +357,9 @@ unsafe extern "C" fn msg_injectdata(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
-                tag: None,
                 data: Some(data),
-                context: 0,
-                op_flags: None,
                 inject: true,
+                ..Send::new(one(buf, len), dest_addr, 0)
             },
         )
     })
@@ -421,13 +381,10 @@ unsafe extern "C" fn tagged_recv(
         recv(
             ep,
             Recv {
-                iov: one(buf, len),
-                src: src_addr,
                 tag,
                 ignore,
                 tagged: true,
-                context: context as usize,
-                op_flags: None,
+                ..Recv::new(one(buf, len), src_addr, context as usize)
             },
         )
     })
@@ -447,13 +404,10 @@ unsafe extern "C" fn tagged_recvv(
         Ok(iov) => recv(
             ep,
             Recv {
-                iov,
-                src: src_addr,
                 tag,
                 ignore,
                 tagged: true,
-                context: context as usize,
-                op_flags: None,
+                ..Recv::new(iov, src_addr, context as usize)
             },
         ),
         Err(e) => -(e as isize),
@@ -474,13 +428,11 @@ unsafe extern "C" fn tagged_recvmsg(
             Ok(iov) => recv(
                 ep,
                 Recv {
-                    iov,
-                    src: m.addr,
                     tag: m.tag,
                     ignore: m.ignore,
                     tagged: true,
-                    context: m.context as usize,
                     op_flags: Some(op_flags),
+                    ..Recv::new(iov, m.addr, m.context as usize)
                 },
             ),
             Err(e) => -(e as isize),
@@ -501,13 +453,8 @@ unsafe extern "C" fn tagged_send(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
                 tag: Some(tag),
-                data: None,
-                context: context as usize,
-                op_flags: None,
-                inject: false,
+                ..Send::new(one(buf, len), dest_addr, context as usize)
             },
         )
     })
@@ -526,13 +473,8 @@ unsafe extern "C" fn tagged_sendv(
         Ok(iov) => send(
             ep,
             Send {
-                iov,
-                dest: dest_addr,
                 tag: Some(tag),
-                data: None,
-                context: context as usize,
-                op_flags: None,
-                inject: false,
+                ..Send::new(iov, dest_addr, context as usize)
             },
         ),
         Err(e) => -(e as isize),
@@ -553,13 +495,10 @@ unsafe extern "C" fn tagged_sendmsg(
             Ok(iov) => send(
                 ep,
                 Send {
-                    iov,
-                    dest: m.addr,
                     tag: Some(m.tag),
                     data: (op_flags & flags::REMOTE_CQ_DATA != 0).then_some(m.data),
-                    context: m.context as usize,
                     op_flags: Some(op_flags),
-                    inject: false,
+                    ..Send::new(iov, m.addr, m.context as usize)
                 },
             ),
             Err(e) => -(e as isize),
@@ -578,13 +517,9 @@ unsafe extern "C" fn tagged_inject(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
                 tag: Some(tag),
-                data: None,
-                context: 0,
-                op_flags: None,
                 inject: true,
+                ..Send::new(one(buf, len), dest_addr, 0)
             },
         )
     })
@@ -604,13 +539,9 @@ unsafe extern "C" fn tagged_senddata(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
                 tag: Some(tag),
                 data: Some(data),
-                context: context as usize,
-                op_flags: None,
-                inject: false,
+                ..Send::new(one(buf, len), dest_addr, context as usize)
             },
         )
     })
@@ -628,13 +559,10 @@ unsafe extern "C" fn tagged_injectdata(
         send(
             ep,
             Send {
-                iov: one(buf, len),
-                dest: dest_addr,
                 tag: Some(tag),
                 data: Some(data),
-                context: 0,
-                op_flags: None,
                 inject: true,
+                ..Send::new(one(buf, len), dest_addr, 0)
             },
         )
     })
