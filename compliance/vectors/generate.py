@@ -56,7 +56,7 @@ NAK_REASONS = {
     "ReceiveTooSmall": 6,
 }
 
-CLOSE_REASONS = {"Normal": 0, "Error": 1, "IdleTimeout": 2, "Rejected": 3}
+CLOSE_REASONS = {"Normal": 0, "Error": 1, "IdleTimeout": 2, "Rejected": 3, "Reclaimed": 4}
 
 FLAG_ACK_REQUEST = 0x0001
 FLAG_RETRANSMISSION = 0x0002
@@ -410,6 +410,8 @@ def valid_cases():
         dict(type="CLOSE", **hdr(psn=0), reason="IdleTimeout"))
     add("close_rejected", "CLOSE refusing a CONNECT, reason Rejected",
         dict(type="CLOSE", **hdr(flags=FLAG_CLOSE_REPLY, psn=0), reason="Rejected"))
+    add("close_reclaimed", "CLOSE of a connection whose slot was reclaimed, reason Reclaimed",
+        dict(type="CLOSE", **hdr(psn=0), reason="Reclaimed"))
     # KEEPALIVE
     add("keepalive", "KEEPALIVE",
         dict(type="KEEPALIVE", **hdr(psn=0)))
@@ -512,8 +514,8 @@ def malformed_cases():
     add("err_nak_reason_7", "NAK reason code 7", packet(dict(type="NAK", **hdr(), cumulative=1,
                                                              nak_psn=1, _reason_code=7)),
         "BadField")
-    add("err_close_reason_4", "CLOSE reason code 4",
-        packet(dict(type="CLOSE", **hdr(), _reason_code=4)), "BadField")
+    add("err_close_reason_5", "CLOSE reason code 5",
+        packet(dict(type="CLOSE", **hdr(), _reason_code=5)), "BadField")
     add("err_connect_mtu_low", "CONNECT MTU 255", packet(dict(conn, mtu=255)), "BadField")
     add("err_connect_mtu_high", "CONNECT MTU 9001", packet(dict(conn, mtu=9001)), "BadField")
     add("err_connect_paths_zero", "CONNECT with 0 paths", packet(dict(conn, max_paths=0)),

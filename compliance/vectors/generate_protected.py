@@ -123,7 +123,7 @@ def packets():
               source_addr=0x0000_0000_1000_0000, sink_key=0x0C0F_FEE0,
               sink_addr=0x0000_7F00_2000_0000, **TO_ACCEPTOR),
          b""),
-        ("protected_close", "CLOSE (NORMAL) with a large IV", i2a, 0x0000_0123_4567_89AB,
+        ("protected_close", "CLOSE (NORMAL) with a large IV", i2a, 0x0000_0034_5678_9ABC,
          dict(type="CLOSE", flags=p, psn=0x1000_0005, path=0, timestamp=0x0000_7000,
               reason="Normal", **TO_ACCEPTOR),
          b""),

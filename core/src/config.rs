@@ -82,6 +82,62 @@ impl SourceLimits {
     };
 }
 
+/// What one prefix may hold of the connection table, in 256ths of it
+/// (0: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PrefixShare {
+    /// Half-open (Accepting) connections.
+    pub half_open: u16,
+    /// Connections of any state.
+    pub all: u16,
+}
+
+/// Fair admission (spec 4.2.3): sources are counted by prefix at two
+/// lengths, each prefix holds at most its share of the table, and once the
+/// table is nearly full a prefix below its fair share gets a slot that the
+/// prefix holding the most gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AdmissionPolicy {
+    /// Narrow and wide prefix lengths of IPv4 sources.
+    pub v4_prefixes: (u8, u8),
+    /// Narrow and wide prefix lengths of IPv6 sources.
+    pub v6_prefixes: (u8, u8),
+    /// The most one narrow prefix may hold.
+    pub narrow: PrefixShare,
+    /// The most one wide prefix may hold.
+    pub wide: PrefixShare,
+    /// Slots, in 256ths of the table (at least one), that only a prefix
+    /// below its fair share may take.
+    pub reserve: u16,
+    /// A connection with no data sent or received for this long (or none
+    /// ever) is idle: it may be reclaimed for another prefix.
+    pub idle_after: Duration,
+}
+
+impl Default for AdmissionPolicy {
+    fn default() -> AdmissionPolicy {
+        AdmissionPolicy {
+            v4_prefixes: (32, 24),
+            v6_prefixes: (64, 48),
+            narrow: PrefixShare {
+                half_open: 64,
+                all: 128,
+            },
+            // A cluster's hosts often share one /24 (63 of them starting an
+            // incast at once): a wide prefix is limited by what it gives up
+            // when others wait, not by a share.
+            wide: PrefixShare {
+                half_open: 0,
+                all: 0,
+            },
+            reserve: 4,
+            idle_after: Duration::from_secs(1),
+        }
+    }
+}
+
 /// Timer values a timer profile stands for (spec 4.11): what a peer may
 /// assume of an endpoint that announces the profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +198,9 @@ pub struct Config {
     pub cookie_lifetime: Duration,
     /// Per-source limits on verified CONNECTs (spec 5.1.4).
     pub source_limits: SourceLimits,
+    /// Per-prefix shares of the connection table, and reclaiming (spec
+    /// 4.2.3).
+    pub admission: AdmissionPolicy,
     /// Protection domain of accepted connections.
     pub accept_domain: AcceptDomain,
     /// Largest payload per packet offered in the handshake.
@@ -263,6 +322,7 @@ impl Default for Config {
                 connects_per_second: 4096,
                 half_open: 1024,
             },
+            admission: AdmissionPolicy::default(),
             accept_domain: AcceptDomain::Shared(0),
             mtu: 4096,
             paths: 16,

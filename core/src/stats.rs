@@ -135,6 +135,20 @@ pub struct DropStats {
     /// Verified CONNECT refused: its source holds its limit of half-open
     /// connections (answered CLOSE REJECTED).
     pub refused_source_half_open: u64,
+    /// Verified CONNECT refused: its source prefix holds its share of the
+    /// table, or, the table nearly full, at least its fair share (spec
+    /// 4.2.3).
+    pub refused_prefix_share: u64,
+    /// Verified CONNECT refused: no room for its prefix in the prefix
+    /// table's probe range.
+    pub refused_prefix_table: u64,
+    /// Verified CONNECT left unanswered while a slot is reclaimed for it:
+    /// its next copy takes it.
+    pub connect_deferred: u64,
+    /// Connections ended with CLOSE (RECLAIMED) for a prefix holding less:
+    /// unconfirmed ones, and idle established ones.
+    pub reclaimed_unconfirmed: u64,
+    pub reclaimed_idle: u64,
     /// RETRY not taken: not in Connecting, or an all-zero cookie (spec
     /// 4.2).
     pub retry_ignored: u64,
@@ -150,7 +164,7 @@ pub struct DropStats {
 
 impl DropStats {
     /// Every reason with its count, for summaries and telemetry export.
-    pub fn by_reason(&self) -> [(&'static str, u64); 22] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 27] {
         [
             ("truncated", self.truncated),
             ("bad_version", self.bad_version),
@@ -170,6 +184,11 @@ impl DropStats {
             ("cookie_expired", self.cookie_expired),
             ("refused_source_rate", self.refused_source_rate),
             ("refused_source_half_open", self.refused_source_half_open),
+            ("refused_prefix_share", self.refused_prefix_share),
+            ("refused_prefix_table", self.refused_prefix_table),
+            ("connect_deferred", self.connect_deferred),
+            ("reclaimed_unconfirmed", self.reclaimed_unconfirmed),
+            ("reclaimed_idle", self.reclaimed_idle),
             ("retry_ignored", self.retry_ignored),
             ("retry_duplicate", self.retry_duplicate),
             ("retries_sent", self.retries_sent),
@@ -199,6 +218,8 @@ impl DropStats {
             + self.cookie_expired
             + self.refused_source_rate
             + self.refused_source_half_open
+            + self.refused_prefix_share
+            + self.refused_prefix_table
             + self.retry_ignored
     }
 

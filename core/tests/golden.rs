@@ -237,6 +237,7 @@ fn close_reason_by_name(name: &str) -> Option<CloseReason> {
         "Error" => CloseReason::Error,
         "IdleTimeout" => CloseReason::IdleTimeout,
         "Rejected" => CloseReason::Rejected,
+        "Reclaimed" => CloseReason::Reclaimed,
         _ => return None,
     })
 }

@@ -467,9 +467,17 @@ fn half_open_and_failed_connections_never_keep_a_new_one_out_once_released() {
     }
     assert_eq!(accepts, 64);
     assert_eq!(b.live_connections(), 64, "the table is full");
-    assert_eq!(b.half_open(), 64);
-    assert_eq!(b.drops().connect_unverified, 5_000);
-    assert!(b.drops().refused >= 5_000 - 64);
+    // Four /24s share the table: a prefix two behind the heaviest has one
+    // of its unconfirmed connections reclaimed (spec 4.2.3), which the
+    // application has not released yet.
+    let drops = b.drops();
+    assert_eq!(
+        u64::from(b.half_open()) + drops.reclaimed_unconfirmed,
+        64,
+        "{drops:?}"
+    );
+    assert_eq!(drops.connect_unverified, 5_000);
+    assert!(drops.refused + drops.refused_prefix_share + drops.connect_deferred >= 5_000 - 64);
     // The half-open connections end by the idle timeout; the application
     // releases them as their events come.
     let mut released = 0;

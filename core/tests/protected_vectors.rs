@@ -237,6 +237,31 @@ fn opening_yields_the_plaintext_and_refuses_replays() {
     }
 }
 
+/// A receiver refuses an IV no sender may use (0, or 2^38 and up, spec
+/// 5.3.5 step 2) before the replay window or the cipher sees it.
+#[test]
+fn ivs_outside_the_senders_range_are_refused() {
+    let all = load();
+    let v = protected(&all)
+        .into_iter()
+        .find(|v| v.name == "protected_close")
+        .expect("protected_close");
+    let k = keys(v);
+    let iv_at = 28 + 4 + 8;
+    for iv in [0u64, 1 << 38, u64::MAX] {
+        let mut bytes = v.hex("bytes");
+        bytes[iv_at..iv_at + 8].copy_from_slice(&iv.to_be_bytes());
+        let sealed = Sealed::split(&bytes).expect("a protected packet");
+        assert_eq!(sealed.security.iv, iv);
+        let mut session = Session::new(v.int("key_id") as u32, &k, roles(v).1);
+        let mut out = vec![0u8; 9000];
+        assert_eq!(
+            session.open(&sealed, &mut out),
+            Err(OpenError::IvOutOfRange)
+        );
+    }
+}
+
 #[test]
 fn tampered_packets_parse_but_do_not_authenticate() {
     let all = load();

@@ -99,7 +99,7 @@ fn nak_reason() -> impl Strategy<Value = NakReason> {
 }
 
 fn close_reason() -> impl Strategy<Value = CloseReason> {
-    (0u8..=3).prop_map(|c| CloseReason::from_code(c).expect("codes 0..=3 are defined"))
+    (0u8..=4).prop_map(|c| CloseReason::from_code(c).expect("codes 0..=4 are defined"))
 }
 
 fn connect() -> impl Strategy<Value = ConnectRepr> {

@@ -101,6 +101,38 @@ impl<const P: usize> Connection<P> {
         t
     }
 
+    /// Ends the connection at once, its work flushed, with one CLOSE
+    /// saying why (an idle timeout, or its slot reclaimed, spec 4.2.3).
+    pub(crate) fn end<B: Backing>(&mut self, reason: CloseReason, res: &mut Resources<B, P>) {
+        self.flush_work(crate::api::Status::Flushed, super::Blame::Nobody, res);
+        self.state = ConnState::Closed;
+        self.close_reason = reason;
+        self.pending = Pending::default();
+        self.pending.set(Pending::CLOSE);
+        self.ctrl.deadline = MaybeInstant::NONE;
+        self.recv.ack_due = MaybeInstant::NONE;
+        self.events.raise(super::PendingEvents::CLOSED);
+    }
+
+    /// Whether the connection may give its slot to another source prefix
+    /// (spec 4.2.3): unconfirmed, or established with no work queued, no
+    /// sender state held and no data received for `idle_after`.
+    pub(crate) fn reclaimable(&self, now: Instant, idle_after: core::time::Duration) -> bool {
+        match self.state {
+            ConnState::Accepting => true,
+            ConnState::Established => {
+                self.send.queue.is_empty()
+                    && self.send.state.is_none()
+                    && self
+                        .recv
+                        .last_data_rx
+                        .get()
+                        .is_none_or(|t| now >= t + idle_after)
+            }
+            _ => false,
+        }
+    }
+
     /// Runs every timer whose deadline has passed.
     pub(crate) fn handle_timeout<B: Backing>(
         &mut self,
@@ -121,14 +153,7 @@ impl<const P: usize> Connection<P> {
             return;
         }
         if now >= self.ctrl.last_heard + idle_timeout {
-            self.flush_work(crate::api::Status::Flushed, super::Blame::Nobody, res);
-            self.state = ConnState::Closed;
-            self.close_reason = CloseReason::IdleTimeout;
-            self.pending = Pending::default();
-            self.pending.set(Pending::CLOSE);
-            self.ctrl.deadline = MaybeInstant::NONE;
-            self.recv.ack_due = MaybeInstant::NONE;
-            self.events.raise(super::PendingEvents::CLOSED);
+            self.end(CloseReason::IdleTimeout, res);
             return;
         }
         if self.recv.ack_due.get().is_some_and(|d| now >= d) {

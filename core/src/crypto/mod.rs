@@ -114,6 +114,8 @@ pub struct ProtectionStats {
     pub wrong_key_id: u64,
     /// Protected packets longer than the receive buffer (the largest MTU).
     pub oversized: u64,
+    /// Protected packets whose IV no sender may use (0, or 2^38 and up).
+    pub iv_out_of_range: u64,
     /// Handshakes refused, by reason.
     pub refused_required: u64,
     pub refused_unknown_key: u64,
@@ -126,7 +128,7 @@ pub struct ProtectionStats {
 
 impl ProtectionStats {
     /// Every counter with its name, for summaries and telemetry export.
-    pub fn by_reason(&self) -> [(&'static str, u64); 15] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 16] {
         [
             ("sealed", self.sealed),
             ("opened", self.opened),
@@ -137,6 +139,7 @@ impl ProtectionStats {
             ("unexpected_protected", self.unexpected_protected),
             ("wrong_key_id", self.wrong_key_id),
             ("oversized", self.oversized),
+            ("iv_out_of_range", self.iv_out_of_range),
             ("refused_required", self.refused_required),
             ("refused_unknown_key", self.refused_unknown_key),
             ("refused_no_key_slot", self.refused_no_key_slot),
@@ -155,6 +158,7 @@ impl ProtectionStats {
             + self.unexpected_protected
             + self.wrong_key_id
             + self.oversized
+            + self.iv_out_of_range
     }
 
     /// Handshakes refused, all reasons.

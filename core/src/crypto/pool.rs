@@ -446,6 +446,7 @@ impl<B: Backing> KeyPool<B> {
                     OpenError::Replay(super::replay::Replay::TooOld) => s.too_old += 1,
                     OpenError::Auth => s.auth_failed += 1,
                     OpenError::Oversized => s.oversized += 1,
+                    OpenError::IvOutOfRange => s.iv_out_of_range += 1,
                 }
                 Admit::Drop
             }

@@ -40,6 +40,9 @@ pub enum OpenError {
     Auth,
     /// The output buffer is smaller than the payload.
     Oversized,
+    /// Its IV is outside 1 to 2^38 - 1, the range a sender may use (5.3.4):
+    /// refused before the replay window or the cipher sees it.
+    IvOutOfRange,
 }
 
 /// The 96-bit AES-GCM nonce: the direction's 4-byte salt, then the IV
@@ -147,6 +150,9 @@ impl Session {
             return Err(OpenError::WrongKeyId);
         }
         let iv = sealed.security.iv;
+        if iv == 0 || iv >= IV_LIMIT {
+            return Err(OpenError::IvOutOfRange);
+        }
         self.replay.check(iv).map_err(OpenError::Replay)?;
         let len = sealed.ciphertext.len();
         let Some(out) = out.get_mut(..len) else {

@@ -1,10 +1,11 @@
-//! Admission of CONNECTs (spec 4.2, 5.1.4): the stateless cookies of the
-//! RETRY exchange, and the per-source limits on verified CONNECTs.
+//! The stateless cookies of the RETRY exchange (spec 4.2.2): how a CONNECT
+//! proves its source address before anything is kept for it.
 //!
 //! # Cookies
 //!
 //! A cookie is 32 bytes: the issue time (4 bytes, big-endian, in ticks of
-//! 2^30 ns of the acceptor's clock), a format byte (1), 11 zero bytes and
+//! 2^30 ns of the acceptor's clock plus a secret offset drawn at start, so
+//! it tells its holder nothing about the acceptor's uptime), a format byte (1), 11 zero bytes and
 //! a 16-byte tag, SipHash-2-4-128 keyed with a 16-byte secret over
 //!
 //! ```text
@@ -20,25 +21,17 @@
 //! multiples of it); a cookie issued in the previous period still
 //! verifies with the previous secret, nothing older does. The tag is
 //! compared in constant time.
-//!
-//! # Per-source buckets
-//!
-//! A fixed table of [`SourceBucket`]s, indexed by a keyed SipHash of the
-//! source address: O(1) per CONNECT, no allocation, and addresses that
-//! collide simply share a bucket (a remote sender cannot aim collisions
-//! without the key). Each bucket counts its half-open connections and
-//! holds a token bucket of connects, kept as a debt that drains with time
-//! so an all-zero bucket is a full one.
 
 use core::hash::Hasher;
 
 use siphasher::sip128::{Hasher128, SipHasher24};
 use smoltcp::wire::IpAddress;
 
-use crate::config::SourceLimits;
 use crate::rng::Rng;
 use crate::time::Instant;
 use crate::wire::{ConnectRepr, COOKIE_LEN};
+
+use super::prefixes::ip16;
 
 /// Ticks of the cookie clock: 2^30 ns (about 1.07 s).
 const TICK_SHIFT: u32 = 30;
@@ -58,23 +51,11 @@ pub(crate) enum CookieCheck {
 /// The secrets of the cookie MAC: this period's and the previous one's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CookieKeys {
+    /// Added to the clock's tick count (wrapping): drawn at start, never sent.
+    epoch: u32,
     period: u32,
     current: [u8; 16],
     previous: Option<[u8; 16]>,
-}
-
-/// The IP address as 16 bytes (IPv4 mapped).
-fn ip16(ip: &IpAddress) -> [u8; 16] {
-    match ip {
-        IpAddress::Ipv4(a) => {
-            let mut b = [0u8; 16];
-            b[10] = 0xff;
-            b[11] = 0xff;
-            b[12..].copy_from_slice(&a.octets());
-            b
-        }
-        IpAddress::Ipv6(a) => a.octets(),
-    }
 }
 
 /// The first 32 bytes of a CONNECT's extension, as on the wire (spec
@@ -112,11 +93,6 @@ pub(crate) fn cookie_tag(
     u128::from(h.finish128()).to_le_bytes()
 }
 
-/// The cookie clock.
-fn tick(now: Instant) -> u32 {
-    (now.as_nanos() >> TICK_SHIFT) as u32
-}
-
 /// A lifetime in ticks (at least one).
 fn lifetime_ticks(lifetime: core::time::Duration) -> u32 {
     ((lifetime.as_nanos() >> TICK_SHIFT) as u32).max(1)
@@ -127,15 +103,21 @@ impl CookieKeys {
         let mut current = [0u8; 16];
         rng.fill(&mut current);
         CookieKeys {
+            epoch: rng.next_u32(),
             period: 0,
             current,
             previous: None,
         }
     }
 
+    /// The cookie clock: ticks since start plus the secret epoch.
+    fn tick(&self, now: Instant) -> u32 {
+        ((now.as_nanos() >> TICK_SHIFT) as u32).wrapping_add(self.epoch)
+    }
+
     /// Replaces the secret when a new period has begun.
     pub(crate) fn rotate(&mut self, now: Instant, lifetime: core::time::Duration, rng: &mut Rng) {
-        let period = tick(now) / lifetime_ticks(lifetime);
+        let period = self.tick(now) / lifetime_ticks(lifetime);
         if period == self.period {
             return;
         }
@@ -153,7 +135,7 @@ impl CookieKeys {
         c: &ConnectRepr,
     ) -> [u8; COOKIE_LEN] {
         let mut cookie = [0u8; COOKIE_LEN];
-        cookie[..4].copy_from_slice(&tick(now).to_be_bytes());
+        cookie[..4].copy_from_slice(&self.tick(now).to_be_bytes());
         cookie[4] = COOKIE_FORMAT;
         let tag = cookie_tag(&self.current, &cookie, ip, port, c);
         cookie[16..].copy_from_slice(&tag);
@@ -171,9 +153,9 @@ impl CookieKeys {
     ) -> CookieCheck {
         let cookie = &c.cookie;
         let issued = u32::from_be_bytes([cookie[0], cookie[1], cookie[2], cookie[3]]);
-        let now_tick = tick(now);
         let lifetime = lifetime_ticks(lifetime);
-        if issued > now_tick || now_tick - issued > lifetime {
+        // A cookie from the future wraps to a huge age.
+        if self.tick(now).wrapping_sub(issued) > lifetime {
             return CookieCheck::Expired;
         }
         if cookie[4] != COOKIE_FORMAT || cookie[5..16].iter().any(|&b| b != 0) {
@@ -200,114 +182,6 @@ impl CookieKeys {
         } else {
             CookieCheck::Invalid
         }
-    }
-}
-
-/// One bucket of the per-source table: the half-open connections and the
-/// recent connects of the source addresses that hash to it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SourceBucket {
-    /// When `debt` was last brought up to date: milliseconds of the
-    /// endpoint's clock, wrapping (after 49 days a long-idle bucket may
-    /// look recent: it then lends less for a moment, never more).
-    stamp_ms: u32,
-    /// Connects charged and not yet drained, in thousandths of a connect.
-    debt: u32,
-    /// Half-open (Accepting) connections of this bucket.
-    half_open: u32,
-}
-
-impl SourceBucket {
-    /// An unused bucket (nothing owed, nothing half open).
-    pub const EMPTY: SourceBucket = SourceBucket {
-        stamp_ms: 0,
-        debt: 0,
-        half_open: 0,
-    };
-}
-
-/// Why a source was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SourceRefusal {
-    Rate,
-    HalfOpen,
-}
-
-/// The per-source table over caller-supplied buckets (a power of two of
-/// them is used).
-#[derive(Debug)]
-pub(crate) struct SourceTable<S> {
-    buckets: S,
-    mask: usize,
-    key: (u64, u64),
-}
-
-impl<S: core::ops::DerefMut<Target = [SourceBucket]>> SourceTable<S> {
-    pub(crate) fn new(mut buckets: S, key: (u64, u64)) -> Self {
-        buckets.fill(SourceBucket::EMPTY);
-        let usable = if buckets.is_empty() {
-            0
-        } else {
-            1usize << (usize::BITS - 1 - buckets.len().leading_zeros())
-        };
-        SourceTable {
-            buckets,
-            mask: usable.wrapping_sub(1),
-            key,
-        }
-    }
-
-    /// The bucket of `ip`; `None` without buckets (no per-source limits).
-    pub(crate) fn bucket_of(&self, ip: &IpAddress) -> Option<usize> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        // The connection index's keyed hash (one SipHash in the image).
-        Some(super::hash_with(self.key, ip, 0, 0) as usize & self.mask)
-    }
-
-    /// Whether bucket `i` may open one more connection now.
-    pub(crate) fn check(
-        &mut self,
-        i: usize,
-        now: Instant,
-        limits: &SourceLimits,
-    ) -> Result<(), SourceRefusal> {
-        let b = &mut self.buckets[i];
-        if limits.half_open != 0 && b.half_open >= limits.half_open {
-            return Err(SourceRefusal::HalfOpen);
-        }
-        if limits.connects_per_second != 0 {
-            let now_ms = (now.as_nanos() / 1_000_000) as u32;
-            let elapsed = u64::from(now_ms.wrapping_sub(b.stamp_ms));
-            // Drains `connects_per_second` thousandths per millisecond.
-            let drained = elapsed.saturating_mul(u64::from(limits.connects_per_second));
-            b.debt = u64::from(b.debt).saturating_sub(drained) as u32;
-            b.stamp_ms = now_ms;
-            let capacity = (u64::from(limits.connects_per_second) * 1000).min(u64::from(u32::MAX));
-            if u64::from(b.debt) + 1000 > capacity {
-                return Err(SourceRefusal::Rate);
-            }
-        }
-        Ok(())
-    }
-
-    /// Charges bucket `i` with a new half-open connection.
-    pub(crate) fn charge(&mut self, i: usize) {
-        let b = &mut self.buckets[i];
-        b.debt = b.debt.saturating_add(1000);
-        b.half_open += 1;
-    }
-
-    /// A half-open connection of bucket `i` was established or ended.
-    pub(crate) fn release(&mut self, i: usize) {
-        let b = &mut self.buckets[i];
-        b.half_open = b.half_open.saturating_sub(1);
-    }
-
-    /// Half-open connections counted in `ip`'s bucket.
-    pub(crate) fn half_open_of(&self, ip: &IpAddress) -> u32 {
-        self.bucket_of(ip).map_or(0, |i| self.buckets[i].half_open)
     }
 }
 
@@ -355,6 +229,7 @@ mod tests {
         // implementation (Python, from the reference C code): key 00..0f,
         // issued at tick 5, from 10.0.0.1 port 50000, the offer below.
         let keys = CookieKeys {
+            epoch: 0,
             period: 0,
             current: core::array::from_fn(|i| i as u8),
             previous: None,
@@ -418,52 +293,17 @@ mod tests {
             CookieCheck::Expired
         );
         let mut old = c;
-        old.cookie[..4].copy_from_slice(&(tick(late) - 2).to_be_bytes());
+        old.cookie[..4].copy_from_slice(&(keys.tick(late) - 2).to_be_bytes());
         assert_eq!(
             keys.check(late, life, &ip, 50_000, &old),
             CookieCheck::Invalid,
             "a fresh time on an old tag"
         );
         let mut future = c;
-        future.cookie[..4].copy_from_slice(&(tick(late) + 1).to_be_bytes());
+        future.cookie[..4].copy_from_slice(&(keys.tick(late) + 1).to_be_bytes());
         assert_eq!(
             keys.check(late, life, &ip, 50_000, &future),
             CookieCheck::Expired
         );
-    }
-
-    #[test]
-    fn buckets_limit_rate_and_half_open_and_start_full() {
-        let mut t = SourceTable::new(std::vec![SourceBucket::EMPTY; 64], (1, 2));
-        let ip = IpAddress::Ipv4(Ipv4Address::new(192, 0, 2, 1));
-        let i = t.bucket_of(&ip).unwrap();
-        let limits = SourceLimits {
-            connects_per_second: 10,
-            half_open: 4,
-        };
-        let now = Instant::from_micros(10);
-        for _ in 0..4 {
-            t.check(i, now, &limits).unwrap();
-            t.charge(i);
-        }
-        assert_eq!(t.check(i, now, &limits), Err(SourceRefusal::HalfOpen));
-        for _ in 0..4 {
-            t.release(i);
-        }
-        assert_eq!(t.half_open_of(&ip), 0);
-        for _ in 0..6 {
-            t.check(i, now, &limits).unwrap();
-            t.charge(i);
-            t.release(i);
-        }
-        assert_eq!(t.check(i, now, &limits), Err(SourceRefusal::Rate));
-        // 100 ms later one more connect has drained.
-        let later = now + Duration::from_millis(100);
-        t.check(i, later, &limits).unwrap();
-        t.charge(i);
-        assert_eq!(t.check(i, later, &limits), Err(SourceRefusal::Rate));
-        let empty: SourceTable<std::vec::Vec<SourceBucket>> =
-            SourceTable::new(std::vec::Vec::new(), (1, 2));
-        assert_eq!(empty.bucket_of(&ip), None);
     }
 }

@@ -1,6 +1,7 @@
 //! Inputs: received packets, CONNECTs, and timers (spec 4.2, 4.7).
 
-use super::admission::{CookieCheck, SourceRefusal};
+use super::admission::CookieCheck;
+use super::prefixes::{PrefixRefusal, Prefixes};
 use super::{ConnSlot, Endpoint, StatelessBody, StatelessReply};
 use crate::api::{Memory, PeerAddr, RxMeta};
 use crate::config::{AcceptDomain, AddressValidation, PER_CONNECTION_DOMAINS};
@@ -162,11 +163,13 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
             return;
         }
-        // Address validation (spec 4.2, 5.1.4).
-        let required = match config.address_validation {
-            AddressValidation::Always => true,
-            AddressValidation::WhenLoaded { half_open } => self.half_open >= half_open,
-        };
+        // Address validation (spec 4.2, 5.1.4); always for an offer of
+        // protection, whose key slot is committed with the connection.
+        let required = c.suite != wire::CipherSuite::None
+            || match config.address_validation {
+                AddressValidation::Always => true,
+                AddressValidation::WhenLoaded { half_open } => self.half_open >= half_open,
+            };
         if required {
             self.cookies
                 .rotate(now, config.cookie_lifetime, &mut self.res.rng);
@@ -202,23 +205,43 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 }
             }
         }
-        // Per-source limits (spec 5.1.4).
-        let bucket = self.sources.bucket_of(&meta.source.ip);
-        if let Some(b) = bucket {
-            if let Err(why) = self.sources.check(b, now, &config.source_limits) {
+        // Fair admission (spec 4.2.3): the source's prefixes within their
+        // limits and shares; near a full table only a prefix below its
+        // fair share gets a slot, one the heaviest prefix gives up.
+        let prefixes = match self.admit_prefixes(now, &meta.source.ip) {
+            Ok(p) => p,
+            Err(why) => {
                 match why {
-                    SourceRefusal::Rate => self.drops.refused_source_rate += 1,
-                    SourceRefusal::HalfOpen => self.drops.refused_source_half_open += 1,
+                    PrefixRefusal::Rate => self.drops.refused_source_rate += 1,
+                    PrefixRefusal::HalfOpen => self.drops.refused_source_half_open += 1,
+                    PrefixRefusal::Share => self.drops.refused_prefix_share += 1,
+                    PrefixRefusal::TableFull => self.drops.refused_prefix_table += 1,
                 }
                 self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
                 return;
             }
+        };
+        if self.free.is_empty() {
+            // A slot is reclaimed: the initiator's next CONNECT takes it.
+            if prefixes.is_some_and(|p| self.reclaim(now, p, false)) {
+                self.drops.connect_deferred += 1;
+                return;
+            }
+            self.drops.refused += 1;
+            self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
+            return;
         }
         // Spec 5.3.6: the suite and key, or a refusal, before any state
         // (and only for a proved address: a key slot is state).
         let mut protection = match self.res.keys.answer(&config.protection, c) {
             Ok(p) => p,
-            Err(_) => {
+            Err(why) => {
+                if why == crate::crypto::Refusal::NoKeySlot
+                    && prefixes.is_some_and(|p| self.reclaim(now, p, true))
+                {
+                    self.drops.connect_deferred += 1;
+                    return;
+                }
                 self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
                 return;
             }
@@ -229,11 +252,13 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
             return;
         };
-        if let Some(b) = bucket {
-            self.sources.charge(b);
+        if let Some(p) = prefixes {
+            self.prefixes.charge(p);
         }
         self.half_open += 1;
-        self.slots[i as usize].half_open = true;
+        let slot = &mut self.slots[i as usize];
+        slot.half_open = true;
+        slot.counted = prefixes.is_some();
         // The next ACCEPT's grant counts this one (spec 4.10.6).
         self.hint_cache.0 = Instant::FAR_FUTURE;
         let pd = match config.accept_domain {
@@ -267,6 +292,81 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.slots[i as usize].indexed = true;
         }
         self.refresh(i, now, false);
+    }
+
+    /// The prefixes of a proved source address, if they may open one more
+    /// connection now (spec 4.2.3).
+    fn admit_prefixes(
+        &mut self,
+        now: Instant,
+        ip: &smoltcp::wire::IpAddress,
+    ) -> Result<Option<Prefixes>, PrefixRefusal> {
+        let config = &self.config;
+        let Some(p) = self
+            .prefixes
+            .locate(ip, &config.admission, &config.source_limits, now)?
+        else {
+            return Ok(None);
+        };
+        let capacity = self.capacity() as u32;
+        self.prefixes
+            .check(p, now, &config.source_limits, &config.admission, capacity)?;
+        let reserve = ((capacity as u64 * u64::from(config.admission.reserve)) >> 8).max(1);
+        if cfg!(feature = "reclaim") && u64::from(self.free.len()) <= reserve {
+            let held = self.prefixes.entry(p.wide).total;
+            // A prefix holding nothing is always below it.
+            if held >= self.prefixes.fair_share(capacity).max(1) {
+                return Err(PrefixRefusal::Share);
+            }
+            if !self.free.is_empty() {
+                // Keep the reserve for the next prefix below its share.
+                self.reclaim(now, p, false);
+            }
+        }
+        Ok(Some(p))
+    }
+
+    /// The prefix holding the most (at least two more than `p`'s wide
+    /// prefix) gives up one of its reclaimable connections, one holding a
+    /// key slot if `key`: CLOSE (RECLAIMED) goes out, and the slot is
+    /// free once the application released it (spec 4.2.3). Slots are
+    /// searched from a cursor that moves on, so successive reclaims take
+    /// different connections.
+    fn reclaim(&mut self, now: Instant, p: Prefixes, key: bool) -> bool {
+        /// Slots looked at per search.
+        const STEPS: u32 = 256;
+        if !cfg!(feature = "reclaim") {
+            return false;
+        }
+        let held = self.prefixes.entry(p.wide).total;
+        let Some(w) = self.prefixes.heaviest(held + 2, now) else {
+            return false;
+        };
+        let policy = self.config.admission;
+        let capacity = self.capacity() as u32;
+        for _ in 0..STEPS.min(capacity) {
+            let i = self.reclaim_cursor;
+            self.reclaim_cursor = if i + 1 >= capacity { 0 } else { i + 1 };
+            let s = &mut self.slots[i as usize];
+            let has_key = s.conn.protection.key_id() != 0;
+            if !s.counted
+                || s.released
+                || (key && !has_key)
+                || !s.conn.reclaimable(now, policy.idle_after)
+                || !self.prefixes.is_wide_prefix_of(w, &s.conn.peer.ip, &policy)
+            {
+                continue;
+            }
+            if s.conn.state == ConnState::Accepting {
+                self.drops.reclaimed_unconfirmed += 1;
+            } else {
+                self.drops.reclaimed_idle += 1;
+            }
+            s.conn.end(CloseReason::Reclaimed, &mut self.res);
+            self.refresh(i, now, false);
+            return true;
+        }
+        false
     }
 
     /// Queues a reply to CONNECT `c` that needs no connection; dropped and

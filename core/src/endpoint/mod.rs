@@ -57,10 +57,11 @@
 mod admission;
 mod input;
 mod output;
+mod prefixes;
 mod protection;
 mod table;
 
-pub use admission::SourceBucket;
+pub use prefixes::SourceBucket;
 pub use table::ConnSlot;
 
 use core::hash::Hasher;
@@ -250,10 +251,12 @@ pub struct Endpoint<B: Backing, const P: usize> {
     hash_key: (u64, u64),
     /// Secrets of the RETRY cookies (spec 4.2).
     cookies: admission::CookieKeys,
-    /// Per-source half-open connections and connect rates (spec 5.1.4).
-    sources: admission::SourceTable<Slice<B, SourceBucket>>,
+    /// What each source prefix holds, and its connect rate (spec 4.2.3).
+    prefixes: prefixes::PrefixTable<Slice<B, SourceBucket>>,
     /// Connections counted as half open (Accepting).
     half_open: u32,
+    /// Where the next search for a connection to reclaim starts.
+    reclaim_cursor: u32,
     live: u32,
     /// Active senders on the node's other shards (for the fair share).
     other_senders: u32,
@@ -371,8 +374,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             stateless: Deque::new(),
             hash_key,
             cookies: cookie_keys,
-            sources: admission::SourceTable::new(sources, source_key),
+            prefixes: prefixes::PrefixTable::new(sources, source_key),
             half_open: 0,
+            reclaim_cursor: 0,
             live: 0,
             other_senders: 0,
             next_domain: crate::config::PER_CONNECTION_DOMAINS,
@@ -452,10 +456,22 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.half_open
     }
 
-    /// Half-open connections counted for source address `ip` (and any
-    /// address sharing its bucket).
+    /// Half-open connections of source prefixes at their narrow length
+    /// (`ip`'s address itself by default).
     pub fn half_open_from(&self, ip: &smoltcp::wire::IpAddress) -> u32 {
-        self.sources.half_open_of(ip)
+        self.prefixes
+            .find(ip, &self.config.admission)
+            .map_or(0, |p| self.prefixes.entry(p.narrow).half_open)
+    }
+
+    /// Connections held by `ip`'s prefix at its wide length (its /24 or
+    /// /48 by default), and how many wide prefixes hold any.
+    pub fn prefix_load(&self, ip: &smoltcp::wire::IpAddress) -> (u32, u32) {
+        let held = self
+            .prefixes
+            .find(ip, &self.config.admission)
+            .map_or(0, |p| self.prefixes.entry(p.wide).total);
+        (held, self.prefixes.wide_in_use)
     }
 
     /// Slot `i` leaves the half-open count (it left Accepting, or is freed).
@@ -468,11 +484,19 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             return;
         }
         s.half_open = false;
-        let ip = s.conn.peer.ip;
         self.half_open -= 1;
-        if let Some(b) = self.sources.bucket_of(&ip) {
-            self.sources.release(b);
+        if let Some(p) = self.counted_prefixes(i) {
+            self.prefixes.confirm(p);
         }
+    }
+
+    /// The prefixes slot `i`'s connection is counted in, if it is.
+    fn counted_prefixes(&self, i: u32) -> Option<prefixes::Prefixes> {
+        let s = &self.slots[i as usize];
+        if !s.counted {
+            return None;
+        }
+        self.prefixes.find(&s.conn.peer.ip, &self.config.admission)
     }
 
     fn hash_peer(&self, ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
@@ -499,6 +523,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             return;
         }
         self.leave_half_open(i);
+        if let Some(p) = self.counted_prefixes(i) {
+            self.prefixes.release(p);
+            self.slots[i as usize].counted = false;
+        }
         let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
         conn.drop_cookie(&mut self.res);

@@ -27,6 +27,9 @@ pub struct ConnSlot<const P: usize> {
     /// Counted as half open (endpoint-wide and in its source's bucket)
     /// until it leaves Accepting.
     pub(crate) half_open: bool,
+    /// Counted in its source prefixes (an accepted connection), which are
+    /// found again from its peer's address (spec 4.2.3).
+    pub(crate) counted: bool,
     pub(crate) timer: TimerEntry,
     /// Intrusive links: ready to transmit, a control packet or an ACK
     /// ready (served before data, spec 4.5), completions waiting, events
@@ -53,6 +56,7 @@ impl<const P: usize> ConnSlot<P> {
         released: false,
         indexed: false,
         half_open: false,
+        counted: false,
         timer: TimerEntry::IDLE,
         ready: UNLINKED,
         urgent: UNLINKED,

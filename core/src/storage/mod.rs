@@ -145,11 +145,12 @@ impl Layout {
         }
     }
 
-    /// Per-source buckets for `connections`: one per connection (a power
-    /// of two, at least 64, at most 65,536; 12 bytes each), so sources
-    /// rarely share one.
+    /// Source-prefix entries for `connections` (spec 4.2.3): four per
+    /// connection, so the table stays at most half full with every
+    /// connection from its own narrow and wide prefix (a power of two, at
+    /// least 64, at most 2^18; 36 bytes each).
     pub const fn sources_for(connections: u32) -> u32 {
-        max(64, min(connections, 1 << 16)).next_power_of_two()
+        max(64, min(connections.saturating_mul(4), 1 << 18)).next_power_of_two()
     }
 
     /// Cookie slots for `connections`: one per connection up to 4,096 (36

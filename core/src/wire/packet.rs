@@ -376,6 +376,10 @@ pub enum CloseReason {
     IdleTimeout,
     /// A CONNECT was refused (nobody accepts, or parameters unacceptable).
     Rejected,
+    /// The acceptor's table was full and this idle or unconfirmed
+    /// connection's source prefix held the most: its slot went to a
+    /// source that held less (spec 4.2.3).
+    Reclaimed,
 }
 
 impl CloseReason {
@@ -386,6 +390,7 @@ impl CloseReason {
             CloseReason::Error => 1,
             CloseReason::IdleTimeout => 2,
             CloseReason::Rejected => 3,
+            CloseReason::Reclaimed => 4,
         }
     }
 
@@ -396,6 +401,7 @@ impl CloseReason {
             1 => CloseReason::Error,
             2 => CloseReason::IdleTimeout,
             3 => CloseReason::Rejected,
+            4 => CloseReason::Reclaimed,
             _ => return None,
         })
     }
