@@ -12,6 +12,7 @@ use metaroce_host::app::{fill_pattern, READ_ONLY_INDEX, READ_ONLY_LEN};
 
 use crate::peer::{Fail, Peer, RemoteRegion, Rx};
 
+mod admission;
 mod conformance;
 mod window;
 
@@ -1525,6 +1526,12 @@ pub const CASES: &[Case] = &[
         name: "secrets: tokens unpredictable (no SplitMix64 state recovery)",
         section: "5.1.2, 5.1.6",
         run: crate::secrets::tokens_unpredictable,
+        attempts: 1,
+    },
+    Case {
+        name: "admission: a full table gives a new /24 a slot, CLOSE RECLAIMED",
+        section: "4.2.3, 3.8.2",
+        run: admission::new_prefix_gets_a_slot,
         attempts: 1,
     },
 ];

@@ -85,6 +85,11 @@ impl Peer {
         } else {
             "[::]:0".parse().map_err(bad)?
         };
+        Peer::bound(target, seed, local)
+    }
+
+    /// [`Peer::new`] sending from `local` (an address of this host).
+    pub fn bound(target: SocketAddr, seed: u32, local: SocketAddr) -> Result<Peer, Fail> {
         let sock = UdpSocket::bind(local).map_err(bad)?;
         let mix = seed.wrapping_mul(0x9e37_79b9) ^ std::process::id().rotate_left(13);
         Ok(Peer {

@@ -121,13 +121,15 @@ impl Default for AdmissionPolicy {
         AdmissionPolicy {
             v4_prefixes: (32, 24),
             v6_prefixes: (64, 48),
+            // One host may rightly hold most of a table (a client with many
+            // processes), and a cluster's hosts often share one /24 (63 of
+            // them starting an incast at once): a prefix is limited by what
+            // it gives up when others wait, not by a share, unless one is
+            // configured.
             narrow: PrefixShare {
-                half_open: 64,
-                all: 128,
+                half_open: 0,
+                all: 0,
             },
-            // A cluster's hosts often share one /24 (63 of them starting an
-            // incast at once): a wide prefix is limited by what it gives up
-            // when others wait, not by a share.
             wide: PrefixShare {
                 half_open: 0,
                 all: 0,

@@ -312,7 +312,7 @@ fn idle_connections_kept_alive_give_way_to_a_new_prefix() {
 }
 
 /// 17 addresses of one IPv6 /64 count as one narrow prefix: together they
-/// hold at most half the table.
+/// hold at most the share configured for one (half the table here).
 #[test]
 fn addresses_of_one_slash_64_share_its_limit() {
     let mut attacker = Attacker {
@@ -332,7 +332,9 @@ fn addresses_of_one_slash_64_share_its_limit() {
         held: Vec::new(),
         confirm: true,
     };
-    let mut acceptor: Ep = endpoint(Config::default(), SLOTS, 7);
+    let mut config = Config::default();
+    config.admission.narrow.all = 128;
+    let mut acceptor: Ep = endpoint(config, SLOTS, 7);
     let mut buf = vec![0u8; 9300];
     let mut now = Instant::from_micros(1);
     for _ in 0..SLOTS * 2 {

@@ -381,6 +381,7 @@ mod tests {
     fn addresses_of_one_prefix_share_its_entry_and_limits() {
         let mut t = PrefixTable::new(std::vec![SourceBucket::EMPTY; 256], (1, 2));
         let mut policy = AdmissionPolicy::default();
+        policy.narrow.all = 128;
         policy.wide.all = 192;
         let limits = SourceLimits::NONE;
         let now = Instant::from_micros(1000);

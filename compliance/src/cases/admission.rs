@@ -1,0 +1,234 @@
+//! Fair admission (spec 4.2.3): the target's table, filled by sources of
+//! one /24 that proved their addresses and hold idle connections alive,
+//! still admits a client from another /24, and the connection it gives up
+//! for it ends with CLOSE (RECLAIMED). Needs a target on IPv4 loopback
+//! that sees each peer's own address (127.0.0.0/8 is all this host's).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use metaroce_core::wire::{
+    self, Body, CipherSuite, CloseReason, ConnectRepr, Flags, Header, Repr, TimerProfile,
+};
+
+use super::{ensure, Ctx, Fail, Peer};
+
+/// Addresses of the filling /24 (127.0.0.10 and up).
+const FILLERS: u8 = 64;
+/// The most connections tried: beyond any table this suite expects.
+const MOST: u32 = 70_000;
+/// Refusals in a row that mean the table (or every filler's share) is full.
+const FULL_AFTER: u32 = 256;
+/// How long the newcomer may take, on a machine the suite may share.
+const SERVED_WITHIN: Duration = Duration::from_secs(2);
+
+/// One filling connection: which socket, and the target's id and token.
+struct Held {
+    sock: usize,
+    id: u32,
+    token: u64,
+}
+
+fn header(id: u32, token: u64) -> Header {
+    Header {
+        flags: Flags::NONE,
+        dst_conn: id,
+        token,
+        psn: 0,
+        path: 0,
+        timestamp: 0,
+    }
+}
+
+fn connect(i: u32, port: u16, cookie: [u8; wire::COOKIE_LEN]) -> Vec<u8> {
+    Peer::encode(
+        &Repr {
+            header: header(0, 0),
+            body: Body::Connect(ConnectRepr {
+                src_conn: 0x4000_0000 | i,
+                src_token: 0xad31_0000_0000 | u64::from(i),
+                mtu: 1024,
+                max_paths: 1,
+                window: 256,
+                initial_psn: i,
+                reply_port: port,
+                timer_profile: TimerProfile::DataCenter,
+                suite: CipherSuite::None,
+                key_id: 0,
+                cookie,
+            }),
+            payload_len: 0,
+        },
+        &[],
+    )
+}
+
+fn keepalive(id: u32, token: u64) -> Vec<u8> {
+    Peer::encode(
+        &Repr {
+            header: header(id, token),
+            body: Body::Keepalive,
+            payload_len: 0,
+        },
+        &[],
+    )
+}
+
+/// What answered one of our CONNECTs (id `0x4000_0000 | i`).
+enum Answer {
+    Retry([u8; wire::COOKIE_LEN]),
+    Accept(u32, u64),
+    Refused,
+    Nothing,
+}
+
+/// Waits briefly for the answer to CONNECT `i` on `sock`; packets for
+/// other connections (KEEPALIVEs, CLOSEs) are looked at for RECLAIMED.
+fn answer(sock: &UdpSocket, i: u32, reclaimed: &mut u32) -> Answer {
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < deadline {
+        let Ok((n, _)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Ok((r, _)) = wire::parse(&buf[..n]) else {
+            continue;
+        };
+        if let Body::Close(c) = r.body {
+            if c.reason == CloseReason::Reclaimed {
+                *reclaimed += 1;
+            }
+        }
+        if r.header.dst_conn != 0x4000_0000 | i {
+            continue;
+        }
+        return match r.body {
+            Body::Retry(x) => Answer::Retry(x.cookie),
+            Body::Accept(a) => Answer::Accept(a.src_conn, a.src_token),
+            Body::Close(_) => Answer::Refused,
+            _ => continue,
+        };
+    }
+    Answer::Nothing
+}
+
+/// Everything queued on the fillers' sockets, for CLOSE (RECLAIMED).
+fn drain(socks: &[UdpSocket], reclaimed: &mut u32) {
+    let mut buf = [0u8; 2048];
+    for s in socks {
+        while let Ok((n, _)) = s.recv_from(&mut buf) {
+            if let Ok((r, _)) = wire::parse(&buf[..n]) {
+                if matches!(r.body, Body::Close(c) if c.reason == CloseReason::Reclaimed) {
+                    *reclaimed += 1;
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
+    if ctx.single_source {
+        ctx.skip("the target sees every peer at its gateway's one address");
+        return Ok(());
+    }
+    if ctx.target.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        ctx.skip("the target is not on 127.0.0.1, so other loopback sources may not reach it");
+        return Ok(());
+    }
+    let mut socks = Vec::new();
+    for k in 0..FILLERS {
+        let s = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 10 + k], 0)))
+            .map_err(|e| format!("cannot bind 127.0.0.{}: {e}", 10 + k))?;
+        s.set_read_timeout(Some(Duration::from_millis(5)))
+            .map_err(|e| e.to_string())?;
+        socks.push(s);
+    }
+    let mut held: Vec<Held> = Vec::new();
+    let mut reclaimed = 0u32;
+    let (mut refused_in_row, mut refused) = (0u32, 0u32);
+    let mut last_keepalive = Instant::now();
+    let mut i = 0u32;
+    let ports: Vec<u16> = socks
+        .iter()
+        .map(|s| s.local_addr().map_or(0, |a| a.port()))
+        .collect();
+    // Fill: every filler proves its address, confirms, and keeps its
+    // connections alive with KEEPALIVEs (idle, never silent). One CONNECT
+    // per filler at a time, all fillers in one round.
+    while refused_in_row < FULL_AFTER && i < MOST {
+        let first = i;
+        for (k, s) in socks.iter().enumerate() {
+            let _ = s.send_to(&connect(first + k as u32, ports[k], [0; 32]), ctx.target);
+        }
+        i += socks.len() as u32;
+        let mut cookies = Vec::new();
+        for (k, s) in socks.iter().enumerate() {
+            if let Answer::Retry(c) = answer(s, first + k as u32, &mut reclaimed) {
+                let _ = s.send_to(&connect(first + k as u32, ports[k], c), ctx.target);
+                cookies.push(k);
+            }
+        }
+        for k in cookies {
+            let s = &socks[k];
+            match answer(s, first + k as u32, &mut reclaimed) {
+                Answer::Accept(id, token) => {
+                    let _ = s.send_to(&keepalive(id, token), ctx.target);
+                    held.push(Held { sock: k, id, token });
+                    refused_in_row = 0;
+                }
+                Answer::Refused => {
+                    refused += 1;
+                    refused_in_row += 1;
+                }
+                _ => {}
+            }
+        }
+        // Well within an idle timeout of 1 s (the data-centre profile's).
+        if last_keepalive.elapsed() > Duration::from_millis(250) {
+            for h in &held {
+                let _ = socks[h.sock].send_to(&keepalive(h.id, h.token), ctx.target);
+            }
+            last_keepalive = Instant::now();
+        }
+    }
+    ensure(refused_in_row >= FULL_AFTER, || {
+        format!("{i} CONNECTs from one /24 were never refused: no limit or full table reached")
+    })?;
+    // The newcomer, from another /24 that holds nothing.
+    let start = Instant::now();
+    let mut newcomer = Peer::bound(ctx.target, 0xad31, SocketAddr::from(([127, 0, 1, 10], 0)))
+        .map_err(|e| format!("cannot bind 127.0.1.10: {e}"))?;
+    let served = newcomer.connect();
+    let took = start.elapsed();
+    // What the fillers heard meanwhile.
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_millis(100) {
+        drain(&socks, &mut reclaimed);
+    }
+    newcomer.close();
+    for h in &held {
+        let close = Repr {
+            header: header(h.id, h.token),
+            body: Body::Close(wire::CloseRepr {
+                reason: CloseReason::Normal,
+            }),
+            payload_len: 0,
+        };
+        let _ = socks[h.sock].send_to(&Peer::encode(&close, &[]), ctx.target);
+    }
+    served.map_err(|e| {
+        format!(
+            "a client from an empty /24 was not served while {} connections of one /24 held the table ({refused} refused): {e}",
+            held.len()
+        )
+    })?;
+    ensure(took <= SERVED_WITHIN, || {
+        format!("the client from an empty /24 waited {took:?}")
+    })?;
+    ensure(reclaimed >= 1, || {
+        format!(
+            "no filler connection ended with CLOSE (RECLAIMED) ({} held, {refused} refused)",
+            held.len()
+        )
+    })
+}
