@@ -31,7 +31,7 @@ local nak_reasons = {
     [1] = "INVALID_KEY", [2] = "ACCESS_DENIED", [3] = "OUT_OF_BOUNDS",
     [4] = "PROTOCOL_ERROR", [5] = "RECEIVER_NOT_READY", [6] = "RECEIVE_TOO_SMALL",
 }
-local close_reasons = { [0] = "NORMAL", [1] = "ERROR", [2] = "IDLE_TIMEOUT", [3] = "REJECTED" }
+local close_reasons = { [0] = "NORMAL", [1] = "ERROR", [2] = "IDLE_TIMEOUT", [3] = "REJECTED", [4] = "RECLAIMED" }
 
 local HEADER_LEN = 28
 local VERSION = 2
