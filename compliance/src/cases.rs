@@ -1529,9 +1529,21 @@ pub const CASES: &[Case] = &[
         attempts: 1,
     },
     Case {
-        name: "admission: a full table gives a new /24 a slot, CLOSE RECLAIMED",
+        name: "admission: unconfirmed ones give a new /24 a slot (RECLAIMED)",
         section: "4.2.3, 3.8.2",
-        run: admission::new_prefix_gets_a_slot,
+        run: admission::unconfirmed_give_way,
+        attempts: 1,
+    },
+    Case {
+        name: "admission: idle ones kept alive give a new /24 a slot",
+        section: "4.2.3, 3.8.2",
+        run: admission::idle_give_way,
+        attempts: 1,
+    },
+    Case {
+        name: "admission: key slots held unconfirmed give a new /24 one",
+        section: "4.2.3, 5.3.6",
+        run: admission::key_slots_give_way,
         attempts: 1,
     },
 ];

@@ -1,7 +1,8 @@
-//! Fair admission (spec 4.2.3): the target's table, filled by sources of
-//! one /24 that proved their addresses and hold idle connections alive,
-//! still admits a client from another /24, and the connection it gives up
-//! for it ends with CLOSE (RECLAIMED). Needs a target on IPv4 loopback
+//! Fair admission (spec 4.2.3): the target's table (or its key slots),
+//! filled by sources of one /24 that proved their addresses and hold
+//! unconfirmed connections, or idle ones kept alive, still admits a client
+//! from another /24, and the connection it gives up for it ends with CLOSE
+//! (RECLAIMED). Needs a target on IPv4 loopback
 //! that sees each peer's own address (127.0.0.0/8 is all this host's).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -13,8 +14,10 @@ use metaroce_core::wire::{
 
 use super::{ensure, Ctx, Fail, Peer};
 
-/// Addresses of the filling /24 (127.0.0.10 and up).
-const FILLERS: u8 = 64;
+/// Addresses of the filling /24 (127.0.0.10 and up): one CONNECT each per
+/// round, as many as a target answers in one poll without dropping
+/// stateless replies (the reference's queue holds 32).
+const FILLERS: u8 = 32;
 /// The most connections tried: beyond any table this suite expects.
 const MOST: u32 = 70_000;
 /// Refusals in a row that mean the table (or every filler's share) is full.
@@ -40,7 +43,8 @@ fn header(id: u32, token: u64) -> Header {
     }
 }
 
-fn connect(i: u32, port: u16, cookie: [u8; wire::COOKIE_LEN]) -> Vec<u8> {
+/// CONNECT `i`, offering protection under Key ID `key_id` (0: none).
+fn connect(i: u32, port: u16, key_id: u32, cookie: [u8; wire::COOKIE_LEN]) -> Vec<u8> {
     Peer::encode(
         &Repr {
             header: header(0, 0),
@@ -53,8 +57,12 @@ fn connect(i: u32, port: u16, cookie: [u8; wire::COOKIE_LEN]) -> Vec<u8> {
                 initial_psn: i,
                 reply_port: port,
                 timer_profile: TimerProfile::DataCenter,
-                suite: CipherSuite::None,
-                key_id: 0,
+                suite: if key_id == 0 {
+                    CipherSuite::None
+                } else {
+                    CipherSuite::Aes256Gcm
+                },
+                key_id,
                 cookie,
             }),
             payload_len: 0,
@@ -86,7 +94,7 @@ enum Answer {
 /// other connections (KEEPALIVEs, CLOSEs) are looked at for RECLAIMED.
 fn answer(sock: &UdpSocket, i: u32, reclaimed: &mut u32) -> Answer {
     let mut buf = [0u8; 2048];
-    let deadline = Instant::now() + Duration::from_millis(100);
+    let deadline = Instant::now() + Duration::from_millis(30);
     while Instant::now() < deadline {
         let Ok((n, _)) = sock.recv_from(&mut buf) else {
             continue;
@@ -126,7 +134,36 @@ fn drain(socks: &[UdpSocket], reclaimed: &mut u32) {
     }
 }
 
-pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
+/// Spec 4.2.3, attack 1: the fillers never confirm.
+pub(super) fn unconfirmed_give_way(ctx: &mut Ctx) -> Result<(), Fail> {
+    new_prefix_gets_a_slot(ctx, Filler::Unconfirmed)
+}
+
+/// Spec 4.2.3, attack 2: the fillers confirm and keep their connections
+/// alive with KEEPALIVEs, idle.
+pub(super) fn idle_give_way(ctx: &mut Ctx) -> Result<(), Fail> {
+    new_prefix_gets_a_slot(ctx, Filler::IdleKeptAlive)
+}
+
+/// Spec 4.2.3 and 5.3.6, attack 4: the fillers offer protection and never
+/// confirm, so they hold key slots; a protected client still gets one.
+pub(super) fn key_slots_give_way(ctx: &mut Ctx) -> Result<(), Fail> {
+    if ctx.psk.is_none() {
+        ctx.skip("no pre-shared key for the target (--psk-file)");
+        return Ok(());
+    }
+    new_prefix_gets_a_slot(ctx, Filler::ProtectedUnconfirmed)
+}
+
+/// How the filling connections behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filler {
+    Unconfirmed,
+    IdleKeptAlive,
+    ProtectedUnconfirmed,
+}
+
+fn new_prefix_gets_a_slot(ctx: &mut Ctx, filler: Filler) -> Result<(), Fail> {
     if ctx.single_source {
         ctx.skip("the target sees every peer at its gateway's one address");
         return Ok(());
@@ -147,6 +184,11 @@ pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
     let mut reclaimed = 0u32;
     let (mut refused_in_row, mut refused) = (0u32, 0u32);
     let mut last_keepalive = Instant::now();
+    let key_id = match filler {
+        Filler::ProtectedUnconfirmed => ctx.psk.map_or(0, |(id, _)| id),
+        _ => 0,
+    };
+    let confirm = filler == Filler::IdleKeptAlive;
     let mut i = 0u32;
     let ports: Vec<u16> = socks
         .iter()
@@ -158,13 +200,14 @@ pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
     while refused_in_row < FULL_AFTER && i < MOST {
         let first = i;
         for (k, s) in socks.iter().enumerate() {
-            let _ = s.send_to(&connect(first + k as u32, ports[k], [0; 32]), ctx.target);
+            let hello = connect(first + k as u32, ports[k], key_id, [0; 32]);
+            let _ = s.send_to(&hello, ctx.target);
         }
         i += socks.len() as u32;
         let mut cookies = Vec::new();
         for (k, s) in socks.iter().enumerate() {
             if let Answer::Retry(c) = answer(s, first + k as u32, &mut reclaimed) {
-                let _ = s.send_to(&connect(first + k as u32, ports[k], c), ctx.target);
+                let _ = s.send_to(&connect(first + k as u32, ports[k], key_id, c), ctx.target);
                 cookies.push(k);
             }
         }
@@ -172,7 +215,9 @@ pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
             let s = &socks[k];
             match answer(s, first + k as u32, &mut reclaimed) {
                 Answer::Accept(id, token) => {
-                    let _ = s.send_to(&keepalive(id, token), ctx.target);
+                    if confirm {
+                        let _ = s.send_to(&keepalive(id, token), ctx.target);
+                    }
                     held.push(Held { sock: k, id, token });
                     refused_in_row = 0;
                 }
@@ -184,7 +229,7 @@ pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
             }
         }
         // Well within an idle timeout of 1 s (the data-centre profile's).
-        if last_keepalive.elapsed() > Duration::from_millis(250) {
+        if confirm && last_keepalive.elapsed() > Duration::from_millis(250) {
             for h in &held {
                 let _ = socks[h.sock].send_to(&keepalive(h.id, h.token), ctx.target);
             }
@@ -198,6 +243,10 @@ pub(super) fn new_prefix_gets_a_slot(ctx: &mut Ctx) -> Result<(), Fail> {
     let start = Instant::now();
     let mut newcomer = Peer::bound(ctx.target, 0xad31, SocketAddr::from(([127, 0, 1, 10], 0)))
         .map_err(|e| format!("cannot bind 127.0.1.10: {e}"))?;
+    if key_id != 0 {
+        let (id, psk) = ctx.psk.ok_or("no pre-shared key")?;
+        newcomer.keys = Some(crate::protect::PeerKeys::new(id, psk));
+    }
     let served = newcomer.connect();
     let took = start.elapsed();
     // What the fillers heard meanwhile.

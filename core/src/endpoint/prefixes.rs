@@ -11,8 +11,9 @@
 //! hold nothing, so a probe chain is never cut. Four entries per connection
 //! slot keep it at most half full with two levels.
 //!
-//! Which prefix holds the most is found by a scan of this table, cached,
-//! and repeated at most once per [`SCAN_INTERVAL`]; the connection it gives
+//! Which prefix holds the most is kept as connections are charged; only
+//! once it has lost one may another hold more, and a scan of this table
+//! finds out, at most once per [`SCAN_INTERVAL`]. The connection it gives
 //! up is searched for in the connection table from a moving cursor, so a
 //! connection costs one flag here and nothing per prefix.
 
@@ -26,7 +27,7 @@ use crate::time::Instant;
 /// Places a prefix's entry may lie from its hash.
 pub(crate) const PROBES: usize = 16;
 /// The most often the heaviest prefix is searched for.
-const SCAN_INTERVAL: Duration = Duration::from_millis(1);
+const SCAN_INTERVAL: Duration = Duration::from_millis(10);
 
 const VACANT: u8 = 0;
 const NARROW: u8 = 1;
@@ -133,8 +134,11 @@ pub(crate) struct PrefixTable<S> {
     key: (u64, u64),
     /// Wide prefixes holding a connection.
     pub(crate) wide_in_use: u32,
-    /// The heaviest wide prefix found by the last scan, and when to scan again.
+    /// The heaviest wide prefix as far as known, whether it is known to be
+    /// (a scan found it, or a charge raised it above the known heaviest,
+    /// and it has lost nothing since), and when a scan may run again.
     heaviest: u32,
+    heaviest_exact: bool,
     next_scan: Instant,
 }
 
@@ -152,6 +156,7 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
             key,
             wide_in_use: 0,
             heaviest: u32::MAX,
+            heaviest_exact: true,
             next_scan: Instant::ZERO,
         }
     }
@@ -303,8 +308,13 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
         let w = self.entry_mut(p.wide);
         w.half_open += 1;
         w.total += 1;
-        if w.total == 1 {
+        let total = w.total;
+        if total == 1 {
             self.wide_in_use += 1;
+        }
+        let heaviest = self.buckets.get(self.heaviest as usize);
+        if heaviest.is_none_or(|h| h.level != WIDE || total > h.total || p.wide == self.heaviest) {
+            self.heaviest = p.wide;
         }
     }
 
@@ -325,6 +335,9 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
         if w.total == 0 {
             self.wide_in_use = self.wide_in_use.saturating_sub(1);
         }
+        if p.wide == self.heaviest {
+            self.heaviest_exact = false;
+        }
     }
 
     /// The table's fair share per wide prefix now: a prefix below it may
@@ -334,14 +347,15 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
     }
 
     /// The wide prefix holding the most connections, if it holds at least
-    /// `at_least`: the cached one while it still does, else a scan, at
-    /// most once per [`SCAN_INTERVAL`].
+    /// `at_least`: the known one while it does; none if it is known to be
+    /// the heaviest; else a scan, at most once per [`SCAN_INTERVAL`].
     pub(crate) fn heaviest(&mut self, at_least: u32, now: Instant) -> Option<u32> {
         let cached = self.buckets.get(self.heaviest as usize);
         if cached.is_some_and(|b| b.level == WIDE && b.total >= at_least) {
             return Some(self.heaviest);
         }
-        if now < self.next_scan {
+        // Known to be the heaviest and not enough: no other prefix is.
+        if self.heaviest_exact || now < self.next_scan {
             return None;
         }
         self.next_scan = now + SCAN_INTERVAL;
@@ -352,6 +366,7 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
             .filter(|(_, b)| b.level == WIDE)
             .max_by_key(|(_, b)| b.total)?;
         self.heaviest = best.0 as u32;
+        self.heaviest_exact = true;
         (best.1.total >= at_least).then_some(self.heaviest)
     }
 }
