@@ -113,8 +113,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                     .remove(&mut self.slots, i, ConnSlot::active_link);
             }
             let f = repr.header.flags;
-            self.slots[i as usize].idle =
-                f.contains(Flags::ACK_REQUEST) && !f.contains(Flags::RETRANSMISSION);
+            let idle = f.contains(Flags::ACK_REQUEST) && !f.contains(Flags::RETRANSMISSION);
+            self.slots[i as usize].set(super::table::IDLE, idle);
             self.active
                 .push_back(&mut self.slots, i, ConnSlot::active_link);
         }
@@ -258,7 +258,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.half_open += 1;
         let slot = &mut self.slots[i as usize];
         slot.half_open = true;
-        slot.counted = prefixes.is_some();
+        slot.prefix = prefixes.map_or(super::table::NOT_COUNTED, |p| p.narrow);
         // The next ACCEPT's grant counts this one (spec 4.10.6).
         self.hint_cache.0 = Instant::FAR_FUTURE;
         let pd = match config.accept_domain {
@@ -289,7 +289,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         conn.events.raise(PendingEvents::INCOMING);
         self.slots[i as usize].conn = conn;
         if self.index.insert(hash, i) {
-            self.slots[i as usize].indexed = true;
+            self.slots[i as usize].set(super::table::INDEXED, true);
         }
         self.refresh(i, now, false);
     }
@@ -349,7 +349,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.reclaim_cursor = if i + 1 >= capacity { 0 } else { i + 1 };
             let s = &mut self.slots[i as usize];
             let has_key = s.conn.protection.key_id() != 0;
-            if !s.counted
+            if s.prefix == super::table::NOT_COUNTED
                 || s.released
                 || (key && !has_key)
                 || !s.conn.reclaimable(now, policy.idle_after)

@@ -492,11 +492,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 
     /// The prefixes slot `i`'s connection is counted in, if it is.
     fn counted_prefixes(&self, i: u32) -> Option<prefixes::Prefixes> {
-        let s = &self.slots[i as usize];
-        if !s.counted {
-            return None;
-        }
-        self.prefixes.find(&s.conn.peer.ip, &self.config.admission)
+        let n = self.slots[i as usize].prefix;
+        (n != table::NOT_COUNTED).then(|| self.prefixes.of_narrow(n))
     }
 
     fn hash_peer(&self, ip: &smoltcp::wire::IpAddress, id: u32, token: u64) -> u64 {
@@ -525,7 +522,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.leave_half_open(i);
         if let Some(p) = self.counted_prefixes(i) {
             self.prefixes.release(p);
-            self.slots[i as usize].counted = false;
+            self.slots[i as usize].prefix = table::NOT_COUNTED;
         }
         let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
@@ -534,7 +531,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         conn.release_sender(&mut self.res);
         self.res.keys.release(&mut conn.protection);
         conn.release_receiver(&mut self.res);
-        if s.indexed {
+        if s.has(table::INDEXED) {
             let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
             let h = self.hash_peer(&ip, id, token);
             let (slots, key) = (&self.slots, self.hash_key);
@@ -543,7 +540,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 hash_with(key, &c.peer.ip, c.remote_id, c.remote_token)
             });
             debug_assert!(removed);
-            self.slots[i as usize].indexed = false;
+            self.slots[i as usize].set(table::INDEXED, false);
         }
         self.wheel.cancel(&mut self.slots, i, ConnSlot::timer_entry);
         let s = &mut self.slots[i as usize];

@@ -152,7 +152,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             // A sender whose latest packet ended a burst counts for the
             // floor only; it waits its turn at the front, which active
             // senders leave with every packet.
-            let window = if s.idle { floor } else { floor.max(shares) };
+            let window = if s.has(super::table::IDLE) {
+                floor
+            } else {
+                floor.max(shares)
+            };
             let last = s.conn.recv.last_data_rx.get();
             if last.is_some_and(|t| now.as_nanos() < t.as_nanos().saturating_add(window)) {
                 break;

@@ -49,6 +49,9 @@ pub struct SourceBucket {
     /// Its connections still half open (Accepting), and all of them.
     pub(crate) half_open: u32,
     pub(crate) total: u32,
+    /// Narrow entries: the wide entry of their prefix (valid while they
+    /// hold a connection, which holds the wide entry too).
+    wide: u32,
 }
 
 impl SourceBucket {
@@ -60,6 +63,7 @@ impl SourceBucket {
         debt: 0,
         half_open: 0,
         total: 0,
+        wide: u32::MAX,
     };
 
     /// Brings the rate debt up to `now`.
@@ -186,8 +190,19 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
         let narrow = self.claim(narrow, NARROW, limits, now);
         let wide = self.claim(wide, WIDE, limits, now);
         match (narrow, wide) {
-            (Some(narrow), Some(wide)) => Ok(Some(Prefixes { narrow, wide })),
+            (Some(narrow), Some(wide)) => {
+                self.buckets[narrow as usize].wide = wide;
+                Ok(Some(Prefixes { narrow, wide }))
+            }
             _ => Err(PrefixRefusal::TableFull),
+        }
+    }
+
+    /// The entries of a connection counted in narrow entry `narrow`.
+    pub(crate) fn of_narrow(&self, narrow: u32) -> Prefixes {
+        Prefixes {
+            narrow,
+            wide: self.buckets[narrow as usize].wide,
         }
     }
 

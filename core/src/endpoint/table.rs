@@ -13,6 +13,15 @@ use crate::conn::Connection;
 use crate::storage::list::{Links, UNLINKED};
 use crate::storage::wheel::TimerEntry;
 
+/// A mark of a slot: filed in the CONNECT-duplicate index.
+pub(crate) const INDEXED: u8 = 1;
+/// A mark of a slot: its latest packet ended a burst, so it counts for the
+/// window's floor only (spec 4.10.4).
+pub(crate) const IDLE: u8 = 2;
+
+/// [`ConnSlot::prefix`] of a connection counted in no source prefix.
+pub(crate) const NOT_COUNTED: u32 = u32::MAX;
+
 /// One slot of the table: a connection and its place on the endpoint's
 /// lists. Everything here is per connection and counts in its footprint.
 #[derive(Debug, Clone, Copy)]
@@ -22,14 +31,16 @@ pub struct ConnSlot<const P: usize> {
     pub(crate) live: bool,
     /// The application released it; it is freed once nothing is left to send.
     pub(crate) released: bool,
-    /// Filed in the CONNECT-duplicate index.
-    pub(crate) indexed: bool,
+    /// [`INDEXED`] and [`IDLE`] (one byte: the slot is at its 8-byte
+    /// boundary).
+    pub(crate) marks: u8,
     /// Counted as half open (endpoint-wide and in its source's bucket)
     /// until it leaves Accepting.
     pub(crate) half_open: bool,
-    /// Counted in its source prefixes (an accepted connection), which are
-    /// found again from its peer's address (spec 4.2.3).
-    pub(crate) counted: bool,
+    /// The narrow source-prefix entry it is counted in (an accepted
+    /// connection, spec 4.2.3), which names the wide one; [`NOT_COUNTED`]
+    /// otherwise.
+    pub(crate) prefix: u32,
     pub(crate) timer: TimerEntry,
     /// Intrusive links: ready to transmit, a control packet or an ACK
     /// ready (served before data, spec 4.5), completions waiting, events
@@ -42,9 +53,6 @@ pub struct ConnSlot<const P: usize> {
     /// Position among the receiver's active senders (by last data). A free
     /// slot is on no such list, so its `next` threads the free list.
     pub(crate) active: Links,
-    /// Its latest packet ended a burst: counted for the window's floor
-    /// only (spec 4.10.4).
-    pub(crate) idle: bool,
 }
 
 impl<const P: usize> ConnSlot<P> {
@@ -54,9 +62,9 @@ impl<const P: usize> ConnSlot<P> {
         generation: 0,
         live: false,
         released: false,
-        indexed: false,
+        marks: 0,
         half_open: false,
-        counted: false,
+        prefix: NOT_COUNTED,
         timer: TimerEntry::IDLE,
         ready: UNLINKED,
         urgent: UNLINKED,
@@ -64,8 +72,19 @@ impl<const P: usize> ConnSlot<P> {
         events: UNLINKED,
         waiting: UNLINKED,
         active: Links::UNLINKED,
-        idle: false,
     };
+
+    pub(crate) fn has(&self, mark: u8) -> bool {
+        self.marks & mark != 0
+    }
+
+    pub(crate) fn set(&mut self, mark: u8, on: bool) {
+        self.marks = if on {
+            self.marks | mark
+        } else {
+            self.marks & !mark
+        };
+    }
 
     pub(crate) fn ready_link(s: &mut Self) -> &mut u32 {
         &mut s.ready

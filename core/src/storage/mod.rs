@@ -148,7 +148,7 @@ impl Layout {
     /// Source-prefix entries for `connections` (spec 4.2.3): four per
     /// connection, so the table stays at most half full with every
     /// connection from its own narrow and wide prefix (a power of two, at
-    /// least 64, at most 2^18; 36 bytes each).
+    /// least 64, at most 2^18; 40 bytes each).
     pub const fn sources_for(connections: u32) -> u32 {
         max(64, min(connections.saturating_mul(4), 1 << 18)).next_power_of_two()
     }
