@@ -9,7 +9,10 @@ use metaroce_core::api::{Access, ConnHandle, Region};
 use metaroce_core::Instant;
 
 use super::rings::Bell;
-use super::{convert, count_refusal, ConnEntry, HostInterface, OwnedRegion, Phase};
+use super::{
+    convert, count_refusal, ConnEntry, HostInterface, OwnedRegion, Phase, QUOTAS, Q_BYTES,
+    Q_COMMANDS, Q_CONNS, Q_REGIONS,
+};
 use crate::control::{ControlError, ControlEvent, HostControl};
 use crate::engine::EngineStats;
 
@@ -118,6 +121,10 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 Ok((0, None))
             }
             abi::ADMIN_CONNECT => {
+                let mut want = [0; QUOTAS];
+                want[Q_CONNS] = 1;
+                want[Q_COMMANDS] = 1;
+                self.quota(i, self.usage(i), want)?;
                 let peer = convert::peer_addr(&cmd.ip, cmd.port);
                 let pd = self.sets[i].pd;
                 let h = control.connect(now, peer, pd).map_err(status_of)?;
@@ -165,11 +172,30 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                     return Err(abi::STATUS_INVALID_REQUEST);
                 }
                 control.release(e.handle).map_err(status_of)?;
-                self.conns[slot] = None;
+                self.forget(slot);
                 Ok((0, Some((slot as u32, e.generation))))
             }
             abi::ADMIN_QUERY_COUNTERS => {
                 self.write_counters(i, now, control, engine);
+                Ok((0, None))
+            }
+            abi::ADMIN_SET_QUOTA => {
+                // Only the management set (the last) sets quotas.
+                if i + 1 != self.sets.len() {
+                    return Err(abi::STATUS_NOT_PERMITTED);
+                }
+                let q: abi::QuotaCmd = zerocopy::transmute!(*cmd);
+                let set = self
+                    .sets
+                    .get_mut(q.set as usize)
+                    .ok_or(abi::STATUS_INVALID_REQUEST)?;
+                set.limit = [
+                    q.connections,
+                    q.regions,
+                    q.region_bytes,
+                    q.work_entries,
+                    q.commands,
+                ];
                 Ok((0, None))
             }
             _ => Err(abi::STATUS_BAD_OPCODE),
@@ -188,12 +214,15 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         if cmd.len == 0 {
             return Err(abi::STATUS_BAD_LENGTH);
         }
-        let set = &self.sets[i];
-        if !set.in_window(cmd.addr, cmd.len) {
+        if !self.sets[i].in_window(cmd.addr, cmd.len) {
             // Outside this tenant's window: another tenant's memory, the
             // queues, or nothing at all.
             return Err(abi::STATUS_NOT_PERMITTED);
         }
+        let mut want = [0; QUOTAS];
+        want[Q_REGIONS] = 1;
+        want[Q_BYTES] = cmd.len;
+        self.quota(i, self.usage(i), want)?;
         if self.regions.is_full() {
             return Err(abi::STATUS_NO_RESOURCES);
         }
@@ -201,10 +230,14 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             base: cmd.addr,
             len: cmd.len,
             access: Access(cmd.access as u8),
-            pd: set.pd,
+            pd: self.sets[i].pd,
         };
         let key = control.register_region(region).map_err(status_of)?;
-        let _ = self.regions.push(OwnedRegion { key, set: i as u8 });
+        let _ = self.regions.push(OwnedRegion {
+            key,
+            set: i as u8,
+            len: cmd.len,
+        });
         Ok((u64::from(key), None))
     }
 
@@ -239,11 +272,13 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         let generation = self.generations.get_mut(slot)?;
         *generation = generation.wrapping_add(1);
         let generation = *generation;
+        self.forget(slot);
         self.conns[slot] = Some(ConnEntry {
             handle,
             set,
             generation,
             phase,
+            outstanding: 0,
         });
         Some((slot as u32, generation))
     }
@@ -285,6 +320,15 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             let _ = control.close(now, conn);
             return;
         };
+        let l = usize::from(listener);
+        let mut want = [0; QUOTAS];
+        want[Q_CONNS] = 1;
+        if let Err(status) = self.quota(l, self.usage(l), want) {
+            count_refusal(&mut self.sets[l].counters, status);
+            self.stats.unclaimed_incoming += 1;
+            let _ = control.close(now, conn);
+            return;
+        }
         let Some((slot, generation)) = self.adopt(control, conn, listener, Phase::Offered) else {
             self.stats.unclaimed_incoming += 1;
             let _ = control.close(now, conn);
@@ -386,7 +430,13 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         c.device_rate_hint_mbps = u64::from(control.rate_hint(now));
         self.sets[i].counters = c;
         let at = self.sets[i].base + u64::from(abi::SET_COUNTERS);
-        if self.shm.write(at, &c).is_err() {
+        let quota = self.set_quota(i).unwrap_or_default();
+        if self.shm.write(at, &c).is_err()
+            || self
+                .shm
+                .write(self.sets[i].base + u64::from(abi::SET_QUOTA), &quota)
+                .is_err()
+        {
             self.stats.shm_faults += 1;
         }
     }

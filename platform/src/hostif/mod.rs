@@ -20,7 +20,12 @@
 //! Each set has its own protection domain (its index) and data window;
 //! regions may only lie in the set's window and only the set that
 //! registered a key may deregister it, so one tenant cannot reach another's
-//! memory. Every refusal is counted per set ([`abi::SetCounters`]).
+//! memory. Each set also has a quota (spec 6.10) of connections, regions,
+//! registered bytes, outstanding work entries and outstanding commands, so
+//! one tenant cannot take the tables the others need: by default a share
+//! of each table, set otherwise by the management set (the last one).
+//! Every refusal is counted per set ([`abi::SetCounters`],
+//! [`abi::SetQuota`]).
 
 mod admin;
 pub mod convert;
@@ -47,6 +52,15 @@ const PENDING: usize = 32;
 /// Entries taken per set and poll: admin commands, receives, sends.
 const ADMIN_BUDGET: u32 = 4;
 const WORK_BUDGET: u32 = 32;
+/// The quota resources, in the order of [`abi::QuotaValues`].
+const QUOTAS: usize = 5;
+const Q_CONNS: usize = 0;
+const Q_REGIONS: usize = 1;
+const Q_BYTES: usize = 2;
+const Q_WORK: usize = 3;
+const Q_COMMANDS: usize = 4;
+/// A quota vector: one value per resource.
+type Quota = [u64; QUOTAS];
 
 /// What the device tells hosts about itself when formatting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +122,8 @@ struct ConnEntry {
     set: u8,
     generation: u32,
     phase: Phase,
+    /// Work entries posted on it whose completion has not come back.
+    outstanding: u32,
 }
 
 /// A region some set registered.
@@ -115,6 +131,7 @@ struct ConnEntry {
 struct OwnedRegion {
     key: u32,
     set: u8,
+    len: u64,
 }
 
 /// The device's state of one queue set.
@@ -134,6 +151,12 @@ struct SetState {
     pending_cqes: Deque<abi::Cqe, PENDING>,
     pending_acqes: Deque<abi::AdminCqe, PENDING>,
     counters: abi::SetCounters,
+    /// Limits set by SET_QUOTA (`abi::QUOTA_DEFAULT`: the default share).
+    limit: Quota,
+    /// Quota refusals by resource.
+    refused: Quota,
+    /// Work entries in the engine (the sum of its connections').
+    outstanding: u64,
 }
 
 impl SetState {
@@ -257,6 +280,8 @@ pub struct HostInterface<'m, const CONNS: usize> {
     conns: [Option<ConnEntry>; CONNS],
     generations: [u32; CONNS],
     regions: Vec<OwnedRegion, MAX_OWNED_REGIONS>,
+    /// Regions the device holds in all (at most [`MAX_OWNED_REGIONS`]).
+    region_cap: u64,
     listener: Option<u8>,
     /// The set served first in the next poll (round robin).
     next_set: usize,
@@ -317,7 +342,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 doorbell_offset: abi::SET_DOORBELLS,
                 indices_offset: abi::SET_INDICES,
                 counters_offset: abi::SET_COUNTERS,
-                reserved0: 0,
+                quota_offset: abi::SET_QUOTA,
                 reserved: [0; 21],
             };
             shm.write(base, &header)
@@ -335,6 +360,9 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 pending_cqes: Deque::new(),
                 pending_acqes: Deque::new(),
                 counters: abi::SetCounters::default(),
+                limit: [abi::QUOTA_DEFAULT; QUOTAS],
+                refused: [0; QUOTAS],
+                outstanding: 0,
             });
         }
         let header = abi::DeviceHeader {
@@ -368,6 +396,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
             conns: [None; CONNS],
             generations: [0; CONNS],
             regions: Vec::new(),
+            region_cap: u64::from(max_regions).min(MAX_OWNED_REGIONS as u64),
             listener: None,
             next_set: 0,
             heartbeat: 0,
@@ -383,6 +412,83 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
     /// A set's counters (as QUERY_COUNTERS would report its own part).
     pub fn set_counters(&self, set: usize) -> Option<abi::SetCounters> {
         self.sets.get(set).map(|s| s.counters)
+    }
+
+    /// A set's quota: limits in force, use and refusals (as QUERY_COUNTERS
+    /// reports them).
+    pub fn set_quota(&self, set: usize) -> Option<abi::SetQuota> {
+        (set < self.sets.len()).then(|| abi::SetQuota {
+            limit: values(self.limits(set)),
+            used: values(self.usage(set)),
+            refused: values(self.sets[set].refused),
+            reserved: [0; 8],
+        })
+    }
+
+    /// What set `i` holds of each quota resource.
+    fn usage(&self, i: usize) -> Quota {
+        let mut u = [0; QUOTAS];
+        for e in self
+            .conns
+            .iter()
+            .flatten()
+            .filter(|e| usize::from(e.set) == i)
+        {
+            u[Q_CONNS] += 1;
+            u[Q_COMMANDS] += u64::from(e.phase == Phase::Opening);
+        }
+        for r in self.regions.iter().filter(|r| usize::from(r.set) == i) {
+            u[Q_REGIONS] += 1;
+            u[Q_BYTES] += r.len;
+        }
+        u[Q_WORK] = self.sets[i].outstanding;
+        u
+    }
+
+    /// Set `i`'s limits in force (spec 6.10): those set, else the default
+    /// share: of the connection and region tables, the table divided by
+    /// the claimed sets (at least two, so no set ever takes a whole
+    /// table); of bytes, the set's window; of work entries, its completion
+    /// queue's depth; of outstanding commands, its admin queue's depth.
+    fn limits(&self, i: usize) -> Quota {
+        let share = u64::from(self.stats.sets_claimed.max(2));
+        let set = &self.sets[i];
+        let default = [
+            (CONNS as u64 / share).max(1),
+            (self.region_cap / share).max(1),
+            set.window.1,
+            u64::from(abi::DEFAULT_CQ_DEPTH),
+            u64::from(abi::DEFAULT_AQ_DEPTH),
+        ];
+        let mut limit = set.limit;
+        for (l, d) in limit.iter_mut().zip(default) {
+            if *l == abi::QUOTA_DEFAULT {
+                *l = d;
+            }
+        }
+        limit
+    }
+
+    /// Whether set `i`, holding `used`, may take `want` more: else the
+    /// first resource it would pass the limit of counts the refusal.
+    fn quota(&mut self, i: usize, used: Quota, want: Quota) -> Result<(), u8> {
+        let limit = self.limits(i);
+        for r in 0..QUOTAS {
+            if want[r] != 0 && used[r].saturating_add(want[r]) > limit[r] {
+                self.sets[i].refused[r] += 1;
+                return Err(abi::STATUS_QUOTA_EXCEEDED);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the connection in `slot` (with its outstanding work).
+    fn forget(&mut self, slot: usize) {
+        if let Some(Some(e)) = self.conns.get_mut(slot).map(Option::take) {
+            if let Some(set) = self.sets.get_mut(usize::from(e.set)) {
+                set.outstanding = set.outstanding.saturating_sub(u64::from(e.outstanding));
+            }
+        }
     }
 
     /// Whether a host has work waiting or answers are pending: poll again
@@ -447,11 +553,14 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         while let Some(c) = port.poll_completion() {
             any = true;
             let slot = control.slot(c.conn);
-            match self.conns.get(slot).copied().flatten() {
-                Some(e) if e.handle == c.conn => {
+            match self.conns.get_mut(slot) {
+                Some(Some(e)) if e.handle == c.conn => {
                     let cqe = convert::cqe(&c, slot as u32, e.generation);
                     self.stats.completions += 1;
+                    let done = e.outstanding > 0;
+                    e.outstanding -= u32::from(done);
                     if let Some(set) = self.sets.get_mut(usize::from(e.set)) {
+                        set.outstanding -= u64::from(done);
                         set.complete(&self.shm, cqe);
                     }
                 }
@@ -537,19 +646,31 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 break;
             };
             let handle = self.postable(i, e.conn_index, e.conn_generation);
-            let set = &mut self.sets[i];
             let verdict = match (e.request, handle) {
                 (Err(status), _) => Err(status),
                 (Ok(_), None) => Err(abi::STATUS_BAD_CONNECTION),
-                (Ok(request), Some(_)) if !set.in_window(request.local().0, request.local().1) => {
+                (Ok(request), Some(_))
+                    if !self.sets[i].in_window(request.local().0, request.local().1) =>
+                {
                     Err(abi::STATUS_BAD_ADDRESS)
                 }
-                (Ok(request), Some(h)) => Ok((h, request)),
+                (Ok(request), Some(h)) => {
+                    let mut used = [0; QUOTAS];
+                    used[Q_WORK] = self.sets[i].outstanding;
+                    let mut want = [0; QUOTAS];
+                    want[Q_WORK] = 1;
+                    self.quota(i, used, want).map(|()| (h, request))
+                }
             };
+            let set = &mut self.sets[i];
             match verdict {
                 Ok((h, request)) => {
                     // Cannot fail: `has_room` said there is room.
                     port.post(h, request);
+                    set.outstanding += 1;
+                    if let Some(Some(c)) = self.conns.get_mut(e.conn_index as usize) {
+                        c.outstanding += 1;
+                    }
                     match queue {
                         WorkQueue::Recv => {
                             set.counters.posted_recvs += 1;
@@ -689,6 +810,22 @@ fn count_refusal(c: &mut abi::SetCounters, status: u8) {
         abi::STATUS_BAD_CONNECTION => c.refused_bad_connection += 1,
         abi::STATUS_BAD_ADDRESS => c.refused_bad_address += 1,
         abi::STATUS_NOT_PERMITTED => c.refused_not_permitted += 1,
+        abi::STATUS_NO_RESOURCES => c.refused_no_resources += 1,
+        abi::STATUS_BAD_KEY => c.refused_bad_key += 1,
+        abi::STATUS_QUOTA_EXCEEDED => c.refused_quota += 1,
         _ => c.refused_invalid += 1,
+    }
+}
+
+/// A quota vector in the ABI's form.
+fn values(v: Quota) -> abi::QuotaValues {
+    let [connections, regions, region_bytes, work_entries, commands] = v;
+    abi::QuotaValues {
+        connections,
+        regions,
+        region_bytes,
+        work_entries,
+        commands,
+        reserved: [0; 3],
     }
 }
