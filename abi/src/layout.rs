@@ -135,6 +135,7 @@ const _: () = assert!(offset_of!(AdminCqe, ip) == 24);
 // the order of `QuotaValues` (the device reads them as one array).
 const _: () = assert!(offset_of!(QuotaCmd, opcode) == offset_of!(AdminCmd, opcode));
 const _: () = assert!(offset_of!(QuotaCmd, flags) == offset_of!(AdminCmd, flags));
+const _: () = assert!(offset_of!(QuotaCmd, set) == 12);
 const _: () = assert!(offset_of!(QuotaCmd, connections) == 16);
 const _: () = assert!(offset_of!(QuotaCmd, commands) == 48);
 const _: () = assert!(offset_of!(QuotaValues, commands) == 32);

@@ -10,13 +10,14 @@ use metaroce_core::Instant;
 
 use super::rings::Bell;
 use super::{
-    convert, count_refusal, ConnEntry, HostInterface, OwnedRegion, Phase, QUOTAS, Q_BYTES,
-    Q_COMMANDS, Q_CONNS, Q_REGIONS,
+    convert, count_refusal, ConnEntry, HostInterface, OwnedRegion, Phase, Q_BYTES, Q_COMMANDS,
+    Q_CONNS, Q_REGIONS,
 };
 use crate::control::{ControlError, ControlEvent, HostControl};
 use crate::engine::EngineStats;
 
 /// The ABI status of a refused control operation.
+#[inline(never)]
 fn status_of(e: ControlError) -> u8 {
     match e {
         ControlError::NoResources => abi::STATUS_NO_RESOURCES,
@@ -93,6 +94,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Carries out one command for set `i`.
+    #[inline(never)]
     fn execute<C: HostControl>(
         &mut self,
         i: usize,
@@ -121,10 +123,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 Ok((0, None))
             }
             abi::ADMIN_CONNECT => {
-                let mut want = [0; QUOTAS];
-                want[Q_CONNS] = 1;
-                want[Q_COMMANDS] = 1;
-                self.quota(i, self.usage(i), want)?;
+                self.take(i, 1 << Q_CONNS | 1 << Q_COMMANDS, 0)?;
                 let peer = convert::peer_addr(&cmd.ip, cmd.port);
                 let pd = self.sets[i].pd;
                 let h = control.connect(now, peer, pd).map_err(status_of)?;
@@ -184,18 +183,14 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 if i + 1 != self.sets.len() {
                     return Err(abi::STATUS_NOT_PERMITTED);
                 }
-                let q: abi::QuotaCmd = zerocopy::transmute!(*cmd);
+                // The slot as `abi::QuotaCmd`: the set in bytes 12..16, the
+                // limits in words 2..7.
+                let words: [u64; 8] = zerocopy::transmute!(*cmd);
                 let set = self
                     .sets
-                    .get_mut(q.set as usize)
+                    .get_mut((words[1] >> 32) as usize)
                     .ok_or(abi::STATUS_INVALID_REQUEST)?;
-                set.limit = [
-                    q.connections,
-                    q.regions,
-                    q.region_bytes,
-                    q.work_entries,
-                    q.commands,
-                ];
+                set.limit[..super::QUOTAS].copy_from_slice(&words[2..7]);
                 Ok((0, None))
             }
             _ => Err(abi::STATUS_BAD_OPCODE),
@@ -219,10 +214,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             // queues, or nothing at all.
             return Err(abi::STATUS_NOT_PERMITTED);
         }
-        let mut want = [0; QUOTAS];
-        want[Q_REGIONS] = 1;
-        want[Q_BYTES] = cmd.len;
-        self.quota(i, self.usage(i), want)?;
+        self.take(i, 1 << Q_REGIONS | 1 << Q_BYTES, cmd.len)?;
         if self.regions.is_full() {
             return Err(abi::STATUS_NO_RESOURCES);
         }
@@ -243,6 +235,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
 
     /// The connection a command names, if set `i` holds it at that
     /// generation.
+    #[inline(never)]
     fn owned(&self, i: usize, cmd: &abi::AdminCmd) -> Result<(usize, ConnEntry), u8> {
         let slot = cmd.conn_index as usize;
         match self.conns.get(slot).copied().flatten() {
@@ -261,6 +254,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
 
     /// Records a new connection for set `set` with a fresh generation;
     /// `None` if its slot is beyond the table.
+    #[inline(never)]
     fn adopt<C: HostControl>(
         &mut self,
         control: &C,
@@ -314,6 +308,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Offers an incoming connection to the listening set, or closes it.
+    #[inline(never)]
     fn offer<C: HostControl>(&mut self, now: Instant, control: &mut C, conn: ConnHandle) {
         let Some(listener) = self.listener else {
             self.stats.unclaimed_incoming += 1;
@@ -321,9 +316,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             return;
         };
         let l = usize::from(listener);
-        let mut want = [0; QUOTAS];
-        want[Q_CONNS] = 1;
-        if let Err(status) = self.quota(l, self.usage(l), want) {
+        if let Err(status) = self.take(l, 1 << Q_CONNS, 0) {
             count_refusal(&mut self.sets[l].counters, status);
             self.stats.unclaimed_incoming += 1;
             let _ = control.close(now, conn);
@@ -350,6 +343,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Marks a connection ended and tells its set.
+    #[inline(never)]
     fn end<C: HostControl>(
         &mut self,
         control: &C,
@@ -369,6 +363,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Sends a connection event to the set owning `slot`.
+    #[inline(never)]
     fn notify(&mut self, slot: usize, kind: u8, status: u8, detail: u32) {
         let Some(e) = self.conns.get(slot).copied().flatten() else {
             return;
