@@ -107,6 +107,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             return Err(abi::STATUS_INVALID_REQUEST);
         }
         let set_index = i as u8;
+        let pd = self.sets[i].pd;
         match cmd.opcode {
             abi::ADMIN_REGISTER_REGION => self.register(i, cmd, control),
             abi::ADMIN_DEREGISTER_REGION => {
@@ -125,7 +126,6 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             abi::ADMIN_CONNECT => {
                 self.take(i, 1 << Q_CONNS | 1 << Q_COMMANDS, 0)?;
                 let peer = convert::peer_addr(&cmd.ip, cmd.port);
-                let pd = self.sets[i].pd;
                 let h = control.connect(now, peer, pd).map_err(status_of)?;
                 let id = self.adopt(control, h, set_index, Phase::Opening);
                 match id {
@@ -137,7 +137,6 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 }
             }
             abi::ADMIN_LISTEN => {
-                let pd = self.sets[i].pd;
                 if control.incoming_domain().is_some_and(|d| d != pd)
                     || self.listener.is_some_and(|l| l != set_index)
                 {
@@ -151,9 +150,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 if e.phase != Phase::Offered {
                     return Err(abi::STATUS_INVALID_REQUEST);
                 }
-                control
-                    .accept(now, e.handle, self.sets[i].pd)
-                    .map_err(status_of)?;
+                control.accept(now, e.handle, pd).map_err(status_of)?;
                 self.set_phase(slot, Phase::Open);
                 Ok((0, Some((slot as u32, e.generation))))
             }
@@ -209,7 +206,9 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         if cmd.len == 0 {
             return Err(abi::STATUS_BAD_LENGTH);
         }
-        if !self.sets[i].in_window(cmd.addr, cmd.len) {
+        let set = &self.sets[i];
+        let pd = set.pd;
+        if !set.in_window(cmd.addr, cmd.len) {
             // Outside this tenant's window: another tenant's memory, the
             // queues, or nothing at all.
             return Err(abi::STATUS_NOT_PERMITTED);
@@ -222,7 +221,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             base: cmd.addr,
             len: cmd.len,
             access: Access(cmd.access as u8),
-            pd: self.sets[i].pd,
+            pd,
         };
         let key = control.register_region(region).map_err(status_of)?;
         let _ = self.regions.push(OwnedRegion {
@@ -423,13 +422,17 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         c.device_tx_frames = engine.tx_frames;
         c.device_dma_faults = engine.dma_faults;
         c.device_rate_hint_mbps = u64::from(control.rate_hint(now));
-        self.sets[i].counters = c;
-        let at = self.sets[i].base + u64::from(abi::SET_COUNTERS);
         let quota = self.set_quota(i).unwrap_or_default();
-        if self.shm.write(at, &c).is_err()
+        let set = &mut self.sets[i];
+        set.counters = c;
+        let base = set.base;
+        if self
+            .shm
+            .write(base + u64::from(abi::SET_COUNTERS), &c)
+            .is_err()
             || self
                 .shm
-                .write(self.sets[i].base + u64::from(abi::SET_QUOTA), &quota)
+                .write(base + u64::from(abi::SET_QUOTA), &quota)
                 .is_err()
         {
             self.stats.shm_faults += 1;
