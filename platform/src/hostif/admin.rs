@@ -52,7 +52,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         let ring = set.aq_ring();
         let mut moved = false;
         for _ in 0..reading.ready.min(super::ADMIN_BUDGET) {
-            let set = &self.sets[i];
+            let set = &mut self.sets[i];
             if !set.pending_acqes.is_empty() || set.acq_free(&shm) == 0 {
                 break;
             }
@@ -60,8 +60,8 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 self.stats.shm_faults += 1;
                 break;
             };
+            set.counters.admin_commands += 1;
             self.stats.admin_commands += 1;
-            self.sets[i].counters.admin_commands += 1;
             let answer = self.execute(i, now, &cmd, control, engine);
             let set = &mut self.sets[i];
             let mut acqe = abi::AdminCqe {
