@@ -14,7 +14,7 @@
 
 // Minor version: additions a host may ignore (reserved fields put to use,
 // new feature bits).
-#define MR_ABI_MINOR 0
+#define MR_ABI_MINOR 1
 
 // WRITE with immediate data.
 #define MR_FEATURE_WRITE_IMM (1 << 0)
@@ -34,8 +34,12 @@
 // The QUERY_COUNTERS admin command.
 #define MR_FEATURE_COUNTERS (1 << 5)
 
-// Everything version 1.0 offers.
-#define MR_FEATURES_V1 (((((MR_FEATURE_WRITE_IMM | MR_FEATURE_READ) | MR_FEATURE_SEND_IMM) | MR_FEATURE_EVENTS) | MR_FEATURE_TENANTS) | MR_FEATURE_COUNTERS)
+// Per-queue-set quotas (spec 6.10): the SET_QUOTA admin command, the
+// [`SetQuota`] block and `STATUS_QUOTA_EXCEEDED` (version 1.1).
+#define MR_FEATURE_QUOTAS (1 << 6)
+
+// Everything version 1.1 offers.
+#define MR_FEATURES_V1 ((((((MR_FEATURE_WRITE_IMM | MR_FEATURE_READ) | MR_FEATURE_SEND_IMM) | MR_FEATURE_EVENTS) | MR_FEATURE_TENANTS) | MR_FEATURE_COUNTERS) | MR_FEATURE_QUOTAS)
 
 // The device has not finished formatting the shared memory.
 #define MR_DEVICE_STATE_RESET 0
@@ -140,6 +144,10 @@
 // Refused by the device: the key is unknown.
 #define MR_STATUS_BAD_KEY 23
 
+// Refused by the device: the queue set is at its quota for the resource
+// the request would take (spec 6.10; which one: [`SetQuota::refused`]).
+#define MR_STATUS_QUOTA_EXCEEDED 24
+
 // Register `[addr, addr + len)` with `access`; the key comes back in
 // `AdminCqe::value`.
 #define MR_ADMIN_REGISTER_REGION 1
@@ -164,8 +172,16 @@
 // Give a closed or failed connection's handle back.
 #define MR_ADMIN_RELEASE 7
 
-// Write a fresh `SetCounters` snapshot into the queue set.
+// Write a fresh `SetCounters` snapshot (and the [`SetQuota`] block) into
+// the queue set.
 #define MR_ADMIN_QUERY_COUNTERS 8
+
+// Set a queue set's quota ([`QuotaCmd`]); only the management set (the
+// last queue set) may (spec 6.10).
+#define MR_ADMIN_SET_QUOTA 9
+
+// A [`QuotaCmd`] limit meaning "the device's default share".
+#define MR_QUOTA_DEFAULT UINT64_MAX
 
 // The answer to the admin command with `tag`.
 #define MR_EVENT_COMMAND_DONE 1
@@ -226,10 +242,13 @@
 
 #define MR_SET_AQ (MR_SET_CQ + (MR_DEFAULT_CQ_DEPTH * 32))
 
-#define MR_SET_ACQ (MR_SET_AQ + (MR_DEFAULT_AQ_DEPTH * 64))
+#define MR_SET_ACQ (MR_SET_AQ + (MR_DEFAULT_ACQ_DEPTH * 64))
 
-// First byte after the default queue set's rings.
-#define MR_SET_END (MR_SET_ACQ + (MR_DEFAULT_ACQ_DEPTH * 64))
+// The [`SetQuota`] block (on QUERY_COUNTERS), after the rings.
+#define MR_SET_QUOTA (MR_SET_ACQ + (MR_DEFAULT_ACQ_DEPTH * 64))
+
+// First byte after the default queue set's rings and blocks.
+#define MR_SET_END (MR_SET_QUOTA + 256)
 
 // Byte offset of the last word of a [`Cqe`], stored last.
 #define MR_CQE_LAST_WORD 28
@@ -311,7 +330,8 @@ struct mr_queue_set_header {
   uint32_t indices_offset;
   // Offset of the [`SetCounters`] (device-written).
   uint32_t counters_offset;
-  uint32_t reserved0;
+  // Offset of the [`SetQuota`] block (device-written; version 1.1).
+  uint32_t quota_offset;
   uint64_t reserved[21];
 };
 
@@ -391,7 +411,12 @@ struct mr_set_counters {
   // The most PSNs one of the set's connections had outstanding at once
   // (sent, not cumulatively acknowledged; spec 4.4).
   uint64_t transport_max_in_flight;
-  uint64_t reserved[5];
+  // Refused by reason, continued (version 1.1): a full table, an
+  // unknown key, the set's quota (the sum of [`SetQuota::refused`]).
+  uint64_t refused_no_resources;
+  uint64_t refused_bad_key;
+  uint64_t refused_quota;
+  uint64_t reserved[2];
 };
 
 // A send-queue work entry (64 bytes).
@@ -504,6 +529,60 @@ struct mr_admin_cqe {
   uint8_t opcode;
   // Phase, as in [`Cqe`].
   uint8_t owner;
+};
+
+// One value per quota resource (spec 6.10), in the order the device
+// checks them: a queue set's limits, what it holds, or its refusals.
+struct mr_quota_values {
+  // Connections the set holds in any state (opening, offered, open,
+  // ended until RELEASE).
+  uint64_t connections;
+  // Registered regions.
+  uint64_t regions;
+  // Bytes of those regions, summed.
+  uint64_t region_bytes;
+  // Work entries posted to the transport whose completion has not come
+  // back yet.
+  uint64_t work_entries;
+  // Admin commands still outstanding: CONNECTs whose `CONNECTED` or
+  // `FAILED` event has not come.
+  uint64_t commands;
+  uint64_t reserved[3];
+};
+
+// A queue set's quota, written by the device next to its counters on
+// QUERY_COUNTERS (at `QueueSetHeader::quota_offset`).
+struct mr_set_quota {
+  // The limits in force (defaults resolved to numbers).
+  struct mr_quota_values limit;
+  // What the set holds now.
+  struct mr_quota_values used;
+  // Requests refused with `STATUS_QUOTA_EXCEEDED`, by resource.
+  struct mr_quota_values refused;
+  uint64_t reserved[8];
+};
+
+// The SET_QUOTA admin command: an [`AdminCmd`] slot read with this
+// layout when `opcode` is `ADMIN_SET_QUOTA`. Each limit is a number or
+// [`QUOTA_DEFAULT`]; a limit below what the set holds takes nothing back,
+// it refuses more.
+struct mr_quota_cmd {
+  // As in [`AdminCmd`].
+  uint64_t tag;
+  // `ADMIN_SET_QUOTA`.
+  uint8_t opcode;
+  // Reserved (0).
+  uint8_t flags;
+  uint16_t reserved0;
+  // The queue set whose quota is set.
+  uint32_t set;
+  // The limits, as in [`QuotaValues`].
+  uint64_t connections;
+  uint64_t regions;
+  uint64_t region_bytes;
+  uint64_t work_entries;
+  uint64_t commands;
+  uint64_t reserved1;
 };
 
 #endif  /* METAROCE_ABI_H */

@@ -7,7 +7,7 @@ use core::mem::{offset_of, size_of};
 
 use crate::{
     AdminCmd, AdminCqe, Cqe, DeviceHeader, DeviceIndices, Doorbell, DoorbellLine, DoorbellPage,
-    QueueSetHeader, RecvWqe, SendWqe, SetCounters,
+    QueueSetHeader, QuotaCmd, QuotaValues, RecvWqe, SendWqe, SetCounters, SetQuota,
 };
 
 /// One field: its name, byte offset and size.
@@ -55,7 +55,7 @@ pub const LAYOUTS: &[StructLayout] = &[
     layout!(QueueSetHeader as "mr_queue_set_header" {
         owner, state, index, pd, window_offset, window_len, sq_offset, sq_depth, rq_offset,
         rq_depth, cq_offset, cq_depth, aq_offset, aq_depth, acq_offset, acq_depth,
-        doorbell_offset, indices_offset, counters_offset, reserved0, reserved,
+        doorbell_offset, indices_offset, counters_offset, quota_offset, reserved,
     }),
     layout!(Doorbell as "mr_doorbell" { index, rings }),
     layout!(DoorbellLine as "mr_doorbell_line" { bell, reserved }),
@@ -70,8 +70,13 @@ pub const LAYOUTS: &[StructLayout] = &[
         transport_retransmissions, transport_timeouts, transport_packets_sent,
         transport_packets_received, transport_bytes_sent, transport_bytes_received,
         transport_ce_received, device_rx_frames, device_tx_frames, device_dma_faults,
-        device_rate_hint_mbps, transport_max_in_flight, reserved,
+        device_rate_hint_mbps, transport_max_in_flight, refused_no_resources, refused_bad_key,
+        refused_quota, reserved,
     }),
+    layout!(QuotaValues as "mr_quota_values" {
+        connections, regions, region_bytes, work_entries, commands, reserved,
+    }),
+    layout!(SetQuota as "mr_set_quota" { limit, used, refused, reserved }),
     layout!(SendWqe as "mr_send_wqe" {
         wr_id, conn_index, conn_generation, opcode, flags, reserved0, imm, lkey, length, laddr,
         raddr, rkey, reserved1, reserved2,
@@ -88,6 +93,10 @@ pub const LAYOUTS: &[StructLayout] = &[
         tag, conn_index, conn_generation, value, ip, port, reserved0, detail, reserved1, kind,
         status, opcode, owner,
     }),
+    layout!(QuotaCmd as "mr_quota_cmd" {
+        tag, opcode, flags, reserved0, set, connections, regions, region_bytes, work_entries,
+        commands, reserved1,
+    }),
 ];
 
 // The sizes the specification fixes.
@@ -103,6 +112,9 @@ const _: () = assert!(size_of::<RecvWqe>() == 32);
 const _: () = assert!(size_of::<Cqe>() == 32);
 const _: () = assert!(size_of::<AdminCmd>() == 64);
 const _: () = assert!(size_of::<AdminCqe>() == 64);
+const _: () = assert!(size_of::<QuotaValues>() == 64);
+const _: () = assert!(size_of::<SetQuota>() == 256);
+const _: () = assert!(size_of::<QuotaCmd>() == size_of::<AdminCmd>());
 
 // The offsets the protocol relies on: the published last words, the
 // fields each side reads first.
@@ -119,6 +131,14 @@ const _: () = assert!(offset_of!(SendWqe, raddr) == 40);
 const _: () = assert!(offset_of!(DoorbellPage, acq) == 256);
 const _: () = assert!(offset_of!(AdminCmd, ip) == 48);
 const _: () = assert!(offset_of!(AdminCqe, ip) == 24);
+// SET_QUOTA shares the admin queue: the same tag and opcode, and limits in
+// the order of `QuotaValues` (the device reads them as one array).
+const _: () = assert!(offset_of!(QuotaCmd, opcode) == offset_of!(AdminCmd, opcode));
+const _: () = assert!(offset_of!(QuotaCmd, flags) == offset_of!(AdminCmd, flags));
+const _: () = assert!(offset_of!(QuotaCmd, set) == 12);
+const _: () = assert!(offset_of!(QuotaCmd, connections) == 16);
+const _: () = assert!(offset_of!(QuotaCmd, commands) == 48);
+const _: () = assert!(offset_of!(QuotaValues, commands) == 32);
 
 #[cfg(test)]
 mod tests {

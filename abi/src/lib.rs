@@ -41,7 +41,7 @@ pub const MAGIC: u32 = 0x4948_524d;
 pub const ABI_MAJOR: u16 = 1;
 /// Minor version: additions a host may ignore (reserved fields put to use,
 /// new feature bits).
-pub const ABI_MINOR: u16 = 0;
+pub const ABI_MINOR: u16 = 1;
 
 // ----- feature bits (DeviceHeader::features) ----------------------------
 
@@ -57,13 +57,17 @@ pub const FEATURE_EVENTS: u64 = 1 << 3;
 pub const FEATURE_TENANTS: u64 = 1 << 4;
 /// The QUERY_COUNTERS admin command.
 pub const FEATURE_COUNTERS: u64 = 1 << 5;
-/// Everything version 1.0 offers.
+/// Per-queue-set quotas (spec 6.10): the SET_QUOTA admin command, the
+/// [`SetQuota`] block and `STATUS_QUOTA_EXCEEDED` (version 1.1).
+pub const FEATURE_QUOTAS: u64 = 1 << 6;
+/// Everything version 1.1 offers.
 pub const FEATURES_V1: u64 = FEATURE_WRITE_IMM
     | FEATURE_READ
     | FEATURE_SEND_IMM
     | FEATURE_EVENTS
     | FEATURE_TENANTS
-    | FEATURE_COUNTERS;
+    | FEATURE_COUNTERS
+    | FEATURE_QUOTAS;
 
 // ----- device and queue-set states ---------------------------------------
 
@@ -147,6 +151,9 @@ pub const STATUS_INVALID_REQUEST: u8 = 21;
 pub const STATUS_NOT_PERMITTED: u8 = 22;
 /// Refused by the device: the key is unknown.
 pub const STATUS_BAD_KEY: u8 = 23;
+/// Refused by the device: the queue set is at its quota for the resource
+/// the request would take (spec 6.10; which one: [`SetQuota::refused`]).
+pub const STATUS_QUOTA_EXCEEDED: u8 = 24;
 
 // ----- admin opcodes (AdminCmd::opcode) ------------------------------------
 
@@ -167,8 +174,17 @@ pub const ADMIN_ACCEPT: u8 = 5;
 pub const ADMIN_CLOSE: u8 = 6;
 /// Give a closed or failed connection's handle back.
 pub const ADMIN_RELEASE: u8 = 7;
-/// Write a fresh `SetCounters` snapshot into the queue set.
+/// Write a fresh `SetCounters` snapshot (and the [`SetQuota`] block) into
+/// the queue set.
 pub const ADMIN_QUERY_COUNTERS: u8 = 8;
+/// Set a queue set's quota ([`QuotaCmd`]); only the management set (the
+/// last queue set) may (spec 6.10).
+pub const ADMIN_SET_QUOTA: u8 = 9;
+
+// ----- quotas (spec 6.10) -----------------------------------------------------
+
+/// A [`QuotaCmd`] limit meaning "the device's default share".
+pub const QUOTA_DEFAULT: u64 = u64::MAX;
 
 // ----- admin completion kinds (AdminCqe::kind) ------------------------------
 
@@ -212,9 +228,11 @@ pub const SET_SQ: u32 = 0x400;
 pub const SET_RQ: u32 = SET_SQ + DEFAULT_SQ_DEPTH * 64;
 pub const SET_CQ: u32 = SET_RQ + DEFAULT_RQ_DEPTH * 32;
 pub const SET_AQ: u32 = SET_CQ + DEFAULT_CQ_DEPTH * 32;
-pub const SET_ACQ: u32 = SET_AQ + DEFAULT_AQ_DEPTH * 64;
-/// First byte after the default queue set's rings.
-pub const SET_END: u32 = SET_ACQ + DEFAULT_ACQ_DEPTH * 64;
+pub const SET_ACQ: u32 = SET_AQ + DEFAULT_ACQ_DEPTH * 64;
+/// The [`SetQuota`] block (on QUERY_COUNTERS), after the rings.
+pub const SET_QUOTA: u32 = SET_ACQ + DEFAULT_ACQ_DEPTH * 64;
+/// First byte after the default queue set's rings and blocks.
+pub const SET_END: u32 = SET_QUOTA + 256;
 
 const _: () = assert!(SET_END as u64 <= DEFAULT_SET_STRIDE);
 const _: () = assert!(
@@ -301,7 +319,8 @@ pub struct QueueSetHeader {
     pub indices_offset: u32,
     /// Offset of the [`SetCounters`] (device-written).
     pub counters_offset: u32,
-    pub reserved0: u32,
+    /// Offset of the [`SetQuota`] block (device-written; version 1.1).
+    pub quota_offset: u32,
     pub reserved: [u64; 21],
 }
 
@@ -393,7 +412,78 @@ pub struct SetCounters {
     /// The most PSNs one of the set's connections had outstanding at once
     /// (sent, not cumulatively acknowledged; spec 4.4).
     pub transport_max_in_flight: u64,
-    pub reserved: [u64; 5],
+    /// Refused by reason, continued (version 1.1): a full table, an
+    /// unknown key, the set's quota (the sum of [`SetQuota::refused`]).
+    pub refused_no_resources: u64,
+    pub refused_bad_key: u64,
+    pub refused_quota: u64,
+    pub reserved: [u64; 2],
+}
+
+/// One value per quota resource (spec 6.10), in the order the device
+/// checks them: a queue set's limits, what it holds, or its refusals.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct QuotaValues {
+    /// Connections the set holds in any state (opening, offered, open,
+    /// ended until RELEASE).
+    pub connections: u64,
+    /// Registered regions.
+    pub regions: u64,
+    /// Bytes of those regions, summed.
+    pub region_bytes: u64,
+    /// Work entries posted to the transport whose completion has not come
+    /// back yet.
+    pub work_entries: u64,
+    /// Admin commands still outstanding: CONNECTs whose `CONNECTED` or
+    /// `FAILED` event has not come.
+    pub commands: u64,
+    pub reserved: [u64; 3],
+}
+
+/// A queue set's quota, written by the device next to its counters on
+/// QUERY_COUNTERS (at `QueueSetHeader::quota_offset`).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct SetQuota {
+    /// The limits in force (defaults resolved to numbers).
+    pub limit: QuotaValues,
+    /// What the set holds now.
+    pub used: QuotaValues,
+    /// Requests refused with `STATUS_QUOTA_EXCEEDED`, by resource.
+    pub refused: QuotaValues,
+    pub reserved: [u64; 8],
+}
+
+/// The SET_QUOTA admin command: an [`AdminCmd`] slot read with this
+/// layout when `opcode` is `ADMIN_SET_QUOTA`. Each limit is a number or
+/// [`QUOTA_DEFAULT`]; a limit below what the set holds takes nothing back,
+/// it refuses more.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct QuotaCmd {
+    /// As in [`AdminCmd`].
+    pub tag: u64,
+    /// `ADMIN_SET_QUOTA`.
+    pub opcode: u8,
+    /// Reserved (0).
+    pub flags: u8,
+    pub reserved0: u16,
+    /// The queue set whose quota is set.
+    pub set: u32,
+    /// The limits, as in [`QuotaValues`].
+    pub connections: u64,
+    pub regions: u64,
+    pub region_bytes: u64,
+    pub work_entries: u64,
+    pub commands: u64,
+    pub reserved1: u64,
 }
 
 /// A send-queue work entry (64 bytes).

@@ -9,7 +9,9 @@
 //! device registers lies inside the window of the set that asked, in that
 //! set's protection domain; every work request that reaches the engine
 //! uses a connection of the set that posted it and memory of that set's
-//! window; and no set's refusal counters go backwards. `cargo fuzz`
+//! window; no set's refusal counters go backwards; and no set's use of a
+//! quota resource grows past its limit (spec 6.10; a limit lowered below
+//! the use takes nothing back, so only growth is checked). `cargo fuzz`
 //! (`fuzz/fuzz_targets/host_interface.rs`) runs it as long as one likes,
 //! `platform/tests/hostif_fuzz.rs` on a bounded, seeded set of inputs.
 
@@ -46,6 +48,7 @@ pub struct Outcome {
     pub connections: u32,
     pub work_reaching_the_engine: u32,
     pub refusals: u64,
+    pub quota_refusals: u64,
 }
 
 /// The endpoint behind the device, watched: every control call is checked
@@ -210,6 +213,7 @@ pub fn host_interface(data: &[u8]) -> Outcome {
     let mut now = Instant::from_micros(1);
     let mut producers = [[0u32; 3]; SETS as usize];
     let mut refusals_seen = [0u64; SETS as usize];
+    let mut used_seen = [abi::QuotaValues::default(); SETS as usize];
     let mut out = Outcome::default();
     while !input.done() && out.operations < 1_000 {
         out.operations += 1;
@@ -228,7 +232,7 @@ pub fn host_interface(data: &[u8]) -> Outcome {
             1 => {
                 let cmd = abi::AdminCmd {
                     tag: u64::from(input.u16()),
-                    opcode: input.byte() % 10,
+                    opcode: input.byte() % 11,
                     flags: if input.byte() == 0xff { 1 } else { 0 },
                     access: u32::from(input.byte() & 0x0f),
                     conn_index: u32::from(input.byte() % 10),
@@ -324,11 +328,31 @@ pub fn host_interface(data: &[u8]) -> Outcome {
             let total = refusals(&c);
             assert!(total >= *seen, "set {i}'s refusal counters went backwards");
             *seen = total;
+            let q = hostif.set_quota(i).expect("a set the device formatted");
+            let old = quota_values(&used_seen[i]);
+            let limit = quota_values(&q.limit);
+            for (r, used) in quota_values(&q.used).into_iter().enumerate() {
+                assert!(
+                    used <= old[r] || used <= limit[r],
+                    "set {i} holds {used} of quota resource {r}, past its limit {}",
+                    limit[r]
+                );
+            }
+            assert_eq!(
+                c.refused_quota,
+                quota_values(&q.refused).iter().sum::<u64>(),
+                "set {i}'s quota refusals by resource"
+            );
+            used_seen[i] = q.used;
         }
     }
     out.regions_registered = control.regions;
     out.connections = control.owner.len() as u32;
     out.refusals = refusals_seen.iter().sum();
+    out.quota_refusals = (0..SETS as usize)
+        .filter_map(|i| hostif.set_counters(i))
+        .map(|c| c.refused_quota)
+        .sum();
     drop(hostif);
     drop(memory);
     out
@@ -355,8 +379,22 @@ fn refusals(c: &abi::SetCounters) -> u64 {
         + c.refused_bad_address
         + c.refused_not_permitted
         + c.refused_invalid
+        + c.refused_no_resources
+        + c.refused_bad_key
+        + c.refused_quota
         + c.bad_producer_index
         + c.spurious_doorbells
         + c.cq_overflow
         + c.events_lost
+}
+
+/// The five quota values in their order.
+fn quota_values(v: &abi::QuotaValues) -> [u64; 5] {
+    [
+        v.connections,
+        v.regions,
+        v.region_bytes,
+        v.work_entries,
+        v.commands,
+    ]
 }

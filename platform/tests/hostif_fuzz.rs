@@ -30,6 +30,11 @@ fn input(seed: u64) -> Vec<u8> {
         // LISTEN (opcode 4)
         v.extend([set, 1, 0, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
+    // Set 0 connects five more times: past its default share of the
+    // connection table (half of 8), so the quota refuses.
+    for tag in 4..9 {
+        v.extend([0, 1, 0, tag, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
     for _ in 0..(200 + seed % 400) {
         v.push(next(&mut s) as u8);
     }
@@ -46,6 +51,7 @@ fn two_tenants_doing_anything_break_no_rule() {
         total.connections += o.connections;
         total.work_reaching_the_engine += o.work_reaching_the_engine;
         total.refusals += o.refusals;
+        total.quota_refusals += o.quota_refusals;
     }
     eprintln!("{total:?}");
     // The moves reach the device's checks: connections open, regions are
@@ -54,4 +60,5 @@ fn two_tenants_doing_anything_break_no_rule() {
     assert!(total.connections > 100, "{total:?}");
     assert!(total.regions_registered > 0, "{total:?}");
     assert!(total.refusals > 1_000, "{total:?}");
+    assert!(total.quota_refusals > 0, "{total:?}");
 }

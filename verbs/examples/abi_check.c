@@ -8,7 +8,10 @@
  * memory on both, then WRITEs a pattern from 0 to 1 and READs it back into
  * another buffer of 0, SENDs into a posted receive of 1, WRITE_IMMs with an
  * immediate, checks every byte and every completion, tries a few bad
- * requests, and prints "N passed, M failed". Exit status 0 only if none
+ * requests, plays a tenant filling DPU 0's region table from a second
+ * queue set (held at its quota while the first is served within 100 ms),
+ * sets a quota from the management set (the last), and prints "N passed,
+ * M failed". Exit status 0 only if none
  * failed. Built by `cargo xtask test host-abi` with the system C compiler.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -20,6 +23,12 @@
 #include "metaroce_verbs.h"
 
 #define LEN 16384
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 static int passed, failed;
 
@@ -201,6 +210,74 @@ int main(int argc, char **argv) {
          (unsigned long long)counters.transport_bytes_sent,
          (unsigned long long)counters.transport_retransmissions,
          (unsigned long long)counters.refused_not_permitted);
+
+  /* Quotas (spec 6.10): a second tenant on DPU 0 registers regions until
+   * refused; it stops at its share of the region table, and the first
+   * tenant still registers, each answer within 100 ms. */
+  struct mr_device *t = NULL;
+  check(call(mr_open_device(argv[1], &t), "open DPU 0 again") == 0, "a second tenant on DPU 0");
+  if (t != NULL) {
+    uint64_t tbuf;
+    uint32_t tkey;
+    int held = 0, refused = 0;
+    check(mr_alloc(t, 4096, 4096, &tbuf) == 0, "carve the second tenant's buffer");
+    for (int i = 0; i < 80; i++) {
+      int rc = mr_reg_mr(t, tbuf, 4096, MR_ACCESS_ALL, &tkey);
+      if (rc == 0) {
+        held++;
+      } else if (rc == MR_ERR_REFUSED - MR_STATUS_QUOTA_EXCEEDED) {
+        refused++;
+      } else {
+        call(rc, "register (tenant 2)");
+      }
+    }
+    struct mr_set_quota q;
+    check(mr_query_quota(t, &q) == 0 && q.used.regions == q.limit.regions &&
+              (int)q.used.regions == held && (int)q.refused.regions == refused && refused > 0,
+          "the second tenant is held at its region quota, refusals counted");
+    printf("quota: tenant 2 holds %d regions (limit %llu), %d refused\n", held,
+           (unsigned long long)q.limit.regions, refused);
+    double slowest = 0;
+    for (int i = 0; i < 4; i++) {
+      double t0 = now_ms();
+      int rc = mr_reg_mr(a, abuf, LEN, MR_ACCESS_ALL, &key);
+      double took = now_ms() - t0;
+      slowest = took > slowest ? took : slowest;
+      check(rc == 0 && took <= 100.0, "the first tenant registers within 100 ms meanwhile");
+    }
+    printf("quota: the first tenant's slowest register took %.2f ms\n", slowest);
+    struct mr_set_counters tc;
+    check(mr_query_counters(t, &tc) == 0 && (int)tc.refused_quota == refused &&
+              tc.refused_no_resources == 0,
+          "quota refusals in the counters, no table ran full");
+    /* Sets 2 and 3: only the last (the management set) sets quotas. */
+    struct mr_device *s2 = NULL, *mgmt = NULL;
+    check(mr_open_device(argv[1], &s2) == 0 && mr_open_device(argv[1], &mgmt) == 0,
+          "open DPU 0's sets 2 and 3");
+    uint64_t w3, l3;
+    uint32_t pd3;
+    if (s2 != NULL && mgmt != NULL && mr_device_window(mgmt, &w3, &l3, &pd3) == 0) {
+      struct mr_quota_values lim;
+      lim.connections = MR_QUOTA_DEFAULT;
+      lim.regions = (uint64_t)held + 1;
+      lim.region_bytes = MR_QUOTA_DEFAULT;
+      lim.work_entries = MR_QUOTA_DEFAULT;
+      lim.commands = MR_QUOTA_DEFAULT;
+      memset(lim.reserved, 0, sizeof lim.reserved);
+      check(mr_set_quota(s2, 1, &lim) == MR_ERR_REFUSED - MR_STATUS_NOT_PERMITTED,
+            "a tenant's set may not set quotas");
+      check(pd3 == 3 && call(mr_set_quota(mgmt, 1, &lim), "set quota") == 0,
+            "the management set sets tenant 2's quota");
+      check(mr_reg_mr(t, tbuf, 4096, MR_ACCESS_ALL, &tkey) == 0 &&
+                mr_reg_mr(t, tbuf, 4096, MR_ACCESS_ALL, &tkey) ==
+                    MR_ERR_REFUSED - MR_STATUS_QUOTA_EXCEEDED,
+            "tenant 2 gets exactly one region more");
+    }
+    mr_close_device(s2);
+    mr_close_device(mgmt);
+    mr_close_device(t);
+  }
+
   check(mr_close_conn(a, ca) == 0, "close the connection");
   mr_close_device(a);
   mr_close_device(b);

@@ -208,6 +208,21 @@ int mr_poll_cq(struct mr_device *dev, struct mr_wc *out, int max);
 // `dev` a live device; `out` writable.
 int mr_query_counters(struct mr_device *dev, struct mr_set_counters *out);
 
+// This queue set's quota: limits in force, what it holds, refusals by
+// resource (`struct mr_set_quota` of `metaroce_abi.h`; spec 6.10).
+//
+// # Safety
+// `dev` a live device; `out` writable.
+int mr_query_quota(struct mr_device *dev, struct mr_set_quota *out);
+
+// Sets queue set `set`'s quota (only the management set, the device's
+// last, may): `limits` in the order of `struct mr_quota_values`
+// (`MR_QUOTA_DEFAULT`: the device's default share).
+//
+// # Safety
+// `dev` a live device; `limits` readable.
+int mr_set_quota(struct mr_device *dev, uint32_t set, const struct mr_quota_values *limits);
+
 // A static description of a return code.
 const char *mr_strerror(int code);
 

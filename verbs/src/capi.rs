@@ -144,6 +144,7 @@ fn status_code(s: crate::Status) -> u8 {
         S::InvalidRequest => abi::STATUS_INVALID_REQUEST,
         S::NotPermitted => abi::STATUS_NOT_PERMITTED,
         S::BadKey => abi::STATUS_BAD_KEY,
+        S::QuotaExceeded => abi::STATUS_QUOTA_EXCEEDED,
         S::Unknown(c) => c,
     }
 }
@@ -560,6 +561,51 @@ pub unsafe extern "C" fn mr_query_counters(
             out.write(c);
             0
         },
+        Err(e) => code(&e),
+    }
+}
+
+/// This queue set's quota: limits in force, what it holds, refusals by
+/// resource (`struct mr_set_quota` of `metaroce_abi.h`; spec 6.10).
+///
+/// # Safety
+/// `dev` a live device; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn mr_query_quota(dev: *mut mr_device, out: *mut abi::SetQuota) -> c_int {
+    // SAFETY: the caller's contract.
+    let (Some(d), false) = (unsafe { device(dev) }, out.is_null()) else {
+        return MR_ERR_INVALID_ARGUMENT;
+    };
+    match d.quota() {
+        // SAFETY: non-null, writable by the contract.
+        Ok(q) => unsafe {
+            out.write(q);
+            0
+        },
+        Err(e) => code(&e),
+    }
+}
+
+/// Sets queue set `set`'s quota (only the management set, the device's
+/// last, may): `limits` in the order of `struct mr_quota_values`
+/// (`MR_QUOTA_DEFAULT`: the device's default share).
+///
+/// # Safety
+/// `dev` a live device; `limits` readable.
+#[no_mangle]
+pub unsafe extern "C" fn mr_set_quota(
+    dev: *mut mr_device,
+    set: u32,
+    limits: *const abi::QuotaValues,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let (Some(d), false) = (unsafe { device(dev) }, limits.is_null()) else {
+        return MR_ERR_INVALID_ARGUMENT;
+    };
+    // SAFETY: non-null, readable by the contract.
+    let limits = unsafe { limits.read() };
+    match d.set_quota(set, &limits) {
+        Ok(()) => 0,
         Err(e) => code(&e),
     }
 }

@@ -99,6 +99,8 @@ pub struct Device {
     acq: Ring,
     indices: u64,
     counters_at: u64,
+    /// The quota block, if the device has quotas (ABI 1.1).
+    quota_at: Option<u64>,
     /// Work entries posted whose completion has not been polled: kept
     /// below the completion queue's depth so the device never overflows it.
     outstanding: u32,
@@ -217,6 +219,8 @@ impl Device {
             acq: ring(set.acq_offset, set.acq_depth, 64, 4)?,
             indices: set_base + u64::from(set.indices_offset),
             counters_at: set_base + u64::from(set.counters_offset),
+            quota_at: (header.features & abi::FEATURE_QUOTAS != 0 && set.quota_offset != 0)
+                .then(|| set_base + u64::from(set.quota_offset)),
             outstanding: 0,
             next_tag: 1,
             events: VecDeque::new(),
@@ -444,6 +448,36 @@ impl Device {
         self.shm()
             .read(self.counters_at)
             .map_err(|_| Error::BadLayout("counters beyond the memory"))
+    }
+
+    /// This queue set's quota (spec 6.10): the limits in force, what it
+    /// holds and its refusals by resource, fresh from the device.
+    pub fn quota(&mut self) -> Result<abi::SetQuota, Error> {
+        let at = self
+            .quota_at
+            .ok_or(Error::BadLayout("the device has no quotas"))?;
+        self.counters()?;
+        self.shm()
+            .read(at)
+            .map_err(|_| Error::BadLayout("quota beyond the memory"))
+    }
+
+    /// Sets queue set `set`'s limits (a field at [`abi::QUOTA_DEFAULT`]:
+    /// the device's default share). Only the management set (the
+    /// device's last queue set) may: others get
+    /// `Refused(Status::NotPermitted)`.
+    pub fn set_quota(&mut self, set: u32, limits: &abi::QuotaValues) -> Result<(), Error> {
+        let cmd = abi::QuotaCmd {
+            opcode: abi::ADMIN_SET_QUOTA,
+            set,
+            connections: limits.connections,
+            regions: limits.regions,
+            region_bytes: limits.region_bytes,
+            work_entries: limits.work_entries,
+            commands: limits.commands,
+            ..abi::QuotaCmd::default()
+        };
+        self.command(zerocopy::transmute!(cmd)).map(|_| ())
     }
 
     // ----- work ------------------------------------------------------------

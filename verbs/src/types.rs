@@ -161,6 +161,9 @@ pub enum Status {
     InvalidRequest,
     NotPermitted,
     BadKey,
+    /// The queue set is at its quota (spec 6.10): which resource is in
+    /// [`crate::Device::quota`]'s `refused`.
+    QuotaExceeded,
     Unknown(u8),
 }
 
@@ -185,6 +188,7 @@ impl Status {
             abi::STATUS_INVALID_REQUEST => Status::InvalidRequest,
             abi::STATUS_NOT_PERMITTED => Status::NotPermitted,
             abi::STATUS_BAD_KEY => Status::BadKey,
+            abi::STATUS_QUOTA_EXCEEDED => Status::QuotaExceeded,
             other => Status::Unknown(other),
         }
     }

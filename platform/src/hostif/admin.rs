@@ -9,11 +9,15 @@ use metaroce_core::api::{Access, ConnHandle, Region};
 use metaroce_core::Instant;
 
 use super::rings::Bell;
-use super::{convert, count_refusal, ConnEntry, HostInterface, OwnedRegion, Phase};
+use super::{
+    convert, count_refusal, ConnEntry, HostInterface, OwnedRegion, Phase, Q_BYTES, Q_COMMANDS,
+    Q_CONNS, Q_REGIONS,
+};
 use crate::control::{ControlError, ControlEvent, HostControl};
 use crate::engine::EngineStats;
 
 /// The ABI status of a refused control operation.
+#[inline(never)]
 fn status_of(e: ControlError) -> u8 {
     match e {
         ControlError::NoResources => abi::STATUS_NO_RESOURCES,
@@ -48,7 +52,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         let ring = set.aq_ring();
         let mut moved = false;
         for _ in 0..reading.ready.min(super::ADMIN_BUDGET) {
-            let set = &self.sets[i];
+            let set = &mut self.sets[i];
             if !set.pending_acqes.is_empty() || set.acq_free(&shm) == 0 {
                 break;
             }
@@ -56,8 +60,8 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 self.stats.shm_faults += 1;
                 break;
             };
+            set.counters.admin_commands += 1;
             self.stats.admin_commands += 1;
-            self.sets[i].counters.admin_commands += 1;
             let answer = self.execute(i, now, &cmd, control, engine);
             let set = &mut self.sets[i];
             let mut acqe = abi::AdminCqe {
@@ -90,6 +94,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Carries out one command for set `i`.
+    #[inline(never)]
     fn execute<C: HostControl>(
         &mut self,
         i: usize,
@@ -102,6 +107,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             return Err(abi::STATUS_INVALID_REQUEST);
         }
         let set_index = i as u8;
+        let pd = self.sets[i].pd;
         match cmd.opcode {
             abi::ADMIN_REGISTER_REGION => self.register(i, cmd, control),
             abi::ADMIN_DEREGISTER_REGION => {
@@ -118,8 +124,8 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 Ok((0, None))
             }
             abi::ADMIN_CONNECT => {
+                self.take(i, 1 << Q_CONNS | 1 << Q_COMMANDS, 0)?;
                 let peer = convert::peer_addr(&cmd.ip, cmd.port);
-                let pd = self.sets[i].pd;
                 let h = control.connect(now, peer, pd).map_err(status_of)?;
                 let id = self.adopt(control, h, set_index, Phase::Opening);
                 match id {
@@ -131,7 +137,6 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 }
             }
             abi::ADMIN_LISTEN => {
-                let pd = self.sets[i].pd;
                 if control.incoming_domain().is_some_and(|d| d != pd)
                     || self.listener.is_some_and(|l| l != set_index)
                 {
@@ -145,9 +150,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                 if e.phase != Phase::Offered {
                     return Err(abi::STATUS_INVALID_REQUEST);
                 }
-                control
-                    .accept(now, e.handle, self.sets[i].pd)
-                    .map_err(status_of)?;
+                control.accept(now, e.handle, pd).map_err(status_of)?;
                 self.set_phase(slot, Phase::Open);
                 Ok((0, Some((slot as u32, e.generation))))
             }
@@ -165,11 +168,26 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
                     return Err(abi::STATUS_INVALID_REQUEST);
                 }
                 control.release(e.handle).map_err(status_of)?;
-                self.conns[slot] = None;
+                self.forget(slot);
                 Ok((0, Some((slot as u32, e.generation))))
             }
             abi::ADMIN_QUERY_COUNTERS => {
                 self.write_counters(i, now, control, engine);
+                Ok((0, None))
+            }
+            abi::ADMIN_SET_QUOTA => {
+                // Only the management set (the last) sets quotas.
+                if i + 1 != self.sets.len() {
+                    return Err(abi::STATUS_NOT_PERMITTED);
+                }
+                // The slot as `abi::QuotaCmd`: the set in bytes 12..16, the
+                // limits in words 2..7.
+                let words: [u64; 8] = zerocopy::transmute!(*cmd);
+                let set = self
+                    .sets
+                    .get_mut((words[1] >> 32) as usize)
+                    .ok_or(abi::STATUS_INVALID_REQUEST)?;
+                set.limit[..super::QUOTAS].copy_from_slice(&words[2..7]);
                 Ok((0, None))
             }
             _ => Err(abi::STATUS_BAD_OPCODE),
@@ -189,11 +207,13 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             return Err(abi::STATUS_BAD_LENGTH);
         }
         let set = &self.sets[i];
+        let pd = set.pd;
         if !set.in_window(cmd.addr, cmd.len) {
             // Outside this tenant's window: another tenant's memory, the
             // queues, or nothing at all.
             return Err(abi::STATUS_NOT_PERMITTED);
         }
+        self.take(i, 1 << Q_REGIONS | 1 << Q_BYTES, cmd.len)?;
         if self.regions.is_full() {
             return Err(abi::STATUS_NO_RESOURCES);
         }
@@ -201,15 +221,20 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
             base: cmd.addr,
             len: cmd.len,
             access: Access(cmd.access as u8),
-            pd: set.pd,
+            pd,
         };
         let key = control.register_region(region).map_err(status_of)?;
-        let _ = self.regions.push(OwnedRegion { key, set: i as u8 });
+        let _ = self.regions.push(OwnedRegion {
+            key,
+            set: i as u8,
+            len: cmd.len,
+        });
         Ok((u64::from(key), None))
     }
 
     /// The connection a command names, if set `i` holds it at that
     /// generation.
+    #[inline(never)]
     fn owned(&self, i: usize, cmd: &abi::AdminCmd) -> Result<(usize, ConnEntry), u8> {
         let slot = cmd.conn_index as usize;
         match self.conns.get(slot).copied().flatten() {
@@ -228,6 +253,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
 
     /// Records a new connection for set `set` with a fresh generation;
     /// `None` if its slot is beyond the table.
+    #[inline(never)]
     fn adopt<C: HostControl>(
         &mut self,
         control: &C,
@@ -239,11 +265,13 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         let generation = self.generations.get_mut(slot)?;
         *generation = generation.wrapping_add(1);
         let generation = *generation;
+        self.forget(slot);
         self.conns[slot] = Some(ConnEntry {
             handle,
             set,
             generation,
             phase,
+            outstanding: 0,
         });
         Some((slot as u32, generation))
     }
@@ -279,12 +307,20 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Offers an incoming connection to the listening set, or closes it.
+    #[inline(never)]
     fn offer<C: HostControl>(&mut self, now: Instant, control: &mut C, conn: ConnHandle) {
         let Some(listener) = self.listener else {
             self.stats.unclaimed_incoming += 1;
             let _ = control.close(now, conn);
             return;
         };
+        let l = usize::from(listener);
+        if let Err(status) = self.take(l, 1 << Q_CONNS, 0) {
+            count_refusal(&mut self.sets[l].counters, status);
+            self.stats.unclaimed_incoming += 1;
+            let _ = control.close(now, conn);
+            return;
+        }
         let Some((slot, generation)) = self.adopt(control, conn, listener, Phase::Offered) else {
             self.stats.unclaimed_incoming += 1;
             let _ = control.close(now, conn);
@@ -306,6 +342,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Marks a connection ended and tells its set.
+    #[inline(never)]
     fn end<C: HostControl>(
         &mut self,
         control: &C,
@@ -325,6 +362,7 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
     }
 
     /// Sends a connection event to the set owning `slot`.
+    #[inline(never)]
     fn notify(&mut self, slot: usize, kind: u8, status: u8, detail: u32) {
         let Some(e) = self.conns.get(slot).copied().flatten() else {
             return;
@@ -384,9 +422,19 @@ impl<const CONNS: usize> HostInterface<'_, CONNS> {
         c.device_tx_frames = engine.tx_frames;
         c.device_dma_faults = engine.dma_faults;
         c.device_rate_hint_mbps = u64::from(control.rate_hint(now));
-        self.sets[i].counters = c;
-        let at = self.sets[i].base + u64::from(abi::SET_COUNTERS);
-        if self.shm.write(at, &c).is_err() {
+        let quota = self.set_quota(i).unwrap_or_default();
+        let set = &mut self.sets[i];
+        set.counters = c;
+        let base = set.base;
+        if self
+            .shm
+            .write(base + u64::from(abi::SET_COUNTERS), &c)
+            .is_err()
+            || self
+                .shm
+                .write(base + u64::from(abi::SET_QUOTA), &quota)
+                .is_err()
+        {
             self.stats.shm_faults += 1;
         }
     }

@@ -20,13 +20,25 @@
 //! Each set has its own protection domain (its index) and data window;
 //! regions may only lie in the set's window and only the set that
 //! registered a key may deregister it, so one tenant cannot reach another's
-//! memory. Every refusal is counted per set ([`abi::SetCounters`]).
+//! memory. Each set also has a quota (spec 6.10) of connections, regions,
+//! registered bytes, outstanding work entries and outstanding commands, so
+//! one tenant cannot take the tables the others need: by default a share
+//! of each table, set otherwise by the management set (the last one).
+//! Every refusal is counted per set ([`abi::SetCounters`],
+//! [`abi::SetQuota`]).
+//!
+//! Code size: the firmware's code budget is nearly spent, so this module
+//! is written for size. Non-generic helpers marked `#[inline]` are
+//! compiled in the crate that uses them (the firmware's node crate, built
+//! for size) rather than in this one (built for speed); methods marked
+//! `#[inline(never)]` stay one copy where inlining them grew the firmware
+//! (`cargo xtask image --board qemu-virt` measures it).
 
 mod admin;
 pub mod convert;
 mod rings;
 
-use heapless::{Deque, Vec};
+use heapless::Vec;
 use metaroce_abi as abi;
 use metaroce_core::api::{ConnHandle, RecvRequest, WorkRequest};
 use metaroce_core::Instant;
@@ -36,6 +48,7 @@ use crate::engine::EngineStats;
 use crate::host::HostPort;
 use crate::shmem::{SharedMemory, ShmError};
 use rings::{Bell, Consumed, Produced, RingGeometry};
+use zerocopy::IntoBytes;
 
 /// Most queue sets a device serves.
 pub const MAX_SETS: usize = 8;
@@ -47,6 +60,16 @@ const PENDING: usize = 32;
 /// Entries taken per set and poll: admin commands, receives, sends.
 const ADMIN_BUDGET: u32 = 4;
 const WORK_BUDGET: u32 = 32;
+/// The quota resources, in the order of [`abi::QuotaValues`] (whose
+/// eight words a [`Quota`] is).
+const QUOTAS: usize = 5;
+const Q_CONNS: usize = 0;
+const Q_REGIONS: usize = 1;
+const Q_BYTES: usize = 2;
+const Q_WORK: usize = 3;
+const Q_COMMANDS: usize = 4;
+/// A quota vector: one value per resource, then reserved words.
+type Quota = [u64; 8];
 
 /// What the device tells hosts about itself when formatting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +131,8 @@ struct ConnEntry {
     set: u8,
     generation: u32,
     phase: Phase,
+    /// Work entries posted on it whose completion has not come back.
+    outstanding: u32,
 }
 
 /// A region some set registered.
@@ -115,7 +140,154 @@ struct ConnEntry {
 struct OwnedRegion {
     key: u32,
     set: u8,
+    len: u64,
 }
+
+/// Entries waiting for room in a device-produced ring, as words (a
+/// completion's 32 bytes or an admin completion's 64), oldest first: a
+/// ring of [`PENDING`] entries, smaller in code than a general queue.
+#[derive(Debug)]
+struct Waiting {
+    entries: [[u64; 8]; PENDING],
+    head: usize,
+    len: usize,
+}
+
+impl Waiting {
+    const EMPTY: Waiting = Waiting {
+        entries: [[0; 8]; PENDING],
+        head: 0,
+        len: 0,
+    };
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `words`; `false` when full.
+    fn push(&mut self, words: [u64; 8]) -> bool {
+        if self.len == PENDING {
+            return false;
+        }
+        self.entries[(self.head + self.len) % PENDING] = words;
+        self.len += 1;
+        true
+    }
+
+    fn pop(&mut self) -> Option<[u64; 8]> {
+        if self.len == 0 {
+            return None;
+        }
+        let words = self.entries[self.head % PENDING];
+        self.head = (self.head + 1) % PENDING;
+        self.len -= 1;
+        Some(words)
+    }
+}
+
+/// The last word of the entries of `ring` (by their size).
+fn last_word(ring: &RingGeometry) -> usize {
+    if ring.entry == 32 {
+        abi::CQE_LAST_WORD
+    } else {
+        abi::ADMIN_CQE_LAST_WORD
+    }
+}
+
+/// Puts an entry (the first `ring.entry` bytes of `words`) into a
+/// device-produced ring if it has room and nothing waits, else behind the
+/// waiting ones; `false`: dropped, the waiting ones are as many as allowed.
+/// One copy of the code for both rings.
+#[inline]
+fn post(
+    shm: &SharedMemory<'_>,
+    produced: &mut Produced,
+    pending: &mut Waiting,
+    ring: &RingGeometry,
+    bell: u64,
+    words: [u64; 8],
+) -> bool {
+    if pending.is_empty() && produced.free(shm, bell, ring.depth) > 0 {
+        let bytes = &words.as_bytes()[..ring.entry as usize];
+        let _ = produced.push(shm, ring, bytes, last_word(ring));
+        true
+    } else {
+        pending.push(words)
+    }
+}
+
+/// Moves waiting entries into their ring while it has room; whether any
+/// moved.
+#[inline]
+fn drain(
+    shm: &SharedMemory<'_>,
+    produced: &mut Produced,
+    pending: &mut Waiting,
+    ring: &RingGeometry,
+    bell: u64,
+) -> bool {
+    let mut any = false;
+    while produced.free(shm, bell, ring.depth) > 0 {
+        let Some(words) = pending.pop() else {
+            break;
+        };
+        let bytes = &words.as_bytes()[..ring.entry as usize];
+        let _ = produced.push(shm, ring, bytes, last_word(ring));
+        any = true;
+    }
+    any
+}
+
+/// What every queue set's header says but its number and window (the
+/// default layout, spec 6.2).
+const SET_HEADER: abi::QueueSetHeader = abi::QueueSetHeader {
+    owner: abi::OWNER_FREE,
+    state: 0,
+    index: 0,
+    pd: 0,
+    window_offset: 0,
+    window_len: 0,
+    sq_offset: abi::SET_SQ,
+    sq_depth: abi::DEFAULT_SQ_DEPTH,
+    rq_offset: abi::SET_RQ,
+    rq_depth: abi::DEFAULT_RQ_DEPTH,
+    cq_offset: abi::SET_CQ,
+    cq_depth: abi::DEFAULT_CQ_DEPTH,
+    aq_offset: abi::SET_AQ,
+    aq_depth: abi::DEFAULT_AQ_DEPTH,
+    acq_offset: abi::SET_ACQ,
+    acq_depth: abi::DEFAULT_ACQ_DEPTH,
+    doorbell_offset: abi::SET_DOORBELLS,
+    indices_offset: abi::SET_INDICES,
+    counters_offset: abi::SET_COUNTERS,
+    quota_offset: abi::SET_QUOTA,
+    reserved: [0; 21],
+};
+
+/// What the device header says whatever the device (spec 6.9); `state`
+/// is published separately.
+const DEVICE_HEADER: abi::DeviceHeader = abi::DeviceHeader {
+    magic: abi::MAGIC,
+    abi_major: abi::ABI_MAJOR,
+    abi_minor: abi::ABI_MINOR,
+    features: abi::FEATURES_V1,
+    state: abi::DEVICE_STATE_RESET,
+    queue_sets: 0,
+    shm_len: 0,
+    set_offset: abi::DEFAULT_SET_OFFSET,
+    set_stride: abi::DEFAULT_SET_STRIDE,
+    data_offset: abi::DEFAULT_DATA_OFFSET,
+    data_len: 0,
+    heartbeat: 0,
+    ipv4: [0; 4],
+    udp_port: 0,
+    node: 0,
+    max_message: abi::MAX_MESSAGE,
+    max_regions: 0,
+    max_connections: 0,
+    reserved0: 0,
+    reserved: [0; 20],
+};
 
 /// The device's state of one queue set.
 #[derive(Debug)]
@@ -131,9 +303,15 @@ struct SetState {
     cq: Produced,
     acq: Produced,
     /// Completions and admin answers waiting for room.
-    pending_cqes: Deque<abi::Cqe, PENDING>,
-    pending_acqes: Deque<abi::AdminCqe, PENDING>,
+    pending_cqes: Waiting,
+    pending_acqes: Waiting,
     counters: abi::SetCounters,
+    /// Limits set by SET_QUOTA (`abi::QUOTA_DEFAULT`: the default share).
+    limit: Quota,
+    /// Quota refusals by resource.
+    refused: Quota,
+    /// Work entries in the engine (the sum of its connections').
+    outstanding: u64,
 }
 
 impl SetState {
@@ -172,25 +350,42 @@ impl SetState {
 
     /// Queues a completion: into the ring if it has room and nothing is
     /// waiting, else behind the waiting ones, else dropped and counted.
+    #[inline]
     fn complete(&mut self, shm: &SharedMemory<'_>, cqe: abi::Cqe) {
         self.counters.completions += 1;
-        if self.pending_cqes.is_empty() && self.cq_free(shm) > 0 {
-            let ring = self.cq_ring();
-            let _ = self.cq.push(shm, &ring, &cqe, abi::CQE_LAST_WORD);
-        } else if self.pending_cqes.push_back(cqe).is_err() {
+        let mut words = [0u64; 8];
+        words.as_mut_bytes()[..32].copy_from_slice(cqe.as_bytes());
+        let ring = self.cq_ring();
+        let bell = self.bell(Bell::Cq);
+        if !post(
+            shm,
+            &mut self.cq,
+            &mut self.pending_cqes,
+            &ring,
+            bell,
+            words,
+        ) {
             self.counters.cq_overflow += 1;
         }
     }
 
     /// Queues an admin completion or event, like [`SetState::complete`].
+    #[inline]
     fn answer(&mut self, shm: &SharedMemory<'_>, acqe: abi::AdminCqe) {
         if acqe.kind != abi::EVENT_COMMAND_DONE {
             self.counters.events += 1;
         }
-        if self.pending_acqes.is_empty() && self.acq_free(shm) > 0 {
-            let ring = self.acq_ring();
-            let _ = self.acq.push(shm, &ring, &acqe, abi::ADMIN_CQE_LAST_WORD);
-        } else if self.pending_acqes.push_back(acqe).is_err() {
+        let ring = self.acq_ring();
+        let bell = self.bell(Bell::Acq);
+        let words = zerocopy::transmute!(acqe);
+        if !post(
+            shm,
+            &mut self.acq,
+            &mut self.pending_acqes,
+            &ring,
+            bell,
+            words,
+        ) {
             self.counters.events_lost += 1;
         }
     }
@@ -214,23 +409,12 @@ impl SetState {
     }
 
     /// Moves waiting completions and answers into their rings.
+    #[inline]
     fn flush(&mut self, shm: &SharedMemory<'_>) -> bool {
-        let mut any = false;
-        while !self.pending_cqes.is_empty() && self.cq_free(shm) > 0 {
-            if let Some(cqe) = self.pending_cqes.pop_front() {
-                let ring = self.cq_ring();
-                let _ = self.cq.push(shm, &ring, &cqe, abi::CQE_LAST_WORD);
-                any = true;
-            }
-        }
-        while !self.pending_acqes.is_empty() && self.acq_free(shm) > 0 {
-            if let Some(acqe) = self.pending_acqes.pop_front() {
-                let ring = self.acq_ring();
-                let _ = self.acq.push(shm, &ring, &acqe, abi::ADMIN_CQE_LAST_WORD);
-                any = true;
-            }
-        }
-        any
+        let (cq, acq) = (self.cq_ring(), self.acq_ring());
+        let (cq_bell, acq_bell) = (self.bell(Bell::Cq), self.bell(Bell::Acq));
+        drain(shm, &mut self.cq, &mut self.pending_cqes, &cq, cq_bell)
+            | drain(shm, &mut self.acq, &mut self.pending_acqes, &acq, acq_bell)
     }
 
     /// Whether an error completion can be queued now (so refusing an entry
@@ -257,6 +441,8 @@ pub struct HostInterface<'m, const CONNS: usize> {
     conns: [Option<ConnEntry>; CONNS],
     generations: [u32; CONNS],
     regions: Vec<OwnedRegion, MAX_OWNED_REGIONS>,
+    /// Regions the device holds in all (at most [`MAX_OWNED_REGIONS`]).
+    region_cap: u64,
     listener: Option<u8>,
     /// The set served first in the next poll (round robin).
     next_set: usize,
@@ -269,6 +455,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
     /// writes each set's header and the device header, and publishes
     /// [`abi::DEVICE_STATE_READY`] last. The data windows are left as
     /// they are.
+    #[inline(never)]
     pub fn format(
         shm: SharedMemory<'m>,
         info: DeviceInfo,
@@ -298,27 +485,11 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 window_len,
             );
             let header = abi::QueueSetHeader {
-                owner: abi::OWNER_FREE,
-                state: 0,
                 index: i,
                 pd: i,
                 window_offset: window.0,
                 window_len: window.1,
-                sq_offset: abi::SET_SQ,
-                sq_depth: abi::DEFAULT_SQ_DEPTH,
-                rq_offset: abi::SET_RQ,
-                rq_depth: abi::DEFAULT_RQ_DEPTH,
-                cq_offset: abi::SET_CQ,
-                cq_depth: abi::DEFAULT_CQ_DEPTH,
-                aq_offset: abi::SET_AQ,
-                aq_depth: abi::DEFAULT_AQ_DEPTH,
-                acq_offset: abi::SET_ACQ,
-                acq_depth: abi::DEFAULT_ACQ_DEPTH,
-                doorbell_offset: abi::SET_DOORBELLS,
-                indices_offset: abi::SET_INDICES,
-                counters_offset: abi::SET_COUNTERS,
-                reserved0: 0,
-                reserved: [0; 21],
+                ..SET_HEADER
             };
             shm.write(base, &header)
                 .map_err(|_| FormatError::TooSmall)?;
@@ -332,32 +503,24 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 aq: Consumed::default(),
                 cq: Produced::default(),
                 acq: Produced::default(),
-                pending_cqes: Deque::new(),
-                pending_acqes: Deque::new(),
+                pending_cqes: Waiting::EMPTY,
+                pending_acqes: Waiting::EMPTY,
                 counters: abi::SetCounters::default(),
+                limit: [abi::QUOTA_DEFAULT; 8],
+                refused: [0; 8],
+                outstanding: 0,
             });
         }
         let header = abi::DeviceHeader {
-            magic: abi::MAGIC,
-            abi_major: abi::ABI_MAJOR,
-            abi_minor: abi::ABI_MINOR,
-            features: abi::FEATURES_V1,
-            state: abi::DEVICE_STATE_RESET,
             queue_sets: n,
             shm_len,
-            set_offset: abi::DEFAULT_SET_OFFSET,
-            set_stride: abi::DEFAULT_SET_STRIDE,
-            data_offset: abi::DEFAULT_DATA_OFFSET,
             data_len,
-            heartbeat: 0,
             ipv4: info.ipv4,
             udp_port: info.udp_port,
             node: info.node,
-            max_message: abi::MAX_MESSAGE,
             max_regions,
             max_connections: CONNS as u32,
-            reserved0: 0,
-            reserved: [0; 20],
+            ..DEVICE_HEADER
         };
         shm.write(0, &header).map_err(|_| FormatError::TooSmall)?;
         shm.store_u32(16, abi::DEVICE_STATE_READY)
@@ -368,6 +531,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
             conns: [None; CONNS],
             generations: [0; CONNS],
             regions: Vec::new(),
+            region_cap: u64::from(max_regions).min(MAX_OWNED_REGIONS as u64),
             listener: None,
             next_set: 0,
             heartbeat: 0,
@@ -385,8 +549,98 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         self.sets.get(set).map(|s| s.counters)
     }
 
+    /// A set's quota: limits in force, use and refusals (as QUERY_COUNTERS
+    /// reports them).
+    pub fn set_quota(&self, set: usize) -> Option<abi::SetQuota> {
+        let s = self.sets.get(set)?;
+        let q: [Quota; 4] = [self.limits(set), self.usage(set), s.refused, [0; 8]];
+        Some(zerocopy::transmute!(q))
+    }
+
+    /// What set `i` holds of each quota resource.
+    #[inline(never)]
+    fn usage(&self, i: usize) -> Quota {
+        let mut u = [0; 8];
+        for e in self
+            .conns
+            .iter()
+            .flatten()
+            .filter(|e| usize::from(e.set) == i)
+        {
+            u[Q_CONNS] += 1;
+            u[Q_COMMANDS] += u64::from(e.phase == Phase::Opening);
+        }
+        for r in self.regions.iter().filter(|r| usize::from(r.set) == i) {
+            u[Q_REGIONS] += 1;
+            u[Q_BYTES] += r.len;
+        }
+        u[Q_WORK] = self.sets[i].outstanding;
+        u
+    }
+
+    /// Set `i`'s limits in force (spec 6.10): those set, else the default
+    /// share: of the connection and region tables, the table divided by
+    /// the claimed sets (at least two, so no set ever takes a whole
+    /// table); of bytes, the set's window; of work entries, its completion
+    /// queue's depth; of outstanding commands, its admin queue's depth.
+    #[inline(never)]
+    fn limits(&self, i: usize) -> Quota {
+        let share = u64::from(self.stats.sets_claimed.max(2));
+        let set = &self.sets[i];
+        let default = [
+            (CONNS as u64 / share).max(1),
+            (self.region_cap / share).max(1),
+            set.window.1,
+            u64::from(abi::DEFAULT_CQ_DEPTH),
+            u64::from(abi::DEFAULT_AQ_DEPTH),
+            0,
+            0,
+            0,
+        ];
+        let mut limit = set.limit;
+        for (l, d) in limit.iter_mut().zip(default) {
+            if *l == abi::QUOTA_DEFAULT {
+                *l = d;
+            }
+        }
+        limit
+    }
+
+    /// Whether set `i` may take one more of each resource in `mask`
+    /// (bit `1 << r`; of bytes, `bytes` more): else the first resource it
+    /// would pass the limit of counts the refusal.
+    #[inline(never)]
+    fn take(&mut self, i: usize, mask: u8, bytes: u64) -> Result<(), u8> {
+        let used = if mask == 1 << Q_WORK {
+            let mut u = [0; 8];
+            u[Q_WORK] = self.sets[i].outstanding;
+            u
+        } else {
+            self.usage(i)
+        };
+        let limit = self.limits(i);
+        for r in 0..QUOTAS {
+            let want = if r == Q_BYTES { bytes } else { 1 };
+            if mask & 1 << r != 0 && used[r].saturating_add(want) > limit[r] {
+                self.sets[i].refused[r] += 1;
+                return Err(abi::STATUS_QUOTA_EXCEEDED);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the connection in `slot` (with its outstanding work).
+    fn forget(&mut self, slot: usize) {
+        if let Some(Some(e)) = self.conns.get_mut(slot).map(Option::take) {
+            if let Some(set) = self.sets.get_mut(usize::from(e.set)) {
+                set.outstanding = set.outstanding.saturating_sub(u64::from(e.outstanding));
+            }
+        }
+    }
+
     /// Whether a host has work waiting or answers are pending: poll again
     /// soon instead of sleeping long.
+    #[inline(never)]
     pub fn has_work(&self) -> bool {
         self.sets.iter().any(|s| {
             if !s.pending_cqes.is_empty() || !s.pending_acqes.is_empty() {
@@ -447,11 +701,14 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         while let Some(c) = port.poll_completion() {
             any = true;
             let slot = control.slot(c.conn);
-            match self.conns.get(slot).copied().flatten() {
-                Some(e) if e.handle == c.conn => {
+            match self.conns.get_mut(slot) {
+                Some(Some(e)) if e.handle == c.conn => {
                     let cqe = convert::cqe(&c, slot as u32, e.generation);
                     self.stats.completions += 1;
+                    let done = e.outstanding > 0;
+                    e.outstanding -= u32::from(done);
                     if let Some(set) = self.sets.get_mut(usize::from(e.set)) {
+                        set.outstanding -= u64::from(done);
                         set.complete(&self.shm, cqe);
                     }
                 }
@@ -462,6 +719,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
     }
 
     /// One set's turn: claim check, waiting answers, admin, receives, sends.
+    #[inline(never)]
     fn serve_set<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
         &mut self,
         i: usize,
@@ -537,19 +795,25 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 break;
             };
             let handle = self.postable(i, e.conn_index, e.conn_generation);
-            let set = &mut self.sets[i];
             let verdict = match (e.request, handle) {
                 (Err(status), _) => Err(status),
                 (Ok(_), None) => Err(abi::STATUS_BAD_CONNECTION),
-                (Ok(request), Some(_)) if !set.in_window(request.local().0, request.local().1) => {
+                (Ok(request), Some(_))
+                    if !self.sets[i].in_window(request.local().0, request.local().1) =>
+                {
                     Err(abi::STATUS_BAD_ADDRESS)
                 }
-                (Ok(request), Some(h)) => Ok((h, request)),
+                (Ok(request), Some(h)) => self.take(i, 1 << Q_WORK, 0).map(|()| (h, request)),
             };
+            let set = &mut self.sets[i];
             match verdict {
                 Ok((h, request)) => {
                     // Cannot fail: `has_room` said there is room.
                     port.post(h, request);
+                    set.outstanding += 1;
+                    if let Some(Some(c)) = self.conns.get_mut(e.conn_index as usize) {
+                        c.outstanding += 1;
+                    }
                     match queue {
                         WorkQueue::Recv => {
                             set.counters.posted_recvs += 1;
@@ -689,6 +953,9 @@ fn count_refusal(c: &mut abi::SetCounters, status: u8) {
         abi::STATUS_BAD_CONNECTION => c.refused_bad_connection += 1,
         abi::STATUS_BAD_ADDRESS => c.refused_bad_address += 1,
         abi::STATUS_NOT_PERMITTED => c.refused_not_permitted += 1,
+        abi::STATUS_NO_RESOURCES => c.refused_no_resources += 1,
+        abi::STATUS_BAD_KEY => c.refused_bad_key += 1,
+        abi::STATUS_QUOTA_EXCEEDED => c.refused_quota += 1,
         _ => c.refused_invalid += 1,
     }
 }

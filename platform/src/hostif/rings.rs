@@ -6,7 +6,6 @@
 //! beyond what was produced makes the ring look full.
 
 use metaroce_abi as abi;
-use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::shmem::{SharedMemory, ShmError};
 
@@ -61,6 +60,7 @@ pub(crate) struct Reading {
 
 impl Consumed {
     /// Reads the doorbell at `bell` of a ring of `depth`.
+    #[inline]
     pub fn read(&mut self, shm: &SharedMemory<'_>, bell: u64, depth: u32) -> Reading {
         let (Ok(producer), Ok(rings)) = (shm.load_u32(bell), shm.load_u32(bell + 4)) else {
             return Reading::default();
@@ -95,6 +95,7 @@ pub(crate) struct Produced {
 impl Produced {
     /// Free entries, from the host's consumer index at `bell`. A consumer
     /// index ahead of the producer (host garbage) reads as full.
+    #[inline]
     pub fn free(&self, shm: &SharedMemory<'_>, bell: u64, depth: u32) -> u32 {
         let Ok(consumer) = shm.load_u32(bell) else {
             return 0;
@@ -103,18 +104,19 @@ impl Produced {
         depth.saturating_sub(used)
     }
 
-    /// Writes `entry` at the producer index: every byte before the last
-    /// word, then the last word (which holds the phase) with Release.
-    pub fn push<T: FromBytes + IntoBytes + Immutable>(
+    /// Writes an entry (its bytes) at the producer index: every byte
+    /// before the last word, then the last word (which holds the phase)
+    /// with Release. One copy of the code for both completion rings.
+    #[inline]
+    pub fn push(
         &mut self,
         shm: &SharedMemory<'_>,
         ring: &RingGeometry,
-        entry: &T,
+        bytes: &[u8],
         last_word: usize,
     ) -> Result<(), ShmError> {
         let slot = ring.slot(self.producer);
         let phase = abi::phase_of(self.producer, ring.depth);
-        let bytes = entry.as_bytes();
         let aligned = last_word & !7;
         shm.write_words(slot, &bytes[..aligned])?;
         if aligned < last_word {
@@ -135,6 +137,7 @@ impl Produced {
 mod tests {
     use super::*;
     use std::vec;
+    use zerocopy::IntoBytes;
 
     fn memory(words: &mut [u64]) -> SharedMemory<'_> {
         let len = words.len() * 8;
@@ -181,7 +184,8 @@ mod tests {
         };
         for expected in [1u8, 1, 0, 0, 1] {
             let slot = ring.slot(p.producer);
-            p.push(&shm, &ring, &e, abi::CQE_LAST_WORD).unwrap();
+            p.push(&shm, &ring, e.as_bytes(), abi::CQE_LAST_WORD)
+                .unwrap();
             let got: abi::Cqe = shm.read(slot).unwrap();
             assert_eq!(
                 (got.wr_id, got.opcode, got.owner),
