@@ -820,7 +820,7 @@ impl<const P: usize> Connection<P> {
                     // Confirm at once so the acceptor is established even if
                     // we have no data to send, and repeat the confirmation
                     // on the handshake timer until the acceptor is heard
-                    // from (spec 4.2 step 4).
+                    // from (spec 4.2 step 5).
                     self.pending.set(Pending::KEEPALIVE);
                     self.establish();
                     self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
