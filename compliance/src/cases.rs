@@ -12,6 +12,7 @@ use metaroce_host::app::{fill_pattern, READ_ONLY_INDEX, READ_ONLY_LEN};
 
 use crate::peer::{Fail, Peer, RemoteRegion, Rx};
 
+mod closing;
 mod conformance;
 mod window;
 
@@ -1519,6 +1520,12 @@ pub const CASES: &[Case] = &[
         name: "header: PSN field of ACCEPT (repeated too) and ACK",
         section: "3.2.4, 3.8.1",
         run: conformance::psn_field_of_control_packets,
+        attempts: 1,
+    },
+    Case {
+        name: "close: every CLOSE answered with one CLOSE_REPLY of its reason, after release too",
+        section: "3.8.2, 4.1.1, 4.1.2",
+        run: closing::close_answered_after_close,
         attempts: 1,
     },
     Case {

@@ -30,6 +30,7 @@ fn run_suite(pcap: &Path) {
         paths: 4,
         entropy_base: None,
         mtu: 1024,
+        window: None,
         rate_mbps: 1000,
         accept: true,
         connections: 64,

@@ -54,6 +54,9 @@ pub struct NodeConfig {
     pub entropy_base: Option<u16>,
     /// Largest payload per packet.
     pub mtu: u16,
+    /// Window offered, in PSNs (1 to 65,536, spec 4.4); `None`: the
+    /// emulation profile's 4,096.
+    pub window: Option<u32>,
     /// Sending rate cap and starting rate, Mbit/s.
     pub rate_mbps: u32,
     /// Accept incoming connections (each in a protection domain of its own).
@@ -96,6 +99,7 @@ impl NodeConfig {
             accept_domain: AcceptDomain::PerConnection,
             mtu: self.mtu,
             paths: self.paths,
+            window: self.window.unwrap_or(base.window),
             link_rate_mbps: self.rate_mbps,
             entropy_base,
             entropy_span,
@@ -348,6 +352,20 @@ impl<M: DmaCopy> Node<M> {
             return Err(HostError::Usage(format!(
                 "--paths must be 1..={MAX_PATHS}, got {}",
                 config.paths
+            )));
+        }
+        // The wire ranges of the handshake (spec 3.8.1).
+        if !(256..=9000).contains(&config.mtu) {
+            return Err(HostError::Usage(format!(
+                "--mtu must be 256..=9000, got {}",
+                config.mtu
+            )));
+        }
+        let window = config.window.unwrap_or(1);
+        if !(1..=metaroce_core::config::MAX_WINDOW).contains(&window) {
+            return Err(HostError::Usage(format!(
+                "--window must be 1..={}, got {window}",
+                metaroce_core::config::MAX_WINDOW
             )));
         }
         // Twice the paths: a path whose entropy is re-drawn finds a fresh

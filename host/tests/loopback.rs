@@ -22,6 +22,7 @@ fn config(bind: &str, accept: bool, seed: u64) -> NodeConfig {
         paths: 4,
         entropy_base: None,
         mtu: 1024,
+        window: None,
         rate_mbps: 1000,
         accept,
         connections: 64,

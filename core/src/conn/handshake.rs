@@ -263,10 +263,10 @@ impl<const P: usize> Connection<P> {
     ) {
         let reply = flags.contains(Flags::CLOSE_REPLY);
         if !reply {
+            // The reply repeats the reason of the CLOSE it answers (spec
+            // 3.8.2), in Closed too.
             self.pending.set(Pending::CLOSE_REPLY);
-            if self.state != ConnState::Closed {
-                self.close_reason = reason;
-            }
+            self.close_reason = reason;
         }
         if self.state == ConnState::Closed {
             return;

@@ -59,7 +59,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             .get(i)
             .is_some_and(|s| s.live && !s.released && s.conn.local_id == dst);
         if !known {
-            self.drops.unknown_connection += 1;
+            if !self.answer_late_close(i, &repr.header, &repr.body, &meta.source.ip) {
+                self.drops.unknown_connection += 1;
+            }
             return;
         }
         let config = &self.config;
@@ -286,6 +288,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         match body {
             StatelessBody::Retry(_) => self.drops.retries_sent += 1,
             StatelessBody::Close(_) => self.drops.rejects_sent += 1,
+            StatelessBody::CloseReply(_) => {}
         }
     }
 

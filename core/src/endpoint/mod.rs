@@ -209,6 +209,8 @@ enum StatelessBody {
     Close(CloseReason),
     /// RETRY with a cookie: prove the address first (spec 4.2).
     Retry([u8; wire::COOKIE_LEN]),
+    /// CLOSE with CLOSE_REPLY from a released connection (spec 4.1.2).
+    CloseReply(CloseReason),
 }
 
 /// A reply sent without connection state (to a CONNECT), addressed by the
@@ -479,6 +481,42 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         hash_with(self.hash_key, ip, id, token)
     }
 
+    /// Spec 4.1.2: a CLOSE (no flags) to a released connection, whose slot
+    /// is not reused yet, from its peer's address with its id and token, is
+    /// answered with a CLOSE_REPLY of the same reason. `false`: not such a
+    /// CLOSE.
+    pub(super) fn answer_late_close(
+        &mut self,
+        i: usize,
+        h: &wire::Header,
+        body: &wire::Body,
+        ip: &smoltcp::wire::IpAddress,
+    ) -> bool {
+        let (Some(s), wire::Body::Close(c)) = (self.slots.get(i), body) else {
+            return false;
+        };
+        let conn = &s.conn;
+        if h.flags != wire::Flags::NONE
+            || conn.remote_id == 0
+            || conn.local_id != h.dst_conn
+            || conn.local_token != h.token
+            || conn.peer.ip != *ip
+            || conn.protection.key_id != 0
+        {
+            return false;
+        }
+        let reply = StatelessReply {
+            peer: conn.peer,
+            dst_conn: conn.remote_id,
+            token: conn.remote_token,
+            body: StatelessBody::CloseReply(c.reason),
+        };
+        if self.stateless.push_back(reply).is_err() {
+            self.drops.replies_dropped += 1;
+        }
+        true
+    }
+
     /// Takes a free slot for a new connection and gives it its handle and id.
     fn allocate_slot(&mut self) -> Option<(u32, ConnHandle, u32)> {
         let i = self.free.pop_front(&mut self.slots, ConnSlot::free_link)?;
@@ -504,6 +542,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         conn.drop_cookie(&mut self.res);
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
+        let keyed = conn.protection.key_id;
         self.res.keys.release(&mut conn.protection);
         conn.release_receiver(&mut self.res);
         if s.indexed {
@@ -524,12 +563,24 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 .remove(&mut self.slots, i, ConnSlot::active_link);
         }
         let s = &mut self.slots[i as usize];
-        let local_id = s.conn.local_id;
+        let c = &s.conn;
+        // Kept so the next incarnation's id differs from this one, and,
+        // unless keyed, what answers a late CLOSE until the slot is reused
+        // (spec 4.1.2; a keyed one could not seal the answer).
+        let kept = (
+            c.local_id,
+            c.local_token,
+            c.remote_id,
+            c.remote_token,
+            c.peer,
+        );
         s.live = false;
         s.released = false;
         s.conn = Connection::VACANT;
-        // Kept so the next incarnation's id differs from this one.
-        s.conn.local_id = local_id;
+        (s.conn.local_id, s.conn.local_token) = (kept.0, kept.1);
+        if keyed == 0 {
+            (s.conn.remote_id, s.conn.remote_token, s.conn.peer) = (kept.2, kept.3, kept.4);
+        }
         self.live -= 1;
         self.free.push_back(&mut self.slots, i, ConnSlot::free_link);
     }

@@ -188,7 +188,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if let Some(r) = self.stateless.pop_front() {
             let repr = Repr {
                 header: Header {
-                    flags: Flags::NONE,
+                    flags: match r.body {
+                        StatelessBody::CloseReply(_) => Flags::CLOSE_REPLY,
+                        _ => Flags::NONE,
+                    },
                     dst_conn: r.dst_conn,
                     token: r.token,
                     psn: 0,
@@ -196,7 +199,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                     timestamp: now.wire_timestamp(),
                 },
                 body: match r.body {
-                    StatelessBody::Close(reason) => Body::Close(CloseRepr { reason }),
+                    StatelessBody::Close(reason) | StatelessBody::CloseReply(reason) => {
+                        Body::Close(CloseRepr { reason })
+                    }
                     StatelessBody::Retry(cookie) => Body::Retry(RetryRepr { cookie }),
                 },
                 payload_len: 0,
