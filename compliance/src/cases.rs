@@ -14,6 +14,7 @@ use crate::peer::{Fail, Peer, RemoteRegion, Rx};
 
 mod closing;
 mod conformance;
+mod read_depth;
 mod window;
 
 /// One compliance case.
@@ -1520,6 +1521,12 @@ pub const CASES: &[Case] = &[
         name: "header: PSN field of ACCEPT (repeated too) and ACK",
         section: "3.2.4, 3.8.1",
         run: conformance::psn_field_of_control_packets,
+        attempts: 1,
+    },
+    Case {
+        name: "READ depth: stated in the ACCEPT, that many READs at once all served, no RNR",
+        section: "3.8.1, 4.8.6, 4.14.3",
+        run: read_depth::read_depth_stated_and_served,
         attempts: 1,
     },
     Case {

@@ -119,6 +119,13 @@ impl NodeConfig {
             // RECEIVER_NOT_READY_EXCEEDED). A local choice, as an
             // InfiniBand QP's rnr_retry (spec 4.7.3).
             rnr_retry_limit: HOST_RNR_RETRIES,
+            // Every connection can state the full READ depth (spec 4.8.6,
+            // 4.14.3): the budget is reserved per connection, and a host
+            // has the memory for it (the work pool grows to match).
+            read_jobs_endpoint_limit: base.read_jobs_endpoint_limit.max(
+                self.connections
+                    .saturating_mul(u32::from(base.read_jobs_limit)),
+            ),
             protection: self
                 .protection
                 .as_ref()
@@ -397,6 +404,10 @@ impl<M: DmaCopy> Node<M> {
             }
         };
         let mut layout = Layout::for_connections(config.connections);
+        // READs within their stated depths find a work entry (spec 4.14.3).
+        layout.work_entries = layout
+            .work_entries
+            .saturating_add(core.read_jobs_endpoint_limit);
         layout.recv_entries = layout.recv_entries.max(
             config
                 .connections

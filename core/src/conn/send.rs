@@ -79,9 +79,11 @@ impl<const P: usize> Connection<P> {
         Ok(())
     }
 
-    /// Queues the answer to a peer's READ_REQUEST; `false` when its budget
-    /// or the pool is exhausted (the request is then refused with
-    /// RECEIVER_NOT_READY and retried by the peer).
+    /// Queues the answer to a peer's READ_REQUEST; `false` when the READ
+    /// depth this end stated is used up (only a peer that exceeds it meets
+    /// that) or the work pool is empty: the request is then refused with
+    /// RECEIVER_NOT_READY and retried by the peer. A READ counts against
+    /// the depth until its responses have all been sent once (spec 4.8.6).
     pub(crate) fn queue_read_response<B: Backing>(
         &mut self,
         msg_id: u32,
@@ -89,11 +91,18 @@ impl<const P: usize> Connection<P> {
         source: u64,
         sink: MemoryTarget,
         res: &mut Resources<B, P>,
-        config: &Config,
     ) -> bool {
-        if self.send.read_jobs >= config.read_jobs_limit
-            || res.read_jobs >= config.read_jobs_endpoint_limit
-        {
+        let serving = res
+            .work
+            .iter(&self.send.queue)
+            .filter(|&i| {
+                let e = res.work.get(i);
+                matches!(e.job, Job::ReadResponse { .. }) && e.started < e.packets
+            })
+            .count();
+        // Always reserved before the ACCEPT or CONNECT (at least 1).
+        let depth = self.send.read_depth.max(1);
+        if serving >= usize::from(depth) {
             res.refusals.read_jobs += 1;
             return false;
         }
@@ -129,6 +138,29 @@ impl<const P: usize> Connection<P> {
             at = res.work.next_of(i);
         }
         self.send.cursor = at.into();
+        // Spec 4.8.6: a READ waits, and the entries after it, while the
+        // peer's stated READ depth is taken by READs outstanding (sent,
+        // responses not all placed).
+        let i = at?;
+        let e = res.work.get(i);
+        if e.is_read() && e.started == 0 {
+            let depth = match self.send.peer_read_depth {
+                0 => crate::wire::packet::DEFAULT_READ_DEPTH,
+                d => u16::from(d),
+            };
+            let outstanding = res
+                .work
+                .iter(&self.send.queue)
+                .take_while(|&j| j != i)
+                .filter(|&j| {
+                    let r = res.work.get(j);
+                    r.is_read() && r.error.is_none() && r.read_bytes < r.len
+                })
+                .count();
+            if outstanding >= usize::from(depth) {
+                return None;
+            }
+        }
         at
     }
 

@@ -50,6 +50,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         };
         if let Body::Connect(c) = repr.body {
             self.on_connect(now, meta, &c);
+            self.note_peer_read_depth(&meta.source.ip, &c, repr.header.path);
             return;
         }
         let dst = repr.header.dst_conn;

@@ -355,6 +355,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 regions: RegionTable::new(regions),
                 rng,
                 read_jobs: 0,
+                read_reserved: 0,
                 senders_returned: 0,
                 refusals: PoolRefusals::default(),
                 rx_refusals: crate::stats::RefusalStats::default(),
@@ -517,6 +518,41 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         true
     }
 
+    /// Spec 4.14.3: the READ depth connection `i` states, reserved from
+    /// the endpoint's READ budget (at least one per slot), so that it can
+    /// always be honoured: `Config::read_jobs_limit`, or less when the
+    /// budget is short, never less than 1, as every free slot keeps one.
+    pub(super) fn reserve_read_depth(&mut self, i: u32) {
+        let cap = self.capacity() as u32;
+        let budget = self.config.read_jobs_endpoint_limit.max(cap);
+        let spare = budget
+            .saturating_sub(self.res.read_reserved)
+            .saturating_sub(cap.saturating_sub(self.live));
+        let limit = self.config.read_jobs_limit.clamp(1, 255);
+        let d = spare.clamp(1, u32::from(limit)) as u8;
+        self.res.read_reserved += u32::from(d);
+        self.slots[i as usize].conn.send.read_depth = d;
+    }
+
+    /// A CONNECT's READ Depth (its Path ID field, spec 3.8.1) for the
+    /// connection it created or repeats, if any.
+    pub(super) fn note_peer_read_depth(
+        &mut self,
+        ip: &smoltcp::wire::IpAddress,
+        c: &wire::ConnectRepr,
+        depth: u16,
+    ) {
+        let hash = self.hash_peer(ip, c.src_conn, c.src_token);
+        let slots = &self.slots;
+        let found = self.index.find(hash, |v| {
+            let k = &slots[v as usize].conn;
+            k.remote_id == c.src_conn && k.remote_token == c.src_token && k.peer.ip == *ip
+        });
+        if let Some(i) = found {
+            self.slots[i as usize].conn.send.peer_read_depth = depth.min(255) as u8;
+        }
+    }
+
     /// Takes a free slot for a new connection and gives it its handle and id.
     fn allocate_slot(&mut self) -> Option<(u32, ConnHandle, u32)> {
         let i = self.free.pop_front(&mut self.slots, ConnSlot::free_link)?;
@@ -543,6 +579,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
         let keyed = conn.protection.key_id;
+        self.res.read_reserved = self
+            .res
+            .read_reserved
+            .saturating_sub(u32::from(conn.send.read_depth));
         self.res.keys.release(&mut conn.protection);
         conn.release_receiver(&mut self.res);
         if s.indexed {

@@ -31,6 +31,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !s.live {
             return;
         }
+        if s.conn.send.read_depth == 0 {
+            // A new connection: its READ depth before its CONNECT or
+            // ACCEPT goes out (spec 4.14.3).
+            self.reserve_read_depth(i);
+        }
+        let s = &self.slots[i as usize];
         if s.half_open && s.conn.state != ConnState::Accepting {
             self.leave_half_open(i);
         }
