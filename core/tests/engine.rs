@@ -1035,6 +1035,11 @@ fn reads_beyond_the_stated_depth_are_held_not_refused() {
             ..Impairments::default()
         };
         let mut s = setup(config, imp, seed);
+        // Each end stated 4 and heard the other's 4 (spec 3.8.1).
+        for (n, h) in [(0, s.a), (1, s.b)] {
+            let c = s.c.nodes[n].ep.connection(h).unwrap();
+            assert_eq!(c.read_depths(), (4, 4), "node {n}");
+        }
         let msgs = layout(&[(Kind::Read, 3000); 64]);
         run_workload(&mut s, &msgs, seed, Duration::from_millis(500));
         let a = s.c.nodes[0].ep.stats(s.a).unwrap();

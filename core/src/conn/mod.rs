@@ -772,6 +772,12 @@ impl<const P: usize> Connection<P> {
         self.send.state.is_some()
     }
 
+    /// The READ depths of the handshake (spec 3.8.1, 4.8.6): the one this
+    /// end stated and the one its peer stated (0: none).
+    pub fn read_depths(&self) -> (u8, u8) {
+        (self.send.read_depth, self.send.peer_read_depth)
+    }
+
     /// Work entries and receives it holds in the pools.
     pub fn queued(&self) -> (u32, u32) {
         (self.send.queue.len(), self.recv.queue.len())

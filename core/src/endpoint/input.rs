@@ -49,8 +49,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
         };
         if let Body::Connect(c) = repr.body {
+            self.rx_read_depth = repr.header.path.min(255) as u8;
             self.on_connect(now, meta, &c);
-            self.note_peer_read_depth(&meta.source.ip, &c, repr.header.path);
+            self.rx_read_depth = 0;
             return;
         }
         let dst = repr.header.dst_conn;

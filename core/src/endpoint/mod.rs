@@ -266,6 +266,9 @@ pub struct Endpoint<B: Backing, const P: usize> {
     now: Instant,
     /// The fair-share hint computed for one instant.
     hint_cache: (Instant, u32),
+    /// The READ Depth of the CONNECT being handled (its Path ID field,
+    /// spec 3.8.1), for the connection it creates.
+    rx_read_depth: u8,
     /// Where a protected payload is decrypted before it is placed.
     rx_plain: crate::crypto::Scratch,
 }
@@ -382,6 +385,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             drops: DropStats::default(),
             now: Instant::ZERO,
             hint_cache: (Instant::FAR_FUTURE, 0),
+            rx_read_depth: 0,
             rx_plain: crate::crypto::Scratch::NEW,
         }
     }
@@ -486,6 +490,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// is not reused yet, from its peer's address with its id and token, is
     /// answered with a CLOSE_REPLY of the same reason. `false`: not such a
     /// CLOSE.
+    #[cold]
+    #[inline(never)]
     pub(super) fn answer_late_close(
         &mut self,
         i: usize,
@@ -522,6 +528,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// the endpoint's READ budget (at least one per slot), so that it can
     /// always be honoured: `Config::read_jobs_limit`, or less when the
     /// budget is short, never less than 1, as every free slot keeps one.
+    #[cold]
+    #[inline(never)]
     pub(super) fn reserve_read_depth(&mut self, i: u32) {
         let cap = self.capacity() as u32;
         let budget = self.config.read_jobs_endpoint_limit.max(cap);
@@ -531,26 +539,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let limit = self.config.read_jobs_limit.clamp(1, 255);
         let d = spare.clamp(1, u32::from(limit)) as u8;
         self.res.read_reserved += u32::from(d);
-        self.slots[i as usize].conn.send.read_depth = d;
-    }
-
-    /// A CONNECT's READ Depth (its Path ID field, spec 3.8.1) for the
-    /// connection it created or repeats, if any.
-    pub(super) fn note_peer_read_depth(
-        &mut self,
-        ip: &smoltcp::wire::IpAddress,
-        c: &wire::ConnectRepr,
-        depth: u16,
-    ) {
-        let hash = self.hash_peer(ip, c.src_conn, c.src_token);
-        let slots = &self.slots;
-        let found = self.index.find(hash, |v| {
-            let k = &slots[v as usize].conn;
-            k.remote_id == c.src_conn && k.remote_token == c.src_token && k.peer.ip == *ip
-        });
-        if let Some(i) = found {
-            self.slots[i as usize].conn.send.peer_read_depth = depth.min(255) as u8;
-        }
+        let send = &mut self.slots[i as usize].conn.send;
+        send.read_depth = d;
+        // An acceptor's connection: what its CONNECT stated (an
+        // initiator's takes its ACCEPT's later).
+        send.peer_read_depth = self.rx_read_depth;
     }
 
     /// Takes a free slot for a new connection and gives it its handle and id.
