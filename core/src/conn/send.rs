@@ -92,17 +92,10 @@ impl<const P: usize> Connection<P> {
         sink: MemoryTarget,
         res: &mut Resources<B, P>,
     ) -> bool {
-        let serving = res
-            .work
-            .iter(&self.send.queue)
-            .filter(|&i| {
-                let e = res.work.get(i);
-                matches!(e.job, Job::ReadResponse { .. }) && e.started < e.packets
-            })
-            .count();
+        let serving = self.reads_in_progress(res, true);
         // Always reserved before the ACCEPT or CONNECT (at least 1).
         let depth = self.send.read_depth.max(1);
-        if serving >= usize::from(depth) {
+        if serving >= u16::from(depth) {
             res.refusals.read_jobs += 1;
             return false;
         }
@@ -124,6 +117,24 @@ impl<const P: usize> Connection<P> {
             self.send.cursor = OptIndex::some(i);
         }
         true
+    }
+
+    /// READs in progress (spec 4.8.6): with `serving`, the peer's whose
+    /// responses are not all sent yet; else ours sent and not complete
+    /// (entries not started yet come last in the queue).
+    #[inline(never)]
+    fn reads_in_progress<B: Backing>(&self, res: &Resources<B, P>, serving: bool) -> u16 {
+        let mut n = 0;
+        for i in res.work.iter(&self.send.queue) {
+            let e = res.work.get(i);
+            let counts = if serving {
+                matches!(e.job, Job::ReadResponse { .. }) && e.started < e.packets
+            } else {
+                e.is_read() && e.started > 0 && e.error.is_none() && e.read_bytes < e.len
+            };
+            n += u16::from(counts);
+        }
+        n
     }
 
     /// The first entry with packets not yet sent, advancing the cursor past
@@ -148,16 +159,8 @@ impl<const P: usize> Connection<P> {
                 0 => crate::wire::packet::DEFAULT_READ_DEPTH,
                 d => u16::from(d),
             };
-            let outstanding = res
-                .work
-                .iter(&self.send.queue)
-                .take_while(|&j| j != i)
-                .filter(|&j| {
-                    let r = res.work.get(j);
-                    r.is_read() && r.error.is_none() && r.read_bytes < r.len
-                })
-                .count();
-            if outstanding >= usize::from(depth) {
+            let outstanding = self.reads_in_progress(res, false);
+            if outstanding >= depth {
                 return None;
             }
         }
