@@ -216,7 +216,11 @@ pub(crate) fn expect_silence_raw(p: &mut Peer, bytes: &[u8]) -> Result<(), Fail>
         format!(
             "expected a silent drop, got {:?}",
             rx.iter()
-                .map(|r| r.repr.body.packet_type())
+                .map(|r| (
+                    r.repr.body.packet_type(),
+                    r.repr.header.psn,
+                    r.repr.header.flags.0
+                ))
                 .collect::<Vec<_>>()
         )
     })
