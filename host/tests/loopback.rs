@@ -121,6 +121,18 @@ fn two_processes_and_exit_codes() {
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let addr: SocketAddr = first.rsplit(' ').next().unwrap().parse().unwrap();
+    // What it offers in its handshake (spec B.7).
+    assert!(first.contains("4 paths, MTU 1024, window 4096"), "{first}");
+
+    // A window or MTU outside the wire's range: exit 2.
+    for bad in [["--window", "0"], ["--window", "65537"], ["--mtu", "100"]] {
+        let out = metaroce()
+            .args(["serve", "--bind", "127.0.0.1:0", "--once"])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+    }
 
     // Port in use: exit 3.
     let busy = metaroce()
