@@ -13,7 +13,9 @@ use metaroce_host::app::{fill_pattern, READ_ONLY_INDEX, READ_ONLY_LEN};
 use crate::peer::{Fail, Peer, RemoteRegion, Rx};
 
 mod admission;
+mod closing;
 mod conformance;
+mod read_depth;
 mod window;
 
 /// One compliance case.
@@ -215,7 +217,11 @@ pub(crate) fn expect_silence_raw(p: &mut Peer, bytes: &[u8]) -> Result<(), Fail>
         format!(
             "expected a silent drop, got {:?}",
             rx.iter()
-                .map(|r| r.repr.body.packet_type())
+                .map(|r| (
+                    r.repr.body.packet_type(),
+                    r.repr.header.psn,
+                    r.repr.header.flags.0
+                ))
                 .collect::<Vec<_>>()
         )
     })
@@ -1520,6 +1526,18 @@ pub const CASES: &[Case] = &[
         name: "header: PSN field of ACCEPT (repeated too) and ACK",
         section: "3.2.4, 3.8.1",
         run: conformance::psn_field_of_control_packets,
+        attempts: 1,
+    },
+    Case {
+        name: "READ depth: stated in the ACCEPT, that many READs at once all served, no RNR",
+        section: "3.8.1, 4.8.6, 4.14.3",
+        run: read_depth::read_depth_stated_and_served,
+        attempts: 1,
+    },
+    Case {
+        name: "close: every CLOSE answered with one CLOSE_REPLY of its reason, after release too",
+        section: "3.8.2, 4.1.1, 4.1.2",
+        run: closing::close_answered_after_close,
         attempts: 1,
     },
     Case {

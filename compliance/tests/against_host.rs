@@ -30,6 +30,7 @@ fn run_suite(pcap: &Path) {
         paths: 4,
         entropy_base: None,
         mtu: 1024,
+        window: None,
         rate_mbps: 1000,
         accept: true,
         connections: 64,
@@ -104,6 +105,10 @@ fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
                 );
                 let mut offset = String::new();
                 let mut grant = String::new();
+                let mut depth = String::new();
+                if let Body::Connect(_) | Body::Accept(_) = repr.body {
+                    depth = h.path.to_string();
+                }
                 match repr.body {
                     Body::Ack(a) => {
                         cum = a.cumulative.to_string();
@@ -124,7 +129,7 @@ fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
                     _ => {}
                 }
                 rows.push(format!(
-                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{offset}\t{sack}\t{reason}\t{nak_psn}\t{grant}\t1",
+                    "{n}\t{t}\t{}\t{}\t{:#06x}\t{cum}\t{hint}\t{offset}\t{sack}\t{reason}\t{nak_psn}\t{grant}\t{depth}\t1",
                     h.psn, h.path, h.flags.0
                 ));
             }
@@ -168,6 +173,7 @@ fn tshark_rows(pcap: &Path) -> Result<Vec<String>, String> {
         ])
         .args(["-e", "metaroce.ack.sack_bits", "-e", "metaroce.nak.reason"])
         .args(["-e", "metaroce.nak.psn", "-e", "metaroce.accept.rate_grant"])
+        .args(["-e", "metaroce.read_depth"])
         .args(["-e", "metaroce.crc_ok"])
         .output()
         .map_err(|e| format!("cannot run tshark: {e}"))?;

@@ -363,6 +363,19 @@ def valid_cases():
              window=256, reply_port=4795, initial_psn=0x00ABCDEF,
              timer_profile="Emulation", suite="None", key_id=0,
              cookie=bytes(range(0x10, 0x30))))
+    add("connect_read_depth", "CONNECT stating a READ Depth of 16 in its Path ID field "
+        "(spec 3.8.1: the READs its sender serves at once; 0 = not stated)",
+        dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0x00012345, path=16),
+             src_conn=0x00005678, src_token=0x5566778899AABBCC, mtu=1024, max_paths=4,
+             window=4096, reply_port=0, initial_psn=0x00012345,
+             timer_profile="Emulation", suite="None", key_id=0, cookie=bytes(32)))
+    add("accept_read_depth_max", "ACCEPT stating the largest READ Depth (65535) in its "
+        "Path ID field (spec 3.8.1)",
+        dict(type="ACCEPT", **hdr(dst_conn=0x00005678, token=0x5566778899AABBCC, psn=0x00FEDCBA,
+                                  path=0xFFFF),
+             src_conn=0x0000009D, src_token=0x5152535455565758, mtu=1024, max_paths=4,
+             window=4096, reply_port=0, initial_psn=0x00FEDCBA,
+             timer_profile="Emulation", suite="None", key_id=0, cookie=bytes(32)))
     add("accept", "ACCEPT answering a CONNECT with negotiated values",
         dict(type="ACCEPT", **hdr(dst_conn=0x00000042, token=0x8877665544332211, psn=0x10000000,
                                   path=0),

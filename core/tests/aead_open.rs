@@ -43,13 +43,19 @@ pub struct Outcome {
     pub too_old: u64,
     pub wrong_key_id: u64,
     pub oversized: u64,
+    pub iv_out_of_range: u64,
     /// Of the refused: tampered, truncated or noise packets.
     pub hostile_refused: u64,
 }
 
 impl Outcome {
     fn refused(&self) -> u64 {
-        self.auth_failed + self.replayed + self.too_old + self.wrong_key_id + self.oversized
+        self.auth_failed
+            + self.replayed
+            + self.too_old
+            + self.wrong_key_id
+            + self.oversized
+            + self.iv_out_of_range
     }
 }
 
@@ -160,6 +166,7 @@ impl Receiver {
                     OpenError::Replay(Replay::TooOld) => o.too_old += 1,
                     OpenError::Auth => o.auth_failed += 1,
                     OpenError::Oversized => o.oversized += 1,
+                    OpenError::IvOutOfRange => o.iv_out_of_range += 1,
                 }
                 assert!(
                     self.out.iter().all(|&b| b == 0xee),
@@ -323,6 +330,7 @@ fn the_open_path_refuses_and_counts_everything_but_valid_packets_once() {
         total.too_old += o.too_old;
         total.wrong_key_id += o.wrong_key_id;
         total.oversized += o.oversized;
+        total.iv_out_of_range += o.iv_out_of_range;
         total.hostile_refused += o.hostile_refused;
     }
     eprintln!("{total:?}");

@@ -180,9 +180,9 @@ fn examples() -> Vec<Example> {
         },
         Example {
             title: "A.4 CONNECT",
-            text: "A first CONNECT (no cookie yet): an offer of MTU 4096, 16 paths, window 256, Reply Port 0 (the initiator receives on the port it sends the CONNECT to), data-centre timers, no packet protection; Destination Connection ID and Connection Token are 0, the PSN field holds the Initial PSN (3.2.4, 3.8.1).",
+            text: "A first CONNECT (no cookie yet): an offer of MTU 4096, 16 paths, window 256, Reply Port 0 (the initiator receives on the port it sends the CONNECT to), data-centre timers, no packet protection, and the initiator serves 16 of the acceptor's READs at once (READ Depth, in the Path ID field); Destination Connection ID and Connection Token are 0, the PSN field holds the Initial PSN (3.2.4, 3.8.1).",
             repr: Repr {
-                header: header(Flags::NONE, 0, 0, 0x1000, 0, 1),
+                header: header(Flags::NONE, 0, 0, 0x1000, 16, 1),
                 body: Body::Connect(ConnectRepr {
                     src_conn: 0x5678,
                     src_token: 0xfedc_ba98_7654_3210,
@@ -338,6 +338,7 @@ fn render() -> String {
             let name = match (name, &ex.repr.body) {
                 ("PSN", Body::Connect(_) | Body::Accept(_)) => "PSN (the Initial PSN, 3.2.4)",
                 ("PSN", Body::Retry(_)) => "PSN (0, 3.2.4)",
+                ("Path ID", Body::Connect(_) | Body::Accept(_)) => "Path ID: READ Depth (3.8.1)",
                 ("PSN", b) if !b.packet_type().is_reliable() => "PSN (the next PSN, 3.2.4)",
                 _ => name,
             };

@@ -1018,3 +1018,33 @@ fn failed_connections_are_reported_and_their_released_slots_reused() {
     }
     assert_eq!(failed, 12);
 }
+
+/// Spec 4.8.6: the requester keeps to the READ depth the responder stated
+/// (here 4): 64 READs posted at once are held beyond it and sent as others
+/// complete, so the responder never refuses one with RECEIVER_NOT_READY,
+/// with and without loss.
+#[test]
+fn reads_beyond_the_stated_depth_are_held_not_refused() {
+    for (seed, loss) in [(31, 0.0), (32, 0.1)] {
+        let config = Config {
+            read_jobs_limit: 4,
+            ..small_mtu()
+        };
+        let imp = Impairments {
+            loss,
+            ..Impairments::default()
+        };
+        let mut s = setup(config, imp, seed);
+        // Each end stated 4 and heard the other's 4 (spec 3.8.1).
+        for (n, h) in [(0, s.a), (1, s.b)] {
+            let c = s.c.nodes[n].ep.connection(h).unwrap();
+            assert_eq!(c.read_depths(), (4, 4), "node {n}");
+        }
+        let msgs = layout(&[(Kind::Read, 3000); 64]);
+        run_workload(&mut s, &msgs, seed, Duration::from_millis(500));
+        let a = s.c.nodes[0].ep.stats(s.a).unwrap();
+        assert_eq!(a.rnr_naks_received, 0, "loss {loss}: {a:?}");
+        assert_eq!(s.c.nodes[1].ep.pool_refusals().read_jobs, 0);
+        close_both(&mut s);
+    }
+}

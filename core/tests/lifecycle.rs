@@ -590,3 +590,106 @@ fn an_idle_16_path_connection_fits_512_bytes() {
         f.index_share
     );
 }
+
+/// Spec 4.1.2: a closed connection answers every later CLOSE of its peer
+/// with a CLOSE_REPLY of that CLOSE's reason, also once the application
+/// released it (as `metaroce serve` does at once after a normal close),
+/// until its slot is reused; a CLOSE_REPLY, a wrong token or another
+/// source draws nothing.
+#[test]
+fn a_released_connection_answers_a_late_close_until_its_slot_is_reused() {
+    /// Hands `bytes` to B and returns what B sends back at once, parsed.
+    fn to_b(d: &mut Direct, bytes: &[u8], source: Ipv4Address) -> Vec<wire::Repr> {
+        to_b_raw(d, bytes, source)
+            .iter()
+            .map(|b| wire::parse(b).unwrap().0)
+            .collect()
+    }
+    fn to_b_raw(d: &mut Direct, bytes: &[u8], source: Ipv4Address) -> Vec<Vec<u8>> {
+        let m = RxMeta {
+            source: addr(source),
+            ce: false,
+        };
+        d.b.handle_packet(d.now, &m, bytes, &mut NoMemory);
+        let mut out = Vec::new();
+        while let Some(t) = d.b.poll_transmit(d.now, &mut d.buf) {
+            let len = metaroce_core::finish_packet(&t, &mut d.buf, &mut NoMemory);
+            out.push(d.buf[..len].to_vec());
+        }
+        out
+    }
+    let mut d = Direct::new(4, 1);
+    let h = d.a.connect(d.now, addr(B_IP), 0).unwrap();
+    let (_, eb) = d.settle();
+    let hb = eb
+        .iter()
+        .find_map(|e| match e {
+            Event::Incoming { conn, .. } => Some(*conn),
+            _ => None,
+        })
+        .unwrap();
+    d.a.close(d.now, h).unwrap();
+    let t = d.a.poll_transmit(d.now, &mut d.buf).expect("A's CLOSE");
+    let len = metaroce_core::finish_packet(&t, &mut d.buf, &mut NoMemory);
+    let close = d.buf[..len].to_vec();
+    let reply = to_b_raw(&mut d, &close, A_IP);
+    assert_eq!(reply.len(), 1, "{reply:?}");
+    let first = wire::parse(&reply[0]).unwrap().0;
+    let m = RxMeta {
+        source: addr(B_IP),
+        ce: false,
+    };
+    d.a.handle_packet(d.now, &m, &reply[0], &mut NoMemory);
+    assert!(first.header.flags.contains(wire::Flags::CLOSE_REPLY));
+    let (_, eb) = d.settle();
+    assert!(eb
+        .iter()
+        .any(|e| matches!(e, Event::Closed { conn, .. } if *conn == hb)));
+    d.b.release(hb).unwrap();
+    d.settle();
+    assert_eq!(d.b.live_connections(), 0);
+
+    // Repeated after the release: answered, same id, token and reason.
+    let dropped = d.b.drops().unknown_connection;
+    for _ in 0..2 {
+        let again = to_b(&mut d, &close, A_IP);
+        assert_eq!(again.len(), 1, "{again:?}");
+        let r = again[0];
+        assert_eq!(r.header.flags, wire::Flags::CLOSE_REPLY);
+        assert_eq!(
+            (r.header.dst_conn, r.header.token),
+            (first.header.dst_conn, first.header.token)
+        );
+        assert_eq!(r.body, first.body);
+    }
+    // Another reason is repeated as it came.
+    let (mut other, _) = wire::parse(&close).unwrap();
+    other.body = wire::Body::Close(wire::CloseRepr {
+        reason: wire::CloseReason::IdleTimeout,
+    });
+    let mut bytes = vec![0; other.buffer_len()];
+    other.emit(&mut bytes, &[]);
+    let r = to_b(&mut d, &bytes, A_IP);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].body, other.body);
+    // A CLOSE_REPLY, a wrong token, another source: nothing, counted.
+    let (mut x, _) = wire::parse(&close).unwrap();
+    x.header.flags = wire::Flags::CLOSE_REPLY;
+    let mut bytes = vec![0; x.buffer_len()];
+    x.emit(&mut bytes, &[]);
+    assert!(to_b(&mut d, &bytes, A_IP).is_empty());
+    let (mut x, _) = wire::parse(&close).unwrap();
+    x.header.token ^= 1;
+    x.emit(&mut bytes, &[]);
+    assert!(to_b(&mut d, &bytes, A_IP).is_empty());
+    assert!(to_b(&mut d, &close, Ipv4Address::new(10, 0, 0, 9)).is_empty());
+    assert_eq!(d.b.drops().unknown_connection, dropped + 3);
+
+    // The slot taken by a new connection: the old id names nothing.
+    d.a.release(h).unwrap();
+    let h2 = d.a.connect(d.now, addr(B_IP), 0).unwrap();
+    let (ea, _) = d.settle();
+    assert!(ea.contains(&Event::Connected(h2)), "{ea:?}");
+    assert!(to_b(&mut d, &close, A_IP).is_empty());
+    assert_eq!(d.b.drops().unknown_connection, dropped + 4);
+}

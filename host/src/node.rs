@@ -54,6 +54,9 @@ pub struct NodeConfig {
     pub entropy_base: Option<u16>,
     /// Largest payload per packet.
     pub mtu: u16,
+    /// Window offered, in PSNs (1 to 65,536, spec 4.4); `None`: the
+    /// emulation profile's 4,096.
+    pub window: Option<u32>,
     /// Sending rate cap and starting rate, Mbit/s.
     pub rate_mbps: u32,
     /// Accept incoming connections (each in a protection domain of its own).
@@ -96,6 +99,7 @@ impl NodeConfig {
             accept_domain: AcceptDomain::PerConnection,
             mtu: self.mtu,
             paths: self.paths,
+            window: self.window.unwrap_or(base.window),
             link_rate_mbps: self.rate_mbps,
             entropy_base,
             entropy_span,
@@ -115,6 +119,13 @@ impl NodeConfig {
             // RECEIVER_NOT_READY_EXCEEDED). A local choice, as an
             // InfiniBand QP's rnr_retry (spec 4.7.3).
             rnr_retry_limit: HOST_RNR_RETRIES,
+            // Every connection can state the full READ depth (spec 4.8.6,
+            // 4.14.3): the budget is reserved per connection, and a host
+            // has the memory for it (the work pool grows to match).
+            read_jobs_endpoint_limit: base.read_jobs_endpoint_limit.max(
+                self.connections
+                    .saturating_mul(u32::from(base.read_jobs_limit)),
+            ),
             protection: self
                 .protection
                 .as_ref()
@@ -350,6 +361,20 @@ impl<M: DmaCopy> Node<M> {
                 config.paths
             )));
         }
+        // The wire ranges of the handshake (spec 3.8.1).
+        if !(256..=9000).contains(&config.mtu) {
+            return Err(HostError::Usage(format!(
+                "--mtu must be 256..=9000, got {}",
+                config.mtu
+            )));
+        }
+        let window = config.window.unwrap_or(1);
+        if !(1..=metaroce_core::config::MAX_WINDOW).contains(&window) {
+            return Err(HostError::Usage(format!(
+                "--window must be 1..={}, got {window}",
+                metaroce_core::config::MAX_WINDOW
+            )));
+        }
         // Twice the paths: a path whose entropy is re-drawn finds a fresh
         // port without colliding with the others.
         let span = config.paths * 2;
@@ -379,6 +404,10 @@ impl<M: DmaCopy> Node<M> {
             }
         };
         let mut layout = Layout::for_connections(config.connections);
+        // READs within their stated depths find a work entry (spec 4.14.3).
+        layout.work_entries = layout
+            .work_entries
+            .saturating_add(core.read_jobs_endpoint_limit);
         layout.recv_entries = layout.recv_entries.max(
             config
                 .connections

@@ -22,6 +22,7 @@ fn config(bind: &str, accept: bool, seed: u64) -> NodeConfig {
         paths: 4,
         entropy_base: None,
         mtu: 1024,
+        window: None,
         rate_mbps: 1000,
         accept,
         connections: 64,
@@ -120,6 +121,18 @@ fn two_processes_and_exit_codes() {
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let addr: SocketAddr = first.rsplit(' ').next().unwrap().parse().unwrap();
+    // What it offers in its handshake (spec B.7).
+    assert!(first.contains("4 paths, MTU 1024, window 4096"), "{first}");
+
+    // A window or MTU outside the wire's range: exit 2.
+    for bad in [["--window", "0"], ["--window", "65537"], ["--mtu", "100"]] {
+        let out = metaroce()
+            .args(["serve", "--bind", "127.0.0.1:0", "--once"])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+    }
 
     // Port in use: exit 3.
     let busy = metaroce()
@@ -328,4 +341,56 @@ fn protected_processes_show_the_suite() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server writes a READ region's pattern a few slots per loop turn
+/// (here 1 MiB slots, four a turn): no turn takes the whole region's time,
+/// so the engine keeps taking datagrams meanwhile.
+#[test]
+fn a_read_region_is_filled_a_few_slots_per_turn() {
+    const SIZE: u32 = 1 << 20;
+    let server_node = Node::bind(&config("127.0.0.1:0", true, 5)).expect("bind server");
+    let server_addr = server_node.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let server = thread::spawn(move || {
+        let mut s = Server::new(server_node);
+        let mut longest = Duration::ZERO;
+        while s.finished.is_empty() && !stop2.load(Ordering::Relaxed) {
+            let t = std::time::Instant::now();
+            s.turn(Duration::from_millis(20)).unwrap();
+            longest = longest.max(t.elapsed());
+        }
+        longest
+    });
+    let mut client = Node::bind(&config("127.0.0.1:0", false, 6)).expect("bind client");
+    let summary = run_client(
+        &mut client,
+        &ClientOptions {
+            peer: server_addr,
+            op: Operation::Read,
+            size: SIZE,
+            count: Some(2),
+            duration: None,
+            stall_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            seed: 43,
+        },
+        |_| {},
+    );
+    stop.store(true, Ordering::Relaxed);
+    let longest = server.join().unwrap();
+    let summary = summary.expect("client run");
+    assert!(summary.integrity_ok, "{summary:?}");
+    // What filling the whole region (64 slots) at once takes, measured.
+    let mut region = vec![0u8; 64 * SIZE as usize];
+    let t = std::time::Instant::now();
+    for (j, slot) in region.chunks_mut(SIZE as usize).enumerate() {
+        metaroce_host::app::fill_pattern(43, j as u64, slot);
+    }
+    let whole = t.elapsed();
+    assert!(
+        longest < whole / 3,
+        "a server turn took {longest:?}, the whole region's fill {whole:?}"
+    );
 }

@@ -30,6 +30,7 @@ fn config(accept: bool, connections: u32, seed: u64) -> NodeConfig {
         paths: 4,
         entropy_base: None,
         mtu: 1024,
+        window: None,
         rate_mbps: 1000,
         accept,
         connections,

@@ -54,6 +54,9 @@ local f = {
     token = ProtoField.uint64("metaroce.token", "Connection Token", base.HEX),
     psn = ProtoField.uint32("metaroce.psn", "PSN", base.DEC),
     path = ProtoField.uint16("metaroce.path", "Path ID", base.DEC),
+    -- CONNECT and ACCEPT carry the sender's READ Depth in the Path ID
+    -- field (3.8.1): 0 = not stated.
+    read_depth = ProtoField.uint16("metaroce.read_depth", "READ Depth", base.DEC),
     payload_len = ProtoField.uint16("metaroce.payload_len", "Payload Length", base.DEC),
     timestamp = ProtoField.uint32("metaroce.timestamp", "Timestamp (ns mod 2^32)", base.DEC),
     -- Data packets (3.4).
@@ -311,7 +314,15 @@ function metaroce.dissector(tvb, pinfo, tree)
     if meaning then
         psn_item:append_text(" (" .. meaning .. ", informational, 3.2.4)")
     end
-    t:add(f.path, tvb(20, 2))
+    local is_handshake = ty == 0x20 or ty == 0x21
+    local path_item = t:add(f.path, tvb(20, 2))
+    if is_handshake then
+        path_item:append_text(" (READ Depth in CONNECT and ACCEPT, 3.8.1)")
+        local d = t:add(f.read_depth, tvb(20, 2))
+        if tvb(20, 2):uint() == 0 then
+            d:append_text(" (not stated: 16 assumed)")
+        end
+    end
     t:add(f.payload_len, tvb(22, 2))
     t:add(f.timestamp, tvb(24, 4))
     local name = types[ty] or string.format("UNKNOWN(0x%02x)", ty)
@@ -321,8 +332,8 @@ function metaroce.dissector(tvb, pinfo, tree)
     elseif meaning == "Initial PSN" then
         psn_label = "initial_psn"
     end
-    local info = string.format("%s %s=%d path=%d", name, psn_label, tvb(16, 4):uint(),
-        tvb(20, 2):uint())
+    local info = string.format("%s %s=%d %s=%d", name, psn_label, tvb(16, 4):uint(),
+        is_handshake and "read_depth" or "path", tvb(20, 2):uint())
     local el = ext_len[ty]
     local plen = tvb(22, 2):uint()
     local prot = protection_len(tvb(2, 2):uint())

@@ -263,10 +263,10 @@ impl<const P: usize> Connection<P> {
     ) {
         let reply = flags.contains(Flags::CLOSE_REPLY);
         if !reply {
+            // The reply repeats the reason of the CLOSE it answers (spec
+            // 3.8.2), in Closed too.
             self.pending.set(Pending::CLOSE_REPLY);
-            if self.state != ConnState::Closed {
-                self.close_reason = reason;
-            }
+            self.close_reason = reason;
         }
         if self.state == ConnState::Closed {
             return;
@@ -393,13 +393,16 @@ impl<const P: usize> Connection<P> {
             let mut h = self.header(now, initial, 0, Flags::NONE);
             h.dst_conn = 0;
             h.token = 0;
+            // The READ depth rides in the Path ID (spec 3.8.1).
+            h.path = u16::from(self.send.read_depth);
             let c = ConnectRepr {
                 cookie: self.retry_cookie(res),
                 ..self.connect_repr(config)
             };
             (Pending::CONNECT, h, Body::Connect(c))
         } else if pending.has(Pending::ACCEPT) {
-            let h = self.header(now, initial, 0, Flags::NONE);
+            let mut h = self.header(now, initial, 0, Flags::NONE);
+            h.path = u16::from(self.send.read_depth);
             let mut a = self.connect_repr(config);
             if crate::config::GRANTS {
                 a.set_rate_grant_mbps(grant_mbps);

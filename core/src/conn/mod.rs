@@ -299,6 +299,9 @@ pub struct Resources<B: Backing, const P: usize> {
     pub(crate) rng: Rng,
     /// READ-response jobs in use, endpoint-wide.
     pub(crate) read_jobs: u32,
+    /// The READ depths the live connections stated (spec 4.14.3), each
+    /// reserved from `Config::read_jobs_endpoint_limit`.
+    pub(crate) read_reserved: u32,
     /// Sender states given back since the endpoint last woke connections
     /// starved of one (each wakes a few).
     pub(crate) senders_returned: u32,
@@ -399,6 +402,13 @@ pub(crate) struct SendSide {
     /// A pool (sender states or in-flight records) refused it: the endpoint
     /// wakes it when something is given back.
     pub starved: bool,
+    /// The peer's READ_REQUESTs this end serves at once, as its CONNECT or
+    /// ACCEPT states (spec 3.8.1, 4.8.6); reserved from the endpoint's
+    /// budget, 0 until then. At most 255 (a byte of connection state).
+    pub read_depth: u8,
+    /// The READ depth the peer stated, at most 255 taken; 0: none stated
+    /// ([`crate::wire::packet::DEFAULT_READ_DEPTH`]).
+    pub peer_read_depth: u8,
     /// `Some` until it held a sender state (the receiver's echo counters of
     /// earlier bursts are unknown to a later one), with the ACCEPT's Rate
     /// Grant in Mbit/s (0: none), the first sender state's share and first
@@ -534,6 +544,8 @@ impl<const P: usize> Connection<P> {
             state: OptIndex::NONE,
             rtt: RttEstimator::seeded(0, 0),
             read_jobs: 0,
+            read_depth: 0,
+            peer_read_depth: 0,
             user_jobs: 0,
             starved: false,
             first_sender: Some(0),
@@ -760,6 +772,12 @@ impl<const P: usize> Connection<P> {
         self.send.state.is_some()
     }
 
+    /// The READ depths of the handshake (spec 3.8.1, 4.8.6): the one this
+    /// end stated and the one its peer stated (0: none).
+    pub fn read_depths(&self) -> (u8, u8) {
+        (self.send.read_depth, self.send.peer_read_depth)
+    }
+
     /// Work entries and receives it holds in the pools.
     pub fn queued(&self) -> (u32, u32) {
         (self.send.queue.len(), self.recv.queue.len())
@@ -814,13 +832,15 @@ impl<const P: usize> Connection<P> {
                         self.peer.port = a.reply_port;
                     }
                     self.adopt_peer(a, config, &mut res.rng);
+                    // Its READ depth rides in the Path ID (spec 3.8.1).
+                    self.send.peer_read_depth = repr.header.path.min(255) as u8;
                     if crate::config::GRANTS {
                         self.send.first_sender = Some(a.rate_grant_mbps());
                     }
                     // Confirm at once so the acceptor is established even if
                     // we have no data to send, and repeat the confirmation
                     // on the handshake timer until the acceptor is heard
-                    // from (spec 4.2 step 4).
+                    // from (spec 4.2 step 5).
                     self.pending.set(Pending::KEEPALIVE);
                     self.establish();
                     self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);

@@ -102,7 +102,7 @@ impl<const P: usize> Connection<P> {
             res.refusals.reorder_words += 1;
             return ReliableOutcome::Dropped;
         }
-        if let Err(reason) = self.place(repr, payload, res, mem, config) {
+        if let Err(reason) = self.place(repr, payload, res, mem) {
             self.queue_nak(h.path, h.psn, reason, res);
             res.rx_refusals.count_nak(reason);
             if reason.is_fatal() {
@@ -182,7 +182,6 @@ impl<const P: usize> Connection<P> {
         payload: &[u8],
         res: &mut Resources<B, P>,
         mem: &mut impl Memory,
-        config: &Config,
     ) -> Result<(), NakReason> {
         // Spec 3.7: a payload above the negotiated MTU is a protocol error.
         if payload.len() > usize::from(self.params.mtu) {
@@ -223,7 +222,7 @@ impl<const P: usize> Connection<P> {
                     u64::from(r.len),
                     Access::REMOTE_READ,
                 )?;
-                if !self.queue_read_response(r.msg_id, r.len, r.source.addr, r.sink, res, config) {
+                if !self.queue_read_response(r.msg_id, r.len, r.source.addr, r.sink, res) {
                     return Err(NakReason::ReceiverNotReady);
                 }
             }

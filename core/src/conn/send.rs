@@ -79,9 +79,11 @@ impl<const P: usize> Connection<P> {
         Ok(())
     }
 
-    /// Queues the answer to a peer's READ_REQUEST; `false` when its budget
-    /// or the pool is exhausted (the request is then refused with
-    /// RECEIVER_NOT_READY and retried by the peer).
+    /// Queues the answer to a peer's READ_REQUEST; `false` when the READ
+    /// depth this end stated is used up (only a peer that exceeds it meets
+    /// that) or the work pool is empty: the request is then refused with
+    /// RECEIVER_NOT_READY and retried by the peer. A READ counts against
+    /// the depth until its responses have all been sent once (spec 4.8.6).
     pub(crate) fn queue_read_response<B: Backing>(
         &mut self,
         msg_id: u32,
@@ -89,11 +91,11 @@ impl<const P: usize> Connection<P> {
         source: u64,
         sink: MemoryTarget,
         res: &mut Resources<B, P>,
-        config: &Config,
     ) -> bool {
-        if self.send.read_jobs >= config.read_jobs_limit
-            || res.read_jobs >= config.read_jobs_endpoint_limit
-        {
+        let serving = self.reads_in_progress(res, true);
+        // Always reserved before the ACCEPT or CONNECT (at least 1).
+        let depth = self.send.read_depth.max(1);
+        if serving >= u16::from(depth) {
             res.refusals.read_jobs += 1;
             return false;
         }
@@ -117,6 +119,24 @@ impl<const P: usize> Connection<P> {
         true
     }
 
+    /// READs in progress (spec 4.8.6): with `serving`, the peer's whose
+    /// responses are not all sent yet; else ours sent and not complete
+    /// (entries not started yet come last in the queue).
+    #[inline(never)]
+    fn reads_in_progress<B: Backing>(&self, res: &Resources<B, P>, serving: bool) -> u16 {
+        let mut n = 0;
+        for i in res.work.iter(&self.send.queue) {
+            let e = res.work.get(i);
+            let counts = if serving {
+                matches!(e.job, Job::ReadResponse { .. }) && e.started < e.packets
+            } else {
+                e.is_read() && e.started > 0 && e.error.is_none() && e.read_bytes < e.len
+            };
+            n += u16::from(counts);
+        }
+        n
+    }
+
     /// The first entry with packets not yet sent, advancing the cursor past
     /// entries that are fully started or failed (amortised O(1)).
     pub(crate) fn first_unsent<B: Backing>(&mut self, res: &Resources<B, P>) -> Option<u32> {
@@ -129,6 +149,21 @@ impl<const P: usize> Connection<P> {
             at = res.work.next_of(i);
         }
         self.send.cursor = at.into();
+        // Spec 4.8.6: a READ waits, and the entries after it, while the
+        // peer's stated READ depth is taken by READs outstanding (sent,
+        // responses not all placed).
+        let i = at?;
+        let e = res.work.get(i);
+        if e.is_read() && e.started == 0 {
+            let depth = match self.send.peer_read_depth {
+                0 => crate::wire::packet::DEFAULT_READ_DEPTH,
+                d => u16::from(d),
+            };
+            let outstanding = self.reads_in_progress(res, false);
+            if outstanding >= depth {
+                return None;
+            }
+        }
         at
     }
 

@@ -50,7 +50,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
         };
         if let Body::Connect(c) = repr.body {
+            self.rx_read_depth = repr.header.path.min(255) as u8;
             self.on_connect(now, meta, &c);
+            self.rx_read_depth = 0;
             return;
         }
         let dst = repr.header.dst_conn;
@@ -60,7 +62,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             .get(i)
             .is_some_and(|s| s.live && !s.released && s.conn.local_id == dst);
         if !known {
-            self.drops.unknown_connection += 1;
+            if !self.answer_late_close(i, &repr.header, &repr.body, &meta.source.ip) {
+                self.drops.unknown_connection += 1;
+            }
             return;
         }
         let config = &self.config;
@@ -386,6 +390,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         match body {
             StatelessBody::Retry(_) => self.drops.retries_sent += 1,
             StatelessBody::Close(_) => self.drops.rejects_sent += 1,
+            StatelessBody::CloseReply(_) => {}
         }
     }
 

@@ -210,6 +210,8 @@ enum StatelessBody {
     Close(CloseReason),
     /// RETRY with a cookie: prove the address first (spec 4.2).
     Retry([u8; wire::COOKIE_LEN]),
+    /// CLOSE with CLOSE_REPLY from a released connection (spec 4.1.2).
+    CloseReply(CloseReason),
 }
 
 /// A reply sent without connection state (to a CONNECT), addressed by the
@@ -267,6 +269,9 @@ pub struct Endpoint<B: Backing, const P: usize> {
     now: Instant,
     /// The fair-share hint computed for one instant.
     hint_cache: (Instant, u32),
+    /// The READ Depth of the CONNECT being handled (its Path ID field,
+    /// spec 3.8.1), for the connection it creates.
+    rx_read_depth: u8,
     /// Where a protected payload is decrypted before it is placed.
     rx_plain: crate::crypto::Scratch,
 }
@@ -356,6 +361,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 regions: RegionTable::new(regions),
                 rng,
                 read_jobs: 0,
+                read_reserved: 0,
                 senders_returned: 0,
                 refusals: PoolRefusals::default(),
                 rx_refusals: crate::stats::RefusalStats::default(),
@@ -383,6 +389,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             drops: DropStats::default(),
             now: Instant::ZERO,
             hint_cache: (Instant::FAR_FUTURE, 0),
+            rx_read_depth: 0,
             rx_plain: crate::crypto::Scratch::NEW,
         }
     }
@@ -500,6 +507,66 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         hash_with(self.hash_key, ip, id, token)
     }
 
+    /// Spec 4.1.2: a CLOSE (no flags) to a released connection, whose slot
+    /// is not reused yet, from its peer's address with its id and token, is
+    /// answered with a CLOSE_REPLY of the same reason. `false`: not such a
+    /// CLOSE.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn answer_late_close(
+        &mut self,
+        i: usize,
+        h: &wire::Header,
+        body: &wire::Body,
+        ip: &smoltcp::wire::IpAddress,
+    ) -> bool {
+        let (Some(s), wire::Body::Close(c)) = (self.slots.get(i), body) else {
+            return false;
+        };
+        let conn = &s.conn;
+        if h.flags != wire::Flags::NONE
+            || conn.remote_id == 0
+            || conn.local_id != h.dst_conn
+            || conn.local_token != h.token
+            || conn.peer.ip != *ip
+            || conn.protection.key_id != 0
+        {
+            return false;
+        }
+        let reply = StatelessReply {
+            peer: conn.peer,
+            dst_conn: conn.remote_id,
+            token: conn.remote_token,
+            body: StatelessBody::CloseReply(c.reason),
+        };
+        if self.stateless.push_back(reply).is_err() {
+            self.drops.replies_dropped += 1;
+        }
+        true
+    }
+
+    /// Spec 4.14.3: the READ depth connection `i` states, reserved from
+    /// the endpoint's READ budget (at least one per slot), so that it can
+    /// always be honoured: `Config::read_jobs_limit`, or less when the
+    /// budget is short, never less than 1, as every free slot keeps one.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn reserve_read_depth(&mut self, i: u32) {
+        let cap = self.capacity() as u32;
+        let budget = self.config.read_jobs_endpoint_limit.max(cap);
+        let spare = budget
+            .saturating_sub(self.res.read_reserved)
+            .saturating_sub(cap.saturating_sub(self.live));
+        let limit = self.config.read_jobs_limit.clamp(1, 255);
+        let d = spare.clamp(1, u32::from(limit)) as u8;
+        self.res.read_reserved += u32::from(d);
+        let send = &mut self.slots[i as usize].conn.send;
+        send.read_depth = d;
+        // An acceptor's connection: what its CONNECT stated (an
+        // initiator's takes its ACCEPT's later).
+        send.peer_read_depth = self.rx_read_depth;
+    }
+
     /// Takes a free slot for a new connection and gives it its handle and id.
     fn allocate_slot(&mut self) -> Option<(u32, ConnHandle, u32)> {
         let i = self.free.pop_front(&mut self.slots, ConnSlot::free_link)?;
@@ -529,6 +596,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         conn.drop_cookie(&mut self.res);
         conn.discard_work(&mut self.res);
         conn.release_sender(&mut self.res);
+        let keyed = conn.protection.key_id;
+        self.res.read_reserved = self
+            .res
+            .read_reserved
+            .saturating_sub(u32::from(conn.send.read_depth));
         self.res.keys.release(&mut conn.protection);
         conn.release_receiver(&mut self.res);
         if s.has(table::INDEXED) {
@@ -549,12 +621,24 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 .remove(&mut self.slots, i, ConnSlot::active_link);
         }
         let s = &mut self.slots[i as usize];
-        let local_id = s.conn.local_id;
+        let c = &s.conn;
+        // Kept so the next incarnation's id differs from this one, and,
+        // unless keyed, what answers a late CLOSE until the slot is reused
+        // (spec 4.1.2; a keyed one could not seal the answer).
+        let kept = (
+            c.local_id,
+            c.local_token,
+            c.remote_id,
+            c.remote_token,
+            c.peer,
+        );
         s.live = false;
         s.released = false;
         s.conn = Connection::VACANT;
-        // Kept so the next incarnation's id differs from this one.
-        s.conn.local_id = local_id;
+        (s.conn.local_id, s.conn.local_token) = (kept.0, kept.1);
+        if keyed == 0 {
+            (s.conn.remote_id, s.conn.remote_token, s.conn.peer) = (kept.2, kept.3, kept.4);
+        }
         self.live -= 1;
         self.free.push_back(&mut self.slots, i, ConnSlot::free_link);
     }

@@ -31,6 +31,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !s.live {
             return;
         }
+        if s.conn.send.read_depth == 0 {
+            // A new connection: its READ depth before its CONNECT or
+            // ACCEPT goes out (spec 4.14.3).
+            self.reserve_read_depth(i);
+        }
+        let s = &self.slots[i as usize];
         if s.half_open && s.conn.state != ConnState::Accepting {
             self.leave_half_open(i);
         }
@@ -192,7 +198,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if let Some(r) = self.stateless.pop_front() {
             let repr = Repr {
                 header: Header {
-                    flags: Flags::NONE,
+                    flags: match r.body {
+                        StatelessBody::CloseReply(_) => Flags::CLOSE_REPLY,
+                        _ => Flags::NONE,
+                    },
                     dst_conn: r.dst_conn,
                     token: r.token,
                     psn: 0,
@@ -200,7 +209,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                     timestamp: now.wire_timestamp(),
                 },
                 body: match r.body {
-                    StatelessBody::Close(reason) => Body::Close(CloseRepr { reason }),
+                    StatelessBody::Close(reason) | StatelessBody::CloseReply(reason) => {
+                        Body::Close(CloseRepr { reason })
+                    }
                     StatelessBody::Retry(cookie) => Body::Retry(RetryRepr { cookie }),
                 },
                 payload_len: 0,

@@ -132,6 +132,11 @@ pub const MAX_PATHS_WIRE: u16 = 256;
 /// Largest window (PSNs in flight beyond the cumulative ACK) a CONNECT
 /// or ACCEPT may carry.
 pub const MAX_WINDOW_WIRE: u32 = 65_536;
+/// The READ depth a peer assumes when a CONNECT or ACCEPT states none
+/// (READ Depth 0 in its Path ID field, as every earlier endpoint sent; spec
+/// 3.8.1): the reference endpoint's per-connection READ budget before the
+/// depth was stated.
+pub const DEFAULT_READ_DEPTH: u16 = 16;
 /// Length of a handshake cookie (spec 3.8.4), opaque to the initiator.
 pub const COOKIE_LEN: usize = 32;
 

@@ -338,6 +338,7 @@ impl UdpBackend {
             paths: settings.paths,
             entropy_base,
             mtu: settings.mtu,
+            window: None,
             rate_mbps: settings.rate_mbps,
             accept: true,
             connections: CONNECTIONS,

@@ -120,6 +120,10 @@ struct Common {
     /// Largest payload per packet (1024 fits 1500-byte links).
     #[arg(long, default_value_t = 1024)]
     mtu: u16,
+    /// Window offered, in PSNs a sender may have outstanding, 1..=65536
+    /// (spec 4.4); a connection uses the smaller of both ends' offers.
+    #[arg(long, default_value_t = metaroce_core::config::EMULATION_WINDOW)]
+    window: u32,
     /// Rate cap, Mbit/s (default: none: the congestion controller sets the rate).
     #[arg(long)]
     rate_mbps: Option<u32>,
@@ -311,6 +315,7 @@ fn node_config(
         paths: c.paths,
         entropy_base: c.entropy_base,
         mtu: c.mtu,
+        window: Some(c.window),
         rate_mbps: c.rate_mbps.unwrap_or(UNCAPPED_MBPS),
         accept,
         connections,
@@ -384,13 +389,14 @@ fn serve(a: &ServeArgs) -> Result<(), HostError> {
     if a.common.json {
         say(
             &serde_json::json!({"listening": local.to_string(), "paths": a.common.paths,
-                "protection": protect})
+                "mtu": a.common.mtu, "window": a.common.window, "protection": protect})
             .to_string(),
         );
     } else {
         // The address stays last: scripts read it from the end of the line.
         say(&format!(
-            "metaroce serve (packet protection {protect}): listening on {local}"
+            "metaroce serve (packet protection {protect}, {} paths, MTU {}, window {}): listening on {local}",
+            a.common.paths, a.common.mtu, a.common.window
         ));
     }
     let until = a
@@ -493,6 +499,8 @@ fn serve_sharded(a: &ServeArgs, signalled: &AtomicBool) -> Result<(), HostError>
         say(&serde_json::json!({
             "listening": local.to_string(),
             "paths": a.common.paths,
+            "mtu": a.common.mtu,
+            "window": a.common.window,
             "threads": a.threads,
             "thread_ports": ports,
         })

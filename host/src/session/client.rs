@@ -14,6 +14,10 @@ use crate::app::{self, Message, Operation, SLOTS};
 use crate::node::Node;
 use crate::HostError;
 
+/// Receive-consuming messages (WRITE_IMM) a client keeps outstanding
+/// towards `serve` (spec B.2): half of the server's 32 posted receives.
+const RECEIVE_MESSAGES_OUTSTANDING: u64 = 16;
+
 /// What a client run does.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -276,7 +280,12 @@ pub fn run_client(
         .map_err(|e| HostError::Transfer(format!("register: {e:?}")))?;
     // Two send-queue entries stay free for control messages.
     let queue = u64::from(node.ep.config().send_queue_limit);
-    let max_outstanding = (queue - 2).min(u64::from(SLOTS) / 2);
+    let mut max_outstanding = (queue - 2).min(u64::from(SLOTS) / 2);
+    if opts.op == Operation::Write {
+        // Spec B.2: at most 16 receive-consuming messages outstanding,
+        // counted in posting order (completions come in that order).
+        max_outstanding = max_outstanding.min(RECEIVE_MESSAGES_OUTSTANDING);
+    }
     let started = WallInstant::now();
     let mut posted = 0u64;
     let mut completed = 0u64;

@@ -317,6 +317,7 @@ fn bind_node(bind: SocketAddr, connections: u32) -> Result<Node, String> {
         paths: 2,
         entropy_base: None,
         mtu: 1024,
+        window: None,
         rate_mbps: 1000,
         accept: false,
         connections,

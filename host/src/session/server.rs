@@ -36,6 +36,28 @@ use crate::HostError;
 /// when the table is nearly full.
 const FAILED_LINGER: Duration = Duration::from_secs(2);
 
+/// Bytes of data pattern the server writes or checks per loop turn (a
+/// READ region's slots to fill, WRITE_IMM messages to verify): one
+/// largest message. Beyond it the work waits for the next turn, so the
+/// engine keeps taking datagrams: done all at once, a few clients
+/// announcing 4 MiB READs (256 MiB of pattern each) held the loop for over
+/// a second, and CONNECTs queued at the socket meanwhile.
+const PATTERN_BYTES_PER_TURN: u64 = app::MAX_MESSAGE as u64;
+
+/// A READ region being filled with its pattern, a few slots per turn,
+/// before its REGION answer goes out.
+#[derive(Debug)]
+struct Filling {
+    conn: ConnHandle,
+    peer: std::net::IpAddr,
+    seed: u64,
+    size: u32,
+    base: u64,
+    ro_base: u64,
+    /// Slots filled so far.
+    next: u32,
+}
+
 /// What each peer address may hold at once, and the server in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PeerBudget {
@@ -173,6 +195,8 @@ pub struct Server {
     ending: Vec<(ConnHandle, String, WallInstant)>,
     /// Reports of connections that ended, oldest first.
     pub finished: Vec<ServerReport>,
+    /// READ regions still being filled, oldest first.
+    filling: std::collections::VecDeque<Filling>,
     pub counters: ServerCounters,
     /// The packet protection policy the node runs, for summaries.
     pub protection: String,
@@ -200,6 +224,7 @@ impl Server {
             thread,
             ending: Vec::new(),
             finished: Vec::new(),
+            filling: Default::default(),
             counters: ServerCounters::default(),
             protection: "off".into(),
         }
@@ -220,7 +245,13 @@ impl Server {
 
     /// One loop turn plus the server's bookkeeping.
     pub fn turn(&mut self, max_wait: Duration) -> Result<(), HostError> {
-        self.node.turn(max_wait);
+        // A region still being filled: no sleeping between its slots.
+        let wait = if self.filling.is_empty() {
+            max_wait
+        } else {
+            Duration::ZERO
+        };
+        self.node.turn(wait);
         let now = WallInstant::now();
         while let Some(e) = self.node.events.pop_front() {
             match e {
@@ -242,9 +273,16 @@ impl Server {
                 Event::Connected(_) => {}
             }
         }
-        while let Some(c) = self.node.completions.pop_front() {
-            self.on_completion(&c);
+        // Pattern work is bounded per turn; what is left waits in the
+        // queues, and the node takes datagrams before it comes back here.
+        let mut budget = PATTERN_BYTES_PER_TURN;
+        while budget > 0 {
+            let Some(c) = self.node.completions.pop_front() else {
+                break;
+            };
+            budget = budget.saturating_sub(self.on_completion(&c));
         }
+        self.fill_regions(budget);
         for h in self.ledger.take_revoked(self.thread) {
             self.revoke(h);
         }
@@ -323,9 +361,10 @@ impl Server {
         );
     }
 
-    fn on_completion(&mut self, c: &Completion) {
+    /// Handles one completion; returns the bytes of pattern it checked.
+    fn on_completion(&mut self, c: &Completion) -> u64 {
         let Some(conn) = self.conns.get_mut(&c.conn) else {
-            return;
+            return 0;
         };
         match (c.opcode, c.status) {
             (Opcode::Recv, Status::Success) => {
@@ -354,12 +393,12 @@ impl Server {
                     .control
                     .post_recv(&mut self.node, c.conn, c.wr_id as u32);
                 let (Some(m), Some(index)) = (conn.memory, c.imm) else {
-                    return;
+                    return 0;
                 };
                 let size = conn.size as usize;
                 let slot = u64::from(index % SLOTS) * u64::from(conn.size);
                 if size == 0 || slot + size as u64 > m.len {
-                    return;
+                    return 0;
                 }
                 conn.bytes += size as u64;
                 let seed = conn.seed;
@@ -368,8 +407,40 @@ impl Server {
                     Some(true) => conn.verified += 1,
                     _ => conn.corrupt += 1,
                 }
+                return size as u64;
             }
             _ => {}
+        }
+        0
+    }
+
+    /// Fills READ regions' slots with their pattern, `budget` bytes' worth
+    /// at most (at least one slot), and answers each REGION once full.
+    fn fill_regions(&mut self, mut budget: u64) {
+        while let Some(f) = self.filling.front_mut() {
+            if !self.conns.contains_key(&f.conn) {
+                // It ended before its region was ready.
+                let f = self.filling.pop_front().expect("front");
+                self.node.mem.free(f.base);
+                self.node.mem.free(f.ro_base);
+                let footprint =
+                    u64::from(f.size) * u64::from(SLOTS) + u64::from(app::READ_ONLY_LEN);
+                self.ledger.release_region(f.peer, footprint);
+                continue;
+            }
+            while f.next < SLOTS {
+                if budget == 0 {
+                    return;
+                }
+                let off = u64::from(f.next) * u64::from(f.size);
+                if let Some(dst) = self.node.mem.slice_mut(f.base + off, f.size as usize) {
+                    app::fill_pattern(f.seed, u64::from(f.next), dst);
+                }
+                f.next += 1;
+                budget = budget.saturating_sub(u64::from(f.size));
+            }
+            let f = self.filling.pop_front().expect("front");
+            self.publish_region(f.conn, Operation::Read, f.seed, f.size, f.base, f.ro_base);
         }
     }
 
@@ -443,13 +514,37 @@ impl Server {
         let base = self.node.mem.alloc(len as usize, 0);
         let ro_base = self.node.mem.alloc(app::READ_ONLY_LEN as usize, 0);
         if op == Operation::Read {
-            for j in 0..SLOTS {
-                let off = u64::from(j) * u64::from(size);
-                if let Some(dst) = self.node.mem.slice_mut(base + off, size as usize) {
-                    app::fill_pattern(seed, u64::from(j), dst);
-                }
-            }
+            // Filled a few slots per turn (`fill_regions`), then answered.
+            self.filling.push_back(Filling {
+                conn: h,
+                peer: peer.ip(),
+                seed,
+                size,
+                base,
+                ro_base,
+                next: 0,
+            });
+            return;
         }
+        self.publish_region(h, op, seed, size, base, ro_base);
+    }
+
+    /// Fills the read-only page, registers the region's keys, publishes
+    /// its ticket and answers REGION.
+    fn publish_region(
+        &mut self,
+        h: ConnHandle,
+        op: Operation,
+        seed: u64,
+        size: u32,
+        base: u64,
+        ro_base: u64,
+    ) {
+        let Some(peer) = self.conns.get(&h).map(|c| c.peer) else {
+            return;
+        };
+        let len = u64::from(size) * u64::from(SLOTS);
+        let footprint = len + u64::from(app::READ_ONLY_LEN);
         if let Some(dst) = self
             .node
             .mem
