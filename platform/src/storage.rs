@@ -193,8 +193,8 @@ mod tests {
         assert_eq!(s.inflight_nodes.len(), 63);
         assert_eq!(
             s.sources.len(),
-            128,
-            "per-source buckets for 100 connections"
+            512,
+            "four source-prefix entries per connection, a power of two"
         );
         assert_eq!(s.reorder_words.len(), 16_384, "the default");
         assert_eq!(s.reorder_nodes.len(), 1024);
