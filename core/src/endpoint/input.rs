@@ -318,8 +318,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let reserve = ((capacity as u64 * u64::from(config.admission.reserve)) >> 8).max(1);
         if cfg!(feature = "reclaim") && u64::from(self.free.len()) <= reserve {
             let held = self.prefixes.entry(p.wide).total;
-            // A prefix holding nothing is always below it.
-            if held >= self.prefixes.fair_share(capacity).max(1) {
+            if held >= self.prefixes.fair_share(capacity) {
                 return Err(PrefixRefusal::Share);
             }
             if !self.free.is_empty() {
