@@ -24,9 +24,12 @@ use crate::test::Context;
 use crate::util::{self, Error};
 
 const BOARD: &str = "board-qemu-virt";
-/// Its code: the node (compiled for size) and the engine loop (for speed).
-const NODE: &str = "board-qemu-virt-node";
-const ENGINE: &str = "board-qemu-virt-engine";
+/// Its code: the shared node and its engine loop, the board's drivers and
+/// the traits between them.
+const NODE: &str = "metaroce-node";
+const ENGINE: &str = "metaroce-node-engine";
+const DRIVERS: &str = "board-qemu-virt-drivers";
+const BOARD_TRAITS: &str = "metaroce-board";
 const HARNESS: &str = "metaroce-qemu";
 
 /// Entry point: `cargo xtask qemu [HARNESS ARGS]`.
@@ -117,6 +120,10 @@ pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
                 NODE,
                 "-p",
                 ENGINE,
+                "-p",
+                DRIVERS,
+                "-p",
+                BOARD_TRAITS,
                 "-p",
                 "metaroce-platform",
                 "--features",

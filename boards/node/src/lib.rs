@@ -39,16 +39,15 @@
 #[cfg(feature = "bench-role")]
 mod bench;
 mod config;
-/// The per-packet code, compiled for speed in a crate of its own.
-use board_qemu_virt_engine as engine;
+/// The per-packet code, compiled in a crate of its own.
+use metaroce_node_engine as engine;
 mod hostif;
-mod hw;
-mod logger;
+pub mod hw;
 mod memcpy;
 mod multicore;
 mod node;
-mod pci;
 mod report;
 mod serve;
-mod smp;
 mod workload;
+
+pub use node::main;

@@ -1,6 +1,6 @@
-//! # board-qemu-virt-engine
+//! # metaroce-node-engine
 //!
-//! The qemu-virt firmware's per-packet code, in a crate of its own so the
+//! The firmware node's per-packet code, in a crate of its own so the
 //! build profile can compile it for speed while the rest of the firmware
 //! (bring-up, configuration, the workload, serve and host-interface
 //! tasks, reports) is compiled for size: a per-package `opt-level` applies
@@ -27,6 +27,7 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+use metaroce_board::Board;
 use metaroce_core::api::{ConnHandle, PeerAddr, Region};
 use metaroce_core::storage::Storage;
 use metaroce_core::wire::CloseReason;
@@ -36,10 +37,15 @@ use metaroce_platform::device::{MemFrameDevice, MAX_FRAME_LEN};
 use metaroce_platform::dma::{DmaCopy, DmaError, HostWindow};
 use metaroce_platform::shard::{AuditedShards, Dispatcher, Round};
 use metaroce_platform::shmem::SharedMemory;
-use metaroce_platform::virtio::{PoolHal, VirtioNetDevice};
 use metaroce_platform::{Engine, EnginePort, FrameDevice, HostPort, HostQueues, PollOutcome};
 use smoltcp::wire::Ipv4Address;
-use virtio_drivers::transport::mmio::MmioTransport;
+
+/// The board the node is built for (its image crate turns on one board
+/// feature): its drivers, behind [`metaroce_board::Board`].
+#[cfg(feature = "qemu-virt")]
+pub use board_qemu_virt_drivers::QemuVirt as ThisBoard;
+#[cfg(not(any(feature = "qemu-virt")))]
+compile_error!("the node is built for one board: turn on its feature (`qemu-virt`)");
 
 /// Paths per connection.
 pub const PATHS: usize = 8;
@@ -49,10 +55,8 @@ pub type NodeEndpoint = Endpoint<Borrowed<'static>, PATHS>;
 /// What a [`NodeEndpoint`] is built from.
 pub type NodeStorage = Storage<Borrowed<'static>, PATHS>;
 
-/// Entries per virtio queue.
-pub const NET_QUEUE: usize = 64;
-/// The node's virtio-net device.
-pub type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
+/// The board's network device.
+pub type NetDevice = <ThisBoard as Board>::Net;
 /// Frames per direction of a core's ring to the dispatcher.
 pub const LINK_SLOTS: usize = 128;
 /// A core's end of its rings to the dispatcher (multi-core nodes, the
@@ -83,7 +87,7 @@ impl NodeDevice {
     /// Acknowledges the device's interrupt (virtio-net; a link has none).
     pub fn ack_interrupt(&mut self) {
         if let NodeDevice::Net(net) = self {
-            net.ack_interrupt();
+            ThisBoard::ack_net(net);
         }
     }
 

@@ -13,18 +13,16 @@ use metaroce_core::{CommandError, Config, Event, Instant};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::entropy::EntropyError;
 use metaroce_platform::net::NetConfig;
-use metaroce_platform::virtio::{NetBuffers, VirtioNetDevice};
 use metaroce_platform::{Engine, PollOutcome};
 use smoltcp::wire::EthernetAddress;
 
 use crate::config::{NodeConfig, Role};
-use crate::engine::{
-    self, NetDevice, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues, NET_QUEUE, PATHS,
-};
-use crate::hw;
+use crate::engine::{self, NetDevice, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues, PATHS};
+use crate::hw::{self, ThisBoard};
 use crate::println;
 use crate::serve::{Serve, ServeNode, SERVE_CONNECTIONS};
 use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
+use metaroce_board::Board;
 
 // The serve and host roles' storage (they never run together): clients
 // come and go, up to SERVE_CONNECTIONS at once, each with the serve
@@ -38,12 +36,12 @@ metaroce_platform::static_endpoint_storage!(serve_storage, PATHS,
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
-static mut NET_BUFFERS: NetBuffers<NET_QUEUE> = NetBuffers::new();
+static mut NET_BUFFERS: hw::NetBuffers = ThisBoard::NET_BUFFERS;
 static mut HOST_MEMORY: [u8; HOST_MEMORY_LEN] = [0; HOST_MEMORY_LEN];
 static TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// The statics that become DMA buffers and host memory; once.
-fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u8])> {
+fn take_statics() -> Option<(&'static mut hw::NetBuffers, &'static mut [u8])> {
     if TAKEN.swap(true, Ordering::AcqRel) {
         return None;
     }
@@ -85,10 +83,15 @@ pub(crate) fn secret_seed() -> [u8; 32] {
 }
 
 pub fn main() -> ! {
-    println!("metaroce qemu-virt firmware {}", env!("CARGO_PKG_VERSION"));
+    println!(
+        "metaroce {} firmware {}",
+        ThisBoard::NAME,
+        env!("CARGO_PKG_VERSION")
+    );
     let mut text = [0u8; 2048];
-    let Some(len) = hw::fw_cfg_file("opt/metaroce/config", &mut text) else {
-        fail("no fw_cfg file opt/metaroce/config (run through metaroce-qemu)")
+    let len = match ThisBoard::read_config(&mut text) {
+        Ok(len) => len,
+        Err(e) => fail(e),
     };
     // The file is padded with NULs: the configuration ends at the last
     // other byte.
@@ -125,19 +128,11 @@ pub fn main() -> ! {
     if hw::init_entropy().is_err() {
         fail("no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)")
     }
-    let mut irq = hw::Interrupts::new();
-    let Some((transport, slot)) = hw::find_virtio_net() else {
-        fail("no virtio-net device")
-    };
-    let mut net: NetDevice = match VirtioNetDevice::new(transport, bufs) {
+    let mut irq = ThisBoard::interrupts();
+    let net: NetDevice = match ThisBoard::open_net(&mut irq, bufs, cfg.mac) {
         Ok(net) => net,
-        Err(_) => fail("virtio-net initialisation failed"),
+        Err(e) => fail(e),
     };
-    irq.enable_virtio(slot);
-    net.enable_interrupts();
-    if net.mac_address() != cfg.mac {
-        defmt::warn!("device MAC differs from the configured one");
-    }
     if cfg.role == Role::Workload {
         crate::multicore::run(&cfg, net, irq, host_memory)
     }
@@ -182,7 +177,7 @@ pub fn main() -> ! {
     let mut endpoint = NodeEndpoint::new(config, storage, seed);
     let device = NodeDevice::Net(net);
     if cfg.role == Role::Host {
-        let shm = match crate::pci::ivshmem_memory() {
+        let shm = match ThisBoard::host_interface_memory() {
             Ok(shm) => shm,
             Err(e) => {
                 defmt::error!("host interface memory: {}", e);

@@ -53,11 +53,12 @@ use crate::engine::{
     Owners, LINK_SLOTS, PATHS,
 };
 use crate::hw;
+use crate::hw::MAX_CORES;
 use crate::node::fail;
 use crate::println;
 use crate::report::{Counters, Report};
-use crate::smp::{self, MAX_CORES};
 use crate::workload::{self, NodeServices, Workload, HOST_BASE, MAX_SLOTS};
+use metaroce_board::Interrupts as _;
 
 /// Table slots per core: its outgoing connections (`streams`, at most
 /// `MAX_STREAMS`) plus as many incoming ones as its workload task can
@@ -131,7 +132,7 @@ pub fn run(
             &mut role,
         )
     }
-    irq.enable_wake_sgi();
+    irq.enable_wake();
     // Each core gets its own slice of host memory, seen at HOST_BASE by
     // its own engine, as separate host processes would.
     let per_core = (host_memory.len() / cores) & !0xfff;
@@ -156,9 +157,9 @@ pub fn run(
             own = Some((core_cfg, core_end, memory, share, shard));
             continue;
         }
-        let started = smp::start_secondary(core, move || {
+        let started = hw::start_secondary(core, move || {
             let mut role = Secondary {
-                irq: smp::CoreInterrupts::new(),
+                irq: <hw::CoreInterrupts as metaroce_board::CoreInterrupts>::new(),
             };
             shard_loop(
                 &core_cfg,
@@ -309,7 +310,7 @@ impl CoreRole for Dispatching {
         }
         for core in 1..self.cores {
             if rx.cores_fed & (1 << core) != 0 {
-                smp::wake(core);
+                hw::wake(core);
             }
         }
         if moved > 0 {
@@ -409,7 +410,7 @@ impl Dispatching {
 
 /// Cores 1..N: only their shard, woken by core 0's SGI.
 struct Secondary {
-    irq: smp::CoreInterrupts,
+    irq: hw::CoreInterrupts,
 }
 
 impl CoreRole for Secondary {
@@ -418,7 +419,7 @@ impl CoreRole for Secondary {
     }
 
     fn transmitted(&mut self) {
-        smp::wake(0);
+        hw::wake(0);
     }
 
     fn pending(&self) -> bool {
@@ -432,7 +433,7 @@ impl CoreRole for Secondary {
     fn done(&mut self, core: usize, report: Report) {
         publish(core, report);
         // Core 0 may be asleep waiting for the last report.
-        smp::wake(0);
+        hw::wake(0);
     }
 }
 
@@ -541,7 +542,7 @@ fn shard_loop(
             // The rings are checked after the core says it sleeps, so a
             // frame queued meanwhile either is seen or wakes it.
             let mut ctx = (&mut *role, &mut device);
-            smp::sleep(
+            hw::sleep(
                 &mut ctx,
                 |(role, device)| device.rx_pending() > 0 || role.pending(),
                 |(role, device)| role.wait(deadline, device),
