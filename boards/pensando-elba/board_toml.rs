@@ -216,6 +216,10 @@ pub struct BoardConfig {
     /// Where the endpoints' secrets come from (`entropy.source`): the
     /// variant name of `entropy::Source`.
     pub entropy_source: &'static str,
+    /// What the node does (`node.role`) and further `key=value` words of
+    /// the node's configuration (`node.extra`).
+    pub role: String,
+    pub node_extra: String,
     pub device_blocks: Vec<u64>,
     pub normal_blocks: Vec<u64>,
 }
@@ -306,7 +310,12 @@ pub const KNOWN_KEYS: &[&str] = &[
     "net.peer_ip",
     "net.peer_mac",
     "entropy.source",
+    "node.role",
+    "node.extra",
 ];
+
+/// The roles `node.role` may name (the node's `role=` values).
+pub const NODE_ROLES: &[&str] = &["host", "serve", "workload"];
 
 /// The entropy sources `entropy.source` may name, with the variant of
 /// `entropy::Source` each is.
@@ -539,6 +548,17 @@ impl BoardConfig {
                 known.join(", ")
             ));
         };
+        let role = b.string("node.role").map_err(|e| e.0)?.to_string();
+        if !NODE_ROLES.contains(&role.as_str()) {
+            return Err(format!(
+                "node.role `{role}` is not one of: {}",
+                NODE_ROLES.join(", ")
+            ));
+        }
+        let node_extra = b.string("node.extra").map_err(|e| e.0)?.to_string();
+        if !node_extra.is_ascii() || node_extra.contains(['"', '\\']) {
+            return Err("node.extra must be ASCII `key=value` words".into());
+        }
         let stack_pages = int("image.stack_pages")?;
         if stack_pages == 0 || stack_pages * 4096 >= max_size {
             return Err("image.stack_pages must be > 0 and fit image.max_size".into());
@@ -590,6 +610,8 @@ impl BoardConfig {
             peer,
             endpoint,
             entropy_source,
+            role,
+            node_extra,
             device_blocks,
             normal_blocks,
         })
@@ -906,6 +928,33 @@ impl BoardConfig {
             "crate::entropy::Source",
             format!("crate::entropy::Source::{}", self.entropy_source),
             "Where the endpoints' secrets come from (`entropy.source`).",
+        );
+        let mac = |m: [u8; 6]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let ip = |a: [u8; 4]| std::net::Ipv4Addr::from(a).to_string();
+        let mut node = format!(
+            "node=0 ip={} mac={} port={} role={} cores={}",
+            ip(self.ip),
+            mac(self.mac),
+            self.udp_port,
+            self.role,
+            self.core_count
+        );
+        if let Some((peer_ip, peer_mac)) = self.peer {
+            let _ = write!(node, " peer={}/{}", ip(peer_ip), mac(peer_mac));
+        }
+        if !self.node_extra.is_empty() {
+            let _ = write!(node, " {}", self.node_extra);
+        }
+        c(
+            "NODE_CONFIG",
+            "&str",
+            format!("{node:?}"),
+            "The node's configuration (`key=value` words, the node's `config`) from `[net]`, `[cores]` and `[node]`.",
         );
         c(
             "DEVICE_BLOCKS",

@@ -569,16 +569,20 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
     }
 }
 
-/// Test step `elba-host`: the Elba board's library (board constants,
-/// 16550 driver, shared-memory rings) linted and tested on the host, and
-/// the firmware linted for its target. The board crate is kept out of the
-/// workspace's default members, so this is where its code is checked.
+/// Test step `elba-host`: the Elba board's drivers crate (board
+/// constants, 16550 driver, shared-memory rings, cores' layout, entropy
+/// seeding) linted and tested on the host, and the firmware (the shared
+/// node built for the Elba) linted for its target. The board crates are
+/// kept out of the workspace's default members, so this is where their
+/// code is checked.
 pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
-    let package = "board-pensando-elba";
+    let drivers = "board-pensando-elba-drivers";
     util::run(&mut util::cargo([
         "clippy",
         "-p",
-        package,
+        drivers,
+        "-p",
+        "board-pensando-elba",
         "--all-targets",
         "--",
         "-D",
@@ -592,7 +596,15 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
             "--profile",
             FIRMWARE_PROFILE,
             "-p",
-            package,
+            elba.package,
+            "-p",
+            drivers,
+            "-p",
+            "metaroce-node",
+            "-p",
+            "metaroce-node-engine",
+            "-p",
+            "metaroce-board",
             "--target",
             FIRMWARE_TARGET,
             "--",
@@ -602,7 +614,7 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
     ))?;
     let mut tally = crate::test::Tally::default();
     let ok = util::run_streaming(
-        &mut util::cargo(["test", "-p", package, "--lib", "--no-fail-fast"]),
+        &mut util::cargo(["test", "-p", drivers, "--lib", "--no-fail-fast"]),
         |line| {
             tally.add_libtest_line(line);
         },
@@ -613,9 +625,9 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
     match (ok, tally.failed) {
         (true, 0) => Ok(()),
         (_, 0) => Err(Error::new(format!(
-            "cargo test -p {package} failed without a failing test (see above)"
+            "cargo test -p {drivers} failed without a failing test (see above)"
         ))),
-        (_, n) => Err(Error::new(format!("{n} {package} test(s) failed"))),
+        (_, n) => Err(Error::new(format!("{n} {drivers} test(s) failed"))),
     }
 }
 

@@ -89,8 +89,26 @@ pub trait Board: 'static {
     /// Why the host interface's memory is missing.
     type HostMemoryError: defmt::Format;
 
+    /// What the node says when the entropy source is missing, gives
+    /// nothing, or gives constant output (it then stops).
+    const ENTROPY_MISSING: &'static str;
+    const ENTROPY_FAILED: &'static str;
+    const ENTROPY_STUCK: &'static str;
     /// The initial value of the node's static network buffers.
     const NET_BUFFERS: Self::NetBuffers;
+    /// Where the memory the engine places payloads in and gathers them
+    /// from (the DMA window: host memory as the host addresses it) starts,
+    /// in the host's address space, and its bytes.
+    const HOST_MEMORY_BASE: u64;
+    const HOST_MEMORY_LEN: usize;
+    /// Whether that memory is emulated: a static of the node's, in the
+    /// image's `.bss`; otherwise it is the board's ([`Board::host_memory`]).
+    const HOST_MEMORY_IN_IMAGE: bool;
+    /// Whether the NIC side steers every received frame to the rings of
+    /// the core owning its connection (each core opens its own device,
+    /// [`Board::open_core_net`]); otherwise core 0 owns the one device
+    /// and dispatches frames to the other cores in software.
+    const NIC_STEERS: bool;
 
     /// Writes one line of text to the console; lines from several cores
     /// never mix.
@@ -126,6 +144,12 @@ pub trait Board: 'static {
         buffers: &'static mut Self::NetBuffers,
         mac: [u8; 6],
     ) -> Result<Self::Net, &'static str>;
+    /// Core `core`'s own network device (its rings), on a board whose NIC
+    /// side steers frames ([`Board::NIC_STEERS`]); called on that core.
+    fn open_core_net(core: usize) -> Result<Self::Net, &'static str>;
+    /// The DMA window ([`Board::HOST_MEMORY_LEN`] bytes, seen by the host
+    /// at [`Board::HOST_MEMORY_BASE`]) where it is not in the image; once.
+    fn host_memory() -> Option<&'static mut [u8]>;
     /// Acknowledges the network device's interrupt (from
     /// [`Interrupts::wait`]'s `on_net`).
     fn ack_net(net: &mut Self::Net);

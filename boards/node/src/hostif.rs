@@ -19,6 +19,7 @@ use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
+use metaroce_board::Interrupts as _;
 
 /// Queue sets laid out in the BAR (each a protection domain).
 const QUEUE_SETS: u32 = 4;

@@ -53,12 +53,13 @@ use crate::engine::{
     Owners, LINK_SLOTS, PATHS,
 };
 use crate::hw;
-use crate::hw::MAX_CORES;
+use crate::hw::{ThisBoard, MAX_CORES};
 use crate::node::fail;
 use crate::println;
 use crate::report::{Counters, Report};
 use crate::workload::{self, NodeServices, Workload, HOST_BASE, MAX_SLOTS};
-use metaroce_board::Interrupts as _;
+use metaroce_board::Board;
+use metaroce_board::{CoreInterrupts as _, Interrupts as _};
 
 /// Table slots per core: its outgoing connections (`streams`, at most
 /// `MAX_STREAMS`) plus as many incoming ones as its workload task can
@@ -132,6 +133,9 @@ pub fn run(
             &mut role,
         )
     }
+    if ThisBoard::NIC_STEERS {
+        steered(cfg, expected_incoming, net, irq, host_memory, shares)
+    }
     irq.enable_wake();
     // Each core gets its own slice of host memory, seen at HOST_BASE by
     // its own engine, as separate host processes would.
@@ -202,6 +206,114 @@ pub fn run(
         (share, shard),
         &mut role,
     )
+}
+
+/// The workload role on a board whose NIC side steers every frame to the
+/// rings of the core owning its connection (`Board::NIC_STEERS`, the
+/// Elba): every core opens its own frame device and runs its shard; core
+/// 0 dispatches nothing, merges the reports and ends the node.
+fn steered(
+    cfg: &NodeConfig,
+    expected_incoming: u32,
+    net: NetDevice,
+    irq: hw::Interrupts,
+    host_memory: &'static mut [u8],
+    mut shares: impl Iterator<Item = NodeStorage>,
+) -> ! {
+    let cores = usize::from(cfg.cores);
+    let table_slots = SLOTS_PER_CORE * cores as u32;
+    let per_core = (host_memory.len() / cores) & !0xfff;
+    let (own_memory, mut rest) = host_memory.split_at_mut(per_core);
+    for core in 1..cores {
+        let (memory, tail) = core::mem::take(&mut rest).split_at_mut(per_core);
+        rest = tail;
+        let core_cfg = core_config(cfg, core);
+        let Some(share) = shares.next() else {
+            fail("no storage share for a core")
+        };
+        let shard = Shard::nth(core as u32, cores as u32, table_slots);
+        let started = hw::start_secondary(core, move || {
+            let mut role = Secondary {
+                irq: <hw::CoreInterrupts as metaroce_board::CoreInterrupts>::new(),
+            };
+            let device = match ThisBoard::open_core_net(core) {
+                Ok(net) => NodeDevice::Net(net),
+                Err(e) => fail(e),
+            };
+            shard_loop(
+                &core_cfg,
+                expected_incoming,
+                device,
+                memory,
+                (share, shard),
+                &mut role,
+            )
+        });
+        match started {
+            Ok(()) => defmt::info!("core {=usize} started", core),
+            Err(e) => {
+                defmt::error!("core {=usize} did not start: {}", core, e);
+                fail("a secondary core did not start")
+            }
+        }
+    }
+    let Some(share) = shares.next() else {
+        fail("no storage share")
+    };
+    let mut role = Collecting {
+        cores,
+        irq,
+        node: cfg.node,
+    };
+    shard_loop(
+        &core_config(cfg, 0),
+        expected_incoming,
+        NodeDevice::Net(net),
+        own_memory,
+        (share, Shard::nth(0, cores as u32, table_slots)),
+        &mut role,
+    )
+}
+
+/// Core 0 of a node whose NIC steers: its own shard, then every core's
+/// report merged into the node's.
+struct Collecting {
+    cores: usize,
+    irq: hw::Interrupts,
+    node: u8,
+}
+
+impl CoreRole for Collecting {
+    fn service(&mut self, _receive: bool) -> bool {
+        let reports = critical_section::with(|cs| REPORTS.borrow(cs).get());
+        if reports[..self.cores].iter().all(Option::is_some) {
+            let mut reported = reports[..self.cores].iter().flatten();
+            let Some(mut node) = reported.next().copied() else {
+                fail("no core reported")
+            };
+            for report in reported {
+                node.merge(report);
+            }
+            println!("METAROCE-STEERED node={} cores={}", self.node, self.cores);
+            node.print_result();
+            hw::exit(if node.ok { 0 } else { 1 })
+        }
+        false
+    }
+
+    fn transmitted(&mut self) {}
+
+    fn pending(&self) -> bool {
+        false
+    }
+
+    fn wait(&mut self, deadline: Instant, device: &mut NodeDevice) {
+        self.irq.wait(deadline, &mut || device.ack_interrupt());
+    }
+
+    fn done(&mut self, core: usize, report: Report) {
+        publish(core, report);
+    }
 }
 
 /// Core `core`'s copy of the node configuration: as many receive slots
@@ -336,7 +448,7 @@ impl CoreRole for Dispatching {
 
     fn wait(&mut self, deadline: Instant, _device: &mut NodeDevice) {
         let net = &mut self.net;
-        self.irq.wait(deadline, &mut || net.ack_interrupt());
+        self.irq.wait(deadline, &mut || ThisBoard::ack_net(net));
     }
 
     fn done(&mut self, core: usize, report: Report) {

@@ -22,7 +22,7 @@ use crate::hw::{self, ThisBoard};
 use crate::println;
 use crate::serve::{Serve, ServeNode, SERVE_CONNECTIONS};
 use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
-use metaroce_board::Board;
+use metaroce_board::{Board, Interrupts as _};
 
 // The serve and host roles' storage (they never run together): clients
 // come and go, up to SERVE_CONNECTIONS at once, each with the serve
@@ -37,13 +37,25 @@ metaroce_platform::static_endpoint_storage!(serve_storage, PATHS,
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 static mut NET_BUFFERS: hw::NetBuffers = ThisBoard::NET_BUFFERS;
-static mut HOST_MEMORY: [u8; HOST_MEMORY_LEN] = [0; HOST_MEMORY_LEN];
+/// The host memory of a board that emulates it (none elsewhere).
+static mut HOST_MEMORY: [u8; EMULATED_HOST_MEMORY] = [0; EMULATED_HOST_MEMORY];
+const EMULATED_HOST_MEMORY: usize = if ThisBoard::HOST_MEMORY_IN_IMAGE {
+    HOST_MEMORY_LEN
+} else {
+    0
+};
 static TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// The statics that become DMA buffers and host memory; once.
 fn take_statics() -> Option<(&'static mut hw::NetBuffers, &'static mut [u8])> {
     if TAKEN.swap(true, Ordering::AcqRel) {
         return None;
+    }
+    if !ThisBoard::HOST_MEMORY_IN_IMAGE {
+        // SAFETY: `TAKEN` guarantees this reference is created once, so it
+        // is the only reference to the static for the whole run.
+        let buffers = unsafe { &mut *addr_of_mut!(NET_BUFFERS) };
+        return Some((buffers, ThisBoard::host_memory()?));
     }
     // SAFETY: `TAKEN` guarantees these references are created once, so
     // they are the only references to the statics for the whole run.
@@ -68,17 +80,15 @@ pub(crate) fn fail(msg: &str) -> ! {
     hw::exit(1)
 }
 
-/// 32 fresh bytes from the virtio-rng device for a generator that keeps
-/// secrets (an endpoint's, the serve task's); the node stops with a
+/// 32 fresh bytes from the board's entropy source for a generator that
+/// keeps secrets (an endpoint's, the serve task's); the node stops with a
 /// `METAROCE-ERROR` line rather than run on a guessable seed.
 pub(crate) fn secret_seed() -> [u8; 32] {
     match metaroce_platform::entropy::seed_from(hw::entropy) {
         Ok(seed) => seed,
-        Err(EntropyError::Missing) => fail(
-            "no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)",
-        ),
-        Err(EntropyError::Failed) => fail("the virtio-rng device gave no entropy"),
-        Err(EntropyError::Stuck) => fail("the virtio-rng device is stuck (constant output)"),
+        Err(EntropyError::Missing) => fail(ThisBoard::ENTROPY_MISSING),
+        Err(EntropyError::Failed) => fail(ThisBoard::ENTROPY_FAILED),
+        Err(EntropyError::Stuck) => fail(ThisBoard::ENTROPY_STUCK),
     }
 }
 
@@ -124,9 +134,9 @@ pub fn main() -> ! {
         fail("this image has no bench role: `cargo xtask bench --firmware` builds one")
     }
     defmt::info!("node {=u8} up, role {}", cfg.node, cfg.role);
-    // Secrets come from the virtio-rng device or the node does not run.
+    // Secrets come from the board's entropy source or the node does not run.
     if hw::init_entropy().is_err() {
-        fail("no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)")
+        fail(ThisBoard::ENTROPY_MISSING)
     }
     let mut irq = ThisBoard::interrupts();
     let net: NetDevice = match ThisBoard::open_net(&mut irq, bufs, cfg.mac) {

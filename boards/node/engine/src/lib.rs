@@ -42,10 +42,14 @@ use smoltcp::wire::Ipv4Address;
 
 /// The board the node is built for (its image crate turns on one board
 /// feature): its drivers, behind [`metaroce_board::Board`].
+#[cfg(all(feature = "pensando-elba", not(feature = "qemu-virt")))]
+pub use board_pensando_elba_drivers::PensandoElba as ThisBoard;
 #[cfg(feature = "qemu-virt")]
 pub use board_qemu_virt_drivers::QemuVirt as ThisBoard;
-#[cfg(not(any(feature = "qemu-virt")))]
-compile_error!("the node is built for one board: turn on its feature (`qemu-virt`)");
+#[cfg(not(any(feature = "qemu-virt", feature = "pensando-elba")))]
+compile_error!(
+    "the node is built for one board: turn on its feature (`qemu-virt`, `pensando-elba`)"
+);
 
 /// Paths per connection.
 pub const PATHS: usize = 8;

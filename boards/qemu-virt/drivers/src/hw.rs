@@ -364,7 +364,7 @@ impl Interrupts {
 
     /// Sleeps until an interrupt or `deadline`; `on_net` runs (to
     /// acknowledge the device) if the network interrupt fired.
-    pub fn wait(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
+    pub fn wait_net(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -494,6 +494,13 @@ pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
         None => Err(EntropyError::Missing),
     })
 }
+
+// ----- emulated host memory ---------------------------------------------
+
+/// Where the emulated host memory sits in the host address space.
+pub const HOST_BASE: u64 = 0x10_0000_0000;
+/// Bytes of emulated host memory (in the image's `.bss`, the node's).
+pub const HOST_MEMORY_LEN: usize = 64 << 20;
 
 // ----- performance monitors ---------------------------------------------
 

@@ -41,7 +41,7 @@ pub enum QemuVirt {}
 impl metaroce_board::Interrupts for hw::Interrupts {
     #[inline]
     fn wait(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
-        hw::Interrupts::wait(self, deadline, on_net)
+        self.wait_net(deadline, on_net)
     }
 
     #[inline]
@@ -58,7 +58,7 @@ impl metaroce_board::CoreInterrupts for smp::CoreInterrupts {
 
     #[inline]
     fn wait(&mut self, deadline: Instant) {
-        smp::CoreInterrupts::wait(self, deadline)
+        self.wait_core(deadline)
     }
 }
 
@@ -74,7 +74,15 @@ impl Board for QemuVirt {
     type Net = NetDevice;
     type HostMemoryError = pci::PciError;
 
+    const ENTROPY_MISSING: &'static str =
+        "no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)";
+    const ENTROPY_FAILED: &'static str = "the virtio-rng device gave no entropy";
+    const ENTROPY_STUCK: &'static str = "the virtio-rng device is stuck (constant output)";
     const NET_BUFFERS: Self::NetBuffers = NetBuffers::new();
+    const HOST_MEMORY_BASE: u64 = hw::HOST_BASE;
+    const HOST_MEMORY_LEN: usize = hw::HOST_MEMORY_LEN;
+    const HOST_MEMORY_IN_IMAGE: bool = true;
+    const NIC_STEERS: bool = false;
 
     #[inline]
     fn write_line(args: core::fmt::Arguments<'_>) {
@@ -144,6 +152,14 @@ impl Board for QemuVirt {
             defmt::warn!("device MAC differs from the configured one");
         }
         Ok(net)
+    }
+
+    fn open_core_net(_core: usize) -> Result<NetDevice, &'static str> {
+        Err("one virtio-net device: core 0 dispatches")
+    }
+
+    fn host_memory() -> Option<&'static mut [u8]> {
+        None
     }
 
     #[inline]

@@ -213,7 +213,7 @@ impl CoreInterrupts {
     }
 
     /// Sleeps until an interrupt (a wake SGI) or `deadline`.
-    pub fn wait(&mut self, deadline: Instant) {
+    pub fn wait_core(&mut self, deadline: Instant) {
         hw::arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).

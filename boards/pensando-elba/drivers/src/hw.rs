@@ -29,27 +29,24 @@ use core::cell::RefCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use crate::board;
+use crate::cores;
+use crate::entropy::{Conduit, Source};
+use crate::shm::{FrameDescriptor, Notify, ShmDoorbell, ShmFrameDevice, ShmRing};
+use crate::uart16550::{Mmio, Uart16550};
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
 use aarch64_rt::Stack;
-use aarch64_rt::{
-    entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
-};
+use aarch64_rt::{exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable};
 use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
-use board_pensando_elba::board;
-use board_pensando_elba::cores;
-use board_pensando_elba::entropy::{Conduit, Source};
-use board_pensando_elba::shm::{FrameDescriptor, Notify, ShmRing};
-use board_pensando_elba::uart16550::{Mmio, Uart16550};
 use critical_section::{Mutex, RawRestoreState};
+use metaroce_board::StartError;
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::spinlock::{CoreLock, Locked};
-
-use crate::node::Queues;
 
 /// EL1 virtual timer: PPI 11 (INTID 27), listed in Elba's timer node.
 const TIMER_INTID: IntId = IntId::ppi(11);
@@ -102,26 +99,28 @@ struct Exceptions;
 impl ExceptionHandlers for Exceptions {}
 exception_handlers!(Exceptions);
 
-entry!(boot, { board::STACK_PAGES });
+// The entry point (`aarch64_rt::entry!` with `image.stack_pages` of boot
+// stack) is the image crate's: it brings up the console ([`init_console`]),
+// prints the banner ([`banner`]) and runs the node.
 
-/// What U-Boot handed over.
-#[derive(Debug, Clone, Copy)]
-pub struct BootInfo {
-    /// x0 at entry: the device tree's address for `bootm` kernels, else 0.
-    pub x0: u64,
-    /// The exception level (1 or 2; 3 would mean no trusted firmware).
-    pub el: u8,
-    /// This core's MPIDR affinity bits.
-    pub mpidr: u64,
-}
-
-fn boot(x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
-    init_console();
-    crate::node::main(BootInfo {
+/// Prints the boot banner: where the image runs, at which exception level,
+/// on which core, what U-Boot handed over in x0 (the device tree), and the
+/// counter's frequency.
+pub fn banner(x0: u64) {
+    crate::println!(
+        "metaroce pensando-elba firmware {} at {:#x}: EL{}, MPIDR {:#x}, x0 {:#x}, counter {} Hz",
+        env!("CARGO_PKG_VERSION"),
+        board::LOAD_ADDRESS,
+        current_el(),
+        mpidr(),
         x0,
-        el: current_el(),
-        mpidr: mpidr(),
-    })
+        counter_hz()
+    );
+    crate::println!("metaroce: defmt frames (rzCOBS) follow on this console");
+    match psci_version() {
+        Some((major, minor)) => defmt::info!("PSCI {=u16}.{=u16} (smc)", major, minor),
+        None => defmt::warn!("no PSCI answer through smc"),
+    }
 }
 
 /// The current exception level.
@@ -196,11 +195,18 @@ static STARTED: [AtomicBool; board::CORE_COUNT] =
     [const { AtomicBool::new(false) }; board::CORE_COUNT];
 
 /// Starts core `core` (1..`cores.count`) with PSCI `CPU_ON` through `smc`,
-/// running `entry` (which must never return) on its own stack. `Err` with
-/// the PSCI error code, or -100 for a core that does not exist or started.
-pub fn start_secondary<F: FnOnce() + Send + 'static>(core: usize, entry: F) -> Result<(), i64> {
-    if core == 0 || core >= board::CORE_COUNT || STARTED[core].swap(true, Ordering::AcqRel) {
-        return Err(-100);
+/// running `entry` (which must never return) on its own stack, after
+/// installing nothing more: aarch64-rt's secondary entry sets up the MMU,
+/// FP and the vectors of its exception level.
+pub fn start_secondary<F: FnOnce() + Send + 'static>(
+    core: usize,
+    entry: F,
+) -> Result<(), StartError> {
+    if core == 0 || core >= board::CORE_COUNT {
+        return Err(StartError::NoSuchCore);
+    }
+    if STARTED[core].swap(true, Ordering::AcqRel) {
+        return Err(StartError::AlreadyStarted);
     }
     // SAFETY: `STARTED` hands each stack out once, to its core alone; the
     // stacks are in the image, mapped as normal memory by the identity map
@@ -215,7 +221,7 @@ pub fn start_secondary<F: FnOnce() + Send + 'static>(core: usize, entry: F) -> R
             entry,
         )
     }
-    .map_err(i64::from)
+    .map_err(|e| StartError::Psci(i32::try_from(i64::from(e)).unwrap_or(i32::MIN)))
 }
 
 // ----- console ---------------------------------------------------------
@@ -224,7 +230,8 @@ pub type Console = Uart16550<Mmio>;
 
 static CONSOLE: Mutex<RefCell<Option<Console>>> = Mutex::new(RefCell::new(None));
 
-fn init_console() {
+/// Brings up the 16550 console from `board.toml` (first thing at boot).
+pub fn init_console() {
     // SAFETY: the 16550 block from board.toml is mapped as device memory
     // by the identity map, and this is the only handle to it (boot only).
     let regs = unsafe { Mmio::new(NonNull::new_unchecked(board::UART_BASE as *mut u32)) };
@@ -241,10 +248,13 @@ pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
     critical_section::with(|cs| CONSOLE.borrow_ref_mut(cs).as_mut().map(f))
 }
 
-/// Writes formatted text to the console.
-pub fn console_write(args: core::fmt::Arguments<'_>) {
+/// Writes formatted text and a newline to the console as one line: the
+/// critical section (a lock shared by every core) keeps other cores' lines
+/// out of the middle of it.
+pub fn console_write_line(args: core::fmt::Arguments<'_>) {
     with_console(|uart| {
         let _ = core::fmt::Write::write_fmt(uart, args);
+        let _ = core::fmt::Write::write_str(uart, "\n");
     });
 }
 
@@ -252,8 +262,7 @@ pub fn console_write(args: core::fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write(format_args!($($arg)*));
-        $crate::hw::console_write(format_args!("\n"));
+        $crate::hw::console_write_line(format_args!($($arg)*));
     }};
 }
 
@@ -261,7 +270,8 @@ macro_rules! println {
 
 static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
 
-fn timer_hz() -> u64 {
+/// Ticks per second of the generic timer's counter.
+pub fn timer_hz() -> u64 {
     let hz = TIMER_HZ.load(Ordering::Relaxed);
     if hz != 0 {
         return hz;
@@ -273,7 +283,8 @@ fn timer_hz() -> u64 {
     hz
 }
 
-fn counter() -> u64 {
+/// The virtual counter's ticks.
+pub fn counter() -> u64 {
     let ticks: u64;
     // SAFETY: the ISB orders the read after earlier instructions; reading
     // the virtual counter has no side effects.
@@ -319,6 +330,7 @@ pub enum GicSetupError {
 }
 
 /// The interrupt controller, set up for the timer and the doorbell SPI.
+#[allow(missing_debug_implementations)] // the GIC driver has no `Debug`
 pub struct Interrupts {
     /// Owned so that nothing else can take the distributor; waiting uses
     /// the CPU interface's system registers only.
@@ -340,7 +352,8 @@ impl Interrupts {
     /// non-secure group 1, the SPI routed to this core. IRQs stay masked at
     /// the CPU: [`Self::wait`] wakes on them with `wfi` and acknowledges
     /// them inline.
-    pub fn new(boot: &BootInfo) -> Result<Self, GicSetupError> {
+    pub fn new() -> Result<Self, GicSetupError> {
+        let boot_mpidr = mpidr();
         // SAFETY: GICD_TYPER is a read-only register of the mapped
         // distributor; reading it has no side effects, and the driver below
         // is not created yet.
@@ -359,10 +372,10 @@ impl Interrupts {
         let cpu = (0..board::GIC_CPU_COUNT)
             .find(|&i| {
                 gic.gicr_typer(i)
-                    .is_ok_and(|t| t.core_mpidr() == boot.mpidr)
+                    .is_ok_and(|t| t.core_mpidr() == boot_mpidr)
             })
-            .ok_or(GicSetupError::NoRedistributorFor(boot.mpidr))?;
-        if boot.el == 2 {
+            .ok_or(GicSetupError::NoRedistributorFor(boot_mpidr))?;
+        if current_el() == 2 {
             GicCpuInterface::enable_system_register_el2(true);
         }
         gic.setup(cpu);
@@ -378,17 +391,30 @@ impl Interrupts {
         let doorbell =
             (board::DOORBELL_INTID >= 32).then(|| IntId::spi(board::DOORBELL_INTID - 32));
         if let Some(intid) = doorbell {
-            let _ = gic.distributor().set_routing(intid, Some(boot.mpidr));
+            let _ = gic.distributor().set_routing(intid, Some(boot_mpidr));
             configure(&mut gic, intid, Trigger::Edge);
         }
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
-        Ok(Interrupts {
+        let mut irq = Interrupts {
             gic,
             cpu,
             doorbell,
             message_spis: typer & GICD_TYPER_MBIS != 0,
-        })
+        };
+        // Every other core's redistributor, before the node starts it.
+        for core in 1..board::CORE_COUNT {
+            if let Err(e) = irq.prepare_core(core) {
+                defmt::warn!("core {=usize}: GIC not ready ({})", core, e);
+            }
+        }
+        defmt::info!(
+            "GICv3 up: redistributor {=usize}, doorbell INTID {=u32}, message-based SPIs {=bool}",
+            irq.cpu,
+            board::DOORBELL_INTID,
+            irq.message_spis
+        );
+        Ok(irq)
     }
 
     /// Readies core `core`'s redistributor before that core starts: wakes
@@ -426,7 +452,7 @@ impl Interrupts {
 
     /// Sleeps until an interrupt (the doorbell SPI, or anything else
     /// pending) or `deadline`; returns whether the doorbell SPI fired.
-    pub fn wait(&mut self, deadline: Instant) -> bool {
+    pub fn wait_doorbell(&mut self, deadline: Instant) -> bool {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -453,6 +479,8 @@ pub struct CoreInterrupts {
 }
 
 impl CoreInterrupts {
+    // Not `Default`: it programs the hardware, once per core.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         if current_el() == 2 {
             GicCpuInterface::enable_system_register_el2(true);
@@ -467,7 +495,7 @@ impl CoreInterrupts {
     }
 
     /// Sleeps until an interrupt or `deadline` (this core's own timer).
-    pub fn wait(&mut self, deadline: Instant) {
+    pub fn wait_core(&mut self, deadline: Instant) {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -495,6 +523,14 @@ impl Notify for BarrierNotify {
 }
 
 // ----- power -----------------------------------------------------------
+
+/// Ends the node's run with `code` (0 ok, 1 failure, 101 panic): the code
+/// on the console (`METAROCE-EXIT`), then this core parks ([`halt`]); the
+/// card's other software is left alone.
+pub fn exit(code: u32) -> ! {
+    crate::println!("METAROCE-EXIT {}", code);
+    halt()
+}
 
 /// Parks this core for good: PSCI CPU_OFF through `smc`, or `wfe` forever
 /// should that return.
@@ -533,47 +569,45 @@ impl Conduit for SmcConduit {
 /// the secure firmware's TRNG service, for the engine's reseeds.
 pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
     match board::ENTROPY_SOURCE {
-        Source::SmcccTrng => board_pensando_elba::entropy::fill(&mut SmcConduit, out),
+        Source::SmcccTrng => crate::entropy::fill(&mut SmcConduit, out),
     }
 }
 
 // ----- shared memory ---------------------------------------------------
 
-/// The shared-memory objects at the addresses of `board.toml`.
-pub struct SharedMemory {
-    pub rx_ring: ShmRing<'static, FrameDescriptor>,
-    pub tx_ring: ShmRing<'static, FrameDescriptor>,
-    pub rx_bell: &'static AtomicU32,
-    pub tx_bell: &'static AtomicU32,
-    pub queues: &'static Queues,
-    pub host_memory: &'static mut [u8],
-}
+/// The frame device of a core: its two rings in the ring region.
+pub type FrameDevice = ShmFrameDevice<'static, BarrierNotify>;
 
+/// Each core's two rings, formatted once, lent to its frame device for
+/// the rest of the run.
+static mut RINGS: [Option<(
+    ShmRing<'static, FrameDescriptor>,
+    ShmRing<'static, FrameDescriptor>,
+)>; board::CORE_COUNT] = [const { None }; board::CORE_COUNT];
 static SHARED_TAKEN: [AtomicBool; board::CORE_COUNT] =
     [const { AtomicBool::new(false) }; board::CORE_COUNT];
 
-/// Formats core `core`'s frame rings, zeroes its doorbells and initialises
-/// its host queues in the ring region, and lends its share of the DMA
-/// window; once per core (`None` after, for a core past `cores.count`, or
-/// if a ring does not fit, which build.rs already rules out).
-pub fn shared_memory(core: usize) -> Option<SharedMemory> {
+/// Formats core `core`'s frame rings and zeroes its doorbell words in the
+/// ring region, and returns its frame device (rx ring from the NIC side,
+/// tx ring to it, the tx doorbell rung after each burst); once per core
+/// (`None` after, for a core past `cores.count`, or if a ring does not
+/// fit, which build.rs already rules out).
+pub fn core_frame_device(core: usize) -> Option<FrameDevice> {
     let layout = cores::layout(core)?;
     if SHARED_TAKEN[core].swap(true, Ordering::AcqRel) {
         return None;
     }
     let base = board::RINGS_BASE as *mut u8;
-    // SAFETY: build.rs checked that the ring region and the DMA window lie
-    // in DRAM (mapped as normal memory), outside the image and apart from
-    // each other, with every core's doorbells, rings and host queues at
-    // disjoint, aligned offsets inside the region (`cores::layout`, tested
-    // on the host; the queues' size is checked against their stride by a
-    // const assertion in `node`), and each core's DMA share apart from the
-    // others'. `SHARED_TAKEN` makes these the only references this program
-    // creates to this core's share; the other side (NIC or host) is
-    // assumed to follow the protocols of `shm` and `metaroce_platform::host`.
+    // SAFETY: build.rs checked that the ring region lies in DRAM (mapped as
+    // normal memory), outside the image, with every core's doorbells and
+    // rings at disjoint, aligned offsets inside it (`cores::layout`, tested
+    // on the host). `SHARED_TAKEN` makes these the only references this
+    // program creates to this core's share, and the only access to its
+    // entry of `RINGS`; the other side (the NIC) is assumed to follow the
+    // protocol of `shm`.
     unsafe {
         let rx_bell = AtomicU32::from_ptr(base.add(layout.rx_doorbell).cast());
-        let tx_bell = AtomicU32::from_ptr(base.add(layout.tx_doorbell).cast());
+        let tx_bell: &'static AtomicU32 = AtomicU32::from_ptr(base.add(layout.tx_doorbell).cast());
         rx_bell.store(0, Ordering::Relaxed);
         tx_bell.store(0, Ordering::Relaxed);
         let rx_ring = ShmRing::format_raw(
@@ -588,22 +622,62 @@ pub fn shared_memory(core: usize) -> Option<SharedMemory> {
             board::TX_SLOTS,
         )
         .ok()?;
-        let queues_ptr = base.add(layout.host_queues).cast::<Queues>();
-        if !queues_ptr.is_aligned() {
-            return None;
-        }
-        queues_ptr.write(Queues::new());
-        let host_memory = core::slice::from_raw_parts_mut(
-            layout.host_memory_local as *mut u8,
-            layout.host_memory_len,
-        );
-        Some(SharedMemory {
-            rx_ring,
-            tx_ring,
-            rx_bell,
-            tx_bell,
-            queues: &*queues_ptr,
-            host_memory,
-        })
+        let slot = &mut (*core::ptr::addr_of_mut!(RINGS))[core];
+        let (rx, tx) = slot.insert((rx_ring, tx_ring));
+        Some(ShmFrameDevice::new(
+            rx.consumer(),
+            tx.producer(),
+            ShmDoorbell::new(tx_bell, BarrierNotify),
+        ))
     }
+}
+
+static HOST_MEMORY_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The DMA window of `[host_memory]` (local DRAM the host addresses at
+/// `host_memory.host_address`); once.
+pub fn host_memory() -> Option<&'static mut [u8]> {
+    if HOST_MEMORY_TAKEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    // SAFETY: build.rs checked that the window lies in DRAM (mapped as
+    // normal memory), apart from the image, the rings and the host
+    // interface; `HOST_MEMORY_TAKEN` makes this the only reference.
+    Some(unsafe {
+        core::slice::from_raw_parts_mut(
+            board::HOST_MEMORY_LOCAL_BASE as *mut u8,
+            board::HOST_MEMORY_SIZE,
+        )
+    })
+}
+
+static HOST_INTERFACE_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Why the host interface's memory is not available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum HostInterfaceError {
+    /// Already handed out.
+    Taken,
+    /// `[host_interface]` does not describe usable shared memory.
+    BadRegion,
+}
+
+/// The host interface's region of `[host_interface]` (spec chapter 6): the
+/// DRAM the card exposes to the host through a PCIe BAR; once.
+pub fn host_interface_memory(
+) -> Result<metaroce_platform::shmem::SharedMemory<'static>, HostInterfaceError> {
+    if HOST_INTERFACE_TAKEN.swap(true, Ordering::AcqRel) {
+        return Err(HostInterfaceError::Taken);
+    }
+    // SAFETY: build.rs checked that the region lies in DRAM (mapped as
+    // normal memory), apart from the image, the rings and the DMA window;
+    // `HOST_INTERFACE_TAKEN` hands it out once, and nothing in the firmware
+    // makes Rust references into it (the host side writes it too).
+    unsafe {
+        metaroce_platform::shmem::SharedMemory::new(
+            board::HOST_INTERFACE_BASE as *mut u8,
+            board::HOST_INTERFACE_SIZE,
+        )
+    }
+    .ok_or(HostInterfaceError::BadRegion)
 }
