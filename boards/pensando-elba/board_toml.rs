@@ -188,9 +188,6 @@ pub struct BoardConfig {
     pub rx_ring_offset: u64,
     pub tx_ring_offset: u64,
     pub core_ring_stride: u64,
-    /// Core 0's host queues; core `i`'s are `i * host_queues_stride` further.
-    pub host_queues_offset: u64,
-    pub host_queues_stride: u64,
     /// Core 0's doorbell words; core `i`'s are `i * doorbell_stride` further.
     pub rx_doorbell_offset: u64,
     pub tx_doorbell_offset: u64,
@@ -282,11 +279,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "rings.size",
     "rings.rx_slots",
     "rings.tx_slots",
-    "rings.host_queues_offset",
     "rings.rx_doorbell_offset",
     "rings.tx_doorbell_offset",
     "rings.doorbell_stride",
-    "rings.host_queues_stride",
     "cores.count",
     "cores.per_cluster",
     "cores.stack_pages",
@@ -419,17 +414,14 @@ impl BoardConfig {
         }
         // Layout of the ring region: every core's doorbell words in the
         // first page (`doorbell_stride` apart), then each core's rx ring
-        // and tx ring (each 4 KiB aligned), core after core, then each
-        // core's host queues (`host_queues_stride` apart) from their
-        // configured offset.
+        // and tx ring (each 4 KiB aligned), core after core. (The host
+        // interface has a region of its own, `[host_interface]`.)
         let ring_bytes = |slots: u64| RING_HEADER_BYTES + slots * FRAME_SLOT_BYTES;
         let align = |x: u64| x.div_ceil(4096) * 4096;
         let rx_ring_offset = 4096;
         let tx_ring_offset = align(rx_ring_offset + ring_bytes(rx_slots));
         let core_ring_stride = align(tx_ring_offset + ring_bytes(tx_slots)) - rx_ring_offset;
         let frame_rings_end = rx_ring_offset + core_count * core_ring_stride;
-        let host_queues_offset = int("rings.host_queues_offset")?;
-        let host_queues_stride = int("rings.host_queues_stride")?;
         let rx_doorbell_offset = int("rings.rx_doorbell_offset")?;
         let tx_doorbell_offset = int("rings.tx_doorbell_offset")?;
         let doorbell_stride = int("rings.doorbell_stride")?;
@@ -463,20 +455,9 @@ impl BoardConfig {
                     .into(),
             );
         }
-        if host_queues_offset % 4096 != 0
-            || host_queues_offset < frame_rings_end
-            || host_queues_offset >= rings.1
-        {
+        if frame_rings_end > rings.1 {
             return Err(format!(
-                "rings.host_queues_offset must be 4 KiB aligned, at least {frame_rings_end:#x} (after the frame rings of {core_count} cores) and inside rings.size"
-            ));
-        }
-        if host_queues_stride == 0
-            || host_queues_stride % 4096 != 0
-            || host_queues_offset + core_count * host_queues_stride > rings.1
-        {
-            return Err(format!(
-                "rings.host_queues_stride must be a non-zero multiple of 4 KiB, and {core_count} cores' host queues must fit rings.size after host_queues_offset"
+                "rings.size must hold the doorbell page and the frame rings of {core_count} cores ({frame_rings_end:#x} bytes)"
             ));
         }
         if host_memory.1 / core_count < 4096 {
@@ -591,8 +572,6 @@ impl BoardConfig {
             rx_ring_offset,
             tx_ring_offset,
             core_ring_stride,
-            host_queues_offset,
-            host_queues_stride,
             rx_doorbell_offset,
             tx_doorbell_offset,
             doorbell_stride,
@@ -756,12 +735,6 @@ impl BoardConfig {
             "Offset of the tx ring in the ring region.",
         );
         c(
-            "HOST_QUEUES_OFFSET",
-            "usize",
-            format!("{:#x}", self.host_queues_offset),
-            "Offset of the host-interface queues.",
-        );
-        c(
             "RX_DOORBELL_OFFSET",
             "usize",
             format!("{:#x}", self.rx_doorbell_offset),
@@ -778,12 +751,6 @@ impl BoardConfig {
             "usize",
             format!("{:#x}", self.core_ring_stride),
             "From one core's rx ring to the next core's (`rings.*_slots`).",
-        );
-        c(
-            "HOST_QUEUES_STRIDE",
-            "usize",
-            format!("{:#x}", self.host_queues_stride),
-            "From one core's host queues to the next core's (`rings.host_queues_stride`).",
         );
         c(
             "DOORBELL_STRIDE",
@@ -1021,12 +988,10 @@ mod tests {
         assert_eq!(cfg.rx_ring_offset, 0x1000);
         assert!(cfg.peer.is_none());
         // 16 cores, each an rx and a tx ring of 64 slots (96 KiB + header,
-        // 100 KiB aligned) after the doorbell page, then 16 x 256 KiB of
-        // host queues from 4 MiB.
+        // 100 KiB aligned) after the doorbell page.
         assert_eq!(cfg.core_count, 16);
         assert_eq!(cfg.core_ring_stride, 2 * 0x19000);
-        assert!(cfg.rx_ring_offset + 16 * cfg.core_ring_stride <= cfg.host_queues_offset);
-        assert!(cfg.host_queues_offset + 16 * cfg.host_queues_stride <= cfg.rings.1);
+        assert!(cfg.rx_ring_offset + 16 * cfg.core_ring_stride <= cfg.rings.1);
         let rust = cfg.rust();
         assert!(rust.contains("pub const LOAD_ADDRESS: u64 = 0xc0080000;"));
         assert!(rust.contains("pub const UART_BASE: usize = 0x4800;"));
@@ -1074,11 +1039,6 @@ mod tests {
                 "not one of: smccc-trng",
             ),
             (
-                "host_queues_offset = 0x0040_0000",
-                "host_queues_offset = 0x1000",
-                "host_queues_offset",
-            ),
-            (
                 "tx_doorbell_offset = 0x0000_0040",
                 "tx_doorbell_offset = 0x0000_0000",
                 "must differ",
@@ -1120,14 +1080,9 @@ mod tests {
                 "multiple of 64",
             ),
             (
-                "host_queues_stride = 0x0004_0000",
-                "host_queues_stride = 0x0008_0000",
-                "must fit rings.size",
-            ),
-            (
                 "rx_slots = 64",
-                "rx_slots = 256",
-                "after the frame rings of 16 cores",
+                "rx_slots = 1024",
+                "the frame rings of 16 cores",
             ),
             (
                 "cpu_count = 16",

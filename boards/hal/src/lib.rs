@@ -64,6 +64,25 @@ pub enum StartError {
     Psci(i32),
 }
 
+/// The capacities of the endpoint of the host-interface and serve roles
+/// (their tables and pools are statics of these sizes, spec 4.14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacities {
+    /// Connections held at once.
+    pub connections: u32,
+    /// Logical paths per connection (the node's `PATHS`: checked).
+    pub paths: usize,
+    /// Send-queue entries and posted receives shared by all connections.
+    pub work_entries: u32,
+    pub recv_entries: u32,
+    /// Connections sending at once.
+    pub senders: u32,
+    /// In-flight packet records shared by the senders.
+    pub inflight_records: u32,
+    /// Memory regions.
+    pub regions: u32,
+}
+
 /// A board: its drivers and its configuration, as the node reaches them.
 /// Every function is an associated function (the hardware is one per
 /// image); state a driver keeps lives in the board crate.
@@ -89,6 +108,8 @@ pub trait Board: 'static {
     /// Why the host interface's memory is missing.
     type HostMemoryError: defmt::Format;
 
+    /// The host-interface and serve roles' endpoint.
+    const ENDPOINT: Capacities;
     /// What the node says when the entropy source is missing, gives
     /// nothing, or gives constant output (it then stops).
     const ENTROPY_MISSING: &'static str;

@@ -24,15 +24,19 @@ use crate::serve::{Serve, ServeNode, SERVE_CONNECTIONS};
 use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
 use metaroce_board::{Board, Interrupts as _};
 
-// The serve and host roles' storage (they never run together): clients
-// come and go, up to SERVE_CONNECTIONS at once, each with the serve
-// role's 16 posted receives and a few sends, control buffers plus a data
-// region and a read-only page registered per slot. (The workload role's
-// is in `multicore`, one share per core.)
+// The serve and host roles' storage (they never run together), sized by
+// the board (`Board::ENDPOINT`): clients come and go, up to
+// SERVE_CONNECTIONS at once. (The workload role's is in `multicore`, one
+// share per core.)
+const CAPS: metaroce_board::Capacities = ThisBoard::ENDPOINT;
+const _: () = assert!(
+    CAPS.paths == PATHS,
+    "the board's endpoint paths differ from the node's"
+);
 metaroce_platform::static_endpoint_storage!(serve_storage, PATHS,
-    connections: SERVE_CONNECTIONS as u32, work_entries: 4 * SERVE_CONNECTIONS as u32,
-    recv_entries: 17 * SERVE_CONNECTIONS as u32, senders: SERVE_CONNECTIONS as u32,
-    inflight_records: 16384, regions: 3 * SERVE_CONNECTIONS as u32 + 64);
+    connections: CAPS.connections, work_entries: CAPS.work_entries,
+    recv_entries: CAPS.recv_entries, senders: CAPS.senders,
+    inflight_records: CAPS.inflight_records, regions: CAPS.regions);
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 

@@ -7,7 +7,7 @@
 //! `board.toml`, not statics of the image; the configuration is the
 //! `[node]`, `[net]` and `[cores]` sections, compiled in.
 
-use metaroce_board::{Board, CounterDelay, StartError};
+use metaroce_board::{Board, Capacities, CounterDelay, StartError};
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::shmem::SharedMemory;
@@ -54,6 +54,15 @@ impl Board for PensandoElba {
     type Net = hw::FrameDevice;
     type HostMemoryError = hw::HostInterfaceError;
 
+    const ENDPOINT: Capacities = Capacities {
+        connections: board::ENDPOINT_CONNECTIONS,
+        paths: board::ENDPOINT_PATHS,
+        work_entries: board::ENDPOINT_WORK_ENTRIES,
+        recv_entries: board::ENDPOINT_RECV_ENTRIES,
+        senders: board::ENDPOINT_SENDERS,
+        inflight_records: board::ENDPOINT_INFLIGHT_RECORDS,
+        regions: board::ENDPOINT_REGIONS,
+    };
     const ENTROPY_MISSING: &'static str =
         "no entropy source: the secure firmware has no Arm TRNG interface (board.toml [entropy])";
     const ENTROPY_FAILED: &'static str = "the TRNG gave no entropy";

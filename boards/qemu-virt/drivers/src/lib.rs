@@ -22,7 +22,7 @@ mod logger;
 pub mod pci;
 pub mod smp;
 
-use metaroce_board::{Board, CounterDelay, StartError};
+use metaroce_board::{Board, Capacities, CounterDelay, StartError};
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::shmem::SharedMemory;
@@ -74,6 +74,17 @@ impl Board for QemuVirt {
     type Net = NetDevice;
     type HostMemoryError = pci::PciError;
 
+    // The serve profile's: 1,024 clients, each with 16 posted receives and
+    // a few sends, control buffers plus a data region and a read-only page.
+    const ENDPOINT: Capacities = Capacities {
+        connections: 1024,
+        paths: 8,
+        work_entries: 4 * 1024,
+        recv_entries: 17 * 1024,
+        senders: 1024,
+        inflight_records: 16384,
+        regions: 3 * 1024 + 64,
+    };
     const ENTROPY_MISSING: &'static str =
         "no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)";
     const ENTROPY_FAILED: &'static str = "the virtio-rng device gave no entropy";
