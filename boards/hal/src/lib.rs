@@ -110,6 +110,9 @@ pub trait Board: 'static {
 
     /// The host-interface and serve roles' endpoint.
     const ENDPOINT: Capacities;
+    /// Queue sets (tenants, each a protection domain) of the host
+    /// interface.
+    const HOST_QUEUE_SETS: u32;
     /// What the node says when the entropy source is missing, gives
     /// nothing, or gives constant output (it then stops).
     const ENTROPY_MISSING: &'static str;

@@ -63,6 +63,7 @@ impl Board for PensandoElba {
         inflight_records: board::ENDPOINT_INFLIGHT_RECORDS,
         regions: board::ENDPOINT_REGIONS,
     };
+    const HOST_QUEUE_SETS: u32 = board::HOST_INTERFACE_QUEUE_SETS;
     const ENTROPY_MISSING: &'static str =
         "no entropy source: the secure firmware has no Arm TRNG interface (board.toml [entropy])";
     const ENTROPY_FAILED: &'static str = "the TRNG gave no entropy";

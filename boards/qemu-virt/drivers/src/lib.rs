@@ -85,6 +85,7 @@ impl Board for QemuVirt {
         inflight_records: 16384,
         regions: 3 * 1024 + 64,
     };
+    const HOST_QUEUE_SETS: u32 = 4;
     const ENTROPY_MISSING: &'static str =
         "no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)";
     const ENTROPY_FAILED: &'static str = "the virtio-rng device gave no entropy";
