@@ -176,6 +176,9 @@ pub struct BoardConfig {
     pub uart_clock: u64,
     pub baud: u64,
     pub program_divisor: bool,
+    /// The console's device (`console.kind`): a 16550 or, in the twin, a
+    /// PL011.
+    pub console_pl011: bool,
     pub gicd: u64,
     pub gicr: u64,
     pub gicr_size: u64,
@@ -270,6 +273,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "console.clock_hz",
     "console.baud",
     "console.program_divisor",
+    "console.kind",
     "gic.distributor",
     "gic.redistributor",
     "gic.redistributor_size",
@@ -314,7 +318,12 @@ pub const NODE_ROLES: &[&str] = &["host", "serve", "workload"];
 
 /// The entropy sources `entropy.source` may name, with the variant of
 /// `entropy::Source` each is.
-pub const ENTROPY_SOURCES: &[(&str, &str)] = &[("smccc-trng", "SmcccTrng")];
+pub const ENTROPY_SOURCES: &[(&str, &str)] =
+    &[("smccc-trng", "SmcccTrng"), ("virtio-rng", "VirtioRng")];
+
+/// The consoles `console.kind` may name: the Elba's 16550, or the PL011
+/// QEMU `virt` has in its place (the `elba-twin` configuration).
+pub const CONSOLE_KINDS: &[&str] = &["ns16550a", "pl011"];
 
 impl BoardConfig {
     /// Checks a parsed board file; the error says which key is wrong and why.
@@ -464,6 +473,14 @@ impl BoardConfig {
             return Err("host_memory.size must give every core at least 4 KiB".into());
         }
         let uart = int("console.uart_base")?;
+        let console_kind = b.string("console.kind").map_err(|e| e.0)?;
+        if !CONSOLE_KINDS.contains(&console_kind) {
+            return Err(format!(
+                "console.kind `{console_kind}` is not one of: {}",
+                CONSOLE_KINDS.join(", ")
+            ));
+        }
+        let console_pl011 = console_kind == "pl011";
         let gicd = int("gic.distributor")?;
         let gicr = int("gic.redistributor")?;
         let gicr_size = int("gic.redistributor_size")?;
@@ -561,6 +578,7 @@ impl BoardConfig {
             uart_clock: int("console.clock_hz")?,
             baud: int("console.baud")?,
             program_divisor: int("console.program_divisor")? != 0,
+            console_pl011,
             gicd,
             gicr,
             gicr_size,
@@ -661,6 +679,12 @@ impl BoardConfig {
             "u32",
             self.baud.to_string(),
             "Console baud rate (`console.baud`).",
+        );
+        c(
+            "CONSOLE_PL011",
+            "bool",
+            self.console_pl011.to_string(),
+            "Whether the console is a PL011 (`console.kind`), not a 16550.",
         );
         c(
             "UART_PROGRAM_DIVISOR",

@@ -179,7 +179,7 @@ impl KnownWarningFilter {
 /// `cargo build --profile firmware` of a board's firmware; returns the
 /// ELF cargo wrote.
 pub fn build(board: &Board, flags: &[String]) -> Result<PathBuf, Error> {
-    build_with(board, flags, &[])
+    build_with(board, flags, board.features)
 }
 
 /// [`build`] with cargo `features` of the board's package on.

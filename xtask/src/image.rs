@@ -54,6 +54,9 @@ pub struct Board {
     /// Most bytes of code (`.init` + `.text`) the firmware may have; the
     /// `images` step checks it.
     pub text_budget: u64,
+    /// Cargo features of its package (a configuration of another board's
+    /// image, such as the Elba's twin).
+    pub features: &'static [&'static str],
 }
 
 /// Every board with an image.
@@ -65,6 +68,7 @@ pub const BOARDS: &[Board] = &[
         description: "MetaRoCE firmware for the AMD Pensando Elba ARM complex",
         cpu: CORTEX_A72,
         text_budget: firmware::TEXT_BUDGET,
+        features: &[],
     },
     Board {
         name: "qemu-virt",
@@ -74,6 +78,7 @@ pub const BOARDS: &[Board] = &[
         // The Elba's stand-in: built for the same cores.
         cpu: CORTEX_A72,
         text_budget: firmware::TEXT_BUDGET,
+        features: &[],
     },
     // A Salina board (16 x Neoverse N1) is one more entry here with
     // `cpu: Cpu { target_cpu: "neoverse-n1", .. }`; see `firmware::Cpu`.
@@ -120,8 +125,24 @@ pub fn run(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
+/// The Elba's twin: the Elba image and drivers configured by
+/// `elba-twin.toml` for QEMU `virt` (GICv3, EL2, 16 cores). Not in
+/// [`BOARDS`]: it is a configuration of the Elba's image, which the
+/// `images` step already checks; `cargo xtask qemu --board elba-twin`
+/// boots it.
+pub const ELBA_TWIN: Board = Board {
+    name: "elba-twin",
+    package: "board-pensando-elba",
+    board_toml: Some("boards/pensando-elba/elba-twin.toml"),
+    description:
+        "MetaRoCE firmware for the Pensando Elba, configured for QEMU virt standing in for it",
+    cpu: CORTEX_A72,
+    text_budget: firmware::TEXT_BUDGET,
+    features: &["elba-twin"],
+};
+
 pub fn find_board(name: &str) -> Option<&'static Board> {
-    BOARDS.iter().find(|b| b.name == name)
+    BOARDS.iter().chain([&ELBA_TWIN]).find(|b| b.name == name)
 }
 
 /// Where the images go: `target/metaroce/images/`.
@@ -628,6 +649,156 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
             "cargo test -p {drivers} failed without a failing test (see above)"
         ))),
         (_, n) => Err(Error::new(format!("{n} {drivers} test(s) failed"))),
+    }
+}
+
+/// Cores of the twin: all of the Elba's.
+const TWIN_CORES: u32 = 16;
+/// Guard against a hung twin; U-Boot and 16 cores start in about 10 s.
+const TWIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// `cargo xtask qemu --board elba-twin`: the Elba image with its own
+/// drivers, configured by `elba-twin.toml`, booted from its FIT by U-Boot
+/// at EL2 in QEMU `virt` standing in for the Elba (`gic-version=3`,
+/// `virtualization=on` so PSCI goes through `smc`, 16 Cortex-A72 cores,
+/// virtio-rng for the TRNG). The node runs its workload role on every
+/// core with nothing to send: each core formats its rings, starts its
+/// endpoint and reports, and core 0 merges the reports and ends the run
+/// (`METAROCE-EXIT 0`). What it checks: U-Boot's FIT boot, the banner at
+/// EL2, every core's report, the node's result; the frame path between
+/// twins (a host-side stand-in for the NIC pipeline) is not built yet.
+pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
+    system::ensure_system_packages(
+        &[("qemu-system-aarch64", "qemu-system-arm")],
+        "to boot U-Boot and the image under emulation",
+    )?;
+    let uboot = ensure_uboot_qemu()?;
+    let image = build(&ELBA_TWIN)?;
+    let tftp = images_dir().join("elba-twin-tftp");
+    fs::create_dir_all(&tftp)?;
+    let fit_name = "elba-twin.itb";
+    fs::copy(&image.fit, tftp.join(fit_name))?;
+    fs::write(
+        tftp.join("boot.cmd"),
+        uboot_boot_commands(fit_name, UBOOT_FIT_ADDR),
+    )?;
+    util::run(
+        Command::new("mkimage")
+            .current_dir(&tftp)
+            .args(["-A", "arm64", "-T", "script", "-C", "none", "-n"])
+            .args(["metaroce-boot", "-d", "boot.cmd", "boot.scr.uimg"]),
+    )?;
+    let log_path = tftp.join("console.log");
+    let log = fs::File::create(&log_path)?;
+    let mut cmd = Command::new("qemu-system-aarch64");
+    cmd.args([
+        "-M",
+        "virt,gic-version=3,virtualization=on",
+        "-cpu",
+        "cortex-a72",
+        "-smp",
+        &TWIN_CORES.to_string(),
+        "-m",
+        "2G",
+    ])
+    .args(["-nographic", "-bios"])
+    .arg(&uboot)
+    .arg("-netdev")
+    .arg(format!("user,id=n0,tftp={}", tftp.display()))
+    .args(["-device", "virtio-net-device,netdev=n0"])
+    .args(["-device", "virtio-rng-device"])
+    .stdin(std::process::Stdio::null())
+    .stdout(log.try_clone()?)
+    .stderr(log);
+    println!("$ {}", util::display(&cmd));
+    let mut child = cmd.spawn()?;
+    let started = std::time::Instant::now();
+    // The node parks its cores at the end (it never powers a card off):
+    // the run is over at its `METAROCE-EXIT` line.
+    let timed_out = loop {
+        if child.try_wait()?.is_some() {
+            break false;
+        }
+        let console = fs::read(&log_path)?;
+        if String::from_utf8_lossy(&console).contains("METAROCE-EXIT") {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        if started.elapsed() > TWIN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let bytes = fs::read(&log_path)?;
+    let console = String::from_utf8_lossy(&bytes);
+    let cores_reported = (0..TWIN_CORES)
+        .filter(|c| console.contains(&format!("METAROCE-CORE node=0 core={c} ")))
+        .count();
+    let load = format!("Load Address: {:#x}", image.load);
+    let all_cores = format!("METAROCE-STEERED node=0 cores={TWIN_CORES}");
+    let mut checks: Vec<(String, bool)> = [
+        ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
+        ("bootm verified the FIT's sha256", "sha256+ OK"),
+        ("bootm used elba-twin.toml's load address", load.as_str()),
+        ("bootm started the image", "Starting kernel"),
+        (
+            "the Elba firmware ran at EL2 (banner)",
+            "metaroce pensando-elba firmware",
+        ),
+        ("the node ran on every core", all_cores.as_str()),
+        ("the node's result", "METAROCE-RESULT node=0"),
+        ("the node ended with status 0", "METAROCE-EXIT 0"),
+    ]
+    .iter()
+    .map(|(name, needle)| (name.to_string(), console.contains(needle)))
+    .collect();
+    checks.push((
+        format!("every core reported ({cores_reported} of {TWIN_CORES})"),
+        cores_reported == TWIN_CORES as usize,
+    ));
+    checks.push((
+        "at EL2".to_string(),
+        console
+            .lines()
+            .any(|l| l.contains("metaroce pensando-elba firmware") && l.contains(": EL2,")),
+    ));
+    let mut failed = Vec::new();
+    for (name, ok) in &checks {
+        println!(
+            "elba-twin: {name} ... {}",
+            if *ok { "ok" } else { "FAILED" }
+        );
+        if !ok {
+            failed.push(name.clone());
+        }
+    }
+    if let Some(ctx) = ctx {
+        ctx.tally.passed += (checks.len() - failed.len()) as u64;
+        ctx.tally.failed += failed.len() as u64;
+        ctx.ran_tests = true;
+    }
+    println!(
+        "elba-twin: console in {} ({:.1} s{})",
+        log_path.display(),
+        started.elapsed().as_secs_f64(),
+        if timed_out {
+            ", killed at the timeout"
+        } else {
+            ""
+        }
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "the Elba twin failed: {} (see {})",
+            failed.join("; "),
+            log_path.display()
+        )))
     }
 }
 

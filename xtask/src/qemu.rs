@@ -34,6 +34,13 @@ const HARNESS: &str = "metaroce-qemu";
 
 /// Entry point: `cargo xtask qemu [HARNESS ARGS]`.
 pub fn run(args: &[String]) -> Result<(), Error> {
+    match args {
+        [flag, name, ..] if flag == "--board" && name == "elba-twin" => {
+            return image::elba_twin(None);
+        }
+        [arg, ..] if arg == "--board=elba-twin" => return image::elba_twin(None),
+        _ => {}
+    }
     let elf = build_firmware()?;
     ensure_qemu()?;
     let mut harness_args: Vec<String> = args.iter().filter(|a| *a != "--").cloned().collect();

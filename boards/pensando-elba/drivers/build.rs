@@ -17,14 +17,22 @@ use board_toml::{BoardConfig, BoardToml};
 
 fn main() {
     println!("cargo::rerun-if-changed=../board.toml");
+    println!("cargo::rerun-if-changed=../elba-twin.toml");
     println!("cargo::rerun-if-changed=../board_toml.rs");
+    // The `elba-twin` feature builds the same drivers for the twin's
+    // configuration (QEMU `virt` standing in for the Elba).
+    let file = if env::var_os("CARGO_FEATURE_ELBA_TWIN").is_some() {
+        "../elba-twin.toml"
+    } else {
+        "../board.toml"
+    };
     let dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let text = fs::read_to_string(dir.join("../board.toml"))
-        .unwrap_or_else(|e| fail(&format!("cannot read board.toml: {e}")));
-    let board = BoardToml::parse(&text).unwrap_or_else(|e| fail(&e.0));
-    let cfg = BoardConfig::check(&board).unwrap_or_else(|e| fail(&e.0));
+    let text = fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| fail(&format!("cannot read {file}: {e}")));
+    let board = BoardToml::parse(&text).unwrap_or_else(|e| fail(&format!("{file}: {}", e.0)));
+    let cfg = BoardConfig::check(&board).unwrap_or_else(|e| fail(&format!("{file}: {}", e.0)));
     fs::write(out.join("board.rs"), cfg.rust()).expect("write board.rs");
 }
 

@@ -226,12 +226,100 @@ pub fn start_secondary<F: FnOnce() + Send + 'static>(
 
 // ----- console ---------------------------------------------------------
 
-pub type Console = Uart16550<Mmio>;
+/// The console `board.toml` names (`console.kind`): the Elba's 16550, or
+/// the PL011 QEMU `virt` has in its place (the twin).
+#[derive(Debug)]
+pub enum Console {
+    Ns16550(Uart16550<Mmio>),
+    Pl011(Pl011),
+}
+
+impl embedded_io::ErrorType for Console {
+    type Error = embedded_io::ErrorKind;
+}
+
+impl embedded_io::Write for Console {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        match self {
+            Console::Ns16550(uart) => {
+                embedded_io::Write::write(uart, buf).map_err(|e| embedded_io::Error::kind(&e))
+            }
+            Console::Pl011(uart) => {
+                for &b in buf {
+                    uart.put(b);
+                }
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl core::fmt::Write for Console {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        match self {
+            Console::Ns16550(uart) => uart.write_str(s),
+            Console::Pl011(uart) => {
+                for b in s.bytes() {
+                    if b == b'\n' {
+                        uart.put(b'\r');
+                    }
+                    uart.put(b);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A PL011's transmit side (data register at +0, flags at +0x18): the
+/// twin's console, where QEMU `virt` has no 16550.
+#[derive(Debug)]
+pub struct Pl011 {
+    base: NonNull<u32>,
+}
+
+// SAFETY: the registers are reached only through `CONSOLE`, under the
+// critical section, so one core at a time.
+unsafe impl Send for Pl011 {}
+
+impl Pl011 {
+    /// UARTFR.TXFF: the transmit FIFO is full.
+    const TXFF: u32 = 1 << 5;
+
+    fn put(&mut self, b: u8) {
+        // Bounded: a console that does not drain loses bytes, never the
+        // firmware.
+        for _ in 0..100_000 {
+            // SAFETY: UARTFR (+0x18) of the PL011 `board.toml` names, mapped
+            // as device memory; reading it has no side effects.
+            let flags = unsafe { self.base.as_ptr().add(6).read_volatile() };
+            if flags & Self::TXFF == 0 {
+                break;
+            }
+        }
+        // SAFETY: UARTDR (+0) of the same PL011: writing queues one byte.
+        unsafe { self.base.as_ptr().write_volatile(u32::from(b)) };
+    }
+}
 
 static CONSOLE: Mutex<RefCell<Option<Console>>> = Mutex::new(RefCell::new(None));
 
-/// Brings up the 16550 console from `board.toml` (first thing at boot).
+/// Brings up the console from `board.toml` (first thing at boot).
 pub fn init_console() {
+    if board::CONSOLE_PL011 {
+        // The PL011 is left as U-Boot (or QEMU) set it up.
+        let base = NonNull::new(board::UART_BASE as *mut u32);
+        if let Some(base) = base {
+            critical_section::with(|cs| {
+                *CONSOLE.borrow_ref_mut(cs) = Some(Console::Pl011(Pl011 { base }))
+            });
+        }
+        return;
+    }
     // SAFETY: the 16550 block from board.toml is mapped as device memory
     // by the identity map, and this is the only handle to it (boot only).
     let regs = unsafe { Mmio::new(NonNull::new_unchecked(board::UART_BASE as *mut u32)) };
@@ -240,7 +328,7 @@ pub fn init_console() {
         // A bad clock/baud pair leaves U-Boot's settings, which work.
         let _ = uart.configure(board::UART_CLOCK_HZ, board::UART_BAUD);
     }
-    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(uart));
+    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Console::Ns16550(uart)));
 }
 
 /// Runs `f` on the console, if it is up.
@@ -566,10 +654,88 @@ impl Conduit for SmcConduit {
 }
 
 /// The board's entropy source (`board.toml` `[entropy]`): 256 bits from
-/// the secure firmware's TRNG service, for the engine's reseeds.
+/// the secure firmware's TRNG service (or, in the twin, the virtio-rng
+/// device), for the endpoints' seeds and the engine's reseeds.
 pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
     match board::ENTROPY_SOURCE {
         Source::SmcccTrng => crate::entropy::fill(&mut SmcConduit, out),
+        #[cfg(feature = "elba-twin")]
+        Source::VirtioRng => twin::entropy(out),
+        #[cfg(not(feature = "elba-twin"))]
+        Source::VirtioRng => Err(EntropyError::Missing),
+    }
+}
+
+/// Probes the entropy source once, at boot.
+pub fn init_entropy() -> Result<(), EntropyError> {
+    match board::ENTROPY_SOURCE {
+        Source::SmcccTrng => crate::entropy::probe(&mut SmcConduit).map(|_| ()),
+        #[cfg(feature = "elba-twin")]
+        Source::VirtioRng => twin::init_entropy(),
+        #[cfg(not(feature = "elba-twin"))]
+        Source::VirtioRng => Err(EntropyError::Missing),
+    }
+}
+
+/// What the twin substitutes for what QEMU `virt` cannot offer: the
+/// virtio-rng device for the SMCCC TRNG.
+#[cfg(feature = "elba-twin")]
+mod twin {
+    use core::cell::RefCell;
+    use core::ptr::NonNull;
+
+    use critical_section::Mutex;
+    use metaroce_platform::entropy::{EntropyError, Seed};
+    use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
+    use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
+    use virtio_drivers::transport::DeviceType;
+
+    /// QEMU `virt`'s virtio-mmio slots (in the device block of the map).
+    const VIRTIO_BASE: usize = 0x0a00_0000;
+    const VIRTIO_STRIDE: usize = 0x200;
+    const VIRTIO_SLOTS: usize = 32;
+    /// "virt": the magic of a virtio-mmio block; its device id at +8.
+    const VIRTIO_MAGIC: u32 = 0x7472_6976;
+
+    struct Device(VirtioEntropy<PoolHal, MmioTransport<'static>>);
+
+    // SAFETY: the device is reached only through `RNG`, under the
+    // critical section, so by one core at a time.
+    unsafe impl Send for Device {}
+
+    static RNG: Mutex<RefCell<Option<Device>>> = Mutex::new(RefCell::new(None));
+
+    pub fn init_entropy() -> Result<(), EntropyError> {
+        for slot in 0..VIRTIO_SLOTS {
+            let base = VIRTIO_BASE + slot * VIRTIO_STRIDE;
+            // SAFETY: every slot is a mapped virtio-mmio register block;
+            // reading its magic and device id has no side effects.
+            let (magic, id) = unsafe {
+                (
+                    core::ptr::read_volatile(base as *const u32),
+                    core::ptr::read_volatile((base + 8) as *const u32),
+                )
+            };
+            if magic != VIRTIO_MAGIC || id != DeviceType::EntropySource as u32 {
+                continue;
+            }
+            let header = NonNull::new(base as *mut VirtIOHeader).ok_or(EntropyError::Missing)?;
+            // SAFETY: as above; this is the only transport made for this
+            // slot, kept for the whole run.
+            let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }
+                .map_err(|_| EntropyError::Failed)?;
+            let device = VirtioEntropy::new(transport)?;
+            critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
+            return Ok(());
+        }
+        Err(EntropyError::Missing)
+    }
+
+    pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
+        critical_section::with(|cs| match RNG.borrow_ref_mut(cs).as_mut() {
+            Some(device) => device.0.fill(out),
+            None => Err(EntropyError::Missing),
+        })
     }
 }
 

@@ -13,7 +13,11 @@ use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::shmem::SharedMemory;
 
 use crate::board;
-use crate::entropy::{self, Source};
+#[cfg(not(feature = "elba-twin"))]
+const _: () = assert!(
+    !matches!(board::ENTROPY_SOURCE, crate::entropy::Source::VirtioRng),
+    "entropy.source = \"virtio-rng\" is the twin's substitution: build with the elba-twin feature"
+);
 use crate::hw;
 
 /// The Elba as a MetaRoCE board.
@@ -108,9 +112,7 @@ impl Board for PensandoElba {
     }
 
     fn init_entropy() -> Result<(), EntropyError> {
-        match board::ENTROPY_SOURCE {
-            Source::SmcccTrng => entropy::probe(&mut hw::SmcConduit).map(|_| ()),
-        }
+        hw::init_entropy()
     }
 
     fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
