@@ -220,6 +220,10 @@ pub struct BoardConfig {
     /// the node's configuration (`node.extra`).
     pub role: String,
     pub node_extra: String,
+    /// Where the node's configuration line comes from at boot
+    /// (`node.config_from`): compiled in from this file, or, in the twin,
+    /// QEMU's fw_cfg file `opt/metaroce/config`.
+    pub config_fw_cfg: bool,
     pub device_blocks: Vec<u64>,
     pub normal_blocks: Vec<u64>,
 }
@@ -311,6 +315,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "entropy.source",
     "node.role",
     "node.extra",
+    "node.config_from",
 ];
 
 /// The roles `node.role` may name (the node's `role=` values).
@@ -554,6 +559,15 @@ impl BoardConfig {
             ));
         }
         let node_extra = b.string("node.extra").map_err(|e| e.0)?.to_string();
+        let config_fw_cfg = match b.string("node.config_from").map_err(|e| e.0)? {
+            "board" => false,
+            "fw_cfg" => true,
+            other => {
+                return Err(format!(
+                    "node.config_from `{other}` is not one of: board, fw_cfg"
+                ))
+            }
+        };
         if !node_extra.is_ascii() || node_extra.contains(['"', '\\']) {
             return Err("node.extra must be ASCII `key=value` words".into());
         }
@@ -609,6 +623,7 @@ impl BoardConfig {
             entropy_source,
             role,
             node_extra,
+            config_fw_cfg,
             device_blocks,
             normal_blocks,
         })
@@ -941,6 +956,12 @@ impl BoardConfig {
         if !self.node_extra.is_empty() {
             let _ = write!(node, " {}", self.node_extra);
         }
+        c(
+            "NODE_CONFIG_FW_CFG",
+            "bool",
+            self.config_fw_cfg.to_string(),
+            "Whether the node reads its configuration from QEMU's fw_cfg (`node.config_from`, the twin's).",
+        );
         c(
             "NODE_CONFIG",
             "&str",

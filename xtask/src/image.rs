@@ -654,19 +654,27 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
 
 /// Cores of the twin: all of the Elba's.
 const TWIN_CORES: u32 = 16;
-/// Guard against a hung twin; U-Boot and 16 cores start in about 10 s.
+/// Guard against a hung twin; U-Boot and 16 cores start in about 5 s.
 const TWIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+/// The twin's addresses (board.toml's `[net]`), for its configuration line.
+const TWIN_NODE: &str = "node=0 ip=10.0.0.1 mac=02:4d:52:00:00:01 port=4795";
 
 /// `cargo xtask qemu --board elba-twin`: the Elba image with its own
 /// drivers, configured by `elba-twin.toml`, booted from its FIT by U-Boot
 /// at EL2 in QEMU `virt` standing in for the Elba (`gic-version=3`,
 /// `virtualization=on` so PSCI goes through `smc`, 16 Cortex-A72 cores,
-/// virtio-rng for the TRNG). The node runs its workload role on every
-/// core with nothing to send: each core formats its rings, starts its
-/// endpoint and reports, and core 0 merges the reports and ends the run
-/// (`METAROCE-EXIT 0`). What it checks: U-Boot's FIT boot, the banner at
-/// EL2, every core's report, the node's result; the frame path between
-/// twins (a host-side stand-in for the NIC pipeline) is not built yet.
+/// virtio-rng for the TRNG), twice, with the node's configuration line
+/// from fw_cfg each time:
+///
+/// 1. the workload role on every core with nothing to send: each core
+///    formats its rings, starts its endpoint and reports, core 0 merges
+///    the reports and ends the run (`METAROCE-EXIT 0`);
+/// 2. the host role: the host interface of spec chapter 6 formatted over
+///    `[host_interface]` (`METAROCE-HOSTIF`), then the host-interface loop
+///    (stopped there).
+///
+/// The frame path between twins (a host-side stand-in for the NIC
+/// pipeline) is not built yet.
 pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     system::ensure_system_packages(
         &[("qemu-system-aarch64", "qemu-system-arm")],
@@ -688,84 +696,59 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
             .args(["-A", "arm64", "-T", "script", "-C", "none", "-n"])
             .args(["metaroce-boot", "-d", "boot.cmd", "boot.scr.uimg"]),
     )?;
-    let log_path = tftp.join("console.log");
-    let log = fs::File::create(&log_path)?;
-    let mut cmd = Command::new("qemu-system-aarch64");
-    cmd.args([
-        "-M",
-        "virt,gic-version=3,virtualization=on",
-        "-cpu",
-        "cortex-a72",
-        "-smp",
-        &TWIN_CORES.to_string(),
-        "-m",
-        "2G",
-    ])
-    .args(["-nographic", "-bios"])
-    .arg(&uboot)
-    .arg("-netdev")
-    .arg(format!("user,id=n0,tftp={}", tftp.display()))
-    .args(["-device", "virtio-net-device,netdev=n0"])
-    .args(["-device", "virtio-rng-device"])
-    .stdin(std::process::Stdio::null())
-    .stdout(log.try_clone()?)
-    .stderr(log);
-    println!("$ {}", util::display(&cmd));
-    let mut child = cmd.spawn()?;
-    let started = std::time::Instant::now();
-    // The node parks its cores at the end (it never powers a card off):
-    // the run is over at its `METAROCE-EXIT` line.
-    let timed_out = loop {
-        if child.try_wait()?.is_some() {
-            break false;
+    let mut checks: Vec<(String, bool)> = Vec::new();
+    let load = format!("Load Address: {:#x}", image.load);
+    let boot_checks = |console: &str, run: &str, checks: &mut Vec<(String, bool)>| {
+        for (name, needle) in [
+            ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
+            ("bootm verified the FIT's sha256", "sha256+ OK"),
+            ("bootm used elba-twin.toml's load address", load.as_str()),
+            ("bootm started the image", "Starting kernel"),
+        ] {
+            checks.push((format!("{run}: {name}"), console.contains(needle)));
         }
-        let console = fs::read(&log_path)?;
-        if String::from_utf8_lossy(&console).contains("METAROCE-EXIT") {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            let _ = child.kill();
-            let _ = child.wait();
-            break false;
-        }
-        if started.elapsed() > TWIN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        checks.push((
+            format!("{run}: the Elba firmware ran at EL2 (banner)"),
+            console
+                .lines()
+                .any(|l| l.contains("metaroce pensando-elba firmware") && l.contains(": EL2,")),
+        ));
     };
-    let bytes = fs::read(&log_path)?;
-    let console = String::from_utf8_lossy(&bytes);
+
+    let workload =
+        format!("{TWIN_NODE} role=workload cores={TWIN_CORES} linger_ms=0 progress_ms=1000");
+    let console = twin_boot(&uboot, &tftp, "workload", &workload, "METAROCE-EXIT")?;
+    boot_checks(&console, "workload", &mut checks);
     let cores_reported = (0..TWIN_CORES)
         .filter(|c| console.contains(&format!("METAROCE-CORE node=0 core={c} ")))
         .count();
-    let load = format!("Load Address: {:#x}", image.load);
-    let all_cores = format!("METAROCE-STEERED node=0 cores={TWIN_CORES}");
-    let mut checks: Vec<(String, bool)> = [
-        ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
-        ("bootm verified the FIT's sha256", "sha256+ OK"),
-        ("bootm used elba-twin.toml's load address", load.as_str()),
-        ("bootm started the image", "Starting kernel"),
-        (
-            "the Elba firmware ran at EL2 (banner)",
-            "metaroce pensando-elba firmware",
-        ),
-        ("the node ran on every core", all_cores.as_str()),
-        ("the node's result", "METAROCE-RESULT node=0"),
-        ("the node ended with status 0", "METAROCE-EXIT 0"),
-    ]
-    .iter()
-    .map(|(name, needle)| (name.to_string(), console.contains(needle)))
-    .collect();
     checks.push((
-        format!("every core reported ({cores_reported} of {TWIN_CORES})"),
+        format!("workload: every core reported ({cores_reported} of {TWIN_CORES})"),
         cores_reported == TWIN_CORES as usize,
     ));
+    for (name, needle) in [
+        (
+            "the node ran on every core",
+            format!("METAROCE-STEERED node=0 cores={TWIN_CORES}"),
+        ),
+        ("the node's result", "METAROCE-RESULT node=0".to_string()),
+        (
+            "the node ended with status 0",
+            "METAROCE-EXIT 0".to_string(),
+        ),
+    ] {
+        checks.push((format!("workload: {name}"), console.contains(&needle)));
+    }
+
+    let host = format!("{TWIN_NODE} role=host");
+    let console = twin_boot(&uboot, &tftp, "host", &host, "METAROCE-HOSTIF")?;
+    boot_checks(&console, "host", &mut checks);
     checks.push((
-        "at EL2".to_string(),
-        console
-            .lines()
-            .any(|l| l.contains("metaroce pensando-elba firmware") && l.contains(": EL2,")),
+        "host: the host interface formatted over [host_interface] (64 MiB, 4 queue sets)"
+            .to_string(),
+        console.contains("METAROCE-HOSTIF node=0 shm=67108864 sets=4 ip=10.0.0.1 port=4795"),
     ));
+
     let mut failed = Vec::new();
     for (name, ok) in &checks {
         println!(
@@ -781,8 +764,75 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
         ctx.tally.failed += failed.len() as u64;
         ctx.ran_tests = true;
     }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "the Elba twin failed: {} (consoles in {})",
+            failed.join("; "),
+            tftp.display()
+        )))
+    }
+}
+
+/// One boot of the twin with the node's configuration line `config`,
+/// until `done` shows on the console (or the timeout); the console.
+fn twin_boot(
+    uboot: &Path,
+    tftp: &Path,
+    run: &str,
+    config: &str,
+    done: &str,
+) -> Result<String, Error> {
+    let log_path = tftp.join(format!("console-{run}.log"));
+    let log = fs::File::create(&log_path)?;
+    let mut cmd = Command::new("qemu-system-aarch64");
+    cmd.args([
+        "-M",
+        "virt,gic-version=3,virtualization=on",
+        "-cpu",
+        "cortex-a72",
+        "-smp",
+        &TWIN_CORES.to_string(),
+        "-m",
+        "2G",
+    ])
+    .args(["-nographic", "-bios"])
+    .arg(uboot)
+    .arg("-netdev")
+    .arg(format!("user,id=n0,tftp={}", tftp.display()))
+    .args(["-device", "virtio-net-device,netdev=n0"])
+    .args(["-device", "virtio-rng-device"])
+    .arg("-fw_cfg")
+    .arg(format!("name=opt/metaroce/config,string={config}"))
+    .stdin(std::process::Stdio::null())
+    .stdout(log.try_clone()?)
+    .stderr(log);
+    println!("$ {}", util::display(&cmd));
+    let mut child = cmd.spawn()?;
+    let started = std::time::Instant::now();
+    // The node parks its cores at the end (it never powers a card off),
+    // and the host role runs until stopped: the run is over at `done`.
+    let timed_out = loop {
+        if child.try_wait()?.is_some() {
+            break false;
+        }
+        let console = fs::read(&log_path)?;
+        if String::from_utf8_lossy(&console).contains(done) {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        if started.elapsed() > TWIN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
     println!(
-        "elba-twin: console in {} ({:.1} s{})",
+        "elba-twin: {run}: console in {} ({:.1} s{})",
         log_path.display(),
         started.elapsed().as_secs_f64(),
         if timed_out {
@@ -791,15 +841,7 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
             ""
         }
     );
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::new(format!(
-            "the Elba twin failed: {} (see {})",
-            failed.join("; "),
-            log_path.display()
-        )))
-    }
+    Ok(String::from_utf8_lossy(&fs::read(&log_path)?).into_owned())
 }
 
 /// U-Boot for QEMU's arm64 `virt` machine, from Debian's `u-boot-qemu`.

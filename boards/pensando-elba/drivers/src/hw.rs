@@ -680,7 +680,7 @@ pub fn init_entropy() -> Result<(), EntropyError> {
 /// What the twin substitutes for what QEMU `virt` cannot offer: the
 /// virtio-rng device for the SMCCC TRNG.
 #[cfg(feature = "elba-twin")]
-mod twin {
+pub(crate) mod twin {
     use core::cell::RefCell;
     use core::ptr::NonNull;
 
@@ -736,6 +736,48 @@ mod twin {
             Some(device) => device.0.fill(out),
             None => Err(EntropyError::Missing),
         })
+    }
+
+    /// QEMU `virt`'s fw_cfg MMIO interface: data at +0, selector
+    /// (16-bit big-endian) at +8.
+    const FW_CFG_BASE: usize = 0x0902_0000;
+
+    fn fw_cfg_select(key: u16) {
+        // SAFETY: the fw_cfg selector register, in the device block of the
+        // identity map; the interface is big-endian.
+        unsafe { core::ptr::write_volatile((FW_CFG_BASE + 8) as *mut u16, key.to_be()) };
+    }
+
+    fn fw_cfg_read(out: &mut [u8]) {
+        for byte in out {
+            // SAFETY: the fw_cfg data register; each read returns the next
+            // byte of the selected item.
+            *byte = unsafe { core::ptr::read_volatile(FW_CFG_BASE as *const u8) };
+        }
+    }
+
+    /// Reads the fw_cfg file `name` into `out`: its length (truncated to
+    /// `out`, trailing NULs dropped), or `None` if QEMU was not given it.
+    pub fn fw_cfg_file(name: &str, out: &mut [u8]) -> Option<usize> {
+        const FILE_DIR: u16 = 0x19;
+        fw_cfg_select(FILE_DIR);
+        let mut count = [0u8; 4];
+        fw_cfg_read(&mut count);
+        for _ in 0..u32::from_be_bytes(count).min(1024) {
+            let mut entry = [0u8; 64];
+            fw_cfg_read(&mut entry);
+            let size = u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]) as usize;
+            let select = u16::from_be_bytes([entry[4], entry[5]]);
+            let raw = &entry[8..];
+            let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            if &raw[..end] == name.as_bytes() {
+                let len = size.min(out.len());
+                fw_cfg_select(select);
+                fw_cfg_read(&mut out[..len]);
+                return Some(len);
+            }
+        }
+        None
     }
 }
 

@@ -15,8 +15,9 @@ use metaroce_platform::shmem::SharedMemory;
 use crate::board;
 #[cfg(not(feature = "elba-twin"))]
 const _: () = assert!(
-    !matches!(board::ENTROPY_SOURCE, crate::entropy::Source::VirtioRng),
-    "entropy.source = \"virtio-rng\" is the twin's substitution: build with the elba-twin feature"
+    !matches!(board::ENTROPY_SOURCE, crate::entropy::Source::VirtioRng)
+        && !board::NODE_CONFIG_FW_CFG,
+    "virtio-rng and fw_cfg are the twin's substitutions: build with the elba-twin feature"
 );
 use crate::hw;
 
@@ -103,6 +104,11 @@ impl Board for PensandoElba {
     }
 
     fn read_config(out: &mut [u8]) -> Result<usize, &'static str> {
+        #[cfg(feature = "elba-twin")]
+        if board::NODE_CONFIG_FW_CFG {
+            return hw::twin::fw_cfg_file("opt/metaroce/config", out)
+                .ok_or("no fw_cfg file opt/metaroce/config (board.toml node.config_from)");
+        }
         let text = board::NODE_CONFIG.as_bytes();
         let Some(out) = out.get_mut(..text.len()) else {
             return Err("board.toml: the node configuration is too long");
