@@ -656,25 +656,26 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
 const TWIN_CORES: u32 = 16;
 /// Guard against a hung twin; U-Boot and 16 cores start in about 5 s.
 const TWIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+/// Frames the stand-in NIC drops between twins, in percent.
+const TWIN_LOSS: f64 = 1.0;
 /// The twin's addresses (board.toml's `[net]`), for its configuration line.
 const TWIN_NODE: &str = "node=0 ip=10.0.0.1 mac=02:4d:52:00:00:01 port=4795";
 
-/// `cargo xtask qemu --board elba-twin`: the Elba image with its own
-/// drivers, configured by `elba-twin.toml`, booted from its FIT by U-Boot
-/// at EL2 in QEMU `virt` standing in for the Elba (`gic-version=3`,
-/// `virtualization=on` so PSCI goes through `smc`, 16 Cortex-A72 cores,
-/// virtio-rng for the TRNG), twice, with the node's configuration line
-/// from fw_cfg each time:
+/// `cargo xtask qemu --board elba-twin` and the test step `elba-twin`:
+/// the Elba image with its own drivers, configured by `elba-twin.toml`,
+/// booted from its FIT by U-Boot at EL2 in QEMU `virt` standing in for
+/// the Elba (`gic-version=3`, `virtualization=on` so PSCI goes through
+/// `smc`, 16 Cortex-A72 cores, virtio-rng for the TRNG), with the node's
+/// configuration line from fw_cfg:
 ///
-/// 1. the workload role on every core with nothing to send: each core
-///    formats its rings, starts its endpoint and reports, core 0 merges
-///    the reports and ends the run (`METAROCE-EXIT 0`);
-/// 2. the host role: the host interface of spec chapter 6 formatted over
-///    `[host_interface]` (`METAROCE-HOSTIF`), then the host-interface loop
-///    (stopped there).
-///
-/// The frame path between twins (a host-side stand-in for the NIC
-/// pipeline) is not built yet.
+/// 1. one twin in the host role: the host interface of spec chapter 6
+///    formatted over `[host_interface]` (`METAROCE-HOSTIF`), then the
+///    host-interface loop (stopped there);
+/// 2. two twins in the workload role, every core of each sending to the
+///    other and receiving (WRITE, WRITE_IMM, SEND, READ, integrity
+///    checked), their frame rings in their RAM files, moved by
+///    `metaroce-elba-nic` (the host-side stand-in for the NIC pipeline:
+///    steering to each connection's core, 1 % loss, rx doorbells).
 pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     system::ensure_system_packages(
         &[("qemu-system-aarch64", "qemu-system-arm")],
@@ -715,38 +716,55 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
         ));
     };
 
-    let workload =
-        format!("{TWIN_NODE} role=workload cores={TWIN_CORES} linger_ms=0 progress_ms=1000");
-    let console = twin_boot(&uboot, &tftp, "workload", &workload, "METAROCE-EXIT")?;
-    boot_checks(&console, "workload", &mut checks);
-    let cores_reported = (0..TWIN_CORES)
-        .filter(|c| console.contains(&format!("METAROCE-CORE node=0 core={c} ")))
-        .count();
-    checks.push((
-        format!("workload: every core reported ({cores_reported} of {TWIN_CORES})"),
-        cores_reported == TWIN_CORES as usize,
-    ));
-    for (name, needle) in [
-        (
-            "the node ran on every core",
-            format!("METAROCE-STEERED node=0 cores={TWIN_CORES}"),
-        ),
-        ("the node's result", "METAROCE-RESULT node=0".to_string()),
-        (
-            "the node ended with status 0",
-            "METAROCE-EXIT 0".to_string(),
-        ),
-    ] {
-        checks.push((format!("workload: {name}"), console.contains(&needle)));
-    }
-
     let host = format!("{TWIN_NODE} role=host");
+    // The host role starts core 0 only; the pair below starts all 16.
     let console = twin_boot(&uboot, &tftp, "host", &host, "METAROCE-HOSTIF")?;
     boot_checks(&console, "host", &mut checks);
     checks.push((
         "host: the host interface formatted over [host_interface] (64 MiB, 4 queue sets)"
             .to_string(),
         console.contains("METAROCE-HOSTIF node=0 shm=67108864 sets=4 ip=10.0.0.1 port=4795"),
+    ));
+
+    let (c0, c1, nic) = twin_pair(&uboot, &tftp, TWIN_LOSS)?;
+    for (n, console) in [&c0, &c1].into_iter().enumerate() {
+        let run = format!("twin{n}");
+        boot_checks(console, &run, &mut checks);
+        checks.push((
+            format!("{run}: integrity OK"),
+            console
+                .lines()
+                .any(|l| l.starts_with("METAROCE-RESULT") && l.contains("integrity=OK")),
+        ));
+        checks.push((
+            format!("{run}: ended with status 0"),
+            console.contains("METAROCE-EXIT 0"),
+        ));
+        let busy = (0..TWIN_CORES)
+            .filter(|c| {
+                console.lines().any(|l| {
+                    l.starts_with(&format!("METAROCE-CORE node={n} core={c} "))
+                        && !l.contains(" bytes=0 ")
+                })
+            })
+            .count();
+        checks.push((
+            format!("{run}: every core carried traffic ({busy} of {TWIN_CORES})"),
+            busy == TWIN_CORES as usize,
+        ));
+    }
+    let last = |twin: u32| {
+        nic.lines()
+            .rfind(|l| l.starts_with(&format!("ELBA-NIC twin={twin} ")))
+            .unwrap_or("")
+            .to_string()
+    };
+    for twin in 0..2 {
+        println!("elba-twin: {}", last(twin));
+    }
+    checks.push((
+        format!("the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
+        (0..2).any(|t| !last(t).contains(" lost=0 ") && last(t).contains(" lost=")),
     ));
 
     let mut failed = Vec::new();
@@ -775,6 +793,86 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     }
 }
 
+/// Starts one twin with the node's configuration line `config` (and, with
+/// `ram`, its RAM in that shared file); its console goes to
+/// `console-{run}.log`.
+fn twin_spawn(
+    uboot: &Path,
+    tftp: &Path,
+    run: &str,
+    config: &str,
+    ram: Option<&Path>,
+) -> Result<(std::process::Child, PathBuf), Error> {
+    let log_path = tftp.join(format!("console-{run}.log"));
+    let log = fs::File::create(&log_path)?;
+    let mut machine = "virt,gic-version=3,virtualization=on".to_string();
+    let mut cmd = Command::new("qemu-system-aarch64");
+    if let Some(ram) = ram {
+        let _ = fs::remove_file(ram);
+        machine.push_str(",memory-backend=ram");
+        cmd.arg("-object").arg(format!(
+            "memory-backend-file,id=ram,size=2G,mem-path={},share=on",
+            ram.display()
+        ));
+    }
+    cmd.args(["-M", &machine, "-cpu", "cortex-a72", "-smp"])
+        .arg(TWIN_CORES.to_string())
+        .args(["-m", "2G", "-nographic", "-bios"])
+        .arg(uboot)
+        .arg("-netdev")
+        .arg(format!("user,id=n0,tftp={}", tftp.display()))
+        .args(["-device", "virtio-net-device,netdev=n0"])
+        .args(["-device", "virtio-rng-device"])
+        .arg("-fw_cfg")
+        .arg(format!("name=opt/metaroce/config,string={config}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    println!("$ {}", util::display(&cmd));
+    Ok((cmd.spawn()?, log_path))
+}
+
+/// Waits until every console shows `done` (or the timeout); kills the
+/// twins. Whether it timed out.
+fn twin_wait(children: &mut [(std::process::Child, PathBuf)], done: &str) -> Result<bool, Error> {
+    let started = std::time::Instant::now();
+    let timed_out = loop {
+        let mut all = true;
+        for (child, log) in children.iter_mut() {
+            let finished = String::from_utf8_lossy(&fs::read(log.as_path())?).contains(done);
+            all &= finished || child.try_wait()?.is_some();
+        }
+        if all {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            break false;
+        }
+        if started.elapsed() > TWIN_TIMEOUT {
+            break true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    for (child, log) in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+        println!(
+            "elba-twin: console in {} ({:.1} s{})",
+            log.display(),
+            started.elapsed().as_secs_f64(),
+            if timed_out {
+                ", killed at the timeout"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(timed_out)
+}
+
+/// Test step `elba-twin`: [`elba_twin`].
+pub fn elba_twin_step(ctx: &mut Context) -> Result<(), Error> {
+    elba_twin(Some(ctx))
+}
+
 /// One boot of the twin with the node's configuration line `config`,
 /// until `done` shows on the console (or the timeout); the console.
 fn twin_boot(
@@ -784,64 +882,112 @@ fn twin_boot(
     config: &str,
     done: &str,
 ) -> Result<String, Error> {
-    let log_path = tftp.join(format!("console-{run}.log"));
-    let log = fs::File::create(&log_path)?;
-    let mut cmd = Command::new("qemu-system-aarch64");
-    cmd.args([
-        "-M",
-        "virt,gic-version=3,virtualization=on",
-        "-cpu",
-        "cortex-a72",
-        "-smp",
-        &TWIN_CORES.to_string(),
-        "-m",
-        "2G",
-    ])
-    .args(["-nographic", "-bios"])
-    .arg(uboot)
-    .arg("-netdev")
-    .arg(format!("user,id=n0,tftp={}", tftp.display()))
-    .args(["-device", "virtio-net-device,netdev=n0"])
-    .args(["-device", "virtio-rng-device"])
-    .arg("-fw_cfg")
-    .arg(format!("name=opt/metaroce/config,string={config}"))
-    .stdin(std::process::Stdio::null())
-    .stdout(log.try_clone()?)
-    .stderr(log);
-    println!("$ {}", util::display(&cmd));
-    let mut child = cmd.spawn()?;
-    let started = std::time::Instant::now();
-    // The node parks its cores at the end (it never powers a card off),
-    // and the host role runs until stopped: the run is over at `done`.
-    let timed_out = loop {
-        if child.try_wait()?.is_some() {
-            break false;
-        }
-        let console = fs::read(&log_path)?;
-        if String::from_utf8_lossy(&console).contains(done) {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let _ = child.kill();
-            let _ = child.wait();
-            break false;
-        }
-        if started.elapsed() > TWIN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
-    println!(
-        "elba-twin: {run}: console in {} ({:.1} s{})",
-        log_path.display(),
-        started.elapsed().as_secs_f64(),
-        if timed_out {
-            ", killed at the timeout"
-        } else {
-            ""
-        }
+    let mut children = [twin_spawn(uboot, tftp, run, config, None)?];
+    twin_wait(&mut children, done)?;
+    Ok(String::from_utf8_lossy(&fs::read(&children[0].1)?).into_owned())
+}
+
+/// Two twins, 16 cores each, exchanging the workload role's traffic
+/// (WRITE, WRITE_IMM, SEND, READ from every core of each twin to the
+/// other, integrity checked) through `metaroce-elba-nic`, the host-side stand-in
+/// for the NIC pipeline, which steers each frame to its core and drops
+/// `loss` percent. Returns the two consoles and the stand-in's output.
+fn twin_pair(uboot: &Path, tftp: &Path, loss: f64) -> Result<(String, String, String), Error> {
+    let text = fs::read_to_string(
+        util::project_root().join(
+            ELBA_TWIN
+                .board_toml
+                .ok_or_else(|| Error::new("elba-twin has no board file"))?,
+        ),
+    )?;
+    let toml = board_toml::BoardToml::parse(&text).map_err(|e| Error::new(e.0))?;
+    let cfg = board_toml::BoardConfig::check(&toml).map_err(|e| Error::new(e.0))?;
+    util::run(&mut util::cargo([
+        "build",
+        "--quiet",
+        "-p",
+        "metaroce-qemu",
+        "--bin",
+        "metaroce-elba-nic",
+    ]))?;
+    let mac = |n: u8| format!("02:4d:52:00:00:{:02x}", n + 1);
+    let ip = |n: u8| format!("10.0.0.{}", n + 1);
+    let common = format!(
+        "port=4795 role=workload cores={TWIN_CORES} size=8192 count=4 depth=2 streams=1 linger_ms=500 progress_ms=1000"
     );
-    Ok(String::from_utf8_lossy(&fs::read(&log_path)?).into_owned())
+    let lines = [
+        format!(
+            "node=0 ip={} mac={} peer={}/{} target=0 expect=1 {common}",
+            ip(0),
+            mac(0),
+            ip(1),
+            mac(1)
+        ),
+        format!(
+            "node=1 ip={} mac={} peer={}/{} target=0 expect=1 {common}",
+            ip(1),
+            mac(1),
+            ip(0),
+            mac(0)
+        ),
+    ];
+    let rams = [tftp.join("twin0.ram"), tftp.join("twin1.ram")];
+    let stop = tftp.join("nic.stop");
+    let _ = fs::remove_file(&stop);
+    let mut children = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        children.push(twin_spawn(
+            uboot,
+            tftp,
+            &format!("twin{n}"),
+            line,
+            Some(&rams[n]),
+        )?);
+    }
+    // QEMU creates the RAM files as it starts.
+    let started = std::time::Instant::now();
+    while rams.iter().any(|r| !r.exists()) && started.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let nic_log = tftp.join("nic.log");
+    let mut nic = Command::new(util::target_dir().join("debug").join("metaroce-elba-nic"));
+    nic.arg("--ram")
+        .args(&rams)
+        .arg(format!("--rings-base={:#x}", cfg.rings.0))
+        .arg(format!("--rx-ring={:#x}", cfg.rx_ring_offset))
+        .arg(format!("--tx-ring={:#x}", cfg.tx_ring_offset))
+        .arg(format!("--ring-stride={:#x}", cfg.core_ring_stride))
+        .arg(format!("--rx-doorbell={:#x}", cfg.rx_doorbell_offset))
+        .arg(format!("--doorbell-stride={:#x}", cfg.doorbell_stride))
+        .arg(format!("--cores={}", cfg.core_count))
+        // The workload role's table: 64 slots a core.
+        .arg(format!("--table-slots={}", 64 * cfg.core_count))
+        .arg(format!("--loss={loss}"))
+        .arg("--stop")
+        .arg(&stop)
+        .stdout(fs::File::create(&nic_log)?);
+    println!("$ {}", util::display(&nic));
+    let mut nic = nic.spawn()?;
+    let timed_out = twin_wait(&mut children, "METAROCE-EXIT");
+    fs::write(&stop, b"")?;
+    let nic_started = std::time::Instant::now();
+    while nic.try_wait()?.is_none() && nic_started.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = nic.kill();
+    let _ = nic.wait();
+    for ram in &rams {
+        let _ = fs::remove_file(ram);
+    }
+    timed_out?;
+    let read = |p: &Path| -> Result<String, Error> {
+        Ok(String::from_utf8_lossy(&fs::read(p)?).into_owned())
+    };
+    Ok((
+        read(&children[0].1)?,
+        read(&children[1].1)?,
+        read(&nic_log)?,
+    ))
 }
 
 /// U-Boot for QEMU's arm64 `virt` machine, from Debian's `u-boot-qemu`.
