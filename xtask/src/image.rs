@@ -868,8 +868,29 @@ fn twin_wait(children: &mut [(std::process::Child, PathBuf)], done: &str) -> Res
     Ok(timed_out)
 }
 
-/// Test step `elba-twin`: [`elba_twin`].
+/// Test step `elba-twin`: the twin's configuration linted for its target
+/// (the code only its feature compiles: virtio-rng, fw_cfg), then
+/// [`elba_twin`].
 pub fn elba_twin_step(ctx: &mut Context) -> Result<(), Error> {
+    firmware::run_cargo(&mut firmware::cargo_for(
+        &ELBA_TWIN,
+        &[
+            "clippy",
+            "--profile",
+            FIRMWARE_PROFILE,
+            "-p",
+            ELBA_TWIN.package,
+            "-p",
+            "board-pensando-elba-drivers",
+            "--features",
+            "board-pensando-elba/elba-twin",
+            "--target",
+            FIRMWARE_TARGET,
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ))?;
     elba_twin(Some(ctx))
 }
 

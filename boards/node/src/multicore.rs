@@ -34,7 +34,7 @@
 //! (`METAROCE-DISPATCH`) and the node's `METAROCE-RESULT`, and exits.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::time::Duration;
 
 use critical_section::Mutex;
@@ -58,7 +58,7 @@ use crate::node::fail;
 use crate::println;
 use crate::report::{Counters, Report};
 use crate::workload::{self, NodeServices, Workload, HOST_BASE, MAX_SLOTS};
-use metaroce_board::Board;
+use metaroce_board::{Board, DelayNs as _};
 use metaroce_board::{CoreInterrupts as _, Interrupts as _};
 
 /// Table slots per core: its outgoing connections (`streams`, at most
@@ -224,7 +224,7 @@ fn steered(
     let table_slots = SLOTS_PER_CORE * cores as u32;
     let per_core = (host_memory.len() / cores) & !0xfff;
     let (own_memory, mut rest) = host_memory.split_at_mut(per_core);
-    for core in 1..cores {
+    for (core, up) in UP.iter().enumerate().take(cores).skip(1) {
         let (memory, tail) = core::mem::take(&mut rest).split_at_mut(per_core);
         rest = tail;
         let core_cfg = core_config(cfg, core);
@@ -240,6 +240,8 @@ fn steered(
                 Ok(net) => NodeDevice::Net(net),
                 Err(e) => fail(e),
             };
+            // Its rings are formatted: the NIC side may feed them.
+            up.store(true, Ordering::Release);
             shard_loop(
                 &core_cfg,
                 expected_incoming,
@@ -256,6 +258,18 @@ fn steered(
                 fail("a secondary core did not start")
             }
         }
+    }
+    // Bring-up wait: every started core has its rings formatted within
+    // CORE_UP_TIMEOUT, or the node stops saying so (rather than run with
+    // a core the NIC side would feed in vain).
+    let mut delay = ThisBoard::delay();
+    let mut waited_us = 0;
+    while !UP[1..cores].iter().all(|up| up.load(Ordering::Acquire)) {
+        if waited_us >= CORE_UP_TIMEOUT_US {
+            fail("a secondary core started but did not come up")
+        }
+        delay.delay_us(100);
+        waited_us += 100;
     }
     let Some(share) = shares.next() else {
         fail("no storage share")
@@ -274,6 +288,11 @@ fn steered(
         &mut role,
     )
 }
+
+/// Each secondary core of a steered node has formatted its rings.
+static UP: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
+/// How long core 0 waits for that (emulated cores start slowly).
+const CORE_UP_TIMEOUT_US: u32 = 10_000_000;
 
 /// Core 0 of a node whose NIC steers: its own shard, then every core's
 /// report merged into the node's.
