@@ -517,12 +517,12 @@ mod filter_tests {
     #[test]
     fn only_the_strict_align_warning_and_its_summaries_are_dropped() {
         let text = [
-            "   Compiling board-qemu-virt-node v0.1.0",
+            "   Compiling metaroce-node v0.1.0",
             "warning: unknown and unstable feature specified for `-Ctarget-feature`: `strict-align`",
             "  |",
             "  = note: it is still passed through to the codegen backend",
             "",
-            "warning: `board-qemu-virt-node` (lib) generated 1 warning (1 duplicate)",
+            "warning: `metaroce-node` (lib) generated 1 warning (1 duplicate)",
             "warning: unused variable: `x`",
             " --> src/lib.rs:1:1",
             "",
@@ -534,7 +534,7 @@ mod filter_tests {
         assert_eq!(
             kept,
             [
-                "   Compiling board-qemu-virt-node v0.1.0",
+                "   Compiling metaroce-node v0.1.0",
                 "warning: unused variable: `x`",
                 " --> src/lib.rs:1:1",
                 "",

@@ -1,36 +1,39 @@
-//! # board-qemu-virt-node
+//! # metaroce-node
 //!
-//! MetaRoCE firmware for QEMU `virt` (`-cpu cortex-a72`): one image for
-//! every node (the `board-qemu-virt` crate links this one into it; the
-//! per-packet code is in `board-qemu-virt-engine`, compiled for speed,
-//! while this crate is compiled for size). It boots on `aarch64-rt`
-//! (identity map, PSCI; its own exception vectors, `hw`), brings up the PL011 console, the GICv2, the generic timer and the
-//! first virtio-net device, reads its role from QEMU's fw_cfg file
-//! `opt/metaroce/config`, and runs the platform's engine loop with a
-//! workload task that plays a host application: it registers memory and
-//! posts work only through the host-interface rings and doorbells, checks
-//! the integrity of every byte moved, prints one `METAROCE-RESULT` line on
-//! the console and exits through semihosting with a status the harness
-//! reads (0 ok, 1 integrity or workload failure, 101 panic). With
-//! `role=serve` it runs the serve profile of `metaroce serve` instead
-//! (`serve`): host clients and the compliance suite reach it through the
-//! harness's gateway, and it runs until the harness stops QEMU. With
-//! `role=host` it is driven by host processes outside QEMU through the
-//! shared-memory host interface in an ivshmem BAR (`pci`, `hostif`).
+//! The MetaRoCE firmware node, one for every board: the image crate of a
+//! board (`board-qemu-virt`, `board-pensando-elba`) links this crate with
+//! one board feature on, and reaches the hardware only through the
+//! board's drivers behind `metaroce_board::Board` (`hw`, [`hw::ThisBoard`]).
+//! The per-packet code is in `metaroce-node-engine` (the one instantiation
+//! of the engine loop for every role and core). After the board's entry
+//! point it reads its configuration line (`config`: QEMU's fw_cfg file
+//! `opt/metaroce/config`, or the Elba's `board.toml`), starts the entropy
+//! source, the interrupt controller and the network device, and runs its
+//! role:
 //!
-//! Logs are `defmt` frames written through semihosting to QEMU's standard
-//! output (the harness decodes them with the ELF); the PL011 console, which
-//! the harness sends to a file, carries only text.
-//! With `cores=N` (and QEMU's `-smp N`) core 0 starts the other cores with
-//! PSCI `CPU_ON` and every core runs its own engine loop, endpoint and
-//! share of the workload; core 0 also owns the virtio-net device and
-//! steers each received frame to the core that owns its connection
-//! (`multicore`, `smp`, `metaroce_platform::shard`).
-//! With `role=bench` it measures the CRC and the engine loop per packet
-//! with the PMU and exits (`bench`; only in the images `cargo xtask bench
-//! --firmware` builds with the `bench-role` feature, so the code budget
-//! counts what a node runs).
-//! It is **not** a general OS: polling plus `wfi`, no heap.
+//! - `role=workload` (`multicore`, `workload`): a task that plays a host
+//!   application registers memory and posts work only through the
+//!   host-interface rings and doorbells, checks the integrity of every
+//!   byte moved, prints one `METAROCE-RESULT` line and ends the run with a
+//!   status the harness reads (0 ok, 1 integrity or workload failure, 101
+//!   panic). With `cores=N` core 0 starts the others (PSCI `CPU_ON`) and
+//!   every core runs its own engine loop, endpoint (a shard of the
+//!   connection table) and share of the workload; on a board with one
+//!   NIC device (QEMU) core 0 steers each received frame to the core that
+//!   owns its connection (`metaroce_platform::shard`), on a board whose
+//!   NIC side steers (`Board::NIC_STEERS`, the Elba) every core opens its
+//!   own rings.
+//! - `role=serve` (`serve`): the serve profile of `metaroce serve`; host
+//!   clients and the compliance suite reach it, until stopped.
+//! - `role=host` (`hostif`): driven by host processes through the
+//!   shared-memory host interface of spec chapter 6 (QEMU's ivshmem BAR,
+//!   the Elba's `[host_interface]` region), until stopped.
+//! - `role=bench` (`bench`, QEMU only, feature `bench-role`): the CRC and
+//!   the engine loop per packet counted by the PMU.
+//!
+//! Text lines go to the board's console; logs are `defmt` frames through
+//! the board's transport (QEMU: semihosting; Elba: the console). It is
+//! **not** a general OS: polling plus `wfi`, no heap.
 
 #![no_std]
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -74,9 +74,10 @@ pub type NodeHostPort<'a> = HostPort<'a, 64, 64, 128, 4>;
 /// The engine's half of [`NodeQueues`].
 pub type NodeEnginePort<'a> = EnginePort<'a, 64, 64, 128, 4>;
 
-/// The frames an engine loop moves: the virtio-net device itself (one
-/// core owns it and runs the only engine) or a core's rings to the
-/// dispatcher.
+/// The frames an engine loop moves: the board's network device itself
+/// (QEMU's virtio-net, which one core owns and runs the only engine on;
+/// one of the Elba's per-core ring pairs) or a core's rings to QEMU's
+/// software dispatcher.
 // The virtio device is the large variant (its queues' bookkeeping): one
 // device per engine, built once, so the size costs nothing per packet and
 // there is no heap to box it on.
