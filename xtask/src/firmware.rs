@@ -95,7 +95,17 @@ pub fn cargo_with_flags(args: &[&str], flags: &[String]) -> Command {
     all.extend(flags.iter().cloned());
     let mut cmd = util::cargo(args);
     cmd.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
+    // Every firmware command with the same defmt level as the builds
+    // (`build_with`): `defmt-macros` is rebuilt whenever `DEFMT_LOG`
+    // changes, and everything above it with it, so a lint between two
+    // builds would otherwise recompile the firmware's whole tree twice.
+    cmd.env("DEFMT_LOG", defmt_level());
     cmd
+}
+
+/// The defmt log level of firmware builds: `DEFMT_LOG`, else `warn`.
+pub fn defmt_level() -> String {
+    std::env::var("DEFMT_LOG").unwrap_or_else(|_| "warn".into())
 }
 
 /// A `cargo` command (`build`, `clippy`, ...) for `board`'s firmware,
@@ -201,8 +211,7 @@ pub fn build_with(board: &Board, flags: &[String], features: &[&str]) -> Result<
     // Warnings and errors only, unless the caller asks for more
     // (`DEFMT_LOG=info cargo xtask qemu`): the info logs' code does not fit
     // the 128 KiB budget beside everything a node runs.
-    let level = std::env::var("DEFMT_LOG").unwrap_or_else(|_| "warn".into());
-    cmd.env("DEFMT_LOG", level);
+    cmd.env("DEFMT_LOG", defmt_level());
     run_cargo(&mut cmd)?;
     Ok(elf_path(board.package))
 }

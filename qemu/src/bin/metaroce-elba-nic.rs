@@ -8,10 +8,14 @@
 //! table slot in the destination connection id, the connect hash for a
 //! CONNECT, core 0 for ARP and ICMP: `metaroce_platform::shard`), drops
 //! the given share of frames on the way (a lossy fabric), and rings the
-//! rx doorbell word of each core it fed. It prints its counters every
+//! rx doorbell word of each core it fed. Frames for a core whose rx ring
+//! is full wait in a queue of that core's (up to `BACKLOG` frames, then
+//! they are dropped and counted), as a NIC's buffers would hold them, so
+//! the drops are the configured loss rather than the cores' polling. It prints its counters every
 //! second, and runs until the `--stop` file exists (then prints them once
 //! more and exits).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -130,7 +134,7 @@ impl Ring {
         m.store_u32(self.at + TAIL_AT, tail.wrapping_add(1)).ok()
     }
 
-    /// Gives the firmware a frame; `None` if the ring is full (dropped).
+    /// Gives the firmware a frame; `None` if the ring is full.
     fn push(&self, m: &SharedMemory<'_>, frame: &[u8]) -> Option<()> {
         let slots = self.slots(m)?;
         let head = m.load_u32(self.at + HEAD_AT).ok()?;
@@ -147,8 +151,13 @@ impl Ring {
     }
 }
 
-/// One twin: its RAM, and per core its rings and rx doorbell word.
+/// Frames a core's queue holds while its rx ring is full.
+const BACKLOG: usize = 4096;
+
+/// One twin: its RAM, and per core its rings, rx doorbell word and the
+/// frames waiting for room in its rx ring.
 struct Twin {
+    backlog: Vec<VecDeque<Vec<u8>>>,
     file: SharedFile,
     rx: Vec<Ring>,
     tx: Vec<Ring>,
@@ -187,6 +196,7 @@ fn main() -> ExitCode {
         };
         let at = |off: u64, core: usize, stride: u64| ring_base + off + core as u64 * stride;
         twins.push(Twin {
+            backlog: vec![VecDeque::new(); args.cores],
             file,
             rx: (0..args.cores)
                 .map(|c| Ring {
@@ -247,22 +257,32 @@ fn main() -> ExitCode {
                             continue;
                         }
                     };
-                    let dst = twins[to].file.view();
                     for c in targets {
-                        if twins[to].rx[c].push(&dst, &frame).is_some() {
-                            counters[from].moved += 1;
-                            counters[to].per_core[c][1] += 1;
-                            fed[c] = true;
+                        if twins[to].backlog[c].len() < BACKLOG {
+                            twins[to].backlog[c].push_back(frame.clone());
                         } else {
                             counters[from].full += 1;
                         }
                     }
                 }
             }
-            let dst = twins[to].file.view();
+            let twin = &mut twins[to];
+            let dst = twin.file.view();
+            for (c, queue) in twin.backlog.iter_mut().enumerate() {
+                while let Some(frame) = queue.front() {
+                    if twin.rx[c].push(&dst, frame).is_none() {
+                        break;
+                    }
+                    queue.pop_front();
+                    counters[from].moved += 1;
+                    counters[to].per_core[c][1] += 1;
+                    fed[c] = true;
+                    moved = true;
+                }
+            }
             for (c, fed) in fed.iter().enumerate() {
                 if *fed {
-                    let bell = twins[to].bells[c];
+                    let bell = twin.bells[c];
                     if let Ok(v) = dst.load_u32(bell) {
                         let _ = dst.store_u32(bell, v.wrapping_add(1));
                     }
@@ -289,7 +309,7 @@ fn report(counters: &[Counters]) {
         let tx: Vec<String> = c.per_core.iter().map(|p| p[0].to_string()).collect();
         let rx: Vec<String> = c.per_core.iter().map(|p| p[1].to_string()).collect();
         println!(
-            "ELBA-NIC twin={twin} moved={} lost={} ring_full={} unroutable={} tx_per_core={} rx_per_core={}",
+            "ELBA-NIC twin={twin} moved={} lost={} backlog_full={} unroutable={} tx_per_core={} rx_per_core={}",
             c.moved,
             c.lost,
             c.full,
