@@ -176,6 +176,9 @@ pub struct BoardConfig {
     pub uart_clock: u64,
     pub baud: u64,
     pub program_divisor: bool,
+    /// The console's device (`console.kind`): a 16550 or, in the twin, a
+    /// PL011.
+    pub console_pl011: bool,
     pub gicd: u64,
     pub gicr: u64,
     pub gicr_size: u64,
@@ -188,9 +191,6 @@ pub struct BoardConfig {
     pub rx_ring_offset: u64,
     pub tx_ring_offset: u64,
     pub core_ring_stride: u64,
-    /// Core 0's host queues; core `i`'s are `i * host_queues_stride` further.
-    pub host_queues_offset: u64,
-    pub host_queues_stride: u64,
     /// Core 0's doorbell words; core `i`'s are `i * doorbell_stride` further.
     pub rx_doorbell_offset: u64,
     pub tx_doorbell_offset: u64,
@@ -216,6 +216,14 @@ pub struct BoardConfig {
     /// Where the endpoints' secrets come from (`entropy.source`): the
     /// variant name of `entropy::Source`.
     pub entropy_source: &'static str,
+    /// What the node does (`node.role`) and further `key=value` words of
+    /// the node's configuration (`node.extra`).
+    pub role: String,
+    pub node_extra: String,
+    /// Where the node's configuration line comes from at boot
+    /// (`node.config_from`): compiled in from this file, or, in the twin,
+    /// QEMU's fw_cfg file `opt/metaroce/config`.
+    pub config_fw_cfg: bool,
     pub device_blocks: Vec<u64>,
     pub normal_blocks: Vec<u64>,
 }
@@ -269,6 +277,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "console.clock_hz",
     "console.baud",
     "console.program_divisor",
+    "console.kind",
     "gic.distributor",
     "gic.redistributor",
     "gic.redistributor_size",
@@ -278,11 +287,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "rings.size",
     "rings.rx_slots",
     "rings.tx_slots",
-    "rings.host_queues_offset",
     "rings.rx_doorbell_offset",
     "rings.tx_doorbell_offset",
     "rings.doorbell_stride",
-    "rings.host_queues_stride",
     "cores.count",
     "cores.per_cluster",
     "cores.stack_pages",
@@ -306,11 +313,22 @@ pub const KNOWN_KEYS: &[&str] = &[
     "net.peer_ip",
     "net.peer_mac",
     "entropy.source",
+    "node.role",
+    "node.extra",
+    "node.config_from",
 ];
+
+/// The roles `node.role` may name (the node's `role=` values).
+pub const NODE_ROLES: &[&str] = &["host", "serve", "workload"];
 
 /// The entropy sources `entropy.source` may name, with the variant of
 /// `entropy::Source` each is.
-pub const ENTROPY_SOURCES: &[(&str, &str)] = &[("smccc-trng", "SmcccTrng")];
+pub const ENTROPY_SOURCES: &[(&str, &str)] =
+    &[("smccc-trng", "SmcccTrng"), ("virtio-rng", "VirtioRng")];
+
+/// The consoles `console.kind` may name: the Elba's 16550, or the PL011
+/// QEMU `virt` has in its place (the `elba-twin` configuration).
+pub const CONSOLE_KINDS: &[&str] = &["ns16550a", "pl011"];
 
 impl BoardConfig {
     /// Checks a parsed board file; the error says which key is wrong and why.
@@ -410,17 +428,14 @@ impl BoardConfig {
         }
         // Layout of the ring region: every core's doorbell words in the
         // first page (`doorbell_stride` apart), then each core's rx ring
-        // and tx ring (each 4 KiB aligned), core after core, then each
-        // core's host queues (`host_queues_stride` apart) from their
-        // configured offset.
+        // and tx ring (each 4 KiB aligned), core after core. (The host
+        // interface has a region of its own, `[host_interface]`.)
         let ring_bytes = |slots: u64| RING_HEADER_BYTES + slots * FRAME_SLOT_BYTES;
         let align = |x: u64| x.div_ceil(4096) * 4096;
         let rx_ring_offset = 4096;
         let tx_ring_offset = align(rx_ring_offset + ring_bytes(rx_slots));
         let core_ring_stride = align(tx_ring_offset + ring_bytes(tx_slots)) - rx_ring_offset;
         let frame_rings_end = rx_ring_offset + core_count * core_ring_stride;
-        let host_queues_offset = int("rings.host_queues_offset")?;
-        let host_queues_stride = int("rings.host_queues_stride")?;
         let rx_doorbell_offset = int("rings.rx_doorbell_offset")?;
         let tx_doorbell_offset = int("rings.tx_doorbell_offset")?;
         let doorbell_stride = int("rings.doorbell_stride")?;
@@ -454,26 +469,23 @@ impl BoardConfig {
                     .into(),
             );
         }
-        if host_queues_offset % 4096 != 0
-            || host_queues_offset < frame_rings_end
-            || host_queues_offset >= rings.1
-        {
+        if frame_rings_end > rings.1 {
             return Err(format!(
-                "rings.host_queues_offset must be 4 KiB aligned, at least {frame_rings_end:#x} (after the frame rings of {core_count} cores) and inside rings.size"
-            ));
-        }
-        if host_queues_stride == 0
-            || host_queues_stride % 4096 != 0
-            || host_queues_offset + core_count * host_queues_stride > rings.1
-        {
-            return Err(format!(
-                "rings.host_queues_stride must be a non-zero multiple of 4 KiB, and {core_count} cores' host queues must fit rings.size after host_queues_offset"
+                "rings.size must hold the doorbell page and the frame rings of {core_count} cores ({frame_rings_end:#x} bytes)"
             ));
         }
         if host_memory.1 / core_count < 4096 {
             return Err("host_memory.size must give every core at least 4 KiB".into());
         }
         let uart = int("console.uart_base")?;
+        let console_kind = b.string("console.kind").map_err(|e| e.0)?;
+        if !CONSOLE_KINDS.contains(&console_kind) {
+            return Err(format!(
+                "console.kind `{console_kind}` is not one of: {}",
+                CONSOLE_KINDS.join(", ")
+            ));
+        }
+        let console_pl011 = console_kind == "pl011";
         let gicd = int("gic.distributor")?;
         let gicr = int("gic.redistributor")?;
         let gicr_size = int("gic.redistributor_size")?;
@@ -539,6 +551,26 @@ impl BoardConfig {
                 known.join(", ")
             ));
         };
+        let role = b.string("node.role").map_err(|e| e.0)?.to_string();
+        if !NODE_ROLES.contains(&role.as_str()) {
+            return Err(format!(
+                "node.role `{role}` is not one of: {}",
+                NODE_ROLES.join(", ")
+            ));
+        }
+        let node_extra = b.string("node.extra").map_err(|e| e.0)?.to_string();
+        let config_fw_cfg = match b.string("node.config_from").map_err(|e| e.0)? {
+            "board" => false,
+            "fw_cfg" => true,
+            other => {
+                return Err(format!(
+                    "node.config_from `{other}` is not one of: board, fw_cfg"
+                ))
+            }
+        };
+        if !node_extra.is_ascii() || node_extra.contains(['"', '\\']) {
+            return Err("node.extra must be ASCII `key=value` words".into());
+        }
         let stack_pages = int("image.stack_pages")?;
         if stack_pages == 0 || stack_pages * 4096 >= max_size {
             return Err("image.stack_pages must be > 0 and fit image.max_size".into());
@@ -560,6 +592,7 @@ impl BoardConfig {
             uart_clock: int("console.clock_hz")?,
             baud: int("console.baud")?,
             program_divisor: int("console.program_divisor")? != 0,
+            console_pl011,
             gicd,
             gicr,
             gicr_size,
@@ -571,8 +604,6 @@ impl BoardConfig {
             rx_ring_offset,
             tx_ring_offset,
             core_ring_stride,
-            host_queues_offset,
-            host_queues_stride,
             rx_doorbell_offset,
             tx_doorbell_offset,
             doorbell_stride,
@@ -590,6 +621,9 @@ impl BoardConfig {
             peer,
             endpoint,
             entropy_source,
+            role,
+            node_extra,
+            config_fw_cfg,
             device_blocks,
             normal_blocks,
         })
@@ -660,6 +694,12 @@ impl BoardConfig {
             "u32",
             self.baud.to_string(),
             "Console baud rate (`console.baud`).",
+        );
+        c(
+            "CONSOLE_PL011",
+            "bool",
+            self.console_pl011.to_string(),
+            "Whether the console is a PL011 (`console.kind`), not a 16550.",
         );
         c(
             "UART_PROGRAM_DIVISOR",
@@ -734,12 +774,6 @@ impl BoardConfig {
             "Offset of the tx ring in the ring region.",
         );
         c(
-            "HOST_QUEUES_OFFSET",
-            "usize",
-            format!("{:#x}", self.host_queues_offset),
-            "Offset of the host-interface queues.",
-        );
-        c(
             "RX_DOORBELL_OFFSET",
             "usize",
             format!("{:#x}", self.rx_doorbell_offset),
@@ -756,12 +790,6 @@ impl BoardConfig {
             "usize",
             format!("{:#x}", self.core_ring_stride),
             "From one core's rx ring to the next core's (`rings.*_slots`).",
-        );
-        c(
-            "HOST_QUEUES_STRIDE",
-            "usize",
-            format!("{:#x}", self.host_queues_stride),
-            "From one core's host queues to the next core's (`rings.host_queues_stride`).",
         );
         c(
             "DOORBELL_STRIDE",
@@ -907,6 +935,39 @@ impl BoardConfig {
             format!("crate::entropy::Source::{}", self.entropy_source),
             "Where the endpoints' secrets come from (`entropy.source`).",
         );
+        let mac = |m: [u8; 6]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let ip = |a: [u8; 4]| std::net::Ipv4Addr::from(a).to_string();
+        let mut node = format!(
+            "node=0 ip={} mac={} port={} role={} cores={}",
+            ip(self.ip),
+            mac(self.mac),
+            self.udp_port,
+            self.role,
+            self.core_count
+        );
+        if let Some((peer_ip, peer_mac)) = self.peer {
+            let _ = write!(node, " peer={}/{}", ip(peer_ip), mac(peer_mac));
+        }
+        if !self.node_extra.is_empty() {
+            let _ = write!(node, " {}", self.node_extra);
+        }
+        c(
+            "NODE_CONFIG_FW_CFG",
+            "bool",
+            self.config_fw_cfg.to_string(),
+            "Whether the node reads its configuration from QEMU's fw_cfg (`node.config_from`, the twin's).",
+        );
+        c(
+            "NODE_CONFIG",
+            "&str",
+            format!("{node:?}"),
+            "The node's configuration (`key=value` words, the node's `config`) from `[net]`, `[cores]` and `[node]`.",
+        );
         c(
             "DEVICE_BLOCKS",
             "&[usize]",
@@ -972,12 +1033,10 @@ mod tests {
         assert_eq!(cfg.rx_ring_offset, 0x1000);
         assert!(cfg.peer.is_none());
         // 16 cores, each an rx and a tx ring of 64 slots (96 KiB + header,
-        // 100 KiB aligned) after the doorbell page, then 16 x 256 KiB of
-        // host queues from 4 MiB.
+        // 100 KiB aligned) after the doorbell page.
         assert_eq!(cfg.core_count, 16);
         assert_eq!(cfg.core_ring_stride, 2 * 0x19000);
-        assert!(cfg.rx_ring_offset + 16 * cfg.core_ring_stride <= cfg.host_queues_offset);
-        assert!(cfg.host_queues_offset + 16 * cfg.host_queues_stride <= cfg.rings.1);
+        assert!(cfg.rx_ring_offset + 16 * cfg.core_ring_stride <= cfg.rings.1);
         let rust = cfg.rust();
         assert!(rust.contains("pub const LOAD_ADDRESS: u64 = 0xc0080000;"));
         assert!(rust.contains("pub const UART_BASE: usize = 0x4800;"));
@@ -1025,11 +1084,6 @@ mod tests {
                 "not one of: smccc-trng",
             ),
             (
-                "host_queues_offset = 0x0040_0000",
-                "host_queues_offset = 0x1000",
-                "host_queues_offset",
-            ),
-            (
                 "tx_doorbell_offset = 0x0000_0040",
                 "tx_doorbell_offset = 0x0000_0000",
                 "must differ",
@@ -1071,14 +1125,9 @@ mod tests {
                 "multiple of 64",
             ),
             (
-                "host_queues_stride = 0x0004_0000",
-                "host_queues_stride = 0x0008_0000",
-                "must fit rings.size",
-            ),
-            (
                 "rx_slots = 64",
-                "rx_slots = 256",
-                "after the frame rings of 16 cores",
+                "rx_slots = 1024",
+                "the frame rings of 16 cores",
             ),
             (
                 "cpu_count = 16",

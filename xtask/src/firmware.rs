@@ -95,7 +95,17 @@ pub fn cargo_with_flags(args: &[&str], flags: &[String]) -> Command {
     all.extend(flags.iter().cloned());
     let mut cmd = util::cargo(args);
     cmd.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
+    // Every firmware command with the same defmt level as the builds
+    // (`build_with`): `defmt-macros` is rebuilt whenever `DEFMT_LOG`
+    // changes, and everything above it with it, so a lint between two
+    // builds would otherwise recompile the firmware's whole tree twice.
+    cmd.env("DEFMT_LOG", defmt_level());
     cmd
+}
+
+/// The defmt log level of firmware builds: `DEFMT_LOG`, else `warn`.
+pub fn defmt_level() -> String {
+    std::env::var("DEFMT_LOG").unwrap_or_else(|_| "warn".into())
 }
 
 /// A `cargo` command (`build`, `clippy`, ...) for `board`'s firmware,
@@ -179,7 +189,7 @@ impl KnownWarningFilter {
 /// `cargo build --profile firmware` of a board's firmware; returns the
 /// ELF cargo wrote.
 pub fn build(board: &Board, flags: &[String]) -> Result<PathBuf, Error> {
-    build_with(board, flags, &[])
+    build_with(board, flags, board.features)
 }
 
 /// [`build`] with cargo `features` of the board's package on.
@@ -201,8 +211,7 @@ pub fn build_with(board: &Board, flags: &[String], features: &[&str]) -> Result<
     // Warnings and errors only, unless the caller asks for more
     // (`DEFMT_LOG=info cargo xtask qemu`): the info logs' code does not fit
     // the 128 KiB budget beside everything a node runs.
-    let level = std::env::var("DEFMT_LOG").unwrap_or_else(|_| "warn".into());
-    cmd.env("DEFMT_LOG", level);
+    cmd.env("DEFMT_LOG", defmt_level());
     run_cargo(&mut cmd)?;
     Ok(elf_path(board.package))
 }
@@ -517,12 +526,12 @@ mod filter_tests {
     #[test]
     fn only_the_strict_align_warning_and_its_summaries_are_dropped() {
         let text = [
-            "   Compiling board-qemu-virt-node v0.1.0",
+            "   Compiling metaroce-node v0.1.0",
             "warning: unknown and unstable feature specified for `-Ctarget-feature`: `strict-align`",
             "  |",
             "  = note: it is still passed through to the codegen backend",
             "",
-            "warning: `board-qemu-virt-node` (lib) generated 1 warning (1 duplicate)",
+            "warning: `metaroce-node` (lib) generated 1 warning (1 duplicate)",
             "warning: unused variable: `x`",
             " --> src/lib.rs:1:1",
             "",
@@ -534,7 +543,7 @@ mod filter_tests {
         assert_eq!(
             kept,
             [
-                "   Compiling board-qemu-virt-node v0.1.0",
+                "   Compiling metaroce-node v0.1.0",
                 "warning: unused variable: `x`",
                 " --> src/lib.rs:1:1",
                 "",

@@ -54,6 +54,9 @@ pub struct Board {
     /// Most bytes of code (`.init` + `.text`) the firmware may have; the
     /// `images` step checks it.
     pub text_budget: u64,
+    /// Cargo features of its package (a configuration of another board's
+    /// image, such as the Elba's twin).
+    pub features: &'static [&'static str],
 }
 
 /// Every board with an image.
@@ -65,6 +68,7 @@ pub const BOARDS: &[Board] = &[
         description: "MetaRoCE firmware for the AMD Pensando Elba ARM complex",
         cpu: CORTEX_A72,
         text_budget: firmware::TEXT_BUDGET,
+        features: &[],
     },
     Board {
         name: "qemu-virt",
@@ -74,6 +78,7 @@ pub const BOARDS: &[Board] = &[
         // The Elba's stand-in: built for the same cores.
         cpu: CORTEX_A72,
         text_budget: firmware::TEXT_BUDGET,
+        features: &[],
     },
     // A Salina board (16 x Neoverse N1) is one more entry here with
     // `cpu: Cpu { target_cpu: "neoverse-n1", .. }`; see `firmware::Cpu`.
@@ -120,8 +125,24 @@ pub fn run(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
+/// The Elba's twin: the Elba image and drivers configured by
+/// `elba-twin.toml` for QEMU `virt` (GICv3, EL2, 16 cores). Not in
+/// [`BOARDS`]: it is a configuration of the Elba's image, which the
+/// `images` step already checks; `cargo xtask qemu --board elba-twin`
+/// boots it.
+pub const ELBA_TWIN: Board = Board {
+    name: "elba-twin",
+    package: "board-pensando-elba",
+    board_toml: Some("boards/pensando-elba/elba-twin.toml"),
+    description:
+        "MetaRoCE firmware for the Pensando Elba, configured for QEMU virt standing in for it",
+    cpu: CORTEX_A72,
+    text_budget: firmware::TEXT_BUDGET,
+    features: &["elba-twin"],
+};
+
 pub fn find_board(name: &str) -> Option<&'static Board> {
-    BOARDS.iter().find(|b| b.name == name)
+    BOARDS.iter().chain([&ELBA_TWIN]).find(|b| b.name == name)
 }
 
 /// Where the images go: `target/metaroce/images/`.
@@ -569,16 +590,20 @@ pub fn test_step(ctx: &mut Context) -> Result<(), Error> {
     }
 }
 
-/// Test step `elba-host`: the Elba board's library (board constants,
-/// 16550 driver, shared-memory rings) linted and tested on the host, and
-/// the firmware linted for its target. The board crate is kept out of the
-/// workspace's default members, so this is where its code is checked.
+/// Test step `elba-host`: the Elba board's drivers crate (board
+/// constants, 16550 driver, shared-memory rings, cores' layout, entropy
+/// seeding) linted and tested on the host, and the firmware (the shared
+/// node built for the Elba) linted for its target. The board crates are
+/// kept out of the workspace's default members, so this is where their
+/// code is checked.
 pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
-    let package = "board-pensando-elba";
+    let drivers = "board-pensando-elba-drivers";
     util::run(&mut util::cargo([
         "clippy",
         "-p",
-        package,
+        drivers,
+        "-p",
+        "board-pensando-elba",
         "--all-targets",
         "--",
         "-D",
@@ -592,7 +617,15 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
             "--profile",
             FIRMWARE_PROFILE,
             "-p",
-            package,
+            elba.package,
+            "-p",
+            drivers,
+            "-p",
+            "metaroce-node",
+            "-p",
+            "metaroce-node-engine",
+            "-p",
+            "metaroce-board",
             "--target",
             FIRMWARE_TARGET,
             "--",
@@ -602,7 +635,7 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
     ))?;
     let mut tally = crate::test::Tally::default();
     let ok = util::run_streaming(
-        &mut util::cargo(["test", "-p", package, "--lib", "--no-fail-fast"]),
+        &mut util::cargo(["test", "-p", drivers, "--lib", "--no-fail-fast"]),
         |line| {
             tally.add_libtest_line(line);
         },
@@ -613,10 +646,369 @@ pub fn elba_host_step(ctx: &mut Context) -> Result<(), Error> {
     match (ok, tally.failed) {
         (true, 0) => Ok(()),
         (_, 0) => Err(Error::new(format!(
-            "cargo test -p {package} failed without a failing test (see above)"
+            "cargo test -p {drivers} failed without a failing test (see above)"
         ))),
-        (_, n) => Err(Error::new(format!("{n} {package} test(s) failed"))),
+        (_, n) => Err(Error::new(format!("{n} {drivers} test(s) failed"))),
     }
+}
+
+/// Cores of the twin: all of the Elba's.
+const TWIN_CORES: u32 = 16;
+/// Guard against a hung twin; U-Boot and 16 cores start in about 5 s.
+const TWIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+/// Frames the stand-in NIC drops between twins, in percent.
+const TWIN_LOSS: f64 = 1.0;
+/// The twin's addresses (board.toml's `[net]`), for its configuration line.
+const TWIN_NODE: &str = "node=0 ip=10.0.0.1 mac=02:4d:52:00:00:01 port=4795";
+
+/// `cargo xtask qemu --board elba-twin` and the test step `elba-twin`:
+/// the Elba image with its own drivers, configured by `elba-twin.toml`,
+/// booted from its FIT by U-Boot at EL2 in QEMU `virt` standing in for
+/// the Elba (`gic-version=3`, `virtualization=on` so PSCI goes through
+/// `smc`, 16 Cortex-A72 cores, virtio-rng for the TRNG), with the node's
+/// configuration line from fw_cfg:
+///
+/// 1. one twin in the host role: the host interface of spec chapter 6
+///    formatted over `[host_interface]` (`METAROCE-HOSTIF`), then the
+///    host-interface loop (stopped there);
+/// 2. two twins in the workload role, every core of each sending to the
+///    other and receiving (WRITE, WRITE_IMM, SEND, READ, integrity
+///    checked), their frame rings in their RAM files, moved by
+///    `metaroce-elba-nic` (the host-side stand-in for the NIC pipeline:
+///    steering to each connection's core, 1 % loss, rx doorbells).
+pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
+    system::ensure_system_packages(
+        &[("qemu-system-aarch64", "qemu-system-arm")],
+        "to boot U-Boot and the image under emulation",
+    )?;
+    let uboot = ensure_uboot_qemu()?;
+    let image = build(&ELBA_TWIN)?;
+    let tftp = images_dir().join("elba-twin-tftp");
+    fs::create_dir_all(&tftp)?;
+    let fit_name = "elba-twin.itb";
+    fs::copy(&image.fit, tftp.join(fit_name))?;
+    fs::write(
+        tftp.join("boot.cmd"),
+        uboot_boot_commands(fit_name, UBOOT_FIT_ADDR),
+    )?;
+    util::run(
+        Command::new("mkimage")
+            .current_dir(&tftp)
+            .args(["-A", "arm64", "-T", "script", "-C", "none", "-n"])
+            .args(["metaroce-boot", "-d", "boot.cmd", "boot.scr.uimg"]),
+    )?;
+    let mut checks: Vec<(String, bool)> = Vec::new();
+    let load = format!("Load Address: {:#x}", image.load);
+    let boot_checks = |console: &str, run: &str, checks: &mut Vec<(String, bool)>| {
+        for (name, needle) in [
+            ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
+            ("bootm verified the FIT's sha256", "sha256+ OK"),
+            ("bootm used elba-twin.toml's load address", load.as_str()),
+            ("bootm started the image", "Starting kernel"),
+        ] {
+            checks.push((format!("{run}: {name}"), console.contains(needle)));
+        }
+        checks.push((
+            format!("{run}: the Elba firmware ran at EL2 (banner)"),
+            console
+                .lines()
+                .any(|l| l.contains("metaroce pensando-elba firmware") && l.contains(": EL2,")),
+        ));
+    };
+
+    let host = format!("{TWIN_NODE} role=host");
+    // The host role starts core 0 only; the pair below starts all 16.
+    let console = twin_boot(&uboot, &tftp, "host", &host, "METAROCE-HOSTIF")?;
+    boot_checks(&console, "host", &mut checks);
+    checks.push((
+        "host: the host interface formatted over [host_interface] (64 MiB, 4 queue sets)"
+            .to_string(),
+        console.contains("METAROCE-HOSTIF node=0 shm=67108864 sets=4 ip=10.0.0.1 port=4795"),
+    ));
+
+    let (c0, c1, nic) = twin_pair(&uboot, &tftp, TWIN_LOSS)?;
+    for (n, console) in [&c0, &c1].into_iter().enumerate() {
+        let run = format!("twin{n}");
+        boot_checks(console, &run, &mut checks);
+        checks.push((
+            format!("{run}: integrity OK"),
+            console
+                .lines()
+                .any(|l| l.starts_with("METAROCE-RESULT") && l.contains("integrity=OK")),
+        ));
+        checks.push((
+            format!("{run}: ended with status 0"),
+            console.contains("METAROCE-EXIT 0"),
+        ));
+        let busy = (0..TWIN_CORES)
+            .filter(|c| {
+                console.lines().any(|l| {
+                    l.starts_with(&format!("METAROCE-CORE node={n} core={c} "))
+                        && !l.contains(" bytes=0 ")
+                })
+            })
+            .count();
+        checks.push((
+            format!("{run}: every core carried traffic ({busy} of {TWIN_CORES})"),
+            busy == TWIN_CORES as usize,
+        ));
+    }
+    let last = |twin: u32| {
+        nic.lines()
+            .rfind(|l| l.starts_with(&format!("ELBA-NIC twin={twin} ")))
+            .unwrap_or("")
+            .to_string()
+    };
+    for twin in 0..2 {
+        println!("elba-twin: {}", last(twin));
+    }
+    checks.push((
+        format!("the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
+        (0..2).any(|t| !last(t).contains(" lost=0 ") && last(t).contains(" lost=")),
+    ));
+
+    let mut failed = Vec::new();
+    for (name, ok) in &checks {
+        println!(
+            "elba-twin: {name} ... {}",
+            if *ok { "ok" } else { "FAILED" }
+        );
+        if !ok {
+            failed.push(name.clone());
+        }
+    }
+    if let Some(ctx) = ctx {
+        ctx.tally.passed += (checks.len() - failed.len()) as u64;
+        ctx.tally.failed += failed.len() as u64;
+        ctx.ran_tests = true;
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(format!(
+            "the Elba twin failed: {} (consoles in {})",
+            failed.join("; "),
+            tftp.display()
+        )))
+    }
+}
+
+/// Starts one twin with the node's configuration line `config` (and, with
+/// `ram`, its RAM in that shared file); its console goes to
+/// `console-{run}.log`.
+fn twin_spawn(
+    uboot: &Path,
+    tftp: &Path,
+    run: &str,
+    config: &str,
+    ram: Option<&Path>,
+) -> Result<(std::process::Child, PathBuf), Error> {
+    let log_path = tftp.join(format!("console-{run}.log"));
+    let log = fs::File::create(&log_path)?;
+    let mut machine = "virt,gic-version=3,virtualization=on".to_string();
+    let mut cmd = Command::new("qemu-system-aarch64");
+    if let Some(ram) = ram {
+        let _ = fs::remove_file(ram);
+        machine.push_str(",memory-backend=ram");
+        cmd.arg("-object").arg(format!(
+            "memory-backend-file,id=ram,size=2G,mem-path={},share=on",
+            ram.display()
+        ));
+    }
+    cmd.args(["-M", &machine, "-cpu", "cortex-a72", "-smp"])
+        .arg(TWIN_CORES.to_string())
+        .args(["-m", "2G", "-nographic", "-bios"])
+        .arg(uboot)
+        .arg("-netdev")
+        .arg(format!("user,id=n0,tftp={}", tftp.display()))
+        .args(["-device", "virtio-net-device,netdev=n0"])
+        .args(["-device", "virtio-rng-device"])
+        .arg("-fw_cfg")
+        .arg(format!("name=opt/metaroce/config,string={config}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    println!("$ {}", util::display(&cmd));
+    Ok((cmd.spawn()?, log_path))
+}
+
+/// Waits until every console shows `done` (or the timeout); kills the
+/// twins. Whether it timed out.
+fn twin_wait(children: &mut [(std::process::Child, PathBuf)], done: &str) -> Result<bool, Error> {
+    let started = std::time::Instant::now();
+    let timed_out = loop {
+        let mut all = true;
+        for (child, log) in children.iter_mut() {
+            let finished = String::from_utf8_lossy(&fs::read(log.as_path())?).contains(done);
+            all &= finished || child.try_wait()?.is_some();
+        }
+        if all {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            break false;
+        }
+        if started.elapsed() > TWIN_TIMEOUT {
+            break true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    for (child, log) in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+        println!(
+            "elba-twin: console in {} ({:.1} s{})",
+            log.display(),
+            started.elapsed().as_secs_f64(),
+            if timed_out {
+                ", killed at the timeout"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(timed_out)
+}
+
+/// Test step `elba-twin`: the twin's configuration linted for its target
+/// (the code only its feature compiles: virtio-rng, fw_cfg), then
+/// [`elba_twin`].
+pub fn elba_twin_step(ctx: &mut Context) -> Result<(), Error> {
+    firmware::run_cargo(&mut firmware::cargo_for(
+        &ELBA_TWIN,
+        &[
+            "clippy",
+            "--profile",
+            FIRMWARE_PROFILE,
+            "-p",
+            ELBA_TWIN.package,
+            "-p",
+            "board-pensando-elba-drivers",
+            "--features",
+            "board-pensando-elba/elba-twin",
+            "--target",
+            FIRMWARE_TARGET,
+            "--",
+            "-D",
+            "warnings",
+        ],
+    ))?;
+    elba_twin(Some(ctx))
+}
+
+/// One boot of the twin with the node's configuration line `config`,
+/// until `done` shows on the console (or the timeout); the console.
+fn twin_boot(
+    uboot: &Path,
+    tftp: &Path,
+    run: &str,
+    config: &str,
+    done: &str,
+) -> Result<String, Error> {
+    let mut children = [twin_spawn(uboot, tftp, run, config, None)?];
+    twin_wait(&mut children, done)?;
+    Ok(String::from_utf8_lossy(&fs::read(&children[0].1)?).into_owned())
+}
+
+/// Two twins, 16 cores each, exchanging the workload role's traffic
+/// (WRITE, WRITE_IMM, SEND, READ from every core of each twin to the
+/// other, integrity checked) through `metaroce-elba-nic`, the host-side stand-in
+/// for the NIC pipeline, which steers each frame to its core and drops
+/// `loss` percent. Returns the two consoles and the stand-in's output.
+fn twin_pair(uboot: &Path, tftp: &Path, loss: f64) -> Result<(String, String, String), Error> {
+    let text = fs::read_to_string(
+        util::project_root().join(
+            ELBA_TWIN
+                .board_toml
+                .ok_or_else(|| Error::new("elba-twin has no board file"))?,
+        ),
+    )?;
+    let toml = board_toml::BoardToml::parse(&text).map_err(|e| Error::new(e.0))?;
+    let cfg = board_toml::BoardConfig::check(&toml).map_err(|e| Error::new(e.0))?;
+    util::run(&mut util::cargo([
+        "build",
+        "--quiet",
+        "-p",
+        "metaroce-qemu",
+        "--bin",
+        "metaroce-elba-nic",
+    ]))?;
+    let mac = |n: u8| format!("02:4d:52:00:00:{:02x}", n + 1);
+    let ip = |n: u8| format!("10.0.0.{}", n + 1);
+    let common = format!(
+        "port=4795 role=workload cores={TWIN_CORES} size=8192 count=4 depth=2 streams=1 linger_ms=500 progress_ms=1000"
+    );
+    let lines = [
+        format!(
+            "node=0 ip={} mac={} peer={}/{} target=0 expect=1 {common}",
+            ip(0),
+            mac(0),
+            ip(1),
+            mac(1)
+        ),
+        format!(
+            "node=1 ip={} mac={} peer={}/{} target=0 expect=1 {common}",
+            ip(1),
+            mac(1),
+            ip(0),
+            mac(0)
+        ),
+    ];
+    let rams = [tftp.join("twin0.ram"), tftp.join("twin1.ram")];
+    let stop = tftp.join("nic.stop");
+    let _ = fs::remove_file(&stop);
+    let mut children = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        children.push(twin_spawn(
+            uboot,
+            tftp,
+            &format!("twin{n}"),
+            line,
+            Some(&rams[n]),
+        )?);
+    }
+    // QEMU creates the RAM files as it starts.
+    let started = std::time::Instant::now();
+    while rams.iter().any(|r| !r.exists()) && started.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let nic_log = tftp.join("nic.log");
+    let mut nic = Command::new(util::target_dir().join("debug").join("metaroce-elba-nic"));
+    nic.arg("--ram")
+        .args(&rams)
+        .arg(format!("--rings-base={:#x}", cfg.rings.0))
+        .arg(format!("--rx-ring={:#x}", cfg.rx_ring_offset))
+        .arg(format!("--tx-ring={:#x}", cfg.tx_ring_offset))
+        .arg(format!("--ring-stride={:#x}", cfg.core_ring_stride))
+        .arg(format!("--rx-doorbell={:#x}", cfg.rx_doorbell_offset))
+        .arg(format!("--doorbell-stride={:#x}", cfg.doorbell_stride))
+        .arg(format!("--cores={}", cfg.core_count))
+        // The workload role's table: 64 slots a core.
+        .arg(format!("--table-slots={}", 64 * cfg.core_count))
+        .arg(format!("--loss={loss}"))
+        .arg("--stop")
+        .arg(&stop)
+        .stdout(fs::File::create(&nic_log)?);
+    println!("$ {}", util::display(&nic));
+    let mut nic = nic.spawn()?;
+    let timed_out = twin_wait(&mut children, "METAROCE-EXIT");
+    fs::write(&stop, b"")?;
+    let nic_started = std::time::Instant::now();
+    while nic.try_wait()?.is_none() && nic_started.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = nic.kill();
+    let _ = nic.wait();
+    for ram in &rams {
+        let _ = fs::remove_file(ram);
+    }
+    timed_out?;
+    let read = |p: &Path| -> Result<String, Error> {
+        Ok(String::from_utf8_lossy(&fs::read(p)?).into_owned())
+    };
+    Ok((
+        read(&children[0].1)?,
+        read(&children[1].1)?,
+        read(&nic_log)?,
+    ))
 }
 
 /// U-Boot for QEMU's arm64 `virt` machine, from Debian's `u-boot-qemu`.

@@ -26,7 +26,7 @@ pub const ALLOCATION_FREE_CRATES: &[&str] = &["metaroce-core", "metaroce-platfor
 /// `unsafe` and no `alloc`, and whose `src/lib.rs` must declare `#![no_std]`
 /// and `#![forbid(unsafe_code)]` (the tidy step). `unsafe` belongs in
 /// `platform/` and `boards/` only.
-pub const SAFE_NO_ALLOC_CRATE_DIRS: &[&str] = &["core", "abi", "boards/qemu-virt/engine"];
+pub const SAFE_NO_ALLOC_CRATE_DIRS: &[&str] = &["core", "abi", "boards/hal", "boards/node/engine"];
 
 /// Folders the tidy step never reads (build output, fuzzing state).
 pub const TIDY_SKIP_DIRS: &[&str] = &["target", "fuzz/target", "fuzz/corpus", "fuzz/artifacts"];

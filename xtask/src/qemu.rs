@@ -24,13 +24,23 @@ use crate::test::Context;
 use crate::util::{self, Error};
 
 const BOARD: &str = "board-qemu-virt";
-/// Its code: the node (compiled for size) and the engine loop (for speed).
-const NODE: &str = "board-qemu-virt-node";
-const ENGINE: &str = "board-qemu-virt-engine";
+/// Its code: the shared node and its engine loop, the board's drivers and
+/// the traits between them.
+const NODE: &str = "metaroce-node";
+const ENGINE: &str = "metaroce-node-engine";
+const DRIVERS: &str = "board-qemu-virt-drivers";
+const BOARD_TRAITS: &str = "metaroce-board";
 const HARNESS: &str = "metaroce-qemu";
 
 /// Entry point: `cargo xtask qemu [HARNESS ARGS]`.
 pub fn run(args: &[String]) -> Result<(), Error> {
+    match args {
+        [flag, name, ..] if flag == "--board" && name == "elba-twin" => {
+            return image::elba_twin(None);
+        }
+        [arg, ..] if arg == "--board=elba-twin" => return image::elba_twin(None),
+        _ => {}
+    }
     let elf = build_firmware()?;
     ensure_qemu()?;
     let mut harness_args: Vec<String> = args.iter().filter(|a| *a != "--").cloned().collect();
@@ -117,6 +127,10 @@ pub fn firmware_step(_: &mut Context) -> Result<(), Error> {
                 NODE,
                 "-p",
                 ENGINE,
+                "-p",
+                DRIVERS,
+                "-p",
+                BOARD_TRAITS,
                 "-p",
                 "metaroce-platform",
                 "--features",

@@ -116,6 +116,11 @@ pub const STEPS: &[Step] = &[
         run: crate::image::uboot_qemu_step,
     },
     Step {
+        name: "elba-twin",
+        what: "the Elba image and drivers under QEMU virt standing in for it (GICv3, EL2, PSCI by smc, 16 cores, U-Boot FIT): host interface served; two twins, every core sending and receiving through a stand-in NIC (steering, 1% loss), integrity checked",
+        run: crate::image::elba_twin_step,
+    },
+    Step {
         name: "compliance-qemu",
         what: "compliance suite against the qemu-virt firmware's serve role through the harness gateway (cargo xtask compliance --target qemu)",
         run: crate::compliance::compliance_qemu_step,

@@ -1,5 +1,5 @@
-//! Where each core's share of the board lives: its doorbell words, frame
-//! rings and host-interface queues in the ring region, and its slice of
+//! Where each core's share of the board lives: its doorbell words and
+//! frame rings in the ring region, and its slice of
 //! the DMA window, all from `board.toml` (`[cores]`, `[rings]`,
 //! `[host_memory]`); and which MPIDR names which core. Every core runs its
 //! own engine loop over its own share, so nothing is shared between cores
@@ -19,7 +19,6 @@ pub struct CoreLayout {
     pub tx_ring: usize,
     /// Bytes the tx ring may use (to the next core's rx ring).
     pub tx_ring_len: usize,
-    pub host_queues: usize,
     /// The core's slice of the DMA window: local address, the host's
     /// address for it, and its length.
     pub host_memory_local: usize,
@@ -44,7 +43,6 @@ pub const fn layout(core: usize) -> Option<CoreLayout> {
         rx_ring_len: board::TX_RING_OFFSET - board::RX_RING_OFFSET,
         tx_ring,
         tx_ring_len: board::RX_RING_OFFSET + board::CORE_RING_STRIDE - board::TX_RING_OFFSET,
-        host_queues: board::HOST_QUEUES_OFFSET + core * board::HOST_QUEUES_STRIDE,
         host_memory_local: board::HOST_MEMORY_LOCAL_BASE + core * HOST_MEMORY_PER_CORE,
         host_memory_host: board::HOST_MEMORY_HOST_ADDRESS + (core * HOST_MEMORY_PER_CORE) as u64,
         host_memory_len: HOST_MEMORY_PER_CORE,
@@ -83,7 +81,6 @@ mod tests {
         assert_eq!(l.tx_doorbell, board::TX_DOORBELL_OFFSET);
         assert_eq!(l.rx_ring, board::RX_RING_OFFSET);
         assert_eq!(l.tx_ring, board::TX_RING_OFFSET);
-        assert_eq!(l.host_queues, board::HOST_QUEUES_OFFSET);
         assert_eq!(l.host_memory_local, board::HOST_MEMORY_LOCAL_BASE);
         assert_eq!(l.host_memory_host, board::HOST_MEMORY_HOST_ADDRESS);
         assert!(layout(board::CORE_COUNT).is_none());
@@ -99,13 +96,12 @@ mod tests {
                 (l.tx_doorbell / 64 * 64, 64),
                 (l.rx_ring, l.rx_ring_len),
                 (l.tx_ring, l.tx_ring_len),
-                (l.host_queues, board::HOST_QUEUES_STRIDE),
             ]);
             let ring_bytes =
                 |slots: u32| board::RING_HEADER_BYTES + slots as usize * board::FRAME_SLOT_BYTES;
             assert!(ring_bytes(board::RX_SLOTS) <= l.rx_ring_len);
             assert!(ring_bytes(board::TX_SLOTS) <= l.tx_ring_len);
-            assert!(l.host_queues + board::HOST_QUEUES_STRIDE <= board::RINGS_SIZE);
+            assert!(l.tx_ring + l.tx_ring_len <= board::RINGS_SIZE);
             assert!(
                 l.host_memory_local + l.host_memory_len
                     <= board::HOST_MEMORY_LOCAL_BASE + board::HOST_MEMORY_SIZE

@@ -34,7 +34,7 @@
 //! (`METAROCE-DISPATCH`) and the node's `METAROCE-RESULT`, and exits.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::time::Duration;
 
 use critical_section::Mutex;
@@ -53,11 +53,13 @@ use crate::engine::{
     Owners, LINK_SLOTS, PATHS,
 };
 use crate::hw;
+use crate::hw::{ThisBoard, MAX_CORES};
 use crate::node::fail;
 use crate::println;
 use crate::report::{Counters, Report};
-use crate::smp::{self, MAX_CORES};
 use crate::workload::{self, NodeServices, Workload, HOST_BASE, MAX_SLOTS};
+use metaroce_board::{Board, DelayNs as _};
+use metaroce_board::{CoreInterrupts as _, Interrupts as _};
 
 /// Table slots per core: its outgoing connections (`streams`, at most
 /// `MAX_STREAMS`) plus as many incoming ones as its workload task can
@@ -131,7 +133,10 @@ pub fn run(
             &mut role,
         )
     }
-    irq.enable_wake_sgi();
+    if ThisBoard::NIC_STEERS {
+        steered(cfg, expected_incoming, net, irq, host_memory, shares)
+    }
+    irq.enable_wake();
     // Each core gets its own slice of host memory, seen at HOST_BASE by
     // its own engine, as separate host processes would.
     let per_core = (host_memory.len() / cores) & !0xfff;
@@ -156,9 +161,9 @@ pub fn run(
             own = Some((core_cfg, core_end, memory, share, shard));
             continue;
         }
-        let started = smp::start_secondary(core, move || {
+        let started = hw::start_secondary(core, move || {
             let mut role = Secondary {
-                irq: smp::CoreInterrupts::new(),
+                irq: <hw::CoreInterrupts as metaroce_board::CoreInterrupts>::new(),
             };
             shard_loop(
                 &core_cfg,
@@ -201,6 +206,133 @@ pub fn run(
         (share, shard),
         &mut role,
     )
+}
+
+/// The workload role on a board whose NIC side steers every frame to the
+/// rings of the core owning its connection (`Board::NIC_STEERS`, the
+/// Elba): every core opens its own frame device and runs its shard; core
+/// 0 dispatches nothing, merges the reports and ends the node.
+fn steered(
+    cfg: &NodeConfig,
+    expected_incoming: u32,
+    net: NetDevice,
+    irq: hw::Interrupts,
+    host_memory: &'static mut [u8],
+    mut shares: impl Iterator<Item = NodeStorage>,
+) -> ! {
+    let cores = usize::from(cfg.cores);
+    let table_slots = SLOTS_PER_CORE * cores as u32;
+    let per_core = (host_memory.len() / cores) & !0xfff;
+    let (own_memory, mut rest) = host_memory.split_at_mut(per_core);
+    for (core, up) in UP.iter().enumerate().take(cores).skip(1) {
+        let (memory, tail) = core::mem::take(&mut rest).split_at_mut(per_core);
+        rest = tail;
+        let core_cfg = core_config(cfg, core);
+        let Some(share) = shares.next() else {
+            fail("no storage share for a core")
+        };
+        let shard = Shard::nth(core as u32, cores as u32, table_slots);
+        let started = hw::start_secondary(core, move || {
+            let mut role = Secondary {
+                irq: <hw::CoreInterrupts as metaroce_board::CoreInterrupts>::new(),
+            };
+            let device = match ThisBoard::open_core_net(core) {
+                Ok(net) => NodeDevice::Net(net),
+                Err(e) => fail(e),
+            };
+            // Its rings are formatted: the NIC side may feed them.
+            up.store(true, Ordering::Release);
+            shard_loop(
+                &core_cfg,
+                expected_incoming,
+                device,
+                memory,
+                (share, shard),
+                &mut role,
+            )
+        });
+        match started {
+            Ok(()) => defmt::info!("core {=usize} started", core),
+            Err(e) => {
+                defmt::error!("core {=usize} did not start: {}", core, e);
+                fail("a secondary core did not start")
+            }
+        }
+    }
+    // Bring-up wait: every started core has its rings formatted within
+    // CORE_UP_TIMEOUT, or the node stops saying so (rather than run with
+    // a core the NIC side would feed in vain).
+    let mut delay = ThisBoard::delay();
+    let mut waited_us = 0;
+    while !UP[1..cores].iter().all(|up| up.load(Ordering::Acquire)) {
+        if waited_us >= CORE_UP_TIMEOUT_US {
+            fail("a secondary core started but did not come up")
+        }
+        delay.delay_us(100);
+        waited_us += 100;
+    }
+    let Some(share) = shares.next() else {
+        fail("no storage share")
+    };
+    let mut role = Collecting {
+        cores,
+        irq,
+        node: cfg.node,
+    };
+    shard_loop(
+        &core_config(cfg, 0),
+        expected_incoming,
+        NodeDevice::Net(net),
+        own_memory,
+        (share, Shard::nth(0, cores as u32, table_slots)),
+        &mut role,
+    )
+}
+
+/// Each secondary core of a steered node has formatted its rings.
+static UP: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
+/// How long core 0 waits for that (emulated cores start slowly).
+const CORE_UP_TIMEOUT_US: u32 = 10_000_000;
+
+/// Core 0 of a node whose NIC steers: its own shard, then every core's
+/// report merged into the node's.
+struct Collecting {
+    cores: usize,
+    irq: hw::Interrupts,
+    node: u8,
+}
+
+impl CoreRole for Collecting {
+    fn service(&mut self, _receive: bool) -> bool {
+        let reports = critical_section::with(|cs| REPORTS.borrow(cs).get());
+        if reports[..self.cores].iter().all(Option::is_some) {
+            let mut reported = reports[..self.cores].iter().flatten();
+            let Some(mut node) = reported.next().copied() else {
+                fail("no core reported")
+            };
+            for report in reported {
+                node.merge(report);
+            }
+            println!("METAROCE-STEERED node={} cores={}", self.node, self.cores);
+            node.print_result();
+            hw::exit(if node.ok { 0 } else { 1 })
+        }
+        false
+    }
+
+    fn transmitted(&mut self) {}
+
+    fn pending(&self) -> bool {
+        false
+    }
+
+    fn wait(&mut self, deadline: Instant, device: &mut NodeDevice) {
+        self.irq.wait(deadline, &mut || device.ack_interrupt());
+    }
+
+    fn done(&mut self, core: usize, report: Report) {
+        publish(core, report);
+    }
 }
 
 /// Core `core`'s copy of the node configuration: as many receive slots
@@ -309,7 +441,7 @@ impl CoreRole for Dispatching {
         }
         for core in 1..self.cores {
             if rx.cores_fed & (1 << core) != 0 {
-                smp::wake(core);
+                hw::wake(core);
             }
         }
         if moved > 0 {
@@ -335,7 +467,7 @@ impl CoreRole for Dispatching {
 
     fn wait(&mut self, deadline: Instant, _device: &mut NodeDevice) {
         let net = &mut self.net;
-        self.irq.wait(deadline, &mut || net.ack_interrupt());
+        self.irq.wait(deadline, &mut || ThisBoard::ack_net(net));
     }
 
     fn done(&mut self, core: usize, report: Report) {
@@ -409,7 +541,7 @@ impl Dispatching {
 
 /// Cores 1..N: only their shard, woken by core 0's SGI.
 struct Secondary {
-    irq: smp::CoreInterrupts,
+    irq: hw::CoreInterrupts,
 }
 
 impl CoreRole for Secondary {
@@ -418,7 +550,7 @@ impl CoreRole for Secondary {
     }
 
     fn transmitted(&mut self) {
-        smp::wake(0);
+        hw::wake(0);
     }
 
     fn pending(&self) -> bool {
@@ -432,7 +564,7 @@ impl CoreRole for Secondary {
     fn done(&mut self, core: usize, report: Report) {
         publish(core, report);
         // Core 0 may be asleep waiting for the last report.
-        smp::wake(0);
+        hw::wake(0);
     }
 }
 
@@ -541,7 +673,7 @@ fn shard_loop(
             // The rings are checked after the core says it sleeps, so a
             // frame queued meanwhile either is seen or wakes it.
             let mut ctx = (&mut *role, &mut device);
-            smp::sleep(
+            hw::sleep(
                 &mut ctx,
                 |(role, device)| device.rx_pending() > 0 || role.pending(),
                 |(role, device)| role.wait(deadline, device),

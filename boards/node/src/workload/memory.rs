@@ -4,12 +4,16 @@
 use metaroce_app as app;
 use metaroce_platform::dma::HostWindow;
 
-use crate::config::{NodeConfig, MAX_STREAMS};
+use metaroce_board::Board;
 
-/// Where the emulated host memory sits in the host address space.
-pub const HOST_BASE: u64 = 0x10_0000_0000;
-/// Bytes of emulated host memory.
-pub const HOST_MEMORY_LEN: usize = 64 << 20;
+use crate::config::{NodeConfig, MAX_STREAMS};
+use crate::hw::ThisBoard;
+
+/// Where the board's host memory (its DMA window) sits in the host
+/// address space.
+pub const HOST_BASE: u64 = <ThisBoard as Board>::HOST_MEMORY_BASE;
+/// Bytes of host memory.
+pub const HOST_MEMORY_LEN: usize = <ThisBoard as Board>::HOST_MEMORY_LEN;
 /// Most connections one task accepts (a core of a multi-core node may be
 /// handed every incoming connection of its node).
 pub const MAX_SLOTS: usize = 48;

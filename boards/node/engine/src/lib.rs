@@ -1,6 +1,6 @@
-//! # board-qemu-virt-engine
+//! # metaroce-node-engine
 //!
-//! The qemu-virt firmware's per-packet code, in a crate of its own so the
+//! The firmware node's per-packet code, in a crate of its own so the
 //! build profile can compile it for speed while the rest of the firmware
 //! (bring-up, configuration, the workload, serve and host-interface
 //! tasks, reports) is compiled for size: a per-package `opt-level` applies
@@ -27,6 +27,7 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+use metaroce_board::Board;
 use metaroce_core::api::{ConnHandle, PeerAddr, Region};
 use metaroce_core::storage::Storage;
 use metaroce_core::wire::CloseReason;
@@ -36,10 +37,19 @@ use metaroce_platform::device::{MemFrameDevice, MAX_FRAME_LEN};
 use metaroce_platform::dma::{DmaCopy, DmaError, HostWindow};
 use metaroce_platform::shard::{AuditedShards, Dispatcher, Round};
 use metaroce_platform::shmem::SharedMemory;
-use metaroce_platform::virtio::{PoolHal, VirtioNetDevice};
 use metaroce_platform::{Engine, EnginePort, FrameDevice, HostPort, HostQueues, PollOutcome};
 use smoltcp::wire::Ipv4Address;
-use virtio_drivers::transport::mmio::MmioTransport;
+
+/// The board the node is built for (its image crate turns on one board
+/// feature): its drivers, behind [`metaroce_board::Board`].
+#[cfg(all(feature = "pensando-elba", not(feature = "qemu-virt")))]
+pub use board_pensando_elba_drivers::PensandoElba as ThisBoard;
+#[cfg(feature = "qemu-virt")]
+pub use board_qemu_virt_drivers::QemuVirt as ThisBoard;
+#[cfg(not(any(feature = "qemu-virt", feature = "pensando-elba")))]
+compile_error!(
+    "the node is built for one board: turn on its feature (`qemu-virt`, `pensando-elba`)"
+);
 
 /// Paths per connection.
 pub const PATHS: usize = 8;
@@ -49,10 +59,8 @@ pub type NodeEndpoint = Endpoint<Borrowed<'static>, PATHS>;
 /// What a [`NodeEndpoint`] is built from.
 pub type NodeStorage = Storage<Borrowed<'static>, PATHS>;
 
-/// Entries per virtio queue.
-pub const NET_QUEUE: usize = 64;
-/// The node's virtio-net device.
-pub type NetDevice = VirtioNetDevice<'static, PoolHal, MmioTransport<'static>, NET_QUEUE>;
+/// The board's network device.
+pub type NetDevice = <ThisBoard as Board>::Net;
 /// Frames per direction of a core's ring to the dispatcher.
 pub const LINK_SLOTS: usize = 128;
 /// A core's end of its rings to the dispatcher (multi-core nodes, the
@@ -66,9 +74,10 @@ pub type NodeHostPort<'a> = HostPort<'a, 64, 64, 128, 4>;
 /// The engine's half of [`NodeQueues`].
 pub type NodeEnginePort<'a> = EnginePort<'a, 64, 64, 128, 4>;
 
-/// The frames an engine loop moves: the virtio-net device itself (one
-/// core owns it and runs the only engine) or a core's rings to the
-/// dispatcher.
+/// The frames an engine loop moves: the board's network device itself
+/// (QEMU's virtio-net, which one core owns and runs the only engine on;
+/// one of the Elba's per-core ring pairs) or a core's rings to QEMU's
+/// software dispatcher.
 // The virtio device is the large variant (its queues' bookkeeping): one
 // device per engine, built once, so the size costs nothing per packet and
 // there is no heap to box it on.
@@ -83,7 +92,7 @@ impl NodeDevice {
     /// Acknowledges the device's interrupt (virtio-net; a link has none).
     pub fn ack_interrupt(&mut self) {
         if let NodeDevice::Net(net) = self {
-            net.ack_interrupt();
+            ThisBoard::ack_net(net);
         }
     }
 

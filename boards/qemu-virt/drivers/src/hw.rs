@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
-use aarch64_rt::{entry, initial_pagetable, InitialPagetable};
+use aarch64_rt::{initial_pagetable, InitialPagetable};
 use arm_gic::gicv2::GicV2;
 use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
@@ -74,13 +74,8 @@ initial_pagetable!(
     MAIR.0
 );
 
-// 1 MiB boot stack: the MetaRoCE endpoint lives in `main`'s frame.
-entry!(boot, 256);
-
-fn boot(_x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
-    install_vectors();
-    crate::node::main()
-}
+// The entry point (`aarch64_rt::entry!`, the boot stack) is the image
+// crate's: it installs the vectors ([`install_vectors`]) and runs the node.
 
 // ----- exceptions ------------------------------------------------------
 //
@@ -178,6 +173,34 @@ pub fn console_write_line(args: core::fmt::Arguments<'_>) {
         let _ = uart.write_fmt(args);
         let _ = uart.write_str("\n");
     });
+}
+
+/// The PL011 as an `embedded-io` writer, for node code that writes raw
+/// bytes (each call's bytes go out together, under the critical section).
+#[derive(Debug, Default)]
+pub struct Console;
+
+impl embedded_io::ErrorType for Console {
+    type Error = core::convert::Infallible;
+}
+
+impl embedded_io::Write for Console {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        critical_section::with(|_| {
+            // SAFETY: as in `console_write_line`: UART0 is mapped device
+            // memory and, inside the critical section, this is the only
+            // pointer to its registers in use.
+            let regs = unsafe {
+                UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers))
+            };
+            let _ = embedded_io::Write::write_all(&mut Uart::new(regs), buf);
+        });
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// `println!` to the PL011 console; lines from several cores never mix.
@@ -287,6 +310,7 @@ pub fn disarm_timer() {
 // ----- GIC and waiting -------------------------------------------------
 
 /// The interrupt controller, set up for the timer and one virtio device.
+#[allow(missing_debug_implementations)] // the GIC driver has no `Debug`
 pub struct Interrupts {
     gic: GicV2<'static>,
     net_intid: Option<IntId>,
@@ -295,6 +319,8 @@ pub struct Interrupts {
 impl Interrupts {
     /// Sets up the GICv2 with the timer interrupt enabled. IRQs stay masked
     /// at the CPU: `wait` wakes on them with `wfi` and handles them inline.
+    // Not `Default`: it programs the hardware, once.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         // SAFETY: the GIC distributor and CPU interface are mapped as device
         // memory and nothing else refers to them (called once, at boot).
@@ -338,7 +364,7 @@ impl Interrupts {
 
     /// Sleeps until an interrupt or `deadline`; `on_net` runs (to
     /// acknowledge the device) if the network interrupt fired.
-    pub fn wait(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
+    pub fn wait_net(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -468,6 +494,13 @@ pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
         None => Err(EntropyError::Missing),
     })
 }
+
+// ----- emulated host memory ---------------------------------------------
+
+/// Where the emulated host memory sits in the host address space.
+pub const HOST_BASE: u64 = 0x10_0000_0000;
+/// Bytes of emulated host memory (in the image's `.bss`, the node's).
+pub const HOST_MEMORY_LEN: usize = 64 << 20;
 
 // ----- performance monitors ---------------------------------------------
 

@@ -20,6 +20,9 @@ use metaroce_platform::entropy::{healthy, EntropyError, Seed};
 pub enum Source {
     /// The Arm TRNG Firmware Interface (DEN0098) over SMC.
     SmcccTrng,
+    /// A virtio-rng device: the twin's substitution under QEMU (whose
+    /// PSCI has no TRNG service), never the card's.
+    VirtioRng,
 }
 
 /// `TRNG_VERSION` (SMC32).
@@ -94,6 +97,8 @@ pub fn seed(source: Source, conduit: &mut impl Conduit) -> Result<Seed, EntropyE
                 Err(EntropyError::Stuck)
             }
         }
+        // Read by the firmware's twin driver, not through a conduit.
+        Source::VirtioRng => Err(EntropyError::Missing),
     }
 }
 

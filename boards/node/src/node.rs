@@ -13,39 +13,53 @@ use metaroce_core::{CommandError, Config, Event, Instant};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::entropy::EntropyError;
 use metaroce_platform::net::NetConfig;
-use metaroce_platform::virtio::{NetBuffers, VirtioNetDevice};
 use metaroce_platform::{Engine, PollOutcome};
 use smoltcp::wire::EthernetAddress;
 
 use crate::config::{NodeConfig, Role};
-use crate::engine::{
-    self, NetDevice, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues, NET_QUEUE, PATHS,
-};
-use crate::hw;
+use crate::engine::{self, NetDevice, NodeDevice, NodeEndpoint, NodeMemory, NodeQueues, PATHS};
+use crate::hw::{self, ThisBoard};
 use crate::println;
 use crate::serve::{Serve, ServeNode, SERVE_CONNECTIONS};
 use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
+use metaroce_board::{Board, Interrupts as _};
 
-// The serve and host roles' storage (they never run together): clients
-// come and go, up to SERVE_CONNECTIONS at once, each with the serve
-// role's 16 posted receives and a few sends, control buffers plus a data
-// region and a read-only page registered per slot. (The workload role's
-// is in `multicore`, one share per core.)
+// The serve and host roles' storage (they never run together), sized by
+// the board (`Board::ENDPOINT`): clients come and go, up to
+// SERVE_CONNECTIONS at once. (The workload role's is in `multicore`, one
+// share per core.)
+const CAPS: metaroce_board::Capacities = ThisBoard::ENDPOINT;
+const _: () = assert!(
+    CAPS.paths == PATHS,
+    "the board's endpoint paths differ from the node's"
+);
 metaroce_platform::static_endpoint_storage!(serve_storage, PATHS,
-    connections: SERVE_CONNECTIONS as u32, work_entries: 4 * SERVE_CONNECTIONS as u32,
-    recv_entries: 17 * SERVE_CONNECTIONS as u32, senders: SERVE_CONNECTIONS as u32,
-    inflight_records: 16384, regions: 3 * SERVE_CONNECTIONS as u32 + 64);
+    connections: CAPS.connections, work_entries: CAPS.work_entries,
+    recv_entries: CAPS.recv_entries, senders: CAPS.senders,
+    inflight_records: CAPS.inflight_records, regions: CAPS.regions);
 /// Longest sleep, so the loop notices a missed wake-up quickly.
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
-static mut NET_BUFFERS: NetBuffers<NET_QUEUE> = NetBuffers::new();
-static mut HOST_MEMORY: [u8; HOST_MEMORY_LEN] = [0; HOST_MEMORY_LEN];
+static mut NET_BUFFERS: hw::NetBuffers = ThisBoard::NET_BUFFERS;
+/// The host memory of a board that emulates it (none elsewhere).
+static mut HOST_MEMORY: [u8; EMULATED_HOST_MEMORY] = [0; EMULATED_HOST_MEMORY];
+const EMULATED_HOST_MEMORY: usize = if ThisBoard::HOST_MEMORY_IN_IMAGE {
+    HOST_MEMORY_LEN
+} else {
+    0
+};
 static TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// The statics that become DMA buffers and host memory; once.
-fn take_statics() -> Option<(&'static mut NetBuffers<NET_QUEUE>, &'static mut [u8])> {
+fn take_statics() -> Option<(&'static mut hw::NetBuffers, &'static mut [u8])> {
     if TAKEN.swap(true, Ordering::AcqRel) {
         return None;
+    }
+    if !ThisBoard::HOST_MEMORY_IN_IMAGE {
+        // SAFETY: `TAKEN` guarantees this reference is created once, so it
+        // is the only reference to the static for the whole run.
+        let buffers = unsafe { &mut *addr_of_mut!(NET_BUFFERS) };
+        return Some((buffers, ThisBoard::host_memory()?));
     }
     // SAFETY: `TAKEN` guarantees these references are created once, so
     // they are the only references to the statics for the whole run.
@@ -70,25 +84,28 @@ pub(crate) fn fail(msg: &str) -> ! {
     hw::exit(1)
 }
 
-/// 32 fresh bytes from the virtio-rng device for a generator that keeps
-/// secrets (an endpoint's, the serve task's); the node stops with a
+/// 32 fresh bytes from the board's entropy source for a generator that
+/// keeps secrets (an endpoint's, the serve task's); the node stops with a
 /// `METAROCE-ERROR` line rather than run on a guessable seed.
 pub(crate) fn secret_seed() -> [u8; 32] {
     match metaroce_platform::entropy::seed_from(hw::entropy) {
         Ok(seed) => seed,
-        Err(EntropyError::Missing) => fail(
-            "no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)",
-        ),
-        Err(EntropyError::Failed) => fail("the virtio-rng device gave no entropy"),
-        Err(EntropyError::Stuck) => fail("the virtio-rng device is stuck (constant output)"),
+        Err(EntropyError::Missing) => fail(ThisBoard::ENTROPY_MISSING),
+        Err(EntropyError::Failed) => fail(ThisBoard::ENTROPY_FAILED),
+        Err(EntropyError::Stuck) => fail(ThisBoard::ENTROPY_STUCK),
     }
 }
 
 pub fn main() -> ! {
-    println!("metaroce qemu-virt firmware {}", env!("CARGO_PKG_VERSION"));
+    println!(
+        "metaroce {} firmware {}",
+        ThisBoard::NAME,
+        env!("CARGO_PKG_VERSION")
+    );
     let mut text = [0u8; 2048];
-    let Some(len) = hw::fw_cfg_file("opt/metaroce/config", &mut text) else {
-        fail("no fw_cfg file opt/metaroce/config (run through metaroce-qemu)")
+    let len = match ThisBoard::read_config(&mut text) {
+        Ok(len) => len,
+        Err(e) => fail(e),
     };
     // The file is padded with NULs: the configuration ends at the last
     // other byte.
@@ -121,23 +138,15 @@ pub fn main() -> ! {
         fail("this image has no bench role: `cargo xtask bench --firmware` builds one")
     }
     defmt::info!("node {=u8} up, role {}", cfg.node, cfg.role);
-    // Secrets come from the virtio-rng device or the node does not run.
+    // Secrets come from the board's entropy source or the node does not run.
     if hw::init_entropy().is_err() {
-        fail("no entropy source: the node needs a virtio-rng device (-device virtio-rng-device)")
+        fail(ThisBoard::ENTROPY_MISSING)
     }
-    let mut irq = hw::Interrupts::new();
-    let Some((transport, slot)) = hw::find_virtio_net() else {
-        fail("no virtio-net device")
-    };
-    let mut net: NetDevice = match VirtioNetDevice::new(transport, bufs) {
+    let mut irq = ThisBoard::interrupts();
+    let net: NetDevice = match ThisBoard::open_net(&mut irq, bufs, cfg.mac) {
         Ok(net) => net,
-        Err(_) => fail("virtio-net initialisation failed"),
+        Err(e) => fail(e),
     };
-    irq.enable_virtio(slot);
-    net.enable_interrupts();
-    if net.mac_address() != cfg.mac {
-        defmt::warn!("device MAC differs from the configured one");
-    }
     if cfg.role == Role::Workload {
         crate::multicore::run(&cfg, net, irq, host_memory)
     }
@@ -182,7 +191,7 @@ pub fn main() -> ! {
     let mut endpoint = NodeEndpoint::new(config, storage, seed);
     let device = NodeDevice::Net(net);
     if cfg.role == Role::Host {
-        let shm = match crate::pci::ivshmem_memory() {
+        let shm = match ThisBoard::host_interface_memory() {
             Ok(shm) => shm,
             Err(e) => {
                 defmt::error!("host interface memory: {}", e);

@@ -28,6 +28,7 @@ use core::sync::atomic::{fence, AtomicBool, Ordering};
 
 use aarch64_rt::Stack;
 use critical_section::RawRestoreState;
+use metaroce_board::StartError;
 use metaroce_core::Instant;
 use metaroce_platform::spinlock::{CoreLock, Locked};
 
@@ -120,16 +121,6 @@ static mut SECONDARY_STACKS: [Stack<SECONDARY_STACK_PAGES>; MAX_CORES - 1] =
     [const { Stack::new() }; MAX_CORES - 1];
 static STARTED: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
 
-/// Why a secondary did not start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
-pub enum StartError {
-    /// Core 0 is the boot core; cores past `MAX_CORES` do not exist.
-    NoSuchCore,
-    AlreadyStarted,
-    /// PSCI refused (`CPU_ON` error code).
-    Psci(i32),
-}
-
 /// Starts core `core` (1..MAX_CORES) running `entry` on its own stack,
 /// with the MMU, FP and exception vectors set up as on the boot core.
 /// `entry` must never return.
@@ -207,6 +198,8 @@ pub struct CoreInterrupts {
 
 impl CoreInterrupts {
     /// Sets up the calling core's banked GIC state.
+    // Not `Default`: it programs the hardware, once.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         for intid in [TIMER_INTID, WAKE_SGI] {
             write8(GICD_IPRIORITYR + intid as usize, 0x80);
@@ -220,7 +213,7 @@ impl CoreInterrupts {
     }
 
     /// Sleeps until an interrupt (a wake SGI) or `deadline`.
-    pub fn wait(&mut self, deadline: Instant) {
+    pub fn wait_core(&mut self, deadline: Instant) {
         hw::arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).

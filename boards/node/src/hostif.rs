@@ -19,9 +19,10 @@ use crate::engine::{self, NodeControl, NodeDevice, NodeEndpoint, NodeMemory};
 use crate::hw;
 use crate::println;
 use crate::serve::SERVE_CONNECTIONS;
+use metaroce_board::Interrupts as _;
 
-/// Queue sets laid out in the BAR (each a protection domain).
-const QUEUE_SETS: u32 = 4;
+/// Queue sets laid out in the shared memory (each a protection domain).
+const QUEUE_SETS: u32 = <crate::hw::ThisBoard as metaroce_board::Board>::HOST_QUEUE_SETS;
 /// Doorbell polling back-off while idle.
 const POLL_MIN: Duration = Duration::from_micros(20);
 const POLL_MAX: Duration = Duration::from_micros(200);

@@ -330,7 +330,7 @@ impl NodeConfig {
             return Err(ConfigError { key: "streams" });
         }
         if cfg.cores == 0
-            || usize::from(cfg.cores) > crate::smp::MAX_CORES
+            || usize::from(cfg.cores) > crate::hw::MAX_CORES
             || (cfg.cores > 1 && cfg.role != Role::Workload)
         {
             return Err(ConfigError { key: "cores" });

@@ -29,27 +29,24 @@ use core::cell::RefCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use crate::board;
+use crate::cores;
+use crate::entropy::{Conduit, Source};
+use crate::shm::{FrameDescriptor, Notify, ShmDoorbell, ShmFrameDevice, ShmRing};
+use crate::uart16550::{Mmio, Uart16550};
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
 use aarch64_rt::Stack;
-use aarch64_rt::{
-    entry, exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable,
-};
+use aarch64_rt::{exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable};
 use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
-use board_pensando_elba::board;
-use board_pensando_elba::cores;
-use board_pensando_elba::entropy::{Conduit, Source};
-use board_pensando_elba::shm::{FrameDescriptor, Notify, ShmRing};
-use board_pensando_elba::uart16550::{Mmio, Uart16550};
 use critical_section::{Mutex, RawRestoreState};
+use metaroce_board::StartError;
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::spinlock::{CoreLock, Locked};
-
-use crate::node::Queues;
 
 /// EL1 virtual timer: PPI 11 (INTID 27), listed in Elba's timer node.
 const TIMER_INTID: IntId = IntId::ppi(11);
@@ -102,26 +99,28 @@ struct Exceptions;
 impl ExceptionHandlers for Exceptions {}
 exception_handlers!(Exceptions);
 
-entry!(boot, { board::STACK_PAGES });
+// The entry point (`aarch64_rt::entry!` with `image.stack_pages` of boot
+// stack) is the image crate's: it brings up the console ([`init_console`]),
+// prints the banner ([`banner`]) and runs the node.
 
-/// What U-Boot handed over.
-#[derive(Debug, Clone, Copy)]
-pub struct BootInfo {
-    /// x0 at entry: the device tree's address for `bootm` kernels, else 0.
-    pub x0: u64,
-    /// The exception level (1 or 2; 3 would mean no trusted firmware).
-    pub el: u8,
-    /// This core's MPIDR affinity bits.
-    pub mpidr: u64,
-}
-
-fn boot(x0: u64, _x1: u64, _x2: u64, _x3: u64) -> ! {
-    init_console();
-    crate::node::main(BootInfo {
+/// Prints the boot banner: where the image runs, at which exception level,
+/// on which core, what U-Boot handed over in x0 (the device tree), and the
+/// counter's frequency.
+pub fn banner(x0: u64) {
+    crate::println!(
+        "metaroce pensando-elba firmware {} at {:#x}: EL{}, MPIDR {:#x}, x0 {:#x}, counter {} Hz",
+        env!("CARGO_PKG_VERSION"),
+        board::LOAD_ADDRESS,
+        current_el(),
+        mpidr(),
         x0,
-        el: current_el(),
-        mpidr: mpidr(),
-    })
+        counter_hz()
+    );
+    crate::println!("metaroce: defmt frames (rzCOBS) follow on this console");
+    match psci_version() {
+        Some((major, minor)) => defmt::info!("PSCI {=u16}.{=u16} (smc)", major, minor),
+        None => defmt::warn!("no PSCI answer through smc"),
+    }
 }
 
 /// The current exception level.
@@ -196,11 +195,18 @@ static STARTED: [AtomicBool; board::CORE_COUNT] =
     [const { AtomicBool::new(false) }; board::CORE_COUNT];
 
 /// Starts core `core` (1..`cores.count`) with PSCI `CPU_ON` through `smc`,
-/// running `entry` (which must never return) on its own stack. `Err` with
-/// the PSCI error code, or -100 for a core that does not exist or started.
-pub fn start_secondary<F: FnOnce() + Send + 'static>(core: usize, entry: F) -> Result<(), i64> {
-    if core == 0 || core >= board::CORE_COUNT || STARTED[core].swap(true, Ordering::AcqRel) {
-        return Err(-100);
+/// running `entry` (which must never return) on its own stack, after
+/// installing nothing more: aarch64-rt's secondary entry sets up the MMU,
+/// FP and the vectors of its exception level.
+pub fn start_secondary<F: FnOnce() + Send + 'static>(
+    core: usize,
+    entry: F,
+) -> Result<(), StartError> {
+    if core == 0 || core >= board::CORE_COUNT {
+        return Err(StartError::NoSuchCore);
+    }
+    if STARTED[core].swap(true, Ordering::AcqRel) {
+        return Err(StartError::AlreadyStarted);
     }
     // SAFETY: `STARTED` hands each stack out once, to its core alone; the
     // stacks are in the image, mapped as normal memory by the identity map
@@ -215,16 +221,105 @@ pub fn start_secondary<F: FnOnce() + Send + 'static>(core: usize, entry: F) -> R
             entry,
         )
     }
-    .map_err(i64::from)
+    .map_err(|e| StartError::Psci(i32::try_from(i64::from(e)).unwrap_or(i32::MIN)))
 }
 
 // ----- console ---------------------------------------------------------
 
-pub type Console = Uart16550<Mmio>;
+/// The console `board.toml` names (`console.kind`): the Elba's 16550, or
+/// the PL011 QEMU `virt` has in its place (the twin).
+#[derive(Debug)]
+pub enum Console {
+    Ns16550(Uart16550<Mmio>),
+    Pl011(Pl011),
+}
+
+impl embedded_io::ErrorType for Console {
+    type Error = embedded_io::ErrorKind;
+}
+
+impl embedded_io::Write for Console {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        match self {
+            Console::Ns16550(uart) => {
+                embedded_io::Write::write(uart, buf).map_err(|e| embedded_io::Error::kind(&e))
+            }
+            Console::Pl011(uart) => {
+                for &b in buf {
+                    uart.put(b);
+                }
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl core::fmt::Write for Console {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        match self {
+            Console::Ns16550(uart) => uart.write_str(s),
+            Console::Pl011(uart) => {
+                for b in s.bytes() {
+                    if b == b'\n' {
+                        uart.put(b'\r');
+                    }
+                    uart.put(b);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A PL011's transmit side (data register at +0, flags at +0x18): the
+/// twin's console, where QEMU `virt` has no 16550.
+#[derive(Debug)]
+pub struct Pl011 {
+    base: NonNull<u32>,
+}
+
+// SAFETY: the registers are reached only through `CONSOLE`, under the
+// critical section, so one core at a time.
+unsafe impl Send for Pl011 {}
+
+impl Pl011 {
+    /// UARTFR.TXFF: the transmit FIFO is full.
+    const TXFF: u32 = 1 << 5;
+
+    fn put(&mut self, b: u8) {
+        // Bounded: a console that does not drain loses bytes, never the
+        // firmware.
+        for _ in 0..100_000 {
+            // SAFETY: UARTFR (+0x18) of the PL011 `board.toml` names, mapped
+            // as device memory; reading it has no side effects.
+            let flags = unsafe { self.base.as_ptr().add(6).read_volatile() };
+            if flags & Self::TXFF == 0 {
+                break;
+            }
+        }
+        // SAFETY: UARTDR (+0) of the same PL011: writing queues one byte.
+        unsafe { self.base.as_ptr().write_volatile(u32::from(b)) };
+    }
+}
 
 static CONSOLE: Mutex<RefCell<Option<Console>>> = Mutex::new(RefCell::new(None));
 
-fn init_console() {
+/// Brings up the console from `board.toml` (first thing at boot).
+pub fn init_console() {
+    if board::CONSOLE_PL011 {
+        // The PL011 is left as U-Boot (or QEMU) set it up.
+        let base = NonNull::new(board::UART_BASE as *mut u32);
+        if let Some(base) = base {
+            critical_section::with(|cs| {
+                *CONSOLE.borrow_ref_mut(cs) = Some(Console::Pl011(Pl011 { base }))
+            });
+        }
+        return;
+    }
     // SAFETY: the 16550 block from board.toml is mapped as device memory
     // by the identity map, and this is the only handle to it (boot only).
     let regs = unsafe { Mmio::new(NonNull::new_unchecked(board::UART_BASE as *mut u32)) };
@@ -233,7 +328,7 @@ fn init_console() {
         // A bad clock/baud pair leaves U-Boot's settings, which work.
         let _ = uart.configure(board::UART_CLOCK_HZ, board::UART_BAUD);
     }
-    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(uart));
+    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Console::Ns16550(uart)));
 }
 
 /// Runs `f` on the console, if it is up.
@@ -241,10 +336,13 @@ pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
     critical_section::with(|cs| CONSOLE.borrow_ref_mut(cs).as_mut().map(f))
 }
 
-/// Writes formatted text to the console.
-pub fn console_write(args: core::fmt::Arguments<'_>) {
+/// Writes formatted text and a newline to the console as one line: the
+/// critical section (a lock shared by every core) keeps other cores' lines
+/// out of the middle of it.
+pub fn console_write_line(args: core::fmt::Arguments<'_>) {
     with_console(|uart| {
         let _ = core::fmt::Write::write_fmt(uart, args);
+        let _ = core::fmt::Write::write_str(uart, "\n");
     });
 }
 
@@ -252,8 +350,7 @@ pub fn console_write(args: core::fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write(format_args!($($arg)*));
-        $crate::hw::console_write(format_args!("\n"));
+        $crate::hw::console_write_line(format_args!($($arg)*));
     }};
 }
 
@@ -261,7 +358,8 @@ macro_rules! println {
 
 static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
 
-fn timer_hz() -> u64 {
+/// Ticks per second of the generic timer's counter.
+pub fn timer_hz() -> u64 {
     let hz = TIMER_HZ.load(Ordering::Relaxed);
     if hz != 0 {
         return hz;
@@ -273,7 +371,8 @@ fn timer_hz() -> u64 {
     hz
 }
 
-fn counter() -> u64 {
+/// The virtual counter's ticks.
+pub fn counter() -> u64 {
     let ticks: u64;
     // SAFETY: the ISB orders the read after earlier instructions; reading
     // the virtual counter has no side effects.
@@ -319,6 +418,7 @@ pub enum GicSetupError {
 }
 
 /// The interrupt controller, set up for the timer and the doorbell SPI.
+#[allow(missing_debug_implementations)] // the GIC driver has no `Debug`
 pub struct Interrupts {
     /// Owned so that nothing else can take the distributor; waiting uses
     /// the CPU interface's system registers only.
@@ -340,7 +440,8 @@ impl Interrupts {
     /// non-secure group 1, the SPI routed to this core. IRQs stay masked at
     /// the CPU: [`Self::wait`] wakes on them with `wfi` and acknowledges
     /// them inline.
-    pub fn new(boot: &BootInfo) -> Result<Self, GicSetupError> {
+    pub fn new() -> Result<Self, GicSetupError> {
+        let boot_mpidr = mpidr();
         // SAFETY: GICD_TYPER is a read-only register of the mapped
         // distributor; reading it has no side effects, and the driver below
         // is not created yet.
@@ -359,10 +460,10 @@ impl Interrupts {
         let cpu = (0..board::GIC_CPU_COUNT)
             .find(|&i| {
                 gic.gicr_typer(i)
-                    .is_ok_and(|t| t.core_mpidr() == boot.mpidr)
+                    .is_ok_and(|t| t.core_mpidr() == boot_mpidr)
             })
-            .ok_or(GicSetupError::NoRedistributorFor(boot.mpidr))?;
-        if boot.el == 2 {
+            .ok_or(GicSetupError::NoRedistributorFor(boot_mpidr))?;
+        if current_el() == 2 {
             GicCpuInterface::enable_system_register_el2(true);
         }
         gic.setup(cpu);
@@ -378,17 +479,30 @@ impl Interrupts {
         let doorbell =
             (board::DOORBELL_INTID >= 32).then(|| IntId::spi(board::DOORBELL_INTID - 32));
         if let Some(intid) = doorbell {
-            let _ = gic.distributor().set_routing(intid, Some(boot.mpidr));
+            let _ = gic.distributor().set_routing(intid, Some(boot_mpidr));
             configure(&mut gic, intid, Trigger::Edge);
         }
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
-        Ok(Interrupts {
+        let mut irq = Interrupts {
             gic,
             cpu,
             doorbell,
             message_spis: typer & GICD_TYPER_MBIS != 0,
-        })
+        };
+        // Every other core's redistributor, before the node starts it.
+        for core in 1..board::CORE_COUNT {
+            if let Err(e) = irq.prepare_core(core) {
+                defmt::warn!("core {=usize}: GIC not ready ({})", core, e);
+            }
+        }
+        defmt::info!(
+            "GICv3 up: redistributor {=usize}, doorbell INTID {=u32}, message-based SPIs {=bool}",
+            irq.cpu,
+            board::DOORBELL_INTID,
+            irq.message_spis
+        );
+        Ok(irq)
     }
 
     /// Readies core `core`'s redistributor before that core starts: wakes
@@ -426,7 +540,7 @@ impl Interrupts {
 
     /// Sleeps until an interrupt (the doorbell SPI, or anything else
     /// pending) or `deadline`; returns whether the doorbell SPI fired.
-    pub fn wait(&mut self, deadline: Instant) -> bool {
+    pub fn wait_doorbell(&mut self, deadline: Instant) -> bool {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -453,6 +567,8 @@ pub struct CoreInterrupts {
 }
 
 impl CoreInterrupts {
+    // Not `Default`: it programs the hardware, once per core.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         if current_el() == 2 {
             GicCpuInterface::enable_system_register_el2(true);
@@ -467,7 +583,7 @@ impl CoreInterrupts {
     }
 
     /// Sleeps until an interrupt or `deadline` (this core's own timer).
-    pub fn wait(&mut self, deadline: Instant) {
+    pub fn wait_core(&mut self, deadline: Instant) {
         arm_timer(deadline);
         // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
         // (a pending one still ends the wait).
@@ -495,6 +611,14 @@ impl Notify for BarrierNotify {
 }
 
 // ----- power -----------------------------------------------------------
+
+/// Ends the node's run with `code` (0 ok, 1 failure, 101 panic): the code
+/// on the console (`METAROCE-EXIT`), then this core parks ([`halt`]); the
+/// card's other software is left alone.
+pub fn exit(code: u32) -> ! {
+    crate::println!("METAROCE-EXIT {}", code);
+    halt()
+}
 
 /// Parks this core for good: PSCI CPU_OFF through `smc`, or `wfe` forever
 /// should that return.
@@ -530,50 +654,168 @@ impl Conduit for SmcConduit {
 }
 
 /// The board's entropy source (`board.toml` `[entropy]`): 256 bits from
-/// the secure firmware's TRNG service, for the engine's reseeds.
+/// the secure firmware's TRNG service (or, in the twin, the virtio-rng
+/// device), for the endpoints' seeds and the engine's reseeds.
 pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
     match board::ENTROPY_SOURCE {
-        Source::SmcccTrng => board_pensando_elba::entropy::fill(&mut SmcConduit, out),
+        Source::SmcccTrng => crate::entropy::fill(&mut SmcConduit, out),
+        #[cfg(feature = "elba-twin")]
+        Source::VirtioRng => twin::entropy(out),
+        #[cfg(not(feature = "elba-twin"))]
+        Source::VirtioRng => Err(EntropyError::Missing),
+    }
+}
+
+/// Probes the entropy source once, at boot.
+pub fn init_entropy() -> Result<(), EntropyError> {
+    match board::ENTROPY_SOURCE {
+        Source::SmcccTrng => crate::entropy::probe(&mut SmcConduit).map(|_| ()),
+        #[cfg(feature = "elba-twin")]
+        Source::VirtioRng => twin::init_entropy(),
+        #[cfg(not(feature = "elba-twin"))]
+        Source::VirtioRng => Err(EntropyError::Missing),
+    }
+}
+
+/// What the twin substitutes for what QEMU `virt` cannot offer: the
+/// virtio-rng device for the SMCCC TRNG.
+#[cfg(feature = "elba-twin")]
+pub(crate) mod twin {
+    use core::cell::RefCell;
+    use core::ptr::NonNull;
+
+    use critical_section::Mutex;
+    use metaroce_platform::entropy::{EntropyError, Seed};
+    use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
+    use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
+    use virtio_drivers::transport::DeviceType;
+
+    /// QEMU `virt`'s virtio-mmio slots (in the device block of the map).
+    const VIRTIO_BASE: usize = 0x0a00_0000;
+    const VIRTIO_STRIDE: usize = 0x200;
+    const VIRTIO_SLOTS: usize = 32;
+    /// "virt": the magic of a virtio-mmio block; its device id at +8.
+    const VIRTIO_MAGIC: u32 = 0x7472_6976;
+
+    struct Device(VirtioEntropy<PoolHal, MmioTransport<'static>>);
+
+    // SAFETY: the device is reached only through `RNG`, under the
+    // critical section, so by one core at a time.
+    unsafe impl Send for Device {}
+
+    static RNG: Mutex<RefCell<Option<Device>>> = Mutex::new(RefCell::new(None));
+
+    pub fn init_entropy() -> Result<(), EntropyError> {
+        for slot in 0..VIRTIO_SLOTS {
+            let base = VIRTIO_BASE + slot * VIRTIO_STRIDE;
+            // SAFETY: every slot is a mapped virtio-mmio register block;
+            // reading its magic and device id has no side effects.
+            let (magic, id) = unsafe {
+                (
+                    core::ptr::read_volatile(base as *const u32),
+                    core::ptr::read_volatile((base + 8) as *const u32),
+                )
+            };
+            if magic != VIRTIO_MAGIC || id != DeviceType::EntropySource as u32 {
+                continue;
+            }
+            let header = NonNull::new(base as *mut VirtIOHeader).ok_or(EntropyError::Missing)?;
+            // SAFETY: as above; this is the only transport made for this
+            // slot, kept for the whole run.
+            let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }
+                .map_err(|_| EntropyError::Failed)?;
+            let device = VirtioEntropy::new(transport)?;
+            critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
+            return Ok(());
+        }
+        Err(EntropyError::Missing)
+    }
+
+    pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
+        critical_section::with(|cs| match RNG.borrow_ref_mut(cs).as_mut() {
+            Some(device) => device.0.fill(out),
+            None => Err(EntropyError::Missing),
+        })
+    }
+
+    /// QEMU `virt`'s fw_cfg MMIO interface: data at +0, selector
+    /// (16-bit big-endian) at +8.
+    const FW_CFG_BASE: usize = 0x0902_0000;
+
+    fn fw_cfg_select(key: u16) {
+        // SAFETY: the fw_cfg selector register, in the device block of the
+        // identity map; the interface is big-endian.
+        unsafe { core::ptr::write_volatile((FW_CFG_BASE + 8) as *mut u16, key.to_be()) };
+    }
+
+    fn fw_cfg_read(out: &mut [u8]) {
+        for byte in out {
+            // SAFETY: the fw_cfg data register; each read returns the next
+            // byte of the selected item.
+            *byte = unsafe { core::ptr::read_volatile(FW_CFG_BASE as *const u8) };
+        }
+    }
+
+    /// Reads the fw_cfg file `name` into `out`: its length (truncated to
+    /// `out`, trailing NULs dropped), or `None` if QEMU was not given it.
+    pub fn fw_cfg_file(name: &str, out: &mut [u8]) -> Option<usize> {
+        const FILE_DIR: u16 = 0x19;
+        fw_cfg_select(FILE_DIR);
+        let mut count = [0u8; 4];
+        fw_cfg_read(&mut count);
+        for _ in 0..u32::from_be_bytes(count).min(1024) {
+            let mut entry = [0u8; 64];
+            fw_cfg_read(&mut entry);
+            let size = u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]) as usize;
+            let select = u16::from_be_bytes([entry[4], entry[5]]);
+            let raw = &entry[8..];
+            let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            if &raw[..end] == name.as_bytes() {
+                let len = size.min(out.len());
+                fw_cfg_select(select);
+                fw_cfg_read(&mut out[..len]);
+                return Some(len);
+            }
+        }
+        None
     }
 }
 
 // ----- shared memory ---------------------------------------------------
 
-/// The shared-memory objects at the addresses of `board.toml`.
-pub struct SharedMemory {
-    pub rx_ring: ShmRing<'static, FrameDescriptor>,
-    pub tx_ring: ShmRing<'static, FrameDescriptor>,
-    pub rx_bell: &'static AtomicU32,
-    pub tx_bell: &'static AtomicU32,
-    pub queues: &'static Queues,
-    pub host_memory: &'static mut [u8],
-}
+/// The frame device of a core: its two rings in the ring region.
+pub type FrameDevice = ShmFrameDevice<'static, BarrierNotify>;
 
+/// Each core's two rings, formatted once, lent to its frame device for
+/// the rest of the run.
+static mut RINGS: [Option<(
+    ShmRing<'static, FrameDescriptor>,
+    ShmRing<'static, FrameDescriptor>,
+)>; board::CORE_COUNT] = [const { None }; board::CORE_COUNT];
 static SHARED_TAKEN: [AtomicBool; board::CORE_COUNT] =
     [const { AtomicBool::new(false) }; board::CORE_COUNT];
 
-/// Formats core `core`'s frame rings, zeroes its doorbells and initialises
-/// its host queues in the ring region, and lends its share of the DMA
-/// window; once per core (`None` after, for a core past `cores.count`, or
-/// if a ring does not fit, which build.rs already rules out).
-pub fn shared_memory(core: usize) -> Option<SharedMemory> {
+/// Formats core `core`'s frame rings and zeroes its doorbell words in the
+/// ring region, and returns its frame device (rx ring from the NIC side,
+/// tx ring to it, the tx doorbell rung after each burst); once per core
+/// (`None` after, for a core past `cores.count`, or if a ring does not
+/// fit, which build.rs already rules out).
+pub fn core_frame_device(core: usize) -> Option<FrameDevice> {
     let layout = cores::layout(core)?;
     if SHARED_TAKEN[core].swap(true, Ordering::AcqRel) {
         return None;
     }
     let base = board::RINGS_BASE as *mut u8;
-    // SAFETY: build.rs checked that the ring region and the DMA window lie
-    // in DRAM (mapped as normal memory), outside the image and apart from
-    // each other, with every core's doorbells, rings and host queues at
-    // disjoint, aligned offsets inside the region (`cores::layout`, tested
-    // on the host; the queues' size is checked against their stride by a
-    // const assertion in `node`), and each core's DMA share apart from the
-    // others'. `SHARED_TAKEN` makes these the only references this program
-    // creates to this core's share; the other side (NIC or host) is
-    // assumed to follow the protocols of `shm` and `metaroce_platform::host`.
+    // SAFETY: build.rs checked that the ring region lies in DRAM (mapped as
+    // normal memory), outside the image, with every core's doorbells and
+    // rings at disjoint, aligned offsets inside it (`cores::layout`, tested
+    // on the host). `SHARED_TAKEN` makes these the only references this
+    // program creates to this core's share, and the only access to its
+    // entry of `RINGS`; the other side (the NIC) is assumed to follow the
+    // protocol of `shm`.
     unsafe {
         let rx_bell = AtomicU32::from_ptr(base.add(layout.rx_doorbell).cast());
-        let tx_bell = AtomicU32::from_ptr(base.add(layout.tx_doorbell).cast());
+        let tx_bell: &'static AtomicU32 = AtomicU32::from_ptr(base.add(layout.tx_doorbell).cast());
         rx_bell.store(0, Ordering::Relaxed);
         tx_bell.store(0, Ordering::Relaxed);
         let rx_ring = ShmRing::format_raw(
@@ -588,22 +830,62 @@ pub fn shared_memory(core: usize) -> Option<SharedMemory> {
             board::TX_SLOTS,
         )
         .ok()?;
-        let queues_ptr = base.add(layout.host_queues).cast::<Queues>();
-        if !queues_ptr.is_aligned() {
-            return None;
-        }
-        queues_ptr.write(Queues::new());
-        let host_memory = core::slice::from_raw_parts_mut(
-            layout.host_memory_local as *mut u8,
-            layout.host_memory_len,
-        );
-        Some(SharedMemory {
-            rx_ring,
-            tx_ring,
-            rx_bell,
-            tx_bell,
-            queues: &*queues_ptr,
-            host_memory,
-        })
+        let slot = &mut (*core::ptr::addr_of_mut!(RINGS))[core];
+        let (rx, tx) = slot.insert((rx_ring, tx_ring));
+        Some(ShmFrameDevice::new(
+            rx.consumer(),
+            tx.producer(),
+            ShmDoorbell::new(tx_bell, BarrierNotify),
+        ))
     }
+}
+
+static HOST_MEMORY_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The DMA window of `[host_memory]` (local DRAM the host addresses at
+/// `host_memory.host_address`); once.
+pub fn host_memory() -> Option<&'static mut [u8]> {
+    if HOST_MEMORY_TAKEN.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    // SAFETY: build.rs checked that the window lies in DRAM (mapped as
+    // normal memory), apart from the image, the rings and the host
+    // interface; `HOST_MEMORY_TAKEN` makes this the only reference.
+    Some(unsafe {
+        core::slice::from_raw_parts_mut(
+            board::HOST_MEMORY_LOCAL_BASE as *mut u8,
+            board::HOST_MEMORY_SIZE,
+        )
+    })
+}
+
+static HOST_INTERFACE_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Why the host interface's memory is not available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum HostInterfaceError {
+    /// Already handed out.
+    Taken,
+    /// `[host_interface]` does not describe usable shared memory.
+    BadRegion,
+}
+
+/// The host interface's region of `[host_interface]` (spec chapter 6): the
+/// DRAM the card exposes to the host through a PCIe BAR; once.
+pub fn host_interface_memory(
+) -> Result<metaroce_platform::shmem::SharedMemory<'static>, HostInterfaceError> {
+    if HOST_INTERFACE_TAKEN.swap(true, Ordering::AcqRel) {
+        return Err(HostInterfaceError::Taken);
+    }
+    // SAFETY: build.rs checked that the region lies in DRAM (mapped as
+    // normal memory), apart from the image, the rings and the DMA window;
+    // `HOST_INTERFACE_TAKEN` hands it out once, and nothing in the firmware
+    // makes Rust references into it (the host side writes it too).
+    unsafe {
+        metaroce_platform::shmem::SharedMemory::new(
+            board::HOST_INTERFACE_BASE as *mut u8,
+            board::HOST_INTERFACE_SIZE,
+        )
+    }
+    .ok_or(HostInterfaceError::BadRegion)
 }

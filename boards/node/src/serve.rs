@@ -47,8 +47,10 @@ use crate::engine::NodeHostPort as Port;
 use crate::println;
 use crate::workload::{HOST_BASE, HOST_MEMORY_LEN};
 
-/// Connections the serve role holds at once.
-pub const SERVE_CONNECTIONS: usize = 1024;
+/// Connections the serve (and host-interface) role holds at once: the
+/// board's endpoint capacity.
+pub const SERVE_CONNECTIONS: usize =
+    <crate::hw::ThisBoard as metaroce_board::Board>::ENDPOINT.connections as usize;
 /// Control receives kept posted per connection (WRITE_IMM completions
 /// consume them too).
 const RECV_SLOTS: u32 = 16;
