@@ -18,7 +18,7 @@ use crate::packet::{FrameOverhead, HostId};
 use crate::roce::Roce;
 use crate::topology::{LeafSpine, Topology};
 use crate::transport::SimTransport;
-use crate::workload::{self, Flow, FlowStatus, Report, WorkloadConfig};
+use crate::workload::{self, Flow, FlowStatus, HostMemory, Report, WorkloadConfig};
 
 /// Which transport a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -386,6 +386,9 @@ pub struct Incast {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Hosts' memory: synthetic by default (the same run and checks,
+    /// without storing the payload), stored byte for byte on request.
+    pub memory: HostMemory,
 }
 
 impl Default for Incast {
@@ -398,6 +401,7 @@ impl Default for Incast {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            memory: HostMemory::Synthetic,
         }
     }
 }
@@ -446,6 +450,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
         .collect();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        memory: cfg.memory,
         ..WorkloadConfig::default()
     };
     let rate = cfg.fabric.host_link.rate_bps.max(1) as f64;
@@ -639,6 +644,9 @@ pub struct PathFailure {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Hosts' memory: synthetic by default (the same run and checks,
+    /// without storing the payload), stored byte for byte on request.
+    pub memory: HostMemory,
 }
 
 impl Default for PathFailure {
@@ -652,6 +660,7 @@ impl Default for PathFailure {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            memory: HostMemory::Synthetic,
         }
     }
 }
@@ -693,6 +702,7 @@ pub fn path_failure(
         .collect();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        memory: cfg.memory,
         ..WorkloadConfig::default()
     };
     let link = cfg.fabric.fabric_link(0, 0);
@@ -797,6 +807,9 @@ pub struct Traffic {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Hosts' memory: synthetic by default (the same run and checks,
+    /// without storing the payload), stored byte for byte on request.
+    pub memory: HostMemory,
 }
 
 impl Traffic {
@@ -814,6 +827,7 @@ impl Traffic {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            memory: HostMemory::Synthetic,
         }
     }
 
@@ -880,7 +894,8 @@ pub struct TrafficRow {
     pub events: u64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+/// The value at quantile `p` (0 to 1) of `sorted` (nearest rank).
+pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
     }
@@ -893,6 +908,7 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
     let flows = cfg.flows();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        memory: cfg.memory,
         ..WorkloadConfig::default()
     };
     let many = cfg.pattern == Pattern::AllToAll;
