@@ -40,6 +40,12 @@ impl SimRng {
             .wrapping_add(i.wrapping_add(1).wrapping_mul(GOLDEN_GAMMA)))
     }
 
+    /// Skips `n` draws: the next [`SimRng::next_u64`] returns what the
+    /// `n`-th one from here would have (one addition, whatever `n`).
+    pub fn skip(&mut self, n: u64) {
+        self.state = self.state.wrapping_add(n.wrapping_mul(GOLDEN_GAMMA));
+    }
+
     /// Uniform in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
@@ -77,6 +83,12 @@ mod tests {
             SimRng::stream(7, 1).next_u64(),
             SimRng::stream(7, 2).next_u64()
         );
+        let mut skipped = SimRng::stream(7, 1);
+        skipped.skip(2);
+        let mut drawn = SimRng::stream(7, 1);
+        let third = [drawn.next_u64(), drawn.next_u64(), drawn.next_u64()][2];
+        assert_eq!(skipped.next_u64(), third);
+        assert_eq!(SimRng::stream(7, 1).nth_u64(2), third);
         let mut r = SimRng::new(3);
         let hits = (0..10_000).filter(|_| r.chance(0.25)).count();
         assert!((2_300..2_700).contains(&hits), "{hits}");
