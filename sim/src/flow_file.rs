@@ -130,6 +130,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_parses() {
+        let text = include_str!("../flows/example.flows");
+        let flows = parse(text, 128).unwrap();
+        assert_eq!(flows.len(), 128 + 16 + 64);
+        assert!(parse(text, 127).unwrap_err().starts_with("line "));
+    }
+
+    #[test]
     fn bad_lines_are_reported_with_their_number() {
         let cases = [
             ("0 1\n", "line 1: expected"),

@@ -141,6 +141,9 @@ pub struct ScaleArgs {
     /// Incast senders (spread over the cluster, to host 0).
     #[arg(long, value_name = "N", default_value_t = 63)]
     pub incast_senders: usize,
+    /// Bytes per pair of hosts in an all-to-all (`--patterns all-to-all`).
+    #[arg(long, value_name = "N", default_value_t = 64 << 10)]
+    pub all_to_all_bytes: u64,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -150,6 +153,7 @@ pub struct ScaleArgs {
 pub enum PatternChoice {
     Permutation,
     Incast,
+    AllToAll,
 }
 
 impl std::fmt::Display for PatternChoice {
@@ -157,6 +161,7 @@ impl std::fmt::Display for PatternChoice {
         f.write_str(match self {
             PatternChoice::Permutation => "permutation",
             PatternChoice::Incast => "incast",
+            PatternChoice::AllToAll => "all-to-all",
         })
     }
 }
@@ -321,10 +326,11 @@ pub fn scale(args: &ScaleArgs) -> Result<u64, String> {
     }
     let c = &args.cluster;
     println!(
-        "scale: MetaRoCE alone; permutation {} B per flow, incast {} senders x {} B to host 0; {} memory",
+        "scale: MetaRoCE alone; permutation {} B per flow, incast {} senders x {} B to host 0, all-to-all {} B per pair; {} memory",
         args.bytes,
         args.incast_senders,
         args.incast_bytes,
+        args.all_to_all_bytes,
         match c.memory {
             MemoryChoice::Synthetic => "synthetic",
             MemoryChoice::Stored => "stored",
@@ -346,6 +352,7 @@ pub fn scale(args: &ScaleArgs) -> Result<u64, String> {
                     },
                     args.incast_bytes,
                 ),
+                PatternChoice::AllToAll => (ScalePattern::AllToAll, args.all_to_all_bytes),
             };
             let flows = pattern.flows(hosts, bytes, c.seed);
             let mut reporter = Reporter::new(format!("{} {hosts} hosts", pattern.name()));

@@ -27,6 +27,12 @@ use crate::workload::{self, Flow, HostMemory, Progress, Report, WorkloadConfig};
 /// work requests posted (a permutation or incast host keeps 8).
 pub const SMALL_RING: usize = 64;
 
+/// Ring slots of hosts that post more than [`SEND_RING`] work requests at
+/// once (an all-to-all of more than 1,024 hosts); a host that posts more
+/// than this waits for completions before it can post the rest of its
+/// flows' first messages.
+pub const LARGE_RING: usize = 8192;
+
 /// The fabric of a cluster.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Shape {
@@ -95,6 +101,8 @@ pub enum ScalePattern {
     Permutation,
     /// `senders` hosts spread evenly over the cluster send to host 0.
     Incast { senders: usize },
+    /// Every host sends to every other.
+    AllToAll,
 }
 
 impl ScalePattern {
@@ -103,6 +111,7 @@ impl ScalePattern {
         match self {
             ScalePattern::Permutation => "permutation",
             ScalePattern::Incast { .. } => "incast",
+            ScalePattern::AllToAll => "all-to-all",
         }
     }
 
@@ -129,6 +138,10 @@ impl ScalePattern {
                     .map(|s| flow(s, 0))
                     .collect()
             }
+            ScalePattern::AllToAll => (0..hosts)
+                .flat_map(|s| (0..hosts).filter(move |&d| d != s).map(move |d| (s, d)))
+                .map(|(s, d)| flow(s, d))
+                .collect(),
         }
     }
 }
@@ -236,28 +249,67 @@ pub fn run(
         ..WorkloadConfig::default()
     };
     let hosts = topology.host_count();
+    let config = Config::default();
+    let message = u64::from(workload.message_bytes.max(1));
+    let mtu = u64::from(config.mtu.max(1));
     let mut connections = vec![0u32; hosts];
     let mut posted = vec![0u32; hosts];
+    // Packets of the largest flow each host takes part in.
+    let mut packets = vec![0u64; hosts];
     for f in flows.iter().filter(|f| f.src < hosts && f.dst < hosts) {
         connections[f.src] += 1;
         connections[f.dst] += 1;
-        posted[f.src] = posted[f.src].saturating_add(workload.messages_in_flight as u32);
+        let messages = f
+            .bytes
+            .div_ceil(message)
+            .min(workload.messages_in_flight as u64);
+        posted[f.src] = posted[f.src].saturating_add(messages as u32);
+        for h in [f.src, f.dst] {
+            packets[h] = packets[h].max(f.bytes.div_ceil(mtu));
+        }
     }
     let most_posted = posted.iter().copied().max().unwrap_or(0) as usize;
-    let config = SimConfig {
+    let sim_config = SimConfig {
         seed,
         ..SimConfig::default()
     };
-    let window = Config::default().window;
-    let make = |h: HostId| compact_layout(connections[h], window, posted[h]);
+    // A connection's PSNs in flight never span more than its flow's
+    // packets plus as many retransmissions: a window beyond twice that
+    // would be storage no packet uses (an all-to-all of 64 KiB flows
+    // needs 32 records per connection, not 256).
+    let make = |h: HostId| {
+        let window = config
+            .window
+            .min(u32::try_from(2 * packets[h]).unwrap_or(u32::MAX));
+        compact_layout(connections[h], window, posted[h])
+    };
     let (report, events) = if most_posted <= SMALL_RING {
-        go(&topology, config, flows, &workload, observe, |h, _, s| {
-            MetaRoce::<16, SMALL_RING>::with_layout(Config::default(), make(h), s)
-        })
+        go(
+            &topology,
+            sim_config,
+            flows,
+            &workload,
+            observe,
+            |h, _, s| MetaRoce::<16, SMALL_RING>::with_layout(config, make(h), s),
+        )
+    } else if most_posted <= SEND_RING {
+        go(
+            &topology,
+            sim_config,
+            flows,
+            &workload,
+            observe,
+            |h, _, s| MetaRoce::<16, SEND_RING>::with_layout(config, make(h), s),
+        )
     } else {
-        go(&topology, config, flows, &workload, observe, |h, _, s| {
-            MetaRoce::<16, SEND_RING>::with_layout(Config::default(), make(h), s)
-        })
+        go(
+            &topology,
+            sim_config,
+            flows,
+            &workload,
+            observe,
+            |h, _, s| MetaRoce::<16, LARGE_RING>::with_layout(config, make(h), s),
+        )
     };
     let cost = Cost {
         wall_s: wall.elapsed().as_secs_f64(),
@@ -337,7 +389,11 @@ mod tests {
                 ScalePattern::Permutation,
                 ScalePattern::Incast { senders: 7 },
             ] {
-                let flows = pattern.flows(hosts, 256 << 10, 3);
+                let bytes = match pattern {
+                    ScalePattern::AllToAll => 16 << 10,
+                    _ => 256 << 10,
+                };
+                let flows = pattern.flows(hosts, bytes, 3);
                 let run = |memory| {
                     run(
                         pattern.name(),
