@@ -61,6 +61,23 @@ pub enum HostMemory {
     Synthetic,
 }
 
+/// Work requests each of `hosts` keeps posted at most under `config`: up
+/// to `messages_in_flight` per flow it sends.
+pub fn posted_per_host(flows: &[Flow], hosts: usize, config: &WorkloadConfig) -> Vec<u32> {
+    let message = u64::from(config.message_bytes.max(1));
+    let mut n = vec![0u32; hosts];
+    for f in flows {
+        if let Some(c) = n.get_mut(f.src) {
+            let messages = f
+                .bytes
+                .div_ceil(message)
+                .min(config.messages_in_flight as u64);
+            *c = c.saturating_add(u32::try_from(messages).unwrap_or(u32::MAX));
+        }
+    }
+    n
+}
+
 /// How flows are carried and how long a run may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkloadConfig {

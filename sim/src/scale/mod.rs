@@ -250,20 +250,12 @@ pub fn run(
     };
     let hosts = topology.host_count();
     let config = Config::default();
-    let message = u64::from(workload.message_bytes.max(1));
     let mtu = u64::from(config.mtu.max(1));
-    let mut connections = vec![0u32; hosts];
-    let mut posted = vec![0u32; hosts];
+    let connections = workload::connections_per_host(flows, hosts);
+    let posted = workload::posted_per_host(flows, hosts, &workload);
     // Packets of the largest flow each host takes part in.
     let mut packets = vec![0u64; hosts];
     for f in flows.iter().filter(|f| f.src < hosts && f.dst < hosts) {
-        connections[f.src] += 1;
-        connections[f.dst] += 1;
-        let messages = f
-            .bytes
-            .div_ceil(message)
-            .min(workload.messages_in_flight as u64);
-        posted[f.src] = posted[f.src].saturating_add(messages as u32);
         for h in [f.src, f.dst] {
             packets[h] = packets[h].max(f.bytes.div_ceil(mtu));
         }
