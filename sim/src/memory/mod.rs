@@ -584,6 +584,7 @@ mod tests {
         stored.read(ARENA_BASE, &mut want);
         synthetic.read(ARENA_BASE, &mut got);
         assert!(want == got);
+        synthetic.write(ARENA_BASE + 7_000, &[]);
         let done = synthetic.placement(ARENA_BASE + 6_000, 2_500).unwrap();
         assert!(done.intact(), "{done:?}");
         assert_eq!(synthetic.placement(ARENA_BASE + 6_000, 2_499), None);

@@ -200,6 +200,11 @@ impl Synthetic {
 
     /// A write of `data` at arena offset `start` (inside the arena).
     pub(super) fn write(&mut self, start: usize, data: &[u8]) {
+        // An empty write places nothing (and must not leave an empty run
+        // in the coverage, which would read as a gap).
+        if data.is_empty() {
+            return;
+        }
         let end = start + data.len();
         let Some(i) = self.sink_index(start, end) else {
             self.stray_bytes += data.len() as u64;
