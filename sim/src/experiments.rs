@@ -12,13 +12,13 @@ use metaroce_core::api::PeerAddr;
 use metaroce_core::Instant;
 
 use crate::link::{LinkConfig, LossModel};
-use crate::metaroce::MetaRoce;
+use crate::metaroce::{compact_layout, MetaRoce};
 use crate::network::{SimConfig, Simulator};
 use crate::packet::{FrameOverhead, HostId};
 use crate::roce::Roce;
 use crate::topology::{LeafSpine, Topology};
 use crate::transport::SimTransport;
-use crate::workload::{self, Flow, FlowStatus, Report, WorkloadConfig};
+use crate::workload::{self, Flow, FlowStatus, HostMemory, Report, WorkloadConfig};
 
 /// Which transport a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -150,9 +150,15 @@ fn run_here(
         ..SimConfig::default()
     };
     let per_host = crate::workload::connections_per_host(flows, topology.hosts.len());
+    let posted = crate::workload::posted_per_host(flows, topology.hosts.len(), workload);
     match (protocol, many_connections) {
+        // Pools sized to each host's connections and posts, every window
+        // still fitting: the same runs as with `layout`'s fixed pools, in
+        // a fraction of the memory.
         (Protocol::MetaRoce, _) => go(topology, config, flows, workload, |h, _, s| {
-            MetaRoce::<16>::new(metaroce_core::Config::default(), per_host[h], s)
+            let engine = metaroce_core::Config::default();
+            let layout = compact_layout(per_host[h], engine.window, posted[h]);
+            MetaRoce::<16>::with_layout(engine, layout, s)
         }),
         (Protocol::Roce, false) => go(topology, config, flows, workload, |_, a, s| {
             Roce::<4>::new(roce_baseline::Config::default(), a, s)
@@ -386,6 +392,9 @@ pub struct Incast {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Hosts' memory: synthetic by default (the same run and checks,
+    /// without storing the payload), stored byte for byte on request.
+    pub memory: HostMemory,
 }
 
 impl Default for Incast {
@@ -398,6 +407,7 @@ impl Default for Incast {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            memory: HostMemory::Synthetic,
         }
     }
 }
@@ -446,6 +456,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
         .collect();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        memory: cfg.memory,
         ..WorkloadConfig::default()
     };
     let rate = cfg.fabric.host_link.rate_bps.max(1) as f64;
@@ -639,6 +650,9 @@ pub struct PathFailure {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Hosts' memory: synthetic by default (the same run and checks,
+    /// without storing the payload), stored byte for byte on request.
+    pub memory: HostMemory,
 }
 
 impl Default for PathFailure {
@@ -652,6 +666,7 @@ impl Default for PathFailure {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            memory: HostMemory::Synthetic,
         }
     }
 }
@@ -693,6 +708,7 @@ pub fn path_failure(
         .collect();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        memory: cfg.memory,
         ..WorkloadConfig::default()
     };
     let link = cfg.fabric.fabric_link(0, 0);
@@ -797,6 +813,9 @@ pub struct Traffic {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Hosts' memory: synthetic by default (the same run and checks,
+    /// without storing the payload), stored byte for byte on request.
+    pub memory: HostMemory,
 }
 
 impl Traffic {
@@ -814,6 +833,7 @@ impl Traffic {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            memory: HostMemory::Synthetic,
         }
     }
 
@@ -880,7 +900,8 @@ pub struct TrafficRow {
     pub events: u64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+/// The value at quantile `p` (0 to 1) of `sorted` (nearest rank).
+pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
     }
@@ -893,6 +914,7 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
     let flows = cfg.flows();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        memory: cfg.memory,
         ..WorkloadConfig::default()
     };
     let many = cfg.pattern == Pattern::AllToAll;

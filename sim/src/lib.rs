@@ -24,18 +24,22 @@
 //!   for MetaRoCE ([`metaroce`], behind the platform layer's engine loop)
 //!   and the RoCEv2 baseline ([`roce`]), and a
 //!   scripted [`probe`] for fabric tests.
-//! * [`memory`]: a host's byte arena; [`workload`]: flows of RDMA WRITEs
+//! * [`memory`]: a host's byte arena, stored or synthetic; [`workload`]: flows of RDMA WRITEs
 //!   with completion times and integrity checks; [`stream`]: long flows
 //!   in bounded memory, with goodput sampled over time.
-//! * [`two_site`]: two leaf-spine sites joined by long-haul links.
+//! * [`two_site`]: two leaf-spine sites joined by long-haul links;
+//!   [`topology::FatTree`]: three tiers (pods, leaves, spines, cores).
 //! * [`experiments`]: the fabric experiments as functions returning rows;
 //!   [`long_haul`]: the two-site experiment, with its own tables and options;
+//!   [`scale`]: clusters of thousands of hosts, MetaRoCE alone, with
+//!   flows of a pattern or from a file ([`flow_file`]);
 //!   [`plot`]: SVG charts. The `metaroce-sim` binary (`cargo xtask sim`)
 //!   prints, writes CSV and plots.
 
 pub mod ecmp;
 pub mod event;
 pub mod experiments;
+pub mod flow_file;
 pub mod link;
 pub mod long_haul;
 pub mod memory;
@@ -47,6 +51,7 @@ pub mod probe;
 pub mod queue;
 pub mod rng;
 pub mod roce;
+pub mod scale;
 pub mod stream;
 pub mod topology;
 pub mod transport;
@@ -57,6 +62,6 @@ pub use link::{LinkConfig, LossModel};
 pub use network::{SimConfig, Simulator, Step};
 pub use packet::{HostId, Packet};
 pub use queue::{EcnPolicy, QueueConfig};
-pub use topology::{LeafSpine, PfcConfig, Topology};
+pub use topology::{FatTree, LeafSpine, PfcConfig, Topology};
 pub use transport::{SendProgress, SimTransport, TransportCounters, TransportError, TxMeta};
-pub use workload::{Flow, FlowResult, FlowStatus, Report, WorkloadConfig};
+pub use workload::{Flow, FlowResult, FlowStatus, HostMemory, Report, WorkloadConfig};

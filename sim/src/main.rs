@@ -16,8 +16,9 @@ use metaroce_sim::experiments::{
 };
 use metaroce_sim::long_haul::cli::LongHaulArgs;
 use metaroce_sim::plot::{self, Chart, Scale, Series};
+use metaroce_sim::scale::cli::{ReplayArgs, ScaleArgs};
 use metaroce_sim::workload::FlowStatus;
-use metaroce_sim::LeafSpine;
+use metaroce_sim::{HostMemory, LeafSpine};
 
 /// The simulator's experiments; each runs MetaRoCE and RoCEv2 (or the one
 /// `--protocol` names) on the same fabric and flows. Tables go to stdout,
@@ -60,6 +61,13 @@ enum Experiment {
     // experiment's hand-written parser of old.
     #[command(args_override_self = true)]
     LongHaul(LongHaulArgs),
+    /// Permutation and incast at 64 to 8,192 hosts, MetaRoCE alone:
+    /// completion-time percentiles and what each run cost (wall and CPU
+    /// time, peak memory, events per CPU-second).
+    Scale(ScaleArgs),
+    /// Flows from a file (`SRC DST BYTES [START_US]` a line) on a
+    /// leaf-spine or fat tree of your shape, MetaRoCE alone.
+    Replay(ReplayArgs),
 }
 
 /// `--protocol`.
@@ -100,6 +108,28 @@ struct FabricArgs {
     /// Switches run PFC (a lossless fabric: RoCEv2 as usually deployed).
     #[arg(long)]
     pfc: bool,
+    /// Hosts' memory: `synthetic` checks each packet's bytes on arrival
+    /// and stores none (memory independent of the payload); `stored`
+    /// keeps every byte and compares whole flows at the end. Same run,
+    /// same figures.
+    #[arg(long, value_enum, default_value_t = MemoryChoice::Synthetic)]
+    memory: MemoryChoice,
+}
+
+/// `--memory`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MemoryChoice {
+    Synthetic,
+    Stored,
+}
+
+impl MemoryChoice {
+    fn model(self) -> HostMemory {
+        match self {
+            MemoryChoice::Synthetic => HostMemory::Synthetic,
+            MemoryChoice::Stored => HostMemory::Stored,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -290,6 +320,7 @@ fn traffic_config(cfg: &mut Traffic, bytes: u64, args: &TrafficArgs) -> Result<(
     cfg.losses = fractions("--losses", &args.losses)?;
     cfg.seed = args.seed;
     cfg.fabric = fabric(&args.fabric)?;
+    cfg.memory = args.fabric.memory.model();
     Ok(())
 }
 
@@ -309,6 +340,7 @@ fn run(experiment: &Experiment) -> Result<(), String> {
         Experiment::Incast(a) => {
             let mut o = Options::new(&a.common);
             o.incast.fabric = fabric(&a.fabric)?;
+            o.incast.memory = a.fabric.memory.model();
             o.incast.bytes = a.bytes;
             o.incast.seed = a.seed;
             o.incast.senders = a.senders.unwrap_or(o.incast.fabric.hosts() - 1);
@@ -317,6 +349,7 @@ fn run(experiment: &Experiment) -> Result<(), String> {
         Experiment::PathFailure(a) => {
             let mut o = Options::new(&a.common);
             o.failure.fabric = fabric(&a.fabric)?;
+            o.failure.memory = a.fabric.memory.model();
             o.failure.bytes = a.bytes;
             o.failure.seed = a.seed;
             o.failure.fail_at = Duration::from_micros(a.fail_at_us);
@@ -343,6 +376,8 @@ fn run(experiment: &Experiment) -> Result<(), String> {
             spray(&o)
         }
         Experiment::LongHaul(args) => long_haul(args),
+        Experiment::Scale(args) => timed(|| metaroce_sim::scale::cli::scale(args)),
+        Experiment::Replay(args) => timed(|| metaroce_sim::scale::cli::replay(args)),
         Experiment::FirstFlight(a) => {
             let o = Options::new(&a.common);
             let mut c = FirstFlight {
@@ -1020,6 +1055,16 @@ fn spray(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs an experiment that returns its event count, then prints the
+/// simulator's speed.
+fn timed(f: impl FnOnce() -> Result<u64, String>) -> Result<(), String> {
+    let wall = std::time::Instant::now();
+    let cpu = cpu_seconds();
+    let events = f()?;
+    speed(events, wall, cpu);
+    Ok(())
+}
+
 fn long_haul(args: &LongHaulArgs) -> Result<(), String> {
     let wall = std::time::Instant::now();
     let cpu = cpu_seconds();
@@ -1108,6 +1153,29 @@ mod tests {
             help.contains("[default: 10]"),
             "seeds default shown: {help}"
         );
+    }
+
+    #[test]
+    fn scale_and_replay_parse_their_defaults() {
+        let Experiment::Scale(a) = Cli::try_parse_from(["metaroce-sim", "scale"])
+            .unwrap()
+            .experiment
+        else {
+            panic!("scale parses as scale");
+        };
+        assert_eq!(a.sizes, [64, 256, 1024, 4096, 8192]);
+        assert_eq!(a.cluster.hosts_per_leaf, 8);
+        // A flow file is required.
+        assert!(Cli::try_parse_from(["metaroce-sim", "replay"]).is_err());
+        let replay = [
+            "metaroce-sim",
+            "replay",
+            "--flows",
+            "f",
+            "--topology",
+            "fat-tree",
+        ];
+        Cli::try_parse_from(replay).unwrap();
     }
 
     #[test]

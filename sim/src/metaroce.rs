@@ -36,19 +36,19 @@ use crate::transport::{SendProgress, SimTransport, TransportCounters, TransportE
 /// Paths per connection (the engine's default offer is 16).
 pub const PATHS: usize = 16;
 
-/// Send-queue ring slots. The workloads keep at most a few work requests
-/// per flow outstanding (8 by default: 504 for a 64-host all-to-all), so
-/// the ring never fills before the endpoint's own per-connection queues
-/// would; a post it refuses is [`TransportError::Retry`].
+/// Send-queue and completion-ring slots of the default adapter. The
+/// workloads keep at most a few work requests per flow outstanding (8 by
+/// default: 504 for a 64-host all-to-all), so the send ring never fills
+/// before the endpoint's own per-connection queues would; a post it
+/// refuses is [`TransportError::Retry`]. The completion ring is as large,
+/// so one poll always empties the endpoint's completions into it (the
+/// simulator drains the ring after every poll).
 pub const SEND_RING: usize = 1024;
-/// Completion-ring slots: at least every work request the send ring holds,
-/// so one poll always empties the endpoint's completions into the ring
-/// (the simulator drains the ring after every poll).
-pub const COMPLETION_RING: usize = 1024;
 
-/// The host interface of one simulated host. Receive and admin queues are
-/// unused (workloads post no receives; regions are registered directly).
-type Queues = HostQueues<SEND_RING, 2, COMPLETION_RING, 2>;
+/// The host interface of one simulated host with `R` slots in its send and
+/// completion rings. Receive and admin queues are unused (workloads post
+/// no receives; regions are registered directly).
+type Queues<const R: usize> = HostQueues<R, 2, R, 2>;
 
 /// Largest header `poll_transmit` writes plus room: the payload and
 /// trailer follow it.
@@ -65,12 +65,14 @@ pub struct EventCounts {
 
 /// A MetaRoCE endpoint on a simulated host, sized to the flows it takes
 /// part in (connections of up to `P` paths), its engine loop and its host
-/// queues.
+/// queues (`R` slots in the send and completion rings: at least the work
+/// requests the host keeps posted at once, or posts wait for a
+/// completion).
 #[derive(Debug)]
-pub struct MetaRoce<const P: usize = PATHS> {
+pub struct MetaRoce<const P: usize = PATHS, const R: usize = SEND_RING> {
     endpoint: Box<Endpoint<Heap, P>>,
     engine: Box<Engine>,
-    queues: Box<Queues>,
+    queues: Box<Queues<R>>,
     /// Longest transport packet the link takes.
     max_packet_len: usize,
     /// The endpoint's next deadline as of the last poll or command. Only a
@@ -110,6 +112,32 @@ pub fn layout(connections: u32, window: u32) -> Layout {
         inflight_records: connections.saturating_mul(records).max(4096),
         reorder_words: connections.saturating_mul(words),
         ..Layout::for_connections(connections)
+    }
+}
+
+/// The storage of a simulated host's endpoint with `connections` of
+/// `window` PSNs and at most `work_requests` posted at once, each pool
+/// sized to what such a host can use and no more (a host of a
+/// permutation holds two connections: about 20 KB against 680 KB for
+/// [`layout`]): every connection may still hold a full window in flight
+/// (plus one window's worth for an extent that grows by copying) and a
+/// full out-of-order bitmap, so the pools never shape the protocol's
+/// behaviour; no receives are posted, one region is registered and no
+/// connection is protected (no key slots).
+pub fn compact_layout(connections: u32, window: u32, work_requests: u32) -> Layout {
+    let connections = connections.max(1);
+    let (records, words) = Layout::per_connection_window(window);
+    Layout {
+        connections,
+        work_entries: work_requests.max(16),
+        recv_entries: 16,
+        senders: connections,
+        inflight_records: connections.saturating_add(1).saturating_mul(records),
+        reorder_words: connections.saturating_mul(words),
+        regions: 4,
+        sources: Layout::sources_for(connections),
+        cookies: Layout::cookies_for(connections),
+        key_slots: 0,
     }
 }
 
@@ -173,10 +201,16 @@ impl DatagramLink for SimLink<'_> {
     }
 }
 
-impl<const P: usize> MetaRoce<P> {
+impl<const P: usize, const R: usize> MetaRoce<P, R> {
     /// An endpoint with `config` and room for `connections`, its
     /// randomness drawn from `seed`.
     pub fn new(config: Config, connections: u32, seed: u64) -> Self {
+        Self::with_layout(config, layout(connections, config.window), seed)
+    }
+
+    /// An endpoint with `config` and the storage `layout` describes
+    /// ([`layout`], [`compact_layout`]), its randomness drawn from `seed`.
+    pub fn with_layout(config: Config, layout: Layout, seed: u64) -> Self {
         // The datagram loop uses no addresses of its own: the simulator's
         // fabric owns IP and never asks the engine for ARP or ICMP.
         let mut engine = Box::new(Engine::new(NetConfig {
@@ -187,8 +221,8 @@ impl<const P: usize> MetaRoce<P> {
         // poll would only defer it: let one poll take every queued work
         // request and write every completion, as the old direct calls did.
         engine.set_budget(Budget {
-            work_requests: SEND_RING as u32,
-            completions: COMPLETION_RING as u32,
+            work_requests: R as u32,
+            completions: R as u32,
             ..Budget::default()
         });
         MetaRoce {
@@ -199,7 +233,7 @@ impl<const P: usize> MetaRoce<P> {
             timers_ran_at: None,
             endpoint: Box::new(Endpoint::new(
                 config,
-                layout(connections, config.window).heap_storage(),
+                layout.heap_storage(),
                 metaroce_core::rng::seed_from_u64(seed),
             )),
             engine,
@@ -307,7 +341,7 @@ fn command_error(e: CommandError) -> TransportError {
     }
 }
 
-impl<const P: usize> SimTransport for MetaRoce<P> {
+impl<const P: usize, const R: usize> SimTransport for MetaRoce<P, R> {
     fn name(&self) -> &'static str {
         "MetaRoCE"
     }

@@ -2,6 +2,9 @@
 //! stream per consumer (each link direction, each host), so that adding a
 //! flow on one link does not shift the draws on another.
 
+/// SplitMix64's increment (2^64 divided by the golden ratio, odd).
+const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// A small seeded generator (SplitMix64). Not for cryptography.
 #[derive(Debug, Clone)]
 pub struct SimRng {
@@ -23,8 +26,24 @@ impl SimRng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.state = self.state.wrapping_add(GOLDEN_GAMMA);
         mix(self.state)
+    }
+
+    /// What the `i`-th call of [`SimRng::next_u64`] (counted from 0) will
+    /// return, without drawing: SplitMix64's state is a counter, so any
+    /// draw of a stream can be computed directly (the data patterns are
+    /// read and checked at any offset this way).
+    pub fn nth_u64(&self, i: u64) -> u64 {
+        mix(self
+            .state
+            .wrapping_add(i.wrapping_add(1).wrapping_mul(GOLDEN_GAMMA)))
+    }
+
+    /// Skips `n` draws: the next [`SimRng::next_u64`] returns what the
+    /// `n`-th one from here would have (one addition, whatever `n`).
+    pub fn skip(&mut self, n: u64) {
+        self.state = self.state.wrapping_add(n.wrapping_mul(GOLDEN_GAMMA));
     }
 
     /// Uniform in `[0, 1)`.
@@ -64,6 +83,12 @@ mod tests {
             SimRng::stream(7, 1).next_u64(),
             SimRng::stream(7, 2).next_u64()
         );
+        let mut skipped = SimRng::stream(7, 1);
+        skipped.skip(2);
+        let mut drawn = SimRng::stream(7, 1);
+        let third = [drawn.next_u64(), drawn.next_u64(), drawn.next_u64()][2];
+        assert_eq!(skipped.next_u64(), third);
+        assert_eq!(SimRng::stream(7, 1).nth_u64(2), third);
         let mut r = SimRng::new(3);
         let hits = (0..10_000).filter(|_| r.chance(0.25)).count();
         assert!((2_300..2_700).contains(&hits), "{hits}");

@@ -267,6 +267,134 @@ impl LeafSpine {
     }
 }
 
+/// Shape of a three-tier fat tree (Clos): `pods` pods, each of
+/// `leaves_per_pod` leaves with `hosts_per_leaf` hosts and
+/// `spines_per_pod` aggregation (spine) switches, every leaf linked to
+/// every spine of its pod; core switches in `spines_per_pod` planes of
+/// `cores_per_plane`, spine `i` of every pod linked to every core of
+/// plane `i`. Hosts are numbered leaf by leaf, pod by pod.
+///
+/// Oversubscription at the leaf is `hosts_per_leaf x host rate` over
+/// `spines_per_pod x leaf_link rate`; at the spine, `leaves_per_pod x
+/// leaf_link rate` over `cores_per_plane x core_link rate`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FatTree {
+    pub pods: usize,
+    pub leaves_per_pod: usize,
+    pub hosts_per_leaf: usize,
+    pub spines_per_pod: usize,
+    pub cores_per_plane: usize,
+    /// Host to leaf.
+    pub host_link: LinkConfig,
+    /// Leaf to spine.
+    pub leaf_link: LinkConfig,
+    /// Spine to core.
+    pub core_link: LinkConfig,
+    pub queue: QueueConfig,
+    pub pfc: Option<PfcConfig>,
+}
+
+impl FatTree {
+    /// A fat tree of at least `hosts` hosts with leaves of
+    /// `hosts_per_leaf`, as many leaves per pod as hosts per leaf, and
+    /// every tier oversubscribed `oversubscription` to 1 (1: non-blocking;
+    /// uplinks are rounded up, so never more than asked): `hosts_per_leaf
+    /// / oversubscription` spines per pod and `leaves_per_pod /
+    /// oversubscription` cores per plane, every link at the host link's
+    /// rate. 8,192 hosts in leaves of 16 and 1:1 make the classic k = 32
+    /// fat tree: 32 pods of 16 leaves and 16 spines, 256 cores.
+    pub fn with_hosts(hosts: usize, hosts_per_leaf: usize, oversubscription: f64) -> FatTree {
+        let per = hosts_per_leaf.max(1);
+        let ratio = if oversubscription.is_finite() && oversubscription >= 1.0 {
+            oversubscription
+        } else {
+            1.0
+        };
+        let uplinks = |down: usize| ((down as f64 / ratio).ceil() as usize).max(1);
+        let leaves_per_pod = per;
+        FatTree {
+            pods: hosts.div_ceil(per * leaves_per_pod).max(1),
+            leaves_per_pod,
+            hosts_per_leaf: per,
+            spines_per_pod: uplinks(per),
+            cores_per_plane: uplinks(leaves_per_pod),
+            host_link: LinkConfig::default(),
+            leaf_link: LinkConfig::default(),
+            core_link: LinkConfig::default(),
+            queue: QueueConfig::default(),
+            pfc: None,
+        }
+    }
+
+    /// Hosts in the fabric.
+    pub fn hosts(&self) -> usize {
+        self.pods * self.leaves_per_pod * self.hosts_per_leaf
+    }
+
+    /// Switches in the fabric.
+    pub fn switches(&self) -> usize {
+        self.pods * (self.leaves_per_pod + self.spines_per_pod)
+            + self.spines_per_pod * self.cores_per_plane
+    }
+
+    /// The leaf's oversubscription: what its hosts can send over what
+    /// its uplinks carry.
+    pub fn leaf_oversubscription(&self) -> f64 {
+        (self.hosts_per_leaf as f64 * self.host_link.rate_bps as f64)
+            / (self.spines_per_pod as f64 * self.leaf_link.rate_bps as f64).max(1.0)
+    }
+
+    /// The spine's oversubscription: what its leaves can send over what
+    /// its core uplinks carry.
+    pub fn spine_oversubscription(&self) -> f64 {
+        (self.leaves_per_pod as f64 * self.leaf_link.rate_bps as f64)
+            / (self.cores_per_plane as f64 * self.core_link.rate_bps as f64).max(1.0)
+    }
+}
+
+impl Topology {
+    /// A three-tier fat tree. Cores first (plane by plane), then each pod's
+    /// spines and leaves, then the spine-core links, the leaf-spine links
+    /// and the hosts, leaf by leaf.
+    pub fn fat_tree(spec: &FatTree) -> Topology {
+        let mut t = Topology::empty(spec.queue);
+        t.pfc = spec.pfc;
+        let cores: Vec<Vec<NodeId>> = (0..spec.spines_per_pod)
+            .map(|_| (0..spec.cores_per_plane).map(|_| t.add_switch()).collect())
+            .collect();
+        let mut pods = Vec::with_capacity(spec.pods);
+        for _ in 0..spec.pods {
+            let spines: Vec<NodeId> = (0..spec.spines_per_pod).map(|_| t.add_switch()).collect();
+            let leaves: Vec<NodeId> = (0..spec.leaves_per_pod).map(|_| t.add_switch()).collect();
+            pods.push((spines, leaves));
+        }
+        for (spines, _) in &pods {
+            for (plane, &spine) in spines.iter().enumerate() {
+                for &core in &cores[plane] {
+                    t.connect(spine, core, spec.core_link);
+                }
+            }
+        }
+        for (spines, leaves) in &pods {
+            for &leaf in leaves {
+                for &spine in spines {
+                    t.connect(leaf, spine, spec.leaf_link);
+                }
+            }
+        }
+        for (_, leaves) in &pods {
+            for &leaf in leaves {
+                for _ in 0..spec.hosts_per_leaf {
+                    let h = t.add_host();
+                    let node = t.hosts[h];
+                    t.connect(node, leaf, spec.host_link);
+                }
+            }
+        }
+        t
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +422,28 @@ mod tests {
             4_142,
         );
         assert_eq!(b, 16 * (64_000 + 25_000 + 2 * 4_142));
+    }
+
+    #[test]
+    fn fat_tree_has_the_shape_asked_for() {
+        let k32 = FatTree::with_hosts(8192, 16, 1.0);
+        assert_eq!(
+            (k32.pods, k32.spines_per_pod, k32.cores_per_plane),
+            (32, 16, 16)
+        );
+        assert_eq!((k32.hosts(), k32.switches()), (8192, 32 * 32 + 256));
+        assert_eq!(k32.leaf_oversubscription(), 1.0);
+        let thin = FatTree::with_hosts(1000, 8, 2.0);
+        assert_eq!(
+            (thin.pods, thin.spines_per_pod, thin.cores_per_plane),
+            (16, 4, 4)
+        );
+        assert_eq!(thin.leaf_oversubscription(), 2.0);
+        assert_eq!(thin.spine_oversubscription(), 2.0);
+        let t = Topology::fat_tree(&thin);
+        assert_eq!(t.host_count(), 1024);
+        assert_eq!(t.nodes.len(), 1024 + thin.switches());
+        // Core links, leaf links, host links.
+        assert_eq!(t.links.len(), 16 * 4 * 4 + 16 * 8 * 4 + 1024);
     }
 }

@@ -6,7 +6,10 @@
 //!
 //! Memory: each host's arena holds the source range of every flow it sends
 //! and the destination range of every flow it receives, registered as one
-//! region with every right.
+//! region with every right. The arenas store their bytes
+//! ([`HostMemory::Stored`]) or only check them ([`HostMemory::Synthetic`]:
+//! the same packets and the same run, with memory that does not grow with
+//! the bytes a flow carries).
 
 use std::time::Duration;
 
@@ -43,6 +46,38 @@ pub fn connections_per_host(flows: &[Flow], hosts: usize) -> Vec<u32> {
     n
 }
 
+/// How hosts' memory holds the flows' data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HostMemory {
+    /// Every byte of every arena stored: the destination compared with the
+    /// source byte for byte when a flow completes.
+    #[default]
+    Stored,
+    /// Nothing stored ([`Arena::synthetic`]): sources computed from the
+    /// data pattern when the transport reads them, each write into a
+    /// destination checked against the pattern on arrival; a flow is
+    /// intact when every byte of its destination was placed once, with
+    /// the value sent, and nothing was written elsewhere.
+    Synthetic,
+}
+
+/// Work requests each of `hosts` keeps posted at most under `config`: up
+/// to `messages_in_flight` per flow it sends.
+pub fn posted_per_host(flows: &[Flow], hosts: usize, config: &WorkloadConfig) -> Vec<u32> {
+    let message = u64::from(config.message_bytes.max(1));
+    let mut n = vec![0u32; hosts];
+    for f in flows {
+        if let Some(c) = n.get_mut(f.src) {
+            let messages = f
+                .bytes
+                .div_ceil(message)
+                .min(config.messages_in_flight as u64);
+            *c = c.saturating_add(u32::try_from(messages).unwrap_or(u32::MAX));
+        }
+    }
+    n
+}
+
 /// How flows are carried and how long a run may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkloadConfig {
@@ -54,6 +89,8 @@ pub struct WorkloadConfig {
     pub time_limit: Duration,
     /// Seed of the data pattern.
     pub data_seed: u64,
+    /// Stored or synthetic arenas.
+    pub memory: HostMemory,
 }
 
 impl Default for WorkloadConfig {
@@ -63,6 +100,7 @@ impl Default for WorkloadConfig {
             messages_in_flight: 8,
             time_limit: Duration::from_secs(1),
             data_seed: 0xda7a,
+            memory: HostMemory::Stored,
         }
     }
 }
@@ -117,6 +155,10 @@ pub struct Report {
     pub transport: TransportCounters,
     /// Memory accesses outside an arena (must be 0).
     pub out_of_bounds: u64,
+    /// Bytes written into synthetic arenas outside every flow's
+    /// destination (must be 0; always 0 with stored arenas, whose stray
+    /// writes show only where a flow's check reads them).
+    pub stray_bytes: u64,
 }
 
 impl Report {
@@ -126,6 +168,7 @@ impl Report {
             .iter()
             .all(|f| f.status == FlowStatus::Done && f.integrity_ok == Some(true))
             && self.out_of_bounds == 0
+            && self.stray_bytes == 0
     }
 
     /// The latest completion time.
@@ -136,15 +179,20 @@ impl Report {
 
 /// Whether the `len` bytes at `dst_addr` in host `dst`'s memory equal
 /// those at `src_addr` in host `src`'s: compared directly, which is exact
-/// and faster than hashing both sides.
+/// and faster than hashing both sides. A synthetic destination answers
+/// from what it checked on arrival: every byte placed once, as sent.
 pub fn arrived_intact<T: SimTransport>(
     sim: &Simulator<T>,
     (src, src_addr): (HostId, u64),
     (dst, dst_addr): (HostId, u64),
     len: usize,
 ) -> bool {
+    let dst_mem = &sim.host(dst).mem;
+    if dst_mem.is_synthetic() {
+        return dst_mem.placement(dst_addr, len).is_some_and(|p| p.intact());
+    }
     let sent = sim.host(src).mem.get(src_addr, len);
-    sent.is_some() && sent == sim.host(dst).mem.get(dst_addr, len)
+    sent.is_some() && sent == dst_mem.get(dst_addr, len)
 }
 
 /// Fills `out` with flow `flow`'s data pattern.
@@ -162,12 +210,39 @@ struct FlowState {
     completed: u64,
 }
 
+/// Where a run stands, for progress reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Virtual time.
+    pub now: Instant,
+    /// Events processed so far.
+    pub events: u64,
+    /// Flows finished (done, failed or refused).
+    pub flows_done: usize,
+    pub flows: usize,
+}
+
+/// Events between two calls of [`run_observed`]'s observer: often enough
+/// for a report every second, rarely enough to cost nothing.
+pub const OBSERVE_EVERY: u64 = 1 << 16;
+
 /// Sets up memory, runs `flows` to completion (or the time limit) and
 /// reports. Hosts' arenas are replaced.
 pub fn run<T: SimTransport>(
     sim: &mut Simulator<T>,
     flows: &[Flow],
     config: &WorkloadConfig,
+) -> Report {
+    run_observed(sim, flows, config, |_| {})
+}
+
+/// [`run`], calling `observe` every [`OBSERVE_EVERY`] events (for
+/// progress on long runs; it cannot change the run).
+pub fn run_observed<T: SimTransport>(
+    sim: &mut Simulator<T>,
+    flows: &[Flow],
+    config: &WorkloadConfig,
+    mut observe: impl FnMut(&Progress),
 ) -> Report {
     let hosts = sim.host_count();
     let msg = u64::from(config.message_bytes.max(1));
@@ -227,21 +302,29 @@ pub fn run<T: SimTransport>(
     }
     // Each source range holds its flow's data pattern
     // (`Arena::with_patterns`: the same bytes as a fill after the arena is
-    // made, and not written again where a reused buffer holds them).
-    let mut patterns: Vec<Vec<PatternRange>> = vec![Vec::new(); hosts];
+    // made, and not written again where a reused buffer holds them); a
+    // synthetic arena expects the same pattern in each destination range.
+    let mut sources: Vec<Vec<PatternRange>> = vec![Vec::new(); hosts];
+    let mut sinks: Vec<Vec<PatternRange>> = vec![Vec::new(); hosts];
     for (i, s) in states.iter().enumerate() {
         if s.result.status == FlowStatus::Unfinished {
-            patterns[s.result.flow.src].push(PatternRange {
-                offset: s.src_addr,
-                len: s.result.flow.bytes,
+            let f = s.result.flow;
+            let range = |offset| PatternRange {
+                offset,
+                len: f.bytes,
                 seed: config.data_seed,
                 stream: i as u64,
-            });
+            };
+            sources[f.src].push(range(s.src_addr));
+            sinks[f.dst].push(range(s.dst_addr));
         }
     }
-    for (h, patterns) in patterns.iter().enumerate() {
+    for h in 0..hosts {
         let len = usize::try_from(sizes[h]).unwrap_or(usize::MAX);
-        sim.host_mut(h).mem = Arena::with_patterns(len, patterns);
+        sim.host_mut(h).mem = match config.memory {
+            HostMemory::Stored => Arena::with_patterns(len, &sources[h]),
+            HostMemory::Synthetic => Arena::synthetic(len, &sources[h], &sinks[h]),
+        };
     }
     for (i, s) in states.iter_mut().enumerate() {
         if s.result.status != FlowStatus::Unfinished {
@@ -259,9 +342,19 @@ pub fn run<T: SimTransport>(
         .filter(|s| s.result.status == FlowStatus::Unfinished)
         .count();
     let mut done = Vec::new();
+    let mut steps = 0u64;
     while open > 0 {
         if sim.next_event_at().is_none_or(|t| t > limit) {
             break;
+        }
+        steps += 1;
+        if steps.is_multiple_of(OBSERVE_EVERY) {
+            observe(&Progress {
+                now: sim.now(),
+                events: sim.events_processed(),
+                flows_done: flows.len() - open,
+                flows: flows.len(),
+            });
         }
         match sim.step() {
             None => break,
@@ -301,10 +394,11 @@ pub fn run<T: SimTransport>(
     }
 
     let mut transport = TransportCounters::default();
-    let mut out_of_bounds = 0;
+    let (mut out_of_bounds, mut stray_bytes) = (0, 0);
     for h in 0..hosts {
         transport += sim.host(h).transport.counters();
         out_of_bounds += sim.host(h).mem.out_of_bounds;
+        stray_bytes += sim.host(h).mem.stray_bytes();
     }
     Report {
         protocol: if hosts > 0 {
@@ -317,6 +411,7 @@ pub fn run<T: SimTransport>(
         fabric: sim.stats(),
         transport,
         out_of_bounds,
+        stray_bytes,
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use metaroce_sim::experiments::{self, LossSweep, Protocol};
 use metaroce_sim::workload::FlowStatus;
+use metaroce_sim::HostMemory;
 
 fn tiny() -> LossSweep {
     LossSweep {
@@ -62,6 +63,7 @@ fn incast_small_completes_intact() {
         seed: 1,
         time_limit: Duration::from_secs(5),
         protocols: &Protocol::ALL,
+        memory: HostMemory::Stored,
     };
     let rows = experiments::incast(&cfg, |_, _| {});
     for r in &rows {
@@ -72,6 +74,12 @@ fn incast_small_completes_intact() {
         assert!(r.fairness > 0.0 && r.fairness <= 1.0 + 1e-9);
     }
     assert_eq!(rows, experiments::incast(&cfg, |_, _| {}));
+    // Synthetic memory: the same run, the same figures, every flow intact.
+    let synthetic = experiments::Incast {
+        memory: HostMemory::Synthetic,
+        ..cfg
+    };
+    assert_eq!(rows, experiments::incast(&synthetic, |_, _| {}));
 }
 
 #[test]
@@ -158,6 +166,7 @@ fn pfc_incast_small_is_lossless_and_reproducible() {
         seed: 3,
         time_limit: Duration::from_secs(5),
         protocols: &Protocol::ALL,
+        memory: HostMemory::Synthetic,
     };
     let rows = experiments::incast(&cfg, |_, _| {});
     for r in &rows {
@@ -196,6 +205,12 @@ fn permutation_and_all_to_all_small_complete_intact() {
                 "{r:?}"
             );
         }
+        // Stored memory: the same run under loss, the same figures.
+        let stored = experiments::Traffic {
+            memory: HostMemory::Stored,
+            ..cfg.clone()
+        };
+        assert_eq!(rows, experiments::traffic(&stored, |_, _| {}));
     }
 }
 

@@ -3,7 +3,9 @@
 //! Builds `metaroce-sim` in release and runs it; every argument goes to the
 //! binary (`cargo xtask sim help` lists experiments and options). Tables go
 //! to stdout, CSV files to `target/metaroce/`. Not part of
-//! `cargo xtask test` (the simulator's tests are, through the host tests).
+//! `cargo xtask test` (the simulator's tests are, through the host tests):
+//! `cargo xtask sim scale` alone runs clusters of up to 8,192 hosts for
+//! many minutes (`--sizes` picks a subset).
 
 use crate::util::{self, Error};
 

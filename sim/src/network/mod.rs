@@ -39,6 +39,8 @@ use crate::rng::{mix, SimRng};
 use crate::topology::{LinkId, NodeId, NodeKind, PfcConfig, Topology};
 use crate::transport::{SimTransport, TransportError};
 
+mod routes;
+
 /// Simulator settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimConfig {
@@ -124,8 +126,12 @@ struct Node {
     kind: NodeKind,
     ports: Vec<Port>,
     salt: u64,
-    /// Per destination host: equal-cost output ports (switches only).
-    routes: Vec<Vec<u16>>,
+    /// Per destination host: its group of equal-cost output ports, an
+    /// index into [`Simulator::route_groups`] (switches only). Four bytes
+    /// per host and switch: groups repeat (every host behind one leaf is
+    /// reached through the same ports from anywhere but that leaf), so
+    /// each distinct group is stored once.
+    routes: Vec<u32>,
     /// Random stream for RED marking.
     rng: SimRng,
 }
@@ -201,6 +207,9 @@ pub struct Simulator<T> {
     nodes: Vec<Node>,
     hosts: Vec<Host<T>>,
     links: Vec<((NodeId, usize), (NodeId, usize))>,
+    /// Every distinct ECMP group of the current routes; group 0 is empty
+    /// (no route).
+    route_groups: Vec<Box<[u16]>>,
     completions: Vec<HostCompletion>,
     stats: FabricStats,
     tx_buf: Vec<u8>,
@@ -317,6 +326,7 @@ impl<T: SimTransport> Simulator<T> {
             nodes,
             hosts,
             links,
+            route_groups: Vec::new(),
             completions: Vec::new(),
             stats: FabricStats::default(),
             tx_buf: Vec::new(),
@@ -415,7 +425,10 @@ impl<T: SimTransport> Simulator<T> {
 
     /// The equal-cost ports `node` uses towards host `dst` (for tests).
     pub fn route(&self, node: NodeId, dst: HostId) -> &[u16] {
-        self.nodes[node].routes.get(dst).map_or(&[][..], |r| &r[..])
+        self.nodes[node]
+            .routes
+            .get(dst)
+            .map_or(&[][..], |&g| &self.route_groups[g as usize][..])
     }
 
     /// The switch port ECMP picks for a packet at `node` (for tests).
@@ -800,51 +813,6 @@ impl<T: SimTransport> Simulator<T> {
         self.nodes[nb].ports[pb].down = true;
         if let Some(d) = self.config.reroute_delay {
             self.events.push(self.now + d, Event::Reroute);
-        }
-    }
-
-    /// Shortest-path routes over the links that are up, every equal-cost
-    /// next hop kept. Hosts do not forward.
-    fn compute_routes(&mut self) {
-        let hosts = self.hosts.len();
-        let n = self.nodes.len();
-        for node in &mut self.nodes {
-            node.routes = if node.kind == NodeKind::Switch {
-                vec![Vec::new(); hosts]
-            } else {
-                Vec::new()
-            };
-        }
-        let mut dist = vec![u32::MAX; n];
-        let mut queue = VecDeque::new();
-        for h in 0..hosts {
-            let target = self.hosts[h].node;
-            dist.fill(u32::MAX);
-            dist[target] = 0;
-            queue.clear();
-            queue.push_back(target);
-            while let Some(u) = queue.pop_front() {
-                for p in &self.nodes[u].ports {
-                    let v = p.peer;
-                    if !p.down && dist[v] == u32::MAX && self.nodes[v].kind == NodeKind::Switch {
-                        dist[v] = dist[u] + 1;
-                        queue.push_back(v);
-                    }
-                }
-            }
-            for s in 0..n {
-                if self.nodes[s].kind != NodeKind::Switch || dist[s] == u32::MAX {
-                    continue;
-                }
-                let group: Vec<u16> = self.nodes[s]
-                    .ports
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| !p.down && dist[p.peer].checked_add(1) == Some(dist[s]))
-                    .map(|(i, _)| i as u16)
-                    .collect();
-                self.nodes[s].routes[h] = group;
-            }
         }
     }
 }

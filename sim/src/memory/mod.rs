@@ -10,8 +10,18 @@
 //! with its buffer when dropped: the next run of an experiment (same
 //! flows, same layout) finds its source data already there and writes
 //! only the rest of the arena.
+//!
+//! A synthetic arena ([`Arena::synthetic`], [`synthetic`]) stores none of
+//! that: its source ranges are computed when read and writes into its
+//! sink ranges are checked against the pattern on arrival, so memory does
+//! not grow with the payload a run carries.
 
 use std::sync::Mutex;
+
+mod synthetic;
+
+use synthetic::Synthetic;
+pub use synthetic::{pattern_at, pattern_mismatches, Placement};
 
 use crate::rng::SimRng;
 
@@ -101,6 +111,24 @@ struct Pattern {
     stream: u64,
 }
 
+/// The ranges of `patterns` that lie inside an arena of `len` bytes, as
+/// offsets.
+fn inside(len: usize, patterns: &[PatternRange]) -> Vec<Pattern> {
+    patterns
+        .iter()
+        .filter_map(|p| {
+            let start = usize::try_from(p.offset).ok()?;
+            let end = start.checked_add(usize::try_from(p.len).ok()?)?;
+            (end <= len && start < end).then_some(Pattern {
+                start,
+                end,
+                seed: p.seed,
+                stream: p.stream,
+            })
+        })
+        .collect()
+}
+
 /// Most bytes [`SPARE`] keeps.
 const SPARE_LIMIT_BYTES: usize = 2 << 30;
 
@@ -149,7 +177,13 @@ fn give_spare(bytes: Vec<u8>, clean: Vec<Pattern>) {
 #[derive(Debug, Clone)]
 pub struct Arena {
     base: u64,
+    /// The bytes (empty in a synthetic arena).
     bytes: Vec<u8>,
+    /// A synthetic arena's ranges and what arrived in them; `None` when
+    /// the arena stores its bytes.
+    synthetic: Option<Box<Synthetic>>,
+    /// Bytes in the arena (`bytes.len()` unless synthetic).
+    len: usize,
     /// Pattern ranges that hold their pattern (nothing wrote into them
     /// since it was placed): sorted, disjoint.
     clean: Vec<Pattern>,
@@ -174,7 +208,9 @@ impl Arena {
         };
         Arena {
             base: ARENA_BASE,
+            len: bytes.len(),
             bytes,
+            synthetic: None,
             clean: Vec::new(),
             out_of_bounds: 0,
         }
@@ -189,19 +225,7 @@ impl Arena {
     /// pattern range that a reused buffer still holds unwritten from an
     /// earlier run is not written again.
     pub fn with_patterns(len: usize, patterns: &[PatternRange]) -> Arena {
-        let mut clean: Vec<Pattern> = patterns
-            .iter()
-            .filter_map(|p| {
-                let start = usize::try_from(p.offset).ok()?;
-                let end = start.checked_add(usize::try_from(p.len).ok()?)?;
-                (end <= len && start < end).then_some(Pattern {
-                    start,
-                    end,
-                    seed: p.seed,
-                    stream: p.stream,
-                })
-            })
-            .collect();
+        let mut clean = inside(len, patterns);
         clean.sort_by_key(|p| p.start);
         assert!(
             clean.windows(2).all(|w| w[0].end <= w[1].start),
@@ -244,10 +268,52 @@ impl Arena {
         };
         Arena {
             base: ARENA_BASE,
+            len: bytes.len(),
             bytes,
+            synthetic: None,
             clean,
             out_of_bounds: 0,
         }
+    }
+
+    /// `len` bytes at [`ARENA_BASE`] that are not stored: `sources` hold
+    /// their data pattern (computed when read), `sinks` expect theirs,
+    /// and every write is checked against it and recorded on arrival
+    /// ([`Arena::placement`]); everything else reads as [`FILL`]. Memory
+    /// grows with the number of ranges and the gaps in what arrived, not
+    /// with `len`. Ranges of either kind must not overlap; those not
+    /// inside the arena are left out.
+    pub fn synthetic(len: usize, sources: &[PatternRange], sinks: &[PatternRange]) -> Arena {
+        Arena {
+            base: ARENA_BASE,
+            bytes: Vec::new(),
+            synthetic: Some(Box::new(Synthetic::new(
+                inside(len, sources),
+                inside(len, sinks),
+            ))),
+            len,
+            clean: Vec::new(),
+            out_of_bounds: 0,
+        }
+    }
+
+    /// Whether the arena is synthetic ([`Arena::synthetic`]).
+    pub fn is_synthetic(&self) -> bool {
+        self.synthetic.is_some()
+    }
+
+    /// What the sink range at `[addr, addr + len)` of a synthetic arena
+    /// received; `None` for a stored arena or if no sink range is exactly
+    /// that.
+    pub fn placement(&self, addr: u64, len: usize) -> Option<Placement> {
+        let start = self.range(addr, len)?.start;
+        self.synthetic.as_ref()?.placement(start, len)
+    }
+
+    /// Bytes written into a synthetic arena outside its sink ranges (0 for
+    /// a stored arena).
+    pub fn stray_bytes(&self) -> u64 {
+        self.synthetic.as_ref().map_or(0, |s| s.stray_bytes)
     }
 
     /// First address.
@@ -257,28 +323,36 @@ impl Arena {
 
     /// Bytes in the arena.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.len
     }
 
     /// Whether the arena is empty.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.len == 0
     }
 
     fn range(&self, addr: u64, len: usize) -> Option<core::ops::Range<usize>> {
         let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
         let end = start.checked_add(len)?;
-        (end <= self.bytes.len()).then_some(start..end)
+        (end <= self.len).then_some(start..end)
     }
 
-    /// The bytes at `[addr, addr + len)`, if inside the arena.
+    /// The bytes at `[addr, addr + len)`, if inside the arena and stored
+    /// (never in a synthetic arena: read those with [`Memory::read`]).
     pub fn get(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        if self.synthetic.is_some() {
+            return None;
+        }
         self.range(addr, len).map(|r| &self.bytes[r])
     }
 
-    /// Mutable bytes at `[addr, addr + len)`, if inside the arena. The
-    /// pattern ranges among them are no longer known to be clean.
+    /// Mutable bytes at `[addr, addr + len)`, if inside the arena and
+    /// stored (never in a synthetic arena). The pattern ranges among them
+    /// are no longer known to be clean.
     pub fn get_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
+        if self.synthetic.is_some() {
+            return None;
+        }
         let r = self.range(addr, len)?;
         let first = self.clean.partition_point(|p| p.end <= r.start);
         let last = first + self.clean[first..].partition_point(|p| p.start < r.end);
@@ -296,21 +370,62 @@ impl Drop for Arena {
     }
 }
 
-impl Memory for Arena {
-    fn write(&mut self, addr: u64, data: &[u8]) {
+impl Arena {
+    /// Writes `data` at `addr`; false (and counted) when outside the arena.
+    fn store(&mut self, addr: u64, data: &[u8]) -> bool {
+        if self.synthetic.is_some() {
+            return match self.range(addr, data.len()) {
+                Some(r) => {
+                    if let Some(synthetic) = self.synthetic.as_deref_mut() {
+                        synthetic.write(r.start, data);
+                    }
+                    true
+                }
+                None => {
+                    self.out_of_bounds += 1;
+                    false
+                }
+            };
+        }
         match self.get_mut(addr, data.len()) {
-            Some(dst) => dst.copy_from_slice(data),
-            None => self.out_of_bounds += 1,
+            Some(dst) => {
+                dst.copy_from_slice(data);
+                true
+            }
+            None => {
+                self.out_of_bounds += 1;
+                false
+            }
         }
     }
 
-    fn read(&mut self, addr: u64, out: &mut [u8]) {
+    /// Reads into `out` from `addr`; false (and counted) when outside the
+    /// arena.
+    fn load(&mut self, addr: u64, out: &mut [u8]) -> bool {
         match self.range(addr, out.len()) {
-            Some(r) => out.copy_from_slice(&self.bytes[r]),
+            Some(r) => {
+                match self.synthetic.as_deref() {
+                    Some(synthetic) => synthetic.read(r.start, out),
+                    None => out.copy_from_slice(&self.bytes[r]),
+                }
+                true
+            }
             None => {
                 self.out_of_bounds += 1;
-                out.fill(0);
+                false
             }
+        }
+    }
+}
+
+impl Memory for Arena {
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        self.store(addr, data);
+    }
+
+    fn read(&mut self, addr: u64, out: &mut [u8]) {
+        if !self.load(addr, out) {
+            out.fill(0);
         }
     }
 }
@@ -319,34 +434,24 @@ impl Memory for Arena {
 /// reports see them whichever way the transport reached memory.
 impl DmaCopy for Arena {
     fn copy_to_host(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
-        match self.get_mut(addr, data.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(data);
-                Ok(())
-            }
-            None => {
-                self.out_of_bounds += 1;
-                Err(DmaError::OutOfRange {
-                    addr,
-                    len: data.len(),
-                })
-            }
+        if self.store(addr, data) {
+            Ok(())
+        } else {
+            Err(DmaError::OutOfRange {
+                addr,
+                len: data.len(),
+            })
         }
     }
 
     fn copy_from_host(&mut self, addr: u64, out: &mut [u8]) -> Result<(), DmaError> {
-        match self.get(addr, out.len()) {
-            Some(src) => {
-                out.copy_from_slice(src);
-                Ok(())
-            }
-            None => {
-                self.out_of_bounds += 1;
-                Err(DmaError::OutOfRange {
-                    addr,
-                    len: out.len(),
-                })
-            }
+        if self.load(addr, out) {
+            Ok(())
+        } else {
+            Err(DmaError::OutOfRange {
+                addr,
+                len: out.len(),
+            })
         }
     }
 }
@@ -442,5 +547,54 @@ mod tests {
         assert!(a.copy_to_host(ARENA_BASE + 15, &[1, 2]).is_err());
         assert!(a.copy_from_host(ARENA_BASE - 1, &mut out).is_err());
         assert_eq!(a.out_of_bounds, 2);
+    }
+
+    /// A synthetic arena reads as the stored one does after the same
+    /// correct writes, and records wrong, repeated, missing and stray bytes.
+    #[test]
+    fn a_synthetic_arena_reads_like_a_stored_one_and_checks_writes() {
+        let len = 20_000;
+        let range = |offset: u64, len: u64, stream: u64| PatternRange {
+            offset,
+            len,
+            seed: 3,
+            stream,
+        };
+        let sources = [range(100, 5_000, 1), range(9_000, 3_000, 2)];
+        let sinks = [range(6_000, 2_500, 1)];
+        let mut stored = Arena::with_patterns(len, &sources);
+        let mut synthetic = Arena::synthetic(len, &sources, &sinks);
+        assert!(synthetic.is_synthetic() && synthetic.get(ARENA_BASE, 1).is_none());
+        // Flow 1's bytes copied from its source into the sink, out of
+        // order, the last piece missing at first.
+        let mut piece = vec![0u8; 1_000];
+        for at in [1_000u64, 0, 2_000] {
+            let n = if at == 2_000 { 500 } else { 1_000 };
+            stored.read(ARENA_BASE + 100 + at, &mut piece[..n]);
+            let dst = ARENA_BASE + 6_000 + at;
+            stored.write(dst, &piece[..n]);
+            synthetic.copy_to_host(dst, &piece[..n]).unwrap();
+            if at == 0 {
+                let partial = synthetic.placement(ARENA_BASE + 6_000, 2_500).unwrap();
+                assert!(!partial.complete && !partial.intact());
+            }
+        }
+        let mut want = vec![0u8; len];
+        let mut got = vec![0u8; len];
+        stored.read(ARENA_BASE, &mut want);
+        synthetic.read(ARENA_BASE, &mut got);
+        assert!(want == got);
+        synthetic.write(ARENA_BASE + 7_000, &[]);
+        let done = synthetic.placement(ARENA_BASE + 6_000, 2_500).unwrap();
+        assert!(done.intact(), "{done:?}");
+        assert_eq!(synthetic.placement(ARENA_BASE + 6_000, 2_499), None);
+        // A repeat, a wrong byte, a write into a source, one outside.
+        synthetic.write(ARENA_BASE + 6_010, &want[6_010..6_020]);
+        synthetic.write(ARENA_BASE + 6_030, &[want[6_030] ^ 1]);
+        synthetic.write(ARENA_BASE + 200, &[1, 2, 3]);
+        synthetic.write(ARENA_BASE + len as u64, &[1]);
+        let after = synthetic.placement(ARENA_BASE + 6_000, 2_500).unwrap();
+        assert_eq!((after.repeated_bytes, after.wrong_bytes), (11, 1));
+        assert_eq!((synthetic.stray_bytes(), synthetic.out_of_bounds), (3, 1));
     }
 }
