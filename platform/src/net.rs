@@ -155,6 +155,7 @@ pub fn arp_request(us: &NetConfig, target: Ipv4Address) -> ArpRepr {
 /// length; `None` if `out` is too short or `icmp` is another message. The
 /// node sends no other (it answers pings and pings its peers), and
 /// smoltcp's emitter for every message is 0.7 KB of firmware code.
+#[inline]
 pub fn emit_icmp(
     out: &mut [u8],
     us: &NetConfig,

@@ -57,6 +57,11 @@ pub trait ConnOwner {
     /// The core owning the connection whose wire id is `dst_conn` (the
     /// destination id of a received packet), or `None` if no core does.
     fn owner_of(&self, dst_conn: u32) -> Option<usize>;
+    /// Whether it learns from the ids cores announce: only then does the
+    /// dispatcher parse the frames the cores send ([`ShardMap`] needs
+    /// nothing of them, so a node steering by it parses no transmitted
+    /// frame).
+    const LEARNS: bool = false;
     /// Told of every connection id a core announces (the source id of a
     /// CONNECT or ACCEPT it sends), before the frame reaches the wire.
     fn learn(&mut self, src_conn: u32, core: usize) {
@@ -154,6 +159,8 @@ impl<const N: usize> LearnedOwners<N> {
 }
 
 impl<const N: usize> ConnOwner for LearnedOwners<N> {
+    const LEARNS: bool = true;
+
     fn owner_of(&self, dst_conn: u32) -> Option<usize> {
         self.owners.get(&dst_conn).map(|&c| usize::from(c))
     }
@@ -203,6 +210,8 @@ impl<const N: usize> AuditedShards<N> {
 }
 
 impl<const N: usize> ConnOwner for AuditedShards<N> {
+    const LEARNS: bool = true;
+
     fn owner_of(&self, dst_conn: u32) -> Option<usize> {
         self.map.owner(dst_conn)
     }
@@ -517,7 +526,10 @@ impl<O: ConnOwner> Dispatcher<O> {
             }
             let ring = &mut rings[core];
             let moved = ring.receive_frame(|frame| {
-                if let Some(id) = announced_conn(frame, self.udp_port) {
+                if let Some(id) = O::LEARNS
+                    .then(|| announced_conn(frame, self.udp_port))
+                    .flatten()
+                {
                     self.stats.announced += 1;
                     self.owner.learn(id, core);
                 }

@@ -316,7 +316,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.prefixes
             .check(p, now, &config.source_limits, &config.admission, capacity)?;
         let reserve = ((capacity as u64 * u64::from(config.admission.reserve)) >> 8).max(1);
-        if cfg!(feature = "reclaim") && u64::from(self.free.len()) <= reserve {
+        if cfg!(feature = "fair-admission") && u64::from(self.free.len()) <= reserve {
             let held = self.prefixes.entry(p.wide).total;
             if held >= self.prefixes.fair_share(capacity) {
                 return Err(PrefixRefusal::Share);
@@ -338,7 +338,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     fn reclaim(&mut self, now: Instant, p: Prefixes, key: bool) -> bool {
         /// Slots looked at per search.
         const STEPS: u32 = 256;
-        if !cfg!(feature = "reclaim") {
+        if !cfg!(feature = "fair-admission") {
             return false;
         }
         let held = self.prefixes.entry(p.wide).total;
@@ -376,10 +376,23 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// counted when the queue is full (a flood gets no more answers than
     /// the queue holds per poll).
     fn reply_stateless(&mut self, peer: PeerAddr, c: &ConnectRepr, body: StatelessBody) {
+        self.queue_stateless(peer, c.src_conn, c.src_token, body);
+    }
+
+    /// Queues a reply that needs no connection state to `peer`, addressed
+    /// with `dst_conn` and `token`; counted as sent, or as dropped when the
+    /// queue is full.
+    pub(super) fn queue_stateless(
+        &mut self,
+        peer: PeerAddr,
+        dst_conn: u32,
+        token: u64,
+        body: StatelessBody,
+    ) {
         let reply = StatelessReply {
             peer,
-            dst_conn: c.src_conn,
-            token: c.src_token,
+            dst_conn,
+            token,
             body,
         };
         if self.stateless.push_back(reply).is_err() {

@@ -533,15 +533,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         {
             return false;
         }
-        let reply = StatelessReply {
-            peer: conn.peer,
-            dst_conn: conn.remote_id,
-            token: conn.remote_token,
-            body: StatelessBody::CloseReply(c.reason),
-        };
-        if self.stateless.push_back(reply).is_err() {
-            self.drops.replies_dropped += 1;
-        }
+        let (peer, id, token) = (conn.peer, conn.remote_id, conn.remote_token);
+        self.queue_stateless(peer, id, token, StatelessBody::CloseReply(c.reason));
         true
     }
 
@@ -912,6 +905,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 }
 
 /// The index's keyed hash, for callers that hold the key apart from `self`.
+#[inline]
 pub(crate) fn hash_with(
     key: (u64, u64),
     ip: &smoltcp::wire::IpAddress,

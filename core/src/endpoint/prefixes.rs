@@ -182,7 +182,7 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
         limits: &SourceLimits,
         now: Instant,
     ) -> Result<Option<Prefixes>, PrefixRefusal> {
-        if self.buckets.is_empty() {
+        if self.buckets.is_empty() || !cfg!(feature = "fair-admission") {
             return Ok(None);
         }
         let narrow = prefix_of(ip, policy.v4_prefixes.0, policy.v6_prefixes.0);

@@ -1007,6 +1007,7 @@ fn emit_target(ext: &mut [u8], target: &MemoryTarget) {
     write_u64(ext, f::ADDR, target.addr);
 }
 
+#[inline]
 fn parse_connect(ext: &[u8]) -> Result<ConnectRepr> {
     use field::connect as f;
     let mut cookie = [0u8; COOKIE_LEN];

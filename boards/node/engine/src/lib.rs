@@ -35,7 +35,7 @@ use metaroce_core::{Borrowed, CommandError, Endpoint, Event, Instant};
 use metaroce_platform::control::{ConnCounters, ControlError, ControlEvent, HostControl};
 use metaroce_platform::device::{MemFrameDevice, MAX_FRAME_LEN};
 use metaroce_platform::dma::{DmaCopy, DmaError, HostWindow};
-use metaroce_platform::shard::{AuditedShards, Dispatcher, Round};
+use metaroce_platform::shard::{Dispatcher, Round, ShardMap};
 use metaroce_platform::shmem::SharedMemory;
 use metaroce_platform::{Engine, EnginePort, FrameDevice, HostPort, HostQueues, PollOutcome};
 use smoltcp::wire::Ipv4Address;
@@ -185,9 +185,11 @@ pub fn ping(
     let _ = engine.send_ping(device, dst, seq, now);
 }
 
-/// Which core owns a connection, by its table index, with every id a core
-/// announces checked against that.
-pub type Owners = AuditedShards<256>;
+/// Which core owns a connection: by its table index, nothing learned (the
+/// dispatcher parses no frame a core sends; the audit of announced ids is
+/// the NIC stand-in's, `metaroce-elba-nic`, and the cores' own
+/// `misrouted` counts).
+pub type Owners = ShardMap;
 /// Core 0's frame dispatcher on a multi-core node.
 pub type NodeDispatcher = Dispatcher<Owners>;
 
