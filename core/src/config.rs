@@ -94,8 +94,8 @@ pub struct PrefixShare {
 }
 
 /// Fair admission (spec 4.2.3): sources are counted by prefix at two
-/// lengths, each prefix holds at most its share of the table, and once the
-/// table is nearly full a prefix below its fair share gets a slot that the
+/// lengths, each prefix holds at most its configured share of the table,
+/// and when the table is full a prefix holding less gets a slot that the
 /// prefix holding the most gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -108,9 +108,6 @@ pub struct AdmissionPolicy {
     pub narrow: PrefixShare,
     /// The most one wide prefix may hold.
     pub wide: PrefixShare,
-    /// Slots, in 256ths of the table (at least one), that only a prefix
-    /// below its fair share may take.
-    pub reserve: u16,
     /// A connection with no data sent or received for this long (or none
     /// ever) is idle: it may be reclaimed for another prefix.
     pub idle_after: Duration,
@@ -134,7 +131,6 @@ impl Default for AdmissionPolicy {
                 half_open: 0,
                 all: 0,
             },
-            reserve: 4,
             idle_after: Duration::from_secs(1),
         }
     }

@@ -47,7 +47,11 @@ fn header(id: u32, token: u64) -> Header {
 fn connect(i: u32, port: u16, key_id: u32, cookie: [u8; wire::COOKIE_LEN]) -> Vec<u8> {
     Peer::encode(
         &Repr {
-            header: header(0, 0),
+            // Spec 3.2.4: a CONNECT carries its Initial PSN.
+            header: Header {
+                psn: i,
+                ..header(0, 0)
+            },
             body: Body::Connect(ConnectRepr {
                 src_conn: 0x4000_0000 | i,
                 src_token: 0xad31_0000_0000 | u64::from(i),

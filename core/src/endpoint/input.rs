@@ -315,17 +315,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let capacity = self.capacity() as u32;
         self.prefixes
             .check(p, now, &config.source_limits, &config.admission, capacity)?;
-        let reserve = ((capacity as u64 * u64::from(config.admission.reserve)) >> 8).max(1);
-        if cfg!(feature = "fair-admission") && u64::from(self.free.len()) <= reserve {
-            let held = self.prefixes.entry(p.wide).total;
-            if held >= self.prefixes.fair_share(capacity) {
-                return Err(PrefixRefusal::Share);
-            }
-            if !self.free.is_empty() {
-                // Keep the reserve for the next prefix below its share.
-                self.reclaim(now, p, false);
-            }
-        }
         Ok(Some(p))
     }
 

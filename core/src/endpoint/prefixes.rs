@@ -355,15 +355,6 @@ impl<S: core::ops::DerefMut<Target = [SourceBucket]>> PrefixTable<S> {
         }
     }
 
-    /// The table's fair share per wide prefix with one more prefix than
-    /// now (the newcomer the reserve waits for): a prefix below it may take
-    /// the last free slots, and have another prefix's reclaimed. A single
-    /// prefix never takes the reserve, and a prefix holding nothing is
-    /// always below it.
-    pub(crate) fn fair_share(&self, capacity: u32) -> u32 {
-        (capacity / (self.wide_in_use + 1)).max(1)
-    }
-
     /// The wide prefix holding the most connections, if it holds at least
     /// `at_least`: the known one while it does; none if it is known to be
     /// the heaviest; else a scan, at most once per [`SCAN_INTERVAL`].
