@@ -50,7 +50,7 @@ use smoltcp::wire::EthernetAddress;
 use crate::config::NodeConfig;
 use crate::engine::{
     self, LinkDevice, NetDevice, NodeDevice, NodeDispatcher, NodeEndpoint, NodeMemory, NodeStorage,
-    Owners, LINK_SLOTS, PATHS,
+    LINK_SLOTS, PATHS,
 };
 use crate::hw;
 use crate::hw::{ThisBoard, MAX_CORES};
