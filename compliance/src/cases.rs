@@ -207,11 +207,16 @@ pub(crate) fn expect_silence_raw(p: &mut Peer, bytes: &[u8]) -> Result<(), Fail>
     p.take();
     p.send_raw(bytes, false)?;
     p.pump(SILENCE, |_| false);
-    // A KEEPALIVE is the target's own timer, not an answer.
+    // A KEEPALIVE, or a retransmission of something the target sent
+    // earlier (RETRANSMISSION set: its own retransmission timer on a slow
+    // target, such as an emulated one), is not an answer.
     let rx: Vec<Rx> = p
         .take()
         .into_iter()
-        .filter(|r| !matches!(r.repr.body, Body::Keepalive))
+        .filter(|r| {
+            !matches!(r.repr.body, Body::Keepalive)
+                && !r.repr.header.flags.contains(Flags::RETRANSMISSION)
+        })
         .collect();
     ensure(rx.is_empty(), || {
         format!(
