@@ -14,7 +14,9 @@ use metaroce_core::wire::{
 
 use super::{ensure, Ctx, Fail, Peer};
 
-/// Addresses of the filling /24 (127.0.0.10 and up): one CONNECT each per
+/// Addresses of the filling /24 (127.0.2.10 and up, a /24 the suite's other
+/// peers, on 127.0.0.1, do not share: what the fillers still hold when the
+/// case ends, the next cases get back by reclaiming): one CONNECT each per
 /// round, as many as a target answers in one poll without dropping
 /// stateless replies (the reference's queue holds 32).
 const FILLERS: u8 = 32;
@@ -178,8 +180,8 @@ fn new_prefix_gets_a_slot(ctx: &mut Ctx, filler: Filler) -> Result<(), Fail> {
     }
     let mut socks = Vec::new();
     for k in 0..FILLERS {
-        let s = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 10 + k], 0)))
-            .map_err(|e| format!("cannot bind 127.0.0.{}: {e}", 10 + k))?;
+        let s = UdpSocket::bind(SocketAddr::from(([127, 0, 2, 10 + k], 0)))
+            .map_err(|e| format!("cannot bind 127.0.2.{}: {e}", 10 + k))?;
         s.set_read_timeout(Some(Duration::from_millis(5)))
             .map_err(|e| e.to_string())?;
         socks.push(s);
