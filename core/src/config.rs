@@ -303,6 +303,19 @@ pub struct Config {
     /// Packet protection policy and the Key ID offered (spec 5.3); the
     /// pre-shared keys are installed with `Endpoint::add_psk`.
     pub protection: crate::crypto::ProtectionConfig,
+    /// 0-RTT with a job key (spec 4.2.4): a protected initiator's CONNECT
+    /// carries a proof made with its pre-shared key and its first flight
+    /// of data leaves with it; an acceptor takes such a CONNECT without
+    /// the cookie round trip. Both need `local_ip` and a wall clock
+    /// (`Endpoint::set_wall_clock`).
+    pub early_data: bool,
+    /// How far an early proof's time may be from this endpoint's wall
+    /// clock, either way; the acceptor remembers each proof it took for
+    /// as long (spec 4.2.4).
+    pub early_window: Duration,
+    /// This endpoint's own IP address, as its peers address it: early
+    /// proofs bind both ends' addresses. `None`: no 0-RTT either way.
+    pub local_ip: Option<smoltcp::wire::IpAddress>,
 }
 
 const DC: ProfileTimers = profile_timers(crate::wire::TimerProfile::DataCenter);
@@ -371,6 +384,11 @@ impl Default for Config {
                 policy: crate::crypto::Policy::Off,
                 key_id: 0,
             },
+            early_data: true,
+            // Hosts of one job keep their clocks within milliseconds
+            // (NTP; PTP within microseconds).
+            early_window: Duration::from_secs(1),
+            local_ip: None,
         }
     }
 }

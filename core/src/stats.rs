@@ -160,11 +160,28 @@ pub struct DropStats {
     pub retries_sent: u64,
     /// CLOSE REJECTED sent without a connection (stateless replies).
     pub rejects_sent: u64,
+    /// Early CONNECTs taken at once, with their first flight (spec 4.2.4).
+    pub early_taken: u64,
+    /// Early CONNECT whose proof does not verify (or no key, or no own
+    /// address to check it with): answered with a RETRY, nothing kept.
+    pub early_invalid: u64,
+    /// Early CONNECT whose proof's time is outside the early window:
+    /// answered with a RETRY.
+    pub early_stale: u64,
+    /// Early CONNECT whose proof was taken already: answered with a RETRY.
+    pub early_replayed: u64,
+    /// Early CONNECT with a valid proof not taken (an offer above this
+    /// endpoint's maximum, or no room to remember the proof): answered
+    /// with a RETRY.
+    pub early_refused: u64,
+    /// Early packet that names no connection taken by an early CONNECT
+    /// (its CONNECT was lost, refused, or is behind it).
+    pub early_unmatched: u64,
 }
 
 impl DropStats {
     /// Every reason with its count, for summaries and telemetry export.
-    pub fn by_reason(&self) -> [(&'static str, u64); 27] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 33] {
         [
             ("truncated", self.truncated),
             ("bad_version", self.bad_version),
@@ -193,6 +210,12 @@ impl DropStats {
             ("retry_duplicate", self.retry_duplicate),
             ("retries_sent", self.retries_sent),
             ("rejects_sent", self.rejects_sent),
+            ("early_taken", self.early_taken),
+            ("early_invalid", self.early_invalid),
+            ("early_stale", self.early_stale),
+            ("early_replayed", self.early_replayed),
+            ("early_refused", self.early_refused),
+            ("early_unmatched", self.early_unmatched),
         ]
     }
 
@@ -221,6 +244,10 @@ impl DropStats {
             + self.refused_prefix_share
             + self.refused_prefix_table
             + self.retry_ignored
+            + self.early_invalid
+            + self.early_stale
+            + self.early_replayed
+            + self.early_unmatched
     }
 
     pub(crate) fn count_wire_error(&mut self, e: crate::wire::Error) {

@@ -60,8 +60,25 @@ impl<const P: usize> Connection<P> {
         doubled.min(config.handshake_timeout_max.max(config.handshake_timeout))
     }
 
-    /// The cookie of the RETRY taken in this handshake (all zero before
-    /// one). It is kept in the endpoint's cookie pool from the RETRY until
+    /// An initiator's CONNECT carries an early proof (spec 4.2.4), kept in
+    /// the cookie pool where a RETRY's cookie would be; `false` when the
+    /// pool has no room (the CONNECT is then a plain one).
+    #[cfg(feature = "aead")]
+    pub(crate) fn start_early<B: Backing>(
+        &mut self,
+        proof: [u8; COOKIE_LEN],
+        res: &mut Resources<B, P>,
+    ) -> bool {
+        let Some(i) = res.cookies.alloc(proof) else {
+            return false;
+        };
+        self.cookie = OptIndex::some(i);
+        self.early = true;
+        true
+    }
+
+    /// The cookie of the RETRY taken in this handshake, or the early proof
+    /// (all zero before either). It is kept in the endpoint's cookie pool from the RETRY until
     /// the connection leaves Connecting (the endpoint gives it back then),
     /// so an idle connection pays only the index.
     fn retry_cookie<B: Backing>(&self, res: &Resources<B, P>) -> [u8; COOKIE_LEN] {
@@ -87,14 +104,24 @@ impl<const P: usize> Connection<P> {
         if self.state != ConnState::Connecting || r.cookie == [0; COOKIE_LEN] {
             return RetryOutcome::Ignored;
         }
-        if self.cookie.is_some() {
+        if let (true, Some(i)) = (self.early, self.cookie.get()) {
+            // The acceptor did not take the early CONNECT (spec 4.2.4): the
+            // cookie replaces the proof, the CONNECT goes out as a plain
+            // one, and the first flight, which it did not keep, is sent
+            // again once established, under the keys of 5.3.3.
+            *res.cookies.get_mut(i) = r.cookie;
+            self.early = false;
+            self.rewind_early(res);
+            res.keys.unkey(&self.protection);
+        } else if self.cookie.is_some() {
             return RetryOutcome::Duplicate;
+        } else {
+            let Some(i) = res.cookies.alloc(r.cookie) else {
+                res.refusals.cookies += 1;
+                return RetryOutcome::NoRoom;
+            };
+            self.cookie = OptIndex::some(i);
         }
-        let Some(i) = res.cookies.alloc(r.cookie) else {
-            res.refusals.cookies += 1;
-            return RetryOutcome::NoRoom;
-        };
-        self.cookie = OptIndex::some(i);
         self.ctrl.last_heard = now;
         self.queue_connect(config);
         // The RETRY proved the path works: the CONNECT with the cookie is a
@@ -332,6 +359,19 @@ impl<const P: usize> Connection<P> {
     }
 
     pub(crate) fn header(&self, now: Instant, psn: u32, path: u8, flags: Flags) -> Header {
+        // Before the ACCEPT, an early initiator's packets (its CONNECT and
+        // its first flight) carry EARLY, and data its own id and token:
+        // the acceptor finds the connection by them (spec 4.2.4).
+        if crate::crypto::SUPPORTED && self.early && self.remote_id == 0 {
+            return Header {
+                flags: flags.with(Flags::EARLY),
+                dst_conn: self.local_id,
+                token: self.local_token,
+                psn,
+                path: u16::from(path),
+                timestamp: now.wire_timestamp(),
+            };
+        }
         Header {
             flags,
             dst_conn: self.remote_id,

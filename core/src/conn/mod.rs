@@ -500,6 +500,11 @@ pub struct Connection<const P: usize> {
     pub(crate) close_reason: CloseReason,
     /// Transmissions of the current CONNECT or CLOSE.
     pub(crate) ctrl_tries: u8,
+    /// 0-RTT (spec 4.2.4). Initiator: its CONNECT carries an early proof
+    /// (held where a RETRY's cookie would be) and it sends data before the
+    /// ACCEPT, until the ACCEPT or a RETRY. Acceptor: it took an early
+    /// CONNECT, and takes the initiator's early packets.
+    pub(crate) early: bool,
     pub(crate) events: PendingEvents,
     /// Why the connection failed, for its `Failed` event.
     pub(crate) fail_status: Status,
@@ -568,6 +573,7 @@ impl<const P: usize> Connection<P> {
         pending: Pending(0),
         close_reason: CloseReason::Normal,
         ctrl_tries: 0,
+        early: false,
         ctrl: Control {
             deadline: MaybeInstant::NONE,
             last_heard: Instant::ZERO,
@@ -798,7 +804,10 @@ impl<const P: usize> Connection<P> {
         config: &Config,
     ) -> Option<ReliableOutcome> {
         self.ctrl.last_heard = now;
-        if self.state == ConnState::Accepting && !matches!(repr.body, Body::Connect(_)) {
+        // An early packet carries the initiator's own id and token: it
+        // does not show that the ACCEPT arrived (spec 4.2.4).
+        let early = repr.header.flags.contains(crate::wire::Flags::EARLY);
+        if self.state == ConnState::Accepting && !matches!(repr.body, Body::Connect(_)) && !early {
             self.establish();
             if matches!(repr.body, Body::Keepalive) {
                 // Tell the initiator its confirmation arrived (spec 4.2
@@ -822,7 +831,7 @@ impl<const P: usize> Connection<P> {
                     let policy = config.protection.policy;
                     if res
                         .keys
-                        .on_accept(&mut self.protection, policy, &offer, a)
+                        .on_accept(&mut self.protection, self.early, policy, &offer, a)
                         .is_err()
                     {
                         self.refuse_accept(a, res);
@@ -831,11 +840,25 @@ impl<const P: usize> Connection<P> {
                     if a.reply_port != 0 {
                         self.peer.port = a.reply_port;
                     }
+                    let before = self.params;
                     self.adopt_peer(a, config, &mut res.rng);
+                    if self.early {
+                        // The acceptor took the offer in full, or the
+                        // first flight was sized for values it does not
+                        // have: sent again from the start (spec 4.2.4).
+                        if self.params != before {
+                            self.rewind_early(res);
+                        }
+                        self.early = false;
+                    }
+                    self.resegment_unstarted(res);
                     // Its READ depth rides in the Path ID (spec 3.8.1).
                     self.send.peer_read_depth = repr.header.path.min(255) as u8;
                     if crate::config::GRANTS {
                         self.send.first_sender = Some(a.rate_grant_mbps());
+                        // An early sender already runs: the grant replaces
+                        // its first flight's line rate.
+                        self.apply_grant(a.rate_grant_mbps(), res, config);
                     }
                     // Confirm at once so the acceptor is established even if
                     // we have no data to send, and repeat the confirmation
@@ -880,7 +903,7 @@ impl<const P: usize> Connection<P> {
     /// Whether a control packet or an ACK may go out now: what the
     /// endpoint sends before other connections' data.
     pub(crate) fn wants_control_or_ack(&self) -> bool {
-        self.control_ready() || (self.state.is_open() && self.ack_ready())
+        self.control_ready() || self.ack_ready()
     }
 
     pub(crate) fn poll_transmit<B: Backing>(
@@ -896,11 +919,11 @@ impl<const P: usize> Connection<P> {
                 return Some(t);
             }
         }
-        if !self.state.is_open() {
-            return None;
-        }
         if self.ack_ready() {
             return self.emit_ack(now, buf, rate_hint_mbps, res);
+        }
+        if !self.may_send_data() {
+            return None;
         }
         self.poll_data(now, buf, res, config)
     }

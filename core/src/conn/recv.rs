@@ -71,7 +71,11 @@ impl<const P: usize> Connection<P> {
             self.queue_nak(h.path, nak_psn, reason, res);
             return ReliableOutcome::Refused;
         }
-        if !self.state.is_open() || h.path >= self.params.paths {
+        // An acceptor that took an early CONNECT places its first flight
+        // before the initiator confirms (spec 4.2.4).
+        let open = self.state.is_open()
+            || (crate::crypto::SUPPORTED && self.early && self.state == ConnState::Accepting);
+        if !open || h.path >= self.params.paths {
             self.counters.invalid_dropped += 1;
             res.rx_refusals.invalid += 1;
             return ReliableOutcome::Dropped;
@@ -376,7 +380,15 @@ impl<const P: usize> Connection<P> {
     /// from a packet that arrived as the connection ended must not keep
     /// the caller spinning).
     pub(crate) fn ack_ready(&self) -> bool {
-        self.recv.ack_now && matches!(self.state, ConnState::Established | ConnState::Closing)
+        self.recv.ack_now && self.acks_allowed()
+    }
+
+    /// Whether this end acknowledges: while open, and as an acceptor that
+    /// took an early CONNECT, from its first flight on (the job key proved
+    /// the address, spec 4.2.4).
+    pub(crate) fn acks_allowed(&self) -> bool {
+        matches!(self.state, ConnState::Established | ConnState::Closing)
+            || (crate::crypto::SUPPORTED && self.early && self.state == ConnState::Accepting)
     }
 }
 

@@ -169,7 +169,7 @@ impl<const P: usize> Connection<P> {
 
     /// Whether new or lost data waits to be sent (pacing aside).
     pub(crate) fn has_data_to_send<B: Backing>(&mut self, res: &Resources<B, P>) -> bool {
-        if !self.state.is_open() {
+        if !self.may_send_data() {
             return false;
         }
         if let Some(s) = self.send.state.get() {
@@ -199,6 +199,69 @@ impl<const P: usize> Connection<P> {
         below(span) || below(st.in_flight_total())
     }
 
+    /// Whether data may go out: once open, and before the ACCEPT when the
+    /// CONNECT carried an early proof (spec 4.2.4).
+    pub(crate) fn may_send_data(&self) -> bool {
+        self.state.is_open()
+            || (crate::crypto::SUPPORTED && self.early && self.state == ConnState::Connecting)
+    }
+
+    /// An early initiator's first flight was not taken (its CONNECT drew a
+    /// RETRY; the acceptor kept nothing, so placed nothing) or was sized
+    /// for values the ACCEPT did not give: every packet is unsent again,
+    /// from the Initial PSN, and goes out once the connection is
+    /// established (spec 4.2.4). Nothing was acknowledged, so nothing is
+    /// lost or repeated.
+    #[cold]
+    pub(crate) fn rewind_early<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+        self.release_sender(res);
+        let mut cursor = self.send.queue.head();
+        while let Some(i) = cursor {
+            let e = res.work.get_mut(i);
+            e.started = 0;
+            e.read_bytes = 0;
+            cursor = res.work.next_of(i);
+        }
+        self.send.nxt = self.send.initial;
+        self.send.una = self.send.initial;
+        self.send.cursor = OptIndex::from(self.send.queue.head());
+        self.send.first_sender = Some(0);
+    }
+
+    /// Entries posted before the ACCEPT were cut at this end's own MTU:
+    /// those not started yet are cut again at the negotiated one.
+    pub(crate) fn resegment_unstarted<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+        let mtu = u32::from(self.params.mtu.max(1));
+        let mut cursor = self.send.queue.head();
+        while let Some(i) = cursor {
+            let e = res.work.get_mut(i);
+            if e.started == 0 && !e.is_read() {
+                e.packets = e.len.div_ceil(mtu).max(1);
+            }
+            cursor = res.work.next_of(i);
+        }
+    }
+
+    /// The ACCEPT's Rate Grant reaches a sender that started before it
+    /// (an early one): its share and its first flight are the grant's
+    /// from now on (spec 4.10.6), not the line rate it started at.
+    pub(crate) fn apply_grant<B: Backing>(
+        &mut self,
+        grant_mbps: u32,
+        res: &mut Resources<B, P>,
+        config: &Config,
+    ) {
+        let (Some(s), true) = (self.send.state.get(), grant_mbps > 0) else {
+            return;
+        };
+        let st = res.senders.get_mut(s);
+        st.rate_hint_mbps = grant_mbps;
+        st.startup_window = (u64::from(grant_mbps) * config.initial_window_rtt.as_nanos() as u64
+            / 8_000)
+            .min(u64::from(u32::MAX)) as u32;
+        self.send.first_sender = None;
+    }
+
     /// Takes a sender state from the pool if the connection has none.
     /// `false` (and the connection marked as waiting) when the pool is empty.
     pub(crate) fn ensure_sender<B: Backing>(
@@ -210,12 +273,17 @@ impl<const P: usize> Connection<P> {
         if let Some(s) = self.send.state.get() {
             return Some(s);
         }
-        match res.senders.alloc(SenderState::new(
-            config,
-            now,
-            self.send.rtt,
-            self.send.first_sender,
-        )) {
+        // An early sender starts before any grant: at its line rate, its
+        // first flight one data-centre round trip of it (spec 4.2.4).
+        let first = if self.early && self.state == ConnState::Connecting {
+            Some(config.link_rate_mbps)
+        } else {
+            self.send.first_sender
+        };
+        match res
+            .senders
+            .alloc(SenderState::new(config, now, self.send.rtt, first))
+        {
             Some(s) => {
                 self.send.state = OptIndex::some(s);
                 // A later sender state (after an idle spell) starts from

@@ -73,6 +73,18 @@ impl<const P: usize> Connection<P> {
         match self.state {
             ConnState::Accepting => {
                 t = earliest(t, Some(self.ctrl.last_heard + idle_timeout));
+                if self.acks_allowed() && !self.recv.ack_now {
+                    t = earliest(t, self.recv.ack_due.get());
+                }
+            }
+            // An early initiator's first flight is paced (spec 4.2.4).
+            ConnState::Connecting if self.may_send_data() => {
+                if let Some(s) = self.send.state.get() {
+                    let st = res.senders.get(s);
+                    if st.next_send_at > now && !self.send.starved && self.has_data_to_send(res) {
+                        t = earliest(t, Some(st.next_send_at));
+                    }
+                }
             }
             ConnState::Established | ConnState::Closing => {
                 if !self.recv.ack_now {
@@ -149,15 +161,15 @@ impl<const P: usize> Connection<P> {
             self.fail(crate::api::Status::RetryExceeded, super::Blame::Nobody, res);
             return;
         }
+        if self.acks_allowed() && self.recv.ack_due.get().is_some_and(|d| now >= d) {
+            self.recv.ack_now = true;
+        }
         if !self.state.is_open() {
             return;
         }
         if now >= self.ctrl.last_heard + idle_timeout {
             self.end(CloseReason::IdleTimeout, res);
             return;
-        }
-        if self.recv.ack_due.get().is_some_and(|d| now >= d) {
-            self.recv.ack_now = true;
         }
         if let Some(s) = self.send.state.get() {
             let mut st = *res.senders.get(s);

@@ -24,6 +24,8 @@
 //! connections that require it.
 
 #[cfg(feature = "aead")]
+pub mod early;
+#[cfg(feature = "aead")]
 pub mod kdf;
 mod pool;
 pub mod replay;

@@ -220,6 +220,7 @@ impl<B: Backing> KeyPool<B> {
     pub(crate) fn on_accept(
         &mut self,
         p: &mut ConnProtection,
+        early: bool,
         policy: Policy,
         offer: &ConnectRepr,
         accept: &ConnectRepr,
@@ -235,7 +236,7 @@ impl<B: Backing> KeyPool<B> {
                 Ok(())
             }
             (k, _) if accept.key_id == k => {
-                if self.install(p, true, offer, accept) {
+                if self.install(p, true, early, offer, accept) {
                     Ok(())
                 } else {
                     Err(self.refuse(Refusal::UnknownKeyId))
@@ -247,12 +248,16 @@ impl<B: Backing> KeyPool<B> {
 
     /// Derives the keys of a connection whose slot is reserved, from the
     /// pre-shared key it names and the handshake: `connect` as the
-    /// initiator sent it, `accept` as the acceptor sent it. `false` when
-    /// the key is gone or the cipher is not compiled in.
+    /// initiator sent it, `accept` as the acceptor sent it. `early`: the
+    /// CONNECT was a 0-RTT one, whose initiator-to-acceptor key derives
+    /// from the CONNECT alone (spec 5.3.3); an initiator that sealed with
+    /// it keeps its sealing state and only learns the opening key. `false`
+    /// when the key is gone or the cipher is not compiled in.
     pub(crate) fn install(
         &mut self,
         p: &ConnProtection,
         initiator: bool,
+        early: bool,
         connect: &ConnectRepr,
         accept: &ConnectRepr,
     ) -> bool {
@@ -264,20 +269,63 @@ impl<B: Backing> KeyPool<B> {
             let Some(psk) = self.keyring.get(p.key_id) else {
                 return false;
             };
-            let keys = super::kdf::derive(psk, &super::kdf::transcript(connect, accept));
+            let mut keys = super::kdf::derive(psk, &super::kdf::transcript(connect, accept));
+            if early {
+                keys.initiator_to_acceptor = super::early::early_keys(psk, connect);
+            }
+            let slot = &mut self.slots[i as usize];
+            if let (true, true, SlotState::Keyed(session)) = (initiator, early, &mut slot.state) {
+                session.set_open_key(&keys.acceptor_to_initiator);
+                return true;
+            }
             let role = if initiator {
                 Role::Initiator
             } else {
                 Role::Acceptor
             };
-            self.slots[i as usize].state = SlotState::Keyed(Session::new(p.key_id, &keys, role));
+            slot.state = SlotState::Keyed(Session::new(p.key_id, &keys, role));
             true
         }
         #[cfg(not(feature = "aead"))]
         {
-            let _ = (i, initiator, connect, accept);
+            let _ = (i, initiator, early, connect, accept);
             false
         }
+    }
+
+    /// An early initiator's sealing key, before any ACCEPT (spec 5.3.3):
+    /// the connection can send its first flight. Until the ACCEPT it opens
+    /// nothing: its opening key is the early key inverted, which no
+    /// acceptor seals with. `false` when the key is gone.
+    #[cfg(feature = "aead")]
+    pub(crate) fn install_early(&mut self, p: &ConnProtection, connect: &ConnectRepr) -> bool {
+        let (Some(i), Some(psk)) = (p.slot.get(), self.keyring.get(p.key_id)) else {
+            return false;
+        };
+        let tx = super::early::early_keys(psk, connect);
+        let mut unused = tx.clone();
+        unused.key.iter_mut().for_each(|b| *b = !*b);
+        let keys = super::kdf::KeyMaterial {
+            initiator_to_acceptor: tx,
+            acceptor_to_initiator: unused,
+        };
+        self.slots[i as usize].state =
+            SlotState::Keyed(Session::new(p.key_id, &keys, Role::Initiator));
+        true
+    }
+
+    /// An early initiator whose CONNECT drew a RETRY: its early keys are
+    /// wiped and the slot is reserved again, for the keys of 5.3.3.
+    pub(crate) fn unkey(&mut self, p: &ConnProtection) {
+        if let Some(i) = p.slot.get() {
+            self.slots[i as usize].state = SlotState::Reserved;
+        }
+    }
+
+    /// The job key `key_id`, for early proofs (spec 4.2.4).
+    #[cfg(feature = "aead")]
+    pub(crate) fn psk(&self, key_id: u32) -> Option<&[u8; super::PSK_LEN]> {
+        self.keyring.get(key_id)
     }
 
     /// Whether the connection holds its keys (every packet but CONNECT,

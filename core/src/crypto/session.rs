@@ -99,6 +99,16 @@ impl Session {
         }
     }
 
+    /// Replaces the key packets are opened with, keeping the sealing key
+    /// and its IV counter: an early initiator learns the
+    /// acceptor-to-initiator key from the ACCEPT, after it sealed its
+    /// first flight (spec 5.3.3).
+    pub fn set_open_key(&mut self, rx: &DirectionKeys) {
+        self.open = cipher(rx);
+        self.open_salt = rx.salt;
+        self.replay = ReplayWindow::NEW;
+    }
+
     /// The connection's Key ID.
     pub fn key_id(&self) -> u32 {
         self.key_id

@@ -31,7 +31,7 @@ use crate::rng::Rng;
 use crate::time::Instant;
 use crate::wire::{ConnectRepr, COOKIE_LEN};
 
-use super::prefixes::ip16;
+use crate::wire::ip16;
 
 /// Ticks of the cookie clock: 2^30 ns (about 1.07 s).
 const TICK_SHIFT: u32 = 30;
@@ -58,23 +58,6 @@ pub(crate) struct CookieKeys {
     previous: Option<[u8; 16]>,
 }
 
-/// The first 32 bytes of a CONNECT's extension, as on the wire (spec
-/// 3.8.1): everything the initiator offers.
-fn offer_bytes(c: &ConnectRepr) -> [u8; 32] {
-    let mut b = [0u8; 32];
-    b[0..4].copy_from_slice(&c.src_conn.to_be_bytes());
-    b[4..12].copy_from_slice(&c.src_token.to_be_bytes());
-    b[12..14].copy_from_slice(&c.mtu.to_be_bytes());
-    b[14..16].copy_from_slice(&c.max_paths.to_be_bytes());
-    b[16..20].copy_from_slice(&c.window.to_be_bytes());
-    b[20..22].copy_from_slice(&c.reply_port.to_be_bytes());
-    b[22] = c.timer_profile.code();
-    b[23] = c.suite.code();
-    b[24..28].copy_from_slice(&c.initial_psn.to_be_bytes());
-    b[28..32].copy_from_slice(&c.key_id.to_be_bytes());
-    b
-}
-
 /// The tag of a cookie whose first 16 bytes are `head`.
 pub(crate) fn cookie_tag(
     key: &[u8; 16],
@@ -87,7 +70,7 @@ pub(crate) fn cookie_tag(
     msg[..16].copy_from_slice(&head[..16]);
     msg[16..32].copy_from_slice(&ip16(ip));
     msg[32..34].copy_from_slice(&port.to_be_bytes());
-    msg[34..].copy_from_slice(&offer_bytes(c));
+    msg[34..].copy_from_slice(&c.offer_bytes());
     let mut h = SipHasher24::new_with_key(key);
     h.write(&msg);
     u128::from(h.finish128()).to_le_bytes()

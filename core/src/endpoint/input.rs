@@ -51,32 +51,49 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         };
         if let Body::Connect(c) = repr.body {
             self.rx_read_depth = repr.header.path.min(255) as u8;
-            self.on_connect(now, meta, &c);
+            let early = repr.header.flags.contains(Flags::EARLY);
+            self.on_connect(now, meta, &c, early);
             self.rx_read_depth = 0;
             return;
         }
-        let dst = repr.header.dst_conn;
-        let i = self.ids.index_of(dst).unwrap_or(usize::MAX);
-        let known = self
-            .slots
-            .get(i)
-            .is_some_and(|s| s.live && !s.released && s.conn.local_id == dst);
-        if !known {
-            if !self.answer_late_close(i, &repr.header, &repr.body, &meta.source.ip) {
-                self.drops.unknown_connection += 1;
+        let i = if repr.header.flags.contains(Flags::EARLY) {
+            // Sent before the ACCEPT, with the initiator's own id and
+            // token (spec 4.2.4).
+            #[cfg(feature = "aead")]
+            let found = self.early_slot(&meta.source.ip, &repr.header);
+            #[cfg(not(feature = "aead"))]
+            let found: Option<u32> = None;
+            let Some(i) = found else {
+                self.drops.early_unmatched += 1;
+                return;
+            };
+            i as usize
+        } else {
+            let dst = repr.header.dst_conn;
+            let i = self.ids.index_of(dst).unwrap_or(usize::MAX);
+            let known = self
+                .slots
+                .get(i)
+                .is_some_and(|s| s.live && !s.released && s.conn.local_id == dst);
+            if !known {
+                if !self.answer_late_close(i, &repr.header, &repr.body, &meta.source.ip) {
+                    self.drops.unknown_connection += 1;
+                }
+                return;
             }
-            return;
-        }
+            let conn = &self.slots[i].conn;
+            if conn.local_token != repr.header.token {
+                self.drops.bad_token += 1;
+                return;
+            }
+            if conn.peer.ip != meta.source.ip {
+                self.drops.bad_source += 1;
+                return;
+            }
+            i
+        };
         let config = &self.config;
         let conn = &mut self.slots[i].conn;
-        if conn.local_token != repr.header.token {
-            self.drops.bad_token += 1;
-            return;
-        }
-        if conn.peer.ip != meta.source.ip {
-            self.drops.bad_source += 1;
-            return;
-        }
         // Spec 5.3.5: a protected connection takes only packets that
         // authenticate (decrypted into `rx_plain`), CONNECT, ACCEPT and
         // RETRY aside.
@@ -132,7 +149,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// CLOSE REJECTED answers otherwise). Every answer without a
     /// connection goes through the bounded stateless queue and is smaller
     /// than the CONNECT.
-    fn on_connect(&mut self, now: Instant, meta: &RxMeta, c: &ConnectRepr) {
+    fn on_connect(&mut self, now: Instant, meta: &RxMeta, c: &ConnectRepr, early: bool) {
         let config = self.config;
         // A repeated CONNECT: answer it with an ACCEPT, create nothing.
         // The connection's address was verified when it was created, and
@@ -167,17 +184,28 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
             return;
         }
+        // 0-RTT (spec 4.2.4): a valid early proof stands for the cookie.
+        // Anything else in its place is no cookie at all.
+        #[cfg(feature = "aead")]
+        let taken = if early {
+            self.check_early(now, meta, c).ok()
+        } else {
+            None
+        };
+        #[cfg(not(feature = "aead"))]
+        let taken: Option<()> = None;
         // Address validation (spec 4.2, 5.1.4); always for an offer of
         // protection, whose key slot is committed with the connection.
-        let required = c.suite != wire::CipherSuite::None
-            || match config.address_validation {
-                AddressValidation::Always => true,
-                AddressValidation::WhenLoaded { half_open } => self.half_open >= half_open,
-            };
+        let required = taken.is_none()
+            && (c.suite != wire::CipherSuite::None
+                || match config.address_validation {
+                    AddressValidation::Always => true,
+                    AddressValidation::WhenLoaded { half_open } => self.half_open >= half_open,
+                });
         if required {
             self.cookies
                 .rotate(now, config.cookie_lifetime, &mut self.res.rng);
-            let check = if c.cookie == [0; wire::COOKIE_LEN] {
+            let check = if early || c.cookie == [0; wire::COOKIE_LEN] {
                 None
             } else {
                 Some(self.cookies.check(
@@ -286,9 +314,16 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         );
         conn.on_connect(c, &config, &mut self.res.rng);
         conn.protection = protection;
+        conn.early = taken.is_some() && protection.key_id() != 0;
         if protection.key_id() != 0 {
             let accept = conn.connect_repr(&config);
-            self.res.keys.install(&protection, false, c, &accept);
+            self.res
+                .keys
+                .install(&protection, false, conn.early, c, &accept);
+        }
+        #[cfg(feature = "aead")]
+        if let (Some(t), true) = (taken, conn.early) {
+            self.take_early(t);
         }
         conn.events.raise(PendingEvents::INCOMING);
         self.slots[i as usize].conn = conn;

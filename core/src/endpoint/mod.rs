@@ -55,6 +55,8 @@
 //! passed, and only inside registered regions.
 
 mod admission;
+#[cfg(feature = "aead")]
+mod early;
 mod input;
 mod output;
 mod prefixes;
@@ -274,6 +276,12 @@ pub struct Endpoint<B: Backing, const P: usize> {
     rx_read_depth: u8,
     /// Where a protected payload is decrypted before it is placed.
     rx_plain: crate::crypto::Scratch,
+    /// The wall clock (ns since the Unix epoch) minus `now`, for early
+    /// proofs (spec 4.2.4).
+    wall_offset_ns: u64,
+    /// The early proofs taken, so none is taken twice (spec 4.2.4).
+    #[cfg(feature = "aead")]
+    early_filter: early::ProofFilter,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Endpoint<B, P> {
@@ -391,7 +399,22 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             hint_cache: (Instant::FAR_FUTURE, 0),
             rx_read_depth: 0,
             rx_plain: crate::crypto::Scratch::NEW,
+            wall_offset_ns: 0,
+            #[cfg(feature = "aead")]
+            early_filter: early::ProofFilter::NEW,
         }
+    }
+
+    /// Sets the wall clock: `unix_ns` is the time since the Unix epoch at
+    /// `now`. Early proofs carry it and are judged by it (spec 4.2.4);
+    /// hosts of one job keep their clocks within `Config::early_window`.
+    pub fn set_wall_clock(&mut self, now: Instant, unix_ns: u64) {
+        self.wall_offset_ns = unix_ns.wrapping_sub(now.as_nanos());
+    }
+
+    #[cfg(feature = "aead")]
+    fn wall_ns(&self, now: Instant) -> u64 {
+        now.as_nanos().wrapping_add(self.wall_offset_ns)
     }
 
     /// The configuration.
@@ -672,6 +695,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             ConnState::Connecting,
         );
         conn.protection = protection;
+        // 0-RTT (spec 4.2.4): a keyed CONNECT with a proof, and its early
+        // keys so the first flight can leave with it.
+        #[cfg(feature = "aead")]
+        if let Some(proof) =
+            self.early_proof(now, peer, conn.entropy[0], &conn.connect_repr(&self.config))
+        {
+            let offer = conn.connect_repr(&self.config);
+            if self.res.keys.install_early(&protection, &offer) {
+                conn.start_early(proof, &mut self.res);
+            }
+        }
         conn.start_connect(now, &self.config);
         self.slots[i as usize].conn = conn;
         self.refresh(i, now, false);

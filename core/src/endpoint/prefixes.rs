@@ -21,6 +21,8 @@ use core::time::Duration;
 
 use smoltcp::wire::IpAddress;
 
+use crate::wire::ip16;
+
 use crate::config::{AdmissionPolicy, SourceLimits};
 use crate::time::Instant;
 
@@ -95,20 +97,6 @@ pub(crate) enum PrefixRefusal {
 pub(crate) struct Prefixes {
     pub narrow: u32,
     pub wide: u32,
-}
-
-/// The IP address as 16 bytes (IPv4 mapped).
-pub(crate) fn ip16(ip: &IpAddress) -> [u8; 16] {
-    match ip {
-        IpAddress::Ipv4(a) => {
-            let mut b = [0u8; 16];
-            b[10] = 0xff;
-            b[11] = 0xff;
-            b[12..].copy_from_slice(&a.octets());
-            b
-        }
-        IpAddress::Ipv6(a) => a.octets(),
-    }
 }
 
 /// `ip` cut to `v4_bits` or `v6_bits` (as 16 bytes, IPv4 mapped).

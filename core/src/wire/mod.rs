@@ -146,3 +146,18 @@ pub(crate) fn write_u32(b: &mut [u8], f: Field, v: u32) {
 pub(crate) fn write_u64(b: &mut [u8], f: Field, v: u64) {
     b[f].copy_from_slice(&v.to_be_bytes());
 }
+
+/// An IP address as 16 bytes, IPv4 as the mapped `::ffff:a.b.c.d`: how
+/// cookies, proofs and source prefixes take addresses of either family.
+pub fn ip16(ip: &smoltcp::wire::IpAddress) -> [u8; 16] {
+    match ip {
+        smoltcp::wire::IpAddress::Ipv4(a) => {
+            let mut b = [0u8; 16];
+            b[10] = 0xff;
+            b[11] = 0xff;
+            b[12..].copy_from_slice(&a.octets());
+            b
+        }
+        smoltcp::wire::IpAddress::Ipv6(a) => a.octets(),
+    }
+}

@@ -285,7 +285,12 @@ impl Flags {
     /// extension header and an authentication tag precedes the CRC trailer.
     /// Every type but CONNECT, ACCEPT and RETRY.
     pub const PROTECTED: Flags = Flags(0x0008);
-    const RELIABLE_MASK: u16 = 0x0003;
+    /// 0-RTT (spec 4.2.4). On CONNECT: the Cookie field carries an early
+    /// admission proof made with a job key. On a reliable packet: sent
+    /// before the ACCEPT, addressed with the sender's own connection id
+    /// and token.
+    pub const EARLY: Flags = Flags(0x0010);
+    const RELIABLE_MASK: u16 = 0x0013;
     const CLOSE_MASK: u16 = 0x0004;
 
     /// No flags.
@@ -311,6 +316,7 @@ impl Flags {
         protected
             | match t {
                 PacketType::Close => Flags::CLOSE_MASK,
+                PacketType::Connect => Flags::EARLY.0,
                 t if t.is_reliable() => Flags::RELIABLE_MASK,
                 _ => 0,
             }
@@ -796,6 +802,26 @@ pub struct ConnectRepr {
     /// first CONNECT. ACCEPT: the Rate Grant in its first four bytes
     /// ([`ConnectRepr::rate_grant_mbps`]), the rest zero.
     pub cookie: [u8; COOKIE_LEN],
+}
+
+impl ConnectRepr {
+    /// The first 32 bytes of the extension as on the wire (spec 3.8.1):
+    /// everything the sender offers or answers, the Cookie aside. Cookies,
+    /// early proofs and the key transcript cover exactly these.
+    pub fn offer_bytes(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[0..4].copy_from_slice(&self.src_conn.to_be_bytes());
+        b[4..12].copy_from_slice(&self.src_token.to_be_bytes());
+        b[12..14].copy_from_slice(&self.mtu.to_be_bytes());
+        b[14..16].copy_from_slice(&self.max_paths.to_be_bytes());
+        b[16..20].copy_from_slice(&self.window.to_be_bytes());
+        b[20..22].copy_from_slice(&self.reply_port.to_be_bytes());
+        b[22] = self.timer_profile.code();
+        b[23] = self.suite.code();
+        b[24..28].copy_from_slice(&self.initial_psn.to_be_bytes());
+        b[28..32].copy_from_slice(&self.key_id.to_be_bytes());
+        b
+    }
 }
 
 impl ConnectRepr {

@@ -214,6 +214,9 @@ pub struct Cluster<const P: usize = PATHS> {
     pub trace: bool,
     /// Optional filter: drop packets for which it returns true.
     pub tamper: Option<Tamper>,
+    /// When `Some`, every packet sent: (node, UDP source port, bytes),
+    /// before the channel's loss, for replaying them.
+    pub log: Option<Vec<(usize, u16, Vec<u8>)>>,
     /// The CRC trailer is the "device's" (a NIC's CRC offload): senders
     /// leave it zero (`seal_transmit`), the channel writes it, and
     /// receivers take the channel's verdict on it
@@ -279,6 +282,7 @@ impl<const P: usize> Cluster<P> {
             stats: ChannelStats::default(),
             trace: false,
             tamper: None,
+            log: None,
             crc_offload: false,
         }
     }
@@ -374,6 +378,9 @@ impl<const P: usize> Cluster<P> {
                 .data_sent_by_entropy
                 .entry(t.src_port)
                 .or_default() += 1;
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.push((from, t.src_port, bytes.clone()));
         }
         let mut loss = self.imp.loss;
         if let Some((_, l)) = self.imp.bad_entropy.iter().find(|(e, _)| *e == t.src_port) {
