@@ -622,7 +622,13 @@ fn run_with_job_key(
         ..SimConfig::default()
     };
     let per_host = crate::workload::connections_per_host(flows, topology.hosts.len());
-    go(topology, sim_config, flows, workload, |h, _, s| {
+    go(topology, sim_config, flows, workload, |h, addr, s| {
+        // Its own address, so early proofs (0-RTT, spec 4.2.4) can bind
+        // it; every host's wall clock is the simulator's.
+        let config = metaroce_core::Config {
+            local_ip: Some(addr.ip),
+            ..config
+        };
         MetaRoce::<16>::new(config, per_host[h], s).with_psk(1, &JOB_KEY)
     })
 }

@@ -104,7 +104,7 @@ impl<const P: usize> Connection<P> {
         if self.state != ConnState::Connecting || r.cookie == [0; COOKIE_LEN] {
             return RetryOutcome::Ignored;
         }
-        if let (true, Some(i)) = (self.early, self.cookie.get()) {
+        if let (true, Some(i)) = (crate::crypto::SUPPORTED && self.early, self.cookie.get()) {
             // The acceptor did not take the early CONNECT (spec 4.2.4): the
             // cookie replaces the proof, the CONNECT goes out as a plain
             // one, and the first flight, which it did not keep, is sent

@@ -842,7 +842,7 @@ impl<const P: usize> Connection<P> {
                     }
                     let before = self.params;
                     self.adopt_peer(a, config, &mut res.rng);
-                    if self.early {
+                    if crate::crypto::SUPPORTED && self.early {
                         // The acceptor took the offer in full, or the
                         // first flight was sized for values it does not
                         // have: sent again from the start (spec 4.2.4).
@@ -851,7 +851,9 @@ impl<const P: usize> Connection<P> {
                         }
                         self.early = false;
                     }
-                    self.resegment_unstarted(res);
+                    if self.params.mtu != before.mtu {
+                        self.resegment_unstarted(res);
+                    }
                     // Its READ depth rides in the Path ID (spec 3.8.1).
                     self.send.peer_read_depth = repr.header.path.min(255) as u8;
                     if crate::config::GRANTS {
