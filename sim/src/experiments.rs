@@ -155,8 +155,8 @@ fn run_here(
         // Pools sized to each host's connections and posts, every window
         // still fitting: the same runs as with `layout`'s fixed pools, in
         // a fraction of the memory.
-        (Protocol::MetaRoce, _) => go(topology, config, flows, workload, |h, _, s| {
-            let engine = metaroce_core::Config::default();
+        (Protocol::MetaRoce, _) => go(topology, config, flows, workload, |h, a, s| {
+            let engine = MetaRoce::<16>::host_config(metaroce_core::Config::default(), a.ip);
             let layout = compact_layout(per_host[h], engine.window, posted[h]);
             MetaRoce::<16>::with_layout(engine, layout, s)
         }),
@@ -601,36 +601,19 @@ pub fn first_flight(
     rows
 }
 
-/// MetaRoCE with every host holding the same job key (Key ID 1) and
-/// requiring protection (spec 5.3): AES-256-GCM on every packet.
+/// MetaRoCE with every host holding the same job key and requiring
+/// protection (spec 5.3): AES-256-GCM on every packet, 0-RTT.
 fn run_with_job_key(
     topology: &Topology,
     flows: &[Flow],
     seed: u64,
     workload: &WorkloadConfig,
 ) -> Run {
-    const JOB_KEY: [u8; metaroce_core::crypto::PSK_LEN] = [0x4a; metaroce_core::crypto::PSK_LEN];
-    let config = metaroce_core::Config {
-        protection: metaroce_core::crypto::ProtectionConfig {
-            policy: metaroce_core::crypto::Policy::Require,
-            key_id: 1,
-        },
-        ..metaroce_core::Config::default()
-    };
-    let sim_config = SimConfig {
-        seed,
-        ..SimConfig::default()
-    };
-    let per_host = crate::workload::connections_per_host(flows, topology.hosts.len());
-    go(topology, sim_config, flows, workload, |h, addr, s| {
-        // Its own address, so early proofs (0-RTT, spec 4.2.4) can bind
-        // it; every host's wall clock is the simulator's.
-        let config = metaroce_core::Config {
-            local_ip: Some(addr.ip),
-            ..config
-        };
-        MetaRoce::<16>::new(config, per_host[h], s).with_psk(1, &JOB_KEY)
-    })
+    let keyed = crate::metaroce::job_key();
+    crate::metaroce::set_job_key(true);
+    let r = run(Protocol::MetaRoce, topology, flows, seed, workload, false);
+    crate::metaroce::set_job_key(keyed);
+    r
 }
 
 fn intact(report: &Report) -> usize {

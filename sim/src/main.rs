@@ -97,6 +97,10 @@ struct Common {
     /// Where CSV and SVG files go.
     #[arg(long, default_value = "target/metaroce")]
     out: PathBuf,
+    /// Every MetaRoCE host holds one job key: packets protected, the
+    /// first flight sent with the CONNECT (0-RTT, spec 4.2.4).
+    #[arg(long)]
+    job_key: bool,
 }
 
 /// The leaf-spine of the fabric experiments.
@@ -264,6 +268,7 @@ struct Options {
 
 impl Options {
     fn new(common: &Common) -> Options {
+        metaroce_sim::metaroce::set_job_key(common.job_key);
         let protocols = common.protocol.protocols();
         let mut o = Options {
             sweep: LossSweep::default(),

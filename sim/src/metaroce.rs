@@ -22,6 +22,25 @@
 //!
 //! [`HostPort::post_send`]: metaroce_platform::HostPort::post_send
 
+/// The Key ID of the job key of keyed runs.
+pub const JOB_KEY_ID: u32 = 1;
+/// The job key every host of a keyed run holds (spec 5.3).
+pub const JOB_KEY: [u8; metaroce_core::crypto::PSK_LEN] = [0x4a; metaroce_core::crypto::PSK_LEN];
+
+static KEYED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Every MetaRoCE host built from now on holds [`JOB_KEY`] and requires
+/// protection, with 0-RTT (`--job-key`): how an AI job's hosts are set
+/// up when they share a job key.
+pub fn set_job_key(on: bool) {
+    KEYED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether runs are keyed ([`set_job_key`]).
+pub fn job_key() -> bool {
+    KEYED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkRequest};
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::engine::Budget;
@@ -122,8 +141,8 @@ pub fn layout(connections: u32, window: u32) -> Layout {
 /// [`layout`]): every connection may still hold a full window in flight
 /// (plus one window's worth for an extent that grows by copying) and a
 /// full out-of-order bitmap, so the pools never shape the protocol's
-/// behaviour; no receives are posted, one region is registered and no
-/// connection is protected (no key slots).
+/// behaviour; no receives are posted, one region is registered, and a
+/// key slot per connection only in a keyed run ([`set_job_key`]).
 pub fn compact_layout(connections: u32, window: u32, work_requests: u32) -> Layout {
     let connections = connections.max(1);
     let (records, words) = Layout::per_connection_window(window);
@@ -137,7 +156,7 @@ pub fn compact_layout(connections: u32, window: u32, work_requests: u32) -> Layo
         regions: 4,
         sources: Layout::sources_for(connections),
         cookies: Layout::cookies_for(connections),
-        key_slots: 0,
+        key_slots: if job_key() { connections } else { 0 },
     }
 }
 
@@ -241,6 +260,37 @@ impl<const P: usize, const R: usize> MetaRoce<P, R> {
             events: EventCounts::default(),
             track_in_flight: false,
             max_in_flight: 0,
+        }
+        .with_job_key(&config)
+    }
+
+    /// Installs [`JOB_KEY`] when `config` names it.
+    fn with_job_key(self, config: &Config) -> Self {
+        if config.protection.key_id == JOB_KEY_ID {
+            self.with_psk(JOB_KEY_ID, &JOB_KEY)
+        } else {
+            self
+        }
+    }
+
+    /// A host of a keyed run ([`set_job_key`]): `config` requiring
+    /// protection under [`JOB_KEY`], knowing its own address `ip` so its
+    /// CONNECTs carry early proofs (0-RTT, spec 4.2.4); unchanged in an
+    /// unkeyed run. Every host's wall clock is the simulator's.
+    pub fn host_config(
+        config: metaroce_core::Config,
+        ip: smoltcp::wire::IpAddress,
+    ) -> metaroce_core::Config {
+        if !job_key() {
+            return config;
+        }
+        metaroce_core::Config {
+            protection: metaroce_core::crypto::ProtectionConfig {
+                policy: metaroce_core::crypto::Policy::Require,
+                key_id: JOB_KEY_ID,
+            },
+            local_ip: Some(ip),
+            ..config
         }
     }
 

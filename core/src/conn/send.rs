@@ -273,13 +273,11 @@ impl<const P: usize> Connection<P> {
         if let Some(s) = self.send.state.get() {
             return Some(s);
         }
-        // An early sender starts before any grant: at its line rate, its
-        // first flight one data-centre round trip of it (spec 4.2.4).
-        let first = if self.early && self.state == ConnState::Connecting {
-            Some(config.link_rate_mbps)
-        } else {
-            self.send.first_sender
-        };
+        // An early sender starts before any grant, with the start-up
+        // window: what 63 senders starting together into one host can
+        // all send without overflowing its switch port (spec 4.2.4,
+        // 4.10.6); the ACCEPT's grant takes over a round trip later.
+        let first = self.send.first_sender;
         match res
             .senders
             .alloc(SenderState::new(config, now, self.send.rtt, first))

@@ -60,6 +60,10 @@ pub struct LongHaulArgs {
     /// Run only the shared scenario.
     #[arg(long)]
     pub only_share: bool,
+    /// Every MetaRoCE host holds one job key: packets protected, the
+    /// first flight sent with the CONNECT (0-RTT, spec 4.2.4).
+    #[arg(long)]
+    pub job_key: bool,
     /// Where CSV and plots go.
     #[arg(long, value_name = "DIR", default_value = "target/metaroce")]
     pub out: PathBuf,
@@ -159,6 +163,7 @@ fn svg(dir: &Path, name: &str, chart: &Chart<'_>, series: &[Series]) -> Result<P
 /// the simulator events processed.
 pub fn main(args: &LongHaulArgs, mut progress: impl FnMut(usize, usize)) -> Result<u64, String> {
     let o = args.options()?;
+    crate::metaroce::set_job_key(args.job_key);
     let mut events = 0;
     if o.run_sweep {
         events += sweep(&o, &mut progress)?;

@@ -426,9 +426,11 @@ pub fn run_protocol(
         ..SimConfig::default()
     };
     match protocol {
-        Protocol::MetaRoce => go(topology, config, flows, stream, |h, _, s| {
+        Protocol::MetaRoce => go(topology, config, flows, stream, |h, a, s| {
             let (timers, window) = plan(h);
-            MetaRoce::<16>::new(tuning.metaroce_offering(&timers, &window), 4, s)
+            let config =
+                MetaRoce::<16>::host_config(tuning.metaroce_offering(&timers, &window), a.ip);
+            MetaRoce::<16>::new(config, 4, s)
         }),
         Protocol::Roce => go(topology, config, flows, stream, |h, a, s| {
             Roce::<4>::new(tuning.roce(&plan(h).0), a, s)
