@@ -42,6 +42,7 @@ TYPE_CODES = {
     "CLOSE": 0x22,
     "KEEPALIVE": 0x23,
     "RETRY": 0x24,
+    "NEW_TOKEN": 0x25,
 }
 
 TIMER_PROFILES = {"DataCenter": 0, "Emulation": 1}
@@ -131,6 +132,11 @@ def extension(f):
         # Spec 3.8.4: the cookie alone.
         assert len(f["cookie"]) == 32
         return f["cookie"]
+    if t == "NEW_TOKEN":
+        # Spec 3.8.5: the address token alone, never all zero.
+        assert len(f["address_token"]) == 32
+        assert any(f["address_token"]) or f.get("_allow_zero_token")
+        return f["address_token"]
     if t == "CLOSE":
         reserved = f.get("_close_reserved", b"\0\0\0")
         return struct.pack(">B", f.get("_reason_code", CLOSE_REASONS.get(f.get("reason"), 0))) + reserved
@@ -411,6 +417,13 @@ def valid_cases():
                                  path=3),
              cookie=bytes(range(0x10, 0x30))),
         dict(V4_ENCAP, ecn=0b00, dscp=0))
+    # NEW_TOKEN (spec 3.8.5)
+    add("new_token", "NEW_TOKEN: an address token for the initiator's next CONNECTs",
+        dict(type="NEW_TOKEN", **hdr(dst_conn=0x00001234, token=0x1122334455667788, psn=77,
+                                     path=0),
+             address_token=bytes.fromhex("0000000502000000000000000000000000")[:16]
+             + bytes(range(0x40, 0x50))),
+        dict(V4_ENCAP, ecn=0b00, dscp=0))
     # CLOSE (spec 3.8.2)
     add("close_normal", "CLOSE, reason Normal",
         dict(type="CLOSE", **hdr(psn=0), reason="Normal"))
@@ -554,6 +567,11 @@ def malformed_cases():
         packet(dict(retry, payload=b"x")), "BadLength")
     add("err_retry_flag", "RETRY with ACK_REQUEST",
         packet(dict(retry, flags=FLAG_ACK_REQUEST)), "Reserved")
+    new_token = dict(type="NEW_TOKEN", **hdr(), address_token=bytes(range(1, 33)))
+    add("err_new_token_zero", "NEW_TOKEN with an all-zero token (it would read as no cookie)",
+        packet(dict(new_token, address_token=bytes(32), _allow_zero_token=True)), "BadField")
+    add("err_new_token_payload", "NEW_TOKEN with a 1-byte payload",
+        packet(dict(new_token, payload=b"x")), "BadLength")
     add("err_retry_truncated", "RETRY cut inside its cookie",
         recrc(packet(retry)[:HEADER_LEN + 16] + b"\0\0\0\0"), "Truncated")
     add("err_connect_src_conn_zero", "CONNECT with source connection id 0",
@@ -638,7 +656,7 @@ FIELD_ORDER = [
     "cumulative", "echo_psn", "echo_timestamp", "echo_path", "path_rx_count", "path_ce_count",
     "rate_hint_mbps", "sack_offset", "sack", "nak_psn", "reason", "reason_code",
     "src_conn", "src_token", "mtu", "max_paths", "window", "reply_port", "initial_psn",
-    "timer_profile", "suite", "key_id", "rate_grant_mbps", "cookie",
+    "timer_profile", "suite", "key_id", "rate_grant_mbps", "cookie", "address_token",
 ]
 
 

@@ -316,6 +316,10 @@ pub struct Config {
     /// This endpoint's own IP address, as its peers address it: early
     /// proofs bind both ends' addresses. `None`: no 0-RTT either way.
     pub local_ip: Option<smoltcp::wire::IpAddress>,
+    /// How long an address token this endpoint hands out (NEW_TOKEN, spec
+    /// 4.2.5) lets its holder skip the RETRY; its secret is replaced
+    /// every lifetime. Zero: no tokens handed out.
+    pub token_lifetime: Duration,
 }
 
 const DC: ProfileTimers = profile_timers(crate::wire::TimerProfile::DataCenter);
@@ -389,6 +393,9 @@ impl Default for Config {
             // (NTP; PTP within microseconds).
             early_window: Duration::from_secs(1),
             local_ip: None,
+            // Reconnections within a job (after a failure, a new
+            // communicator) skip the cookie round trip for an hour.
+            token_lifetime: Duration::from_secs(3600),
         }
     }
 }

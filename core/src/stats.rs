@@ -177,11 +177,19 @@ pub struct DropStats {
     /// Early packet that names no connection taken by an early CONNECT
     /// (its CONNECT was lost, refused, or is behind it).
     pub early_unmatched: u64,
+    /// Address tokens handed out (NEW_TOKEN, spec 4.2.5).
+    pub tokens_issued: u64,
+    /// CONNECTs whose address token this endpoint issued for their source
+    /// address, within its lifetime: taken without a RETRY.
+    pub token_taken: u64,
+    /// CONNECT whose address token is not one this endpoint issued for
+    /// that address, or is past its lifetime: answered with a RETRY.
+    pub token_invalid: u64,
 }
 
 impl DropStats {
     /// Every reason with its count, for summaries and telemetry export.
-    pub fn by_reason(&self) -> [(&'static str, u64); 33] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 36] {
         [
             ("truncated", self.truncated),
             ("bad_version", self.bad_version),
@@ -216,6 +224,9 @@ impl DropStats {
             ("early_replayed", self.early_replayed),
             ("early_refused", self.early_refused),
             ("early_unmatched", self.early_unmatched),
+            ("tokens_issued", self.tokens_issued),
+            ("token_taken", self.token_taken),
+            ("token_invalid", self.token_invalid),
         ]
     }
 
@@ -248,6 +259,7 @@ impl DropStats {
             + self.early_stale
             + self.early_replayed
             + self.early_unmatched
+            + self.token_invalid
     }
 
     pub(crate) fn count_wire_error(&mut self, e: crate::wire::Error) {

@@ -229,8 +229,11 @@ impl Rig {
     fn establish(&mut self) {
         let k = self.keepalive();
         let sent = self.deliver(false, &k, &[]);
+        // The confirmation's answer, and the address token for the next
+        // connection (spec 4.2.5).
         assert!(
-            sent.iter().all(|r| matches!(r.body, Body::Keepalive)),
+            sent.iter()
+                .all(|r| matches!(r.body, Body::Keepalive | Body::NewToken(_))),
             "{sent:?}"
         );
     }

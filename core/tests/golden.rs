@@ -22,9 +22,9 @@ use metaroce_core::wire::encap::{self, ecn};
 use metaroce_core::wire::packet::WriteImm;
 use metaroce_core::wire::{
     self, AckRepr, Body, CipherSuite, CloseReason, CloseRepr, ConnectRepr, EncapRepr, Error, Flags,
-    FrameInfo, Header, IpPair, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet, PacketType,
-    ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SackBits, SendRepr, TimerProfile,
-    WriteRepr, COOKIE_LEN,
+    FrameInfo, Header, IpPair, MemoryTarget, MessageSpan, NakReason, NakRepr, NewTokenRepr, Packet,
+    PacketType, ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SackBits, SendRepr,
+    TimerProfile, WriteRepr, COOKIE_LEN,
 };
 use smoltcp::wire::EthernetAddress;
 
@@ -215,6 +215,7 @@ fn type_by_name(name: &str) -> Option<PacketType> {
         "CLOSE" => PacketType::Close,
         "KEEPALIVE" => PacketType::Keepalive,
         "RETRY" => PacketType::Retry,
+        "NEW_TOKEN" => PacketType::NewToken,
         _ => return None,
     })
 }
@@ -419,6 +420,12 @@ fn expected(v: &Vector) -> Check<(Repr, Vec<u8>)> {
         }
         PacketType::Keepalive => Body::Keepalive,
         PacketType::Retry => Body::Retry(RetryRepr { cookie: cookie(v)? }),
+        PacketType::NewToken => Body::NewToken(NewTokenRepr {
+            token: v
+                .hex("address_token")?
+                .try_into()
+                .map_err(|_| format!("{}: address_token is not {COOKIE_LEN} bytes", v.name))?,
+        }),
         PacketType::Unknown(_) => return Err(format!("{}: unknown type", v.name)),
     };
     let payload = v.hex("payload")?;
@@ -775,6 +782,7 @@ fn vectors_cover_every_type_error_reason_and_codepoint() {
             "CLOSE",
             "KEEPALIVE",
             "RETRY",
+            "NEW_TOKEN",
         ]
         .into_iter()
         .find(|n| type_by_name(n) == Some(t))

@@ -223,6 +223,11 @@ fn body() -> impl Strategy<Value = (Body, Vec<u8>)> {
         Just(no_payload(Body::Keepalive)),
         any::<[u8; COOKIE_LEN]>()
             .prop_map(move |cookie| no_payload(Body::Retry(RetryRepr { cookie }))),
+        any::<[u8; COOKIE_LEN]>().prop_map(move |mut token| {
+            // Never all zero (spec 3.8.5).
+            token[COOKIE_LEN - 1] |= 1;
+            no_payload(Body::NewToken(wire::NewTokenRepr { token }))
+        }),
     ]
 }
 

@@ -1,7 +1,7 @@
 //! Handshake, keep-alive and close (spec 4.1, 4.2, 4.12): the control
 //! packets and the state changes they cause.
 
-use super::{Blame, ConnState, Connection, Negotiated, Pending, PendingEvents, Resources};
+use super::{Blame, ConnState, Connection, Negotiated, Opening, Pending, PendingEvents, Resources};
 use crate::api::{Status, Transmit};
 use crate::config::Config;
 use crate::rng::Rng;
@@ -10,7 +10,8 @@ use crate::storage::Backing;
 use crate::time::{duration_nanos, Instant, MaybeInstant};
 use crate::wire::encap::ecn;
 use crate::wire::{
-    Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, Repr, RetryRepr, COOKIE_LEN,
+    Body, CloseReason, CloseRepr, ConnectRepr, Flags, Header, NewTokenRepr, Repr, RetryRepr,
+    COOKIE_LEN,
 };
 
 /// What an initiator did with a RETRY (spec 4.2 step 4).
@@ -73,8 +74,40 @@ impl<const P: usize> Connection<P> {
             return false;
         };
         self.cookie = OptIndex::some(i);
-        self.early = true;
+        self.opening = Opening::Early;
         true
+    }
+
+    /// An initiator's CONNECT carries an address token (spec 4.2.5), kept
+    /// in the cookie pool; `false` when the pool has no room.
+    pub(crate) fn start_token<B: Backing>(
+        &mut self,
+        token: [u8; COOKIE_LEN],
+        res: &mut Resources<B, P>,
+    ) -> bool {
+        let Some(i) = res.cookies.alloc(token) else {
+            return false;
+        };
+        self.cookie = OptIndex::some(i);
+        self.opening = Opening::Token;
+        true
+    }
+
+    /// Acceptor: the connection is established; `token` goes out once in
+    /// a NEW_TOKEN (spec 4.2.5), kept in the cookie pool until then (none
+    /// sent when the pool has no room).
+    pub(crate) fn queue_new_token<B: Backing>(
+        &mut self,
+        token: [u8; COOKIE_LEN],
+        res: &mut Resources<B, P>,
+    ) {
+        if self.cookie.is_some() {
+            return;
+        }
+        if let Some(i) = res.cookies.alloc(token) {
+            self.cookie = OptIndex::some(i);
+            self.pending.set(Pending::NEW_TOKEN);
+        }
     }
 
     /// The cookie of the RETRY taken in this handshake, or the early proof
@@ -104,15 +137,20 @@ impl<const P: usize> Connection<P> {
         if self.state != ConnState::Connecting || r.cookie == [0; COOKIE_LEN] {
             return RetryOutcome::Ignored;
         }
-        if let (true, Some(i)) = (crate::crypto::SUPPORTED && self.early, self.cookie.get()) {
+        if let (true, Some(i)) = (crate::crypto::SUPPORTED && self.early(), self.cookie.get()) {
             // The acceptor did not take the early CONNECT (spec 4.2.4): the
             // cookie replaces the proof, the CONNECT goes out as a plain
             // one, and the first flight, which it did not keep, is sent
             // again once established, under the keys of 5.3.3.
             *res.cookies.get_mut(i) = r.cookie;
-            self.early = false;
+            self.opening = Opening::Plain;
             self.rewind_early(res);
             res.keys.unkey(&self.protection);
+        } else if let (true, Some(i)) = (self.opening == Opening::Token, self.cookie.get()) {
+            // The acceptor did not take the token (spec 4.2.5): the cookie
+            // replaces it.
+            *res.cookies.get_mut(i) = r.cookie;
+            self.opening = Opening::Plain;
         } else if self.cookie.is_some() {
             return RetryOutcome::Duplicate;
         } else {
@@ -362,7 +400,7 @@ impl<const P: usize> Connection<P> {
         // Before the ACCEPT, an early initiator's packets (its CONNECT and
         // its first flight) carry EARLY, and data its own id and token:
         // the acceptor finds the connection by them (spec 4.2.4).
-        if crate::crypto::SUPPORTED && self.early && self.remote_id == 0 {
+        if crate::crypto::SUPPORTED && self.early() && self.remote_id == 0 {
             return Header {
                 flags: flags.with(Flags::EARLY),
                 dst_conn: self.local_id,
@@ -459,6 +497,17 @@ impl<const P: usize> Connection<P> {
         } else if pending.has(Pending::KEEPALIVE) {
             let h = self.header(now, next_psn, 0, Flags::NONE);
             (Pending::KEEPALIVE, h, Body::Keepalive)
+        } else if pending.has(Pending::NEW_TOKEN) {
+            let h = self.header(now, next_psn, 0, Flags::NONE);
+            let token = match self.cookie.get() {
+                Some(i) => *res.cookies.get(i),
+                None => [0; COOKIE_LEN],
+            };
+            (
+                Pending::NEW_TOKEN,
+                h,
+                Body::NewToken(NewTokenRepr { token }),
+            )
         } else {
             return None;
         };

@@ -79,6 +79,21 @@ impl ConnState {
     }
 }
 
+/// What a connection's CONNECT carries in its Cookie field besides a
+/// RETRY's cookie, and what that allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    Plain,
+    /// 0-RTT (spec 4.2.4). Initiator: its CONNECT carries an early proof
+    /// (held where a RETRY's cookie would be) and it sends data before the
+    /// ACCEPT, until the ACCEPT or a RETRY. Acceptor: it took an early
+    /// CONNECT, and takes the initiator's early packets.
+    Early,
+    /// Initiator: its CONNECT carries an address token an earlier
+    /// connection got (spec 4.2.5), held where a RETRY's cookie would be.
+    Token,
+}
+
 /// Negotiated parameters (spec 4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -359,6 +374,9 @@ impl Pending {
     pub const CLOSE_REPLY: u8 = 16;
     /// With CONNECT: send it once more right after (`Config::connect_twice`).
     pub const CONNECT_COPY: u8 = 32;
+    /// Acceptor: an address token for the initiator (spec 4.2.5), held in
+    /// the cookie pool until sent.
+    pub const NEW_TOKEN: u8 = 64;
 
     pub fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
@@ -500,11 +518,8 @@ pub struct Connection<const P: usize> {
     pub(crate) close_reason: CloseReason,
     /// Transmissions of the current CONNECT or CLOSE.
     pub(crate) ctrl_tries: u8,
-    /// 0-RTT (spec 4.2.4). Initiator: its CONNECT carries an early proof
-    /// (held where a RETRY's cookie would be) and it sends data before the
-    /// ACCEPT, until the ACCEPT or a RETRY. Acceptor: it took an early
-    /// CONNECT, and takes the initiator's early packets.
-    pub(crate) early: bool,
+    /// How the handshake opens, beyond the plain one (spec 4.2.4, 4.2.5).
+    pub(crate) opening: Opening,
     pub(crate) events: PendingEvents,
     /// Why the connection failed, for its `Failed` event.
     pub(crate) fail_status: Status,
@@ -573,7 +588,7 @@ impl<const P: usize> Connection<P> {
         pending: Pending(0),
         close_reason: CloseReason::Normal,
         ctrl_tries: 0,
-        early: false,
+        opening: Opening::Plain,
         ctrl: Control {
             deadline: MaybeInstant::NONE,
             last_heard: Instant::ZERO,
@@ -773,6 +788,12 @@ impl<const P: usize> Connection<P> {
         self.send.una == self.send.nxt
     }
 
+    /// Whether the connection opened with 0-RTT (spec 4.2.4): see
+    /// [`Opening::Early`].
+    pub(crate) fn early(&self) -> bool {
+        self.opening == Opening::Early
+    }
+
     /// Whether it holds pooled sender state now.
     pub fn is_sending(&self) -> bool {
         self.send.state.is_some()
@@ -829,9 +850,10 @@ impl<const P: usize> Connection<P> {
                     // changes what connect_repr would say).
                     let offer = self.connect_repr(config);
                     let policy = config.protection.policy;
+                    let early = self.early();
                     if res
                         .keys
-                        .on_accept(&mut self.protection, self.early, policy, &offer, a)
+                        .on_accept(&mut self.protection, early, policy, &offer, a)
                         .is_err()
                     {
                         self.refuse_accept(a, res);
@@ -842,14 +864,14 @@ impl<const P: usize> Connection<P> {
                     }
                     let before = self.params;
                     self.adopt_peer(a, config, &mut res.rng);
-                    if crate::crypto::SUPPORTED && self.early {
+                    if crate::crypto::SUPPORTED && self.early() {
                         // The acceptor took the offer in full, or the
                         // first flight was sized for values it does not
                         // have: sent again from the start (spec 4.2.4).
                         if self.params != before {
                             self.rewind_early(res);
                         }
-                        self.early = false;
+                        self.opening = Opening::Plain;
                     }
                     if self.params.mtu != before.mtu {
                         self.resegment_unstarted(res);
@@ -876,7 +898,7 @@ impl<const P: usize> Connection<P> {
                 }
                 None
             }
-            Body::Connect(_) | Body::Keepalive | Body::Retry(_) => None,
+            Body::Connect(_) | Body::Keepalive | Body::Retry(_) | Body::NewToken(_) => None,
             Body::Close(c) => {
                 self.on_close(repr.header.flags, c.reason, res);
                 None

@@ -74,7 +74,7 @@ impl<const P: usize> Connection<P> {
         // An acceptor that took an early CONNECT places its first flight
         // before the initiator confirms (spec 4.2.4).
         let open = self.state.is_open()
-            || (crate::crypto::SUPPORTED && self.early && self.state == ConnState::Accepting);
+            || (crate::crypto::SUPPORTED && self.early() && self.state == ConnState::Accepting);
         if !open || h.path >= self.params.paths {
             self.counters.invalid_dropped += 1;
             res.rx_refusals.invalid += 1;
@@ -388,7 +388,7 @@ impl<const P: usize> Connection<P> {
     /// the address, spec 4.2.4).
     pub(crate) fn acks_allowed(&self) -> bool {
         matches!(self.state, ConnState::Established | ConnState::Closing)
-            || (crate::crypto::SUPPORTED && self.early && self.state == ConnState::Accepting)
+            || (crate::crypto::SUPPORTED && self.early() && self.state == ConnState::Accepting)
     }
 }
 

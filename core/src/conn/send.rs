@@ -203,7 +203,7 @@ impl<const P: usize> Connection<P> {
     /// CONNECT carried an early proof (spec 4.2.4).
     pub(crate) fn may_send_data(&self) -> bool {
         self.state.is_open()
-            || (crate::crypto::SUPPORTED && self.early && self.state == ConnState::Connecting)
+            || (crate::crypto::SUPPORTED && self.early() && self.state == ConnState::Connecting)
     }
 
     /// An early initiator's first flight was not taken (its CONNECT drew a

@@ -37,6 +37,11 @@ use crate::wire::ip16;
 const TICK_SHIFT: u32 = 30;
 /// The cookie's format byte.
 const COOKIE_FORMAT: u8 = 1;
+/// The address token's format byte (spec 4.2.5): what tells an acceptor
+/// which of its own constructions a CONNECT's Cookie field holds.
+pub(crate) const TOKEN_FORMAT: u8 = 2;
+/// Where the format byte is, in cookies and tokens alike.
+pub(crate) const FORMAT_AT: usize = 4;
 
 /// What a received cookie turned out to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +76,18 @@ pub(crate) fn cookie_tag(
     msg[16..32].copy_from_slice(&ip16(ip));
     msg[32..34].copy_from_slice(&port.to_be_bytes());
     msg[34..].copy_from_slice(&c.offer_bytes());
+    let mut h = SipHasher24::new_with_key(key);
+    h.write(&msg);
+    u128::from(h.finish128()).to_le_bytes()
+}
+
+/// The tag of an address token whose first 16 bytes are `head`: bound
+/// to the source IP address only (spec 4.2.5), since the initiator's
+/// later connections come from other ports with other offers.
+fn token_tag(key: &[u8; 16], head: &[u8], ip: &IpAddress) -> [u8; 16] {
+    let mut msg = [0u8; 32];
+    msg[..16].copy_from_slice(&head[..16]);
+    msg[16..].copy_from_slice(&ip16(ip));
     let mut h = SipHasher24::new_with_key(key);
     h.write(&msg);
     u128::from(h.finish128()).to_le_bytes()
@@ -125,6 +142,31 @@ impl CookieKeys {
         cookie
     }
 
+    /// An address token for `ip` (spec 4.2.5): the cookie's layout with
+    /// format 2, its tag over the first 16 bytes and the address alone.
+    /// These keys must not be the cookies': a token is good for longer.
+    pub(crate) fn issue_token(&self, now: Instant, ip: &IpAddress) -> [u8; COOKIE_LEN] {
+        let mut token = [0u8; COOKIE_LEN];
+        token[..4].copy_from_slice(&self.tick(now).to_be_bytes());
+        token[FORMAT_AT] = TOKEN_FORMAT;
+        let tag = token_tag(&self.current, &token, ip);
+        token[16..].copy_from_slice(&tag);
+        token
+    }
+
+    /// Checks the address token a CONNECT from `ip` carries.
+    pub(crate) fn check_token(
+        &self,
+        now: Instant,
+        lifetime: core::time::Duration,
+        ip: &IpAddress,
+        token: &[u8; COOKIE_LEN],
+    ) -> CookieCheck {
+        self.check_with(now, lifetime, token, TOKEN_FORMAT, |key| {
+            token_tag(key, token, ip)
+        })
+    }
+
     /// Checks the cookie a CONNECT carries.
     pub(crate) fn check(
         &self,
@@ -134,14 +176,29 @@ impl CookieKeys {
         port: u16,
         c: &ConnectRepr,
     ) -> CookieCheck {
-        let cookie = &c.cookie;
-        let issued = u32::from_be_bytes([cookie[0], cookie[1], cookie[2], cookie[3]]);
+        self.check_with(now, lifetime, &c.cookie, COOKIE_FORMAT, |key| {
+            cookie_tag(key, &c.cookie, ip, port, c)
+        })
+    }
+
+    /// The checks of 4.2.2 for a value of `format` whose tag under a key
+    /// is `tag(key)`: its age, its format and zero bytes, the key of its
+    /// period, and the tag compared in constant time.
+    fn check_with(
+        &self,
+        now: Instant,
+        lifetime: core::time::Duration,
+        value: &[u8; COOKIE_LEN],
+        format: u8,
+        tag: impl Fn(&[u8; 16]) -> [u8; 16],
+    ) -> CookieCheck {
+        let issued = u32::from_be_bytes([value[0], value[1], value[2], value[3]]);
         let lifetime = lifetime_ticks(lifetime);
-        // A cookie from the future wraps to a huge age.
+        // A value from the future wraps to a huge age.
         if self.tick(now).wrapping_sub(issued) > lifetime {
             return CookieCheck::Expired;
         }
-        if cookie[4] != COOKIE_FORMAT || cookie[5..16].iter().any(|&b| b != 0) {
+        if value[FORMAT_AT] != format || value[5..16].iter().any(|&b| b != 0) {
             return CookieCheck::Invalid;
         }
         let period = issued / lifetime;
@@ -155,10 +212,9 @@ impl CookieKeys {
         let Some(key) = key else {
             return CookieCheck::Invalid;
         };
-        let tag = cookie_tag(key, cookie, ip, port, c);
-        let diff = tag
+        let diff = tag(key)
             .iter()
-            .zip(&cookie[16..])
+            .zip(&value[16..])
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
         if diff == 0 {
             CookieCheck::Valid

@@ -200,6 +200,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             k.remote_id == h.dst_conn && k.remote_token == h.token && k.peer.ip == *ip
         })?;
         let s = &self.slots[i as usize];
-        (s.live && !s.released && s.conn.early).then_some(i)
+        (s.live && !s.released && s.conn.early()).then_some(i)
     }
 }

@@ -119,6 +119,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             return;
         }
         let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, config);
+        #[cfg(feature = "tokens")]
+        if let Body::NewToken(t) = &repr.body {
+            // For this endpoint's later CONNECTs to that acceptor.
+            self.remember_token(&meta.source.ip, t.token);
+        }
         if outcome == Some(ReliableOutcome::Placed) {
             // The receiver's active senders, newest last (spec 4.10.4). A
             // first transmission asking for an ACK is the sender's last
@@ -207,6 +212,25 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 .rotate(now, config.cookie_lifetime, &mut self.res.rng);
             let check = if early || c.cookie == [0; wire::COOKIE_LEN] {
                 None
+            } else if cfg!(feature = "tokens")
+                && c.cookie[super::admission::FORMAT_AT] == super::admission::TOKEN_FORMAT
+            {
+                // An address token (spec 4.2.5): good for its address.
+                #[cfg(feature = "tokens")]
+                let token = self.token_keys.check_token(
+                    now,
+                    config.token_lifetime,
+                    &meta.source.ip,
+                    &c.cookie,
+                );
+                #[cfg(not(feature = "tokens"))]
+                let token = CookieCheck::Invalid;
+                if token == CookieCheck::Valid {
+                    self.drops.token_taken += 1;
+                } else {
+                    self.drops.token_invalid += 1;
+                }
+                Some(token).filter(|t| *t == CookieCheck::Valid)
             } else {
                 Some(self.cookies.check(
                     now,
@@ -314,15 +338,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         );
         conn.on_connect(c, &config, &mut self.res.rng);
         conn.protection = protection;
-        conn.early = taken.is_some() && protection.key_id() != 0;
+        if taken.is_some() && protection.key_id() != 0 {
+            conn.opening = crate::conn::Opening::Early;
+        }
         if protection.key_id() != 0 {
             let accept = conn.connect_repr(&config);
             self.res
                 .keys
-                .install(&protection, false, conn.early, c, &accept);
+                .install(&protection, false, conn.early(), c, &accept);
         }
         #[cfg(feature = "aead")]
-        if let (Some(t), true) = (taken, conn.early) {
+        if let (Some(t), true) = (taken, conn.early()) {
             self.take_early(t);
         }
         conn.events.raise(PendingEvents::INCOMING);

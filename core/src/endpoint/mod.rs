@@ -62,6 +62,8 @@ mod output;
 mod prefixes;
 mod protection;
 mod table;
+#[cfg(feature = "tokens")]
+mod tokens;
 
 pub use prefixes::SourceBucket;
 pub use table::ConnSlot;
@@ -282,6 +284,12 @@ pub struct Endpoint<B: Backing, const P: usize> {
     /// The early proofs taken, so none is taken twice (spec 4.2.4).
     #[cfg(feature = "aead")]
     early_filter: early::ProofFilter,
+    /// Secrets of the address tokens this endpoint issues (spec 4.2.5).
+    #[cfg(feature = "tokens")]
+    token_keys: admission::CookieKeys,
+    /// The newest token of each acceptor this endpoint connected to.
+    #[cfg(feature = "tokens")]
+    token_cache: tokens::TokenCache,
 }
 
 impl<B: Backing, const P: usize> core::fmt::Debug for Endpoint<B, P> {
@@ -328,6 +336,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let hash_key = (rng.next_u64(), rng.next_u64());
         let source_key = (rng.next_u64(), rng.next_u64());
         let cookie_keys = admission::CookieKeys::new(&mut rng);
+        #[cfg(feature = "tokens")]
+        let token_keys = admission::CookieKeys::new(&mut rng);
         let Storage {
             mut connections,
             connection_index,
@@ -402,6 +412,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             wall_offset_ns: 0,
             #[cfg(feature = "aead")]
             early_filter: early::ProofFilter::NEW,
+            #[cfg(feature = "tokens")]
+            token_keys,
+            #[cfg(feature = "tokens")]
+            token_cache: tokens::TokenCache::NEW,
         }
     }
 
@@ -704,6 +718,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             let offer = conn.connect_repr(&self.config);
             if self.res.keys.install_early(&protection, &offer) {
                 conn.start_early(proof, &mut self.res);
+            }
+        }
+        // Without 0-RTT, a token from an earlier connection to this
+        // acceptor skips the RETRY (spec 4.2.5).
+        #[cfg(feature = "tokens")]
+        if !conn.early() {
+            if let Some(token) = self.token_for(&peer.ip) {
+                conn.start_token(token, &mut self.res);
             }
         }
         conn.start_connect(now, &self.config);

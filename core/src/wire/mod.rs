@@ -26,9 +26,9 @@ pub mod sack;
 pub use encap::{EncapRepr, FrameInfo, IpPair};
 pub use packet::{
     parse, parse_with_verdict, AcceptRepr, AckRepr, Body, CipherSuite, CloseReason, CloseRepr,
-    ConnectRepr, DataRepr, Flags, Header, MemoryTarget, MessageSpan, NakReason, NakRepr, Packet,
-    PacketType, Placement, ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SendRepr,
-    TimerProfile, WriteImm, WriteRepr, COOKIE_LEN, HEADER_LEN,
+    ConnectRepr, DataRepr, Flags, Header, MemoryTarget, MessageSpan, NakReason, NakRepr,
+    NewTokenRepr, Packet, PacketType, Placement, ReadRequestRepr, ReadResponseRepr, Repr,
+    RetryRepr, SendRepr, TimerProfile, WriteImm, WriteRepr, COOKIE_LEN, HEADER_LEN,
 };
 pub use sack::SackBits;
 

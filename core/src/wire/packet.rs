@@ -112,6 +112,12 @@ pub mod field {
         pub const COOKIE: Field = 0..32;
     }
 
+    /// NEW_TOKEN (spec 3.8.5).
+    pub mod new_token {
+        use crate::wire::Field;
+        pub const TOKEN: Field = 0..32;
+    }
+
     /// CLOSE (spec 3.8.2).
     pub mod close {
         use crate::wire::Field;
@@ -157,6 +163,7 @@ pub enum PacketType {
     Close,
     Keepalive,
     Retry,
+    NewToken,
     /// A value this version does not define; parsing rejects it.
     Unknown(u8),
 }
@@ -177,6 +184,7 @@ impl From<u8> for PacketType {
             0x22 => PacketType::Close,
             0x23 => PacketType::Keepalive,
             0x24 => PacketType::Retry,
+            0x25 => PacketType::NewToken,
             other => PacketType::Unknown(other),
         }
     }
@@ -198,6 +206,7 @@ impl From<PacketType> for u8 {
             PacketType::Close => 0x22,
             PacketType::Keepalive => 0x23,
             PacketType::Retry => 0x24,
+            PacketType::NewToken => 0x25,
             PacketType::Unknown(v) => v,
         }
     }
@@ -215,7 +224,7 @@ impl PacketType {
             PacketType::Ack => 56,
             PacketType::Nak => 12,
             PacketType::Connect | PacketType::Accept => 64,
-            PacketType::Retry => 32,
+            PacketType::Retry | PacketType::NewToken => 32,
             PacketType::Close => 4,
             PacketType::Keepalive => 0,
             PacketType::Unknown(_) => return None,
@@ -251,7 +260,7 @@ impl PacketType {
     }
 
     /// Every type this version defines, in code order.
-    pub const ALL: [PacketType; 13] = [
+    pub const ALL: [PacketType; 14] = [
         PacketType::Write,
         PacketType::WriteImm,
         PacketType::Send,
@@ -265,6 +274,7 @@ impl PacketType {
         PacketType::Close,
         PacketType::Keepalive,
         PacketType::Retry,
+        PacketType::NewToken,
     ];
 }
 
@@ -908,6 +918,15 @@ pub struct RetryRepr {
     pub cookie: [u8; COOKIE_LEN],
 }
 
+/// NEW_TOKEN fields (spec 3.8.5): an address token the acceptor hands an
+/// initiator whose address it validated, for that initiator's later
+/// CONNECTs from the same address to skip the RETRY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct NewTokenRepr {
+    pub token: [u8; COOKIE_LEN],
+}
+
 /// ACCEPT carries the same fields as CONNECT: the acceptor's side, with the
 /// negotiated values.
 pub type AcceptRepr = ConnectRepr;
@@ -936,6 +955,7 @@ pub enum Body {
     Close(CloseRepr),
     Keepalive,
     Retry(RetryRepr),
+    NewToken(NewTokenRepr),
 }
 
 impl Body {
@@ -955,6 +975,7 @@ impl Body {
             Body::Close(_) => PacketType::Close,
             Body::Keepalive => PacketType::Keepalive,
             Body::Retry(_) => PacketType::Retry,
+            Body::NewToken(_) => PacketType::NewToken,
         }
     }
 
@@ -1176,6 +1197,15 @@ impl Repr {
                 cookie.copy_from_slice(&ext[field::retry::COOKIE]);
                 Body::Retry(RetryRepr { cookie })
             }
+            PacketType::NewToken => {
+                let mut token = [0u8; COOKIE_LEN];
+                token.copy_from_slice(&ext[field::new_token::TOKEN]);
+                // An all-zero token would read as "no cookie" (spec 3.8.5).
+                if token == [0; COOKIE_LEN] {
+                    return Err(Error::BadField);
+                }
+                Body::NewToken(NewTokenRepr { token })
+            }
             PacketType::Close => {
                 use field::close as f;
                 check_zero(&ext[f::RESERVED])?;
@@ -1301,6 +1331,7 @@ impl Repr {
                 ext[f::COOKIE].copy_from_slice(&c.cookie);
             }
             Body::Retry(r) => ext[field::retry::COOKIE].copy_from_slice(&r.cookie),
+            Body::NewToken(t) => ext[field::new_token::TOKEN].copy_from_slice(&t.token),
             Body::Close(c) => {
                 use field::close as f;
                 ext[f::REASON] = c.reason.code();
