@@ -316,6 +316,11 @@ pub struct Config {
     /// This endpoint's own IP address, as its peers address it: early
     /// proofs bind both ends' addresses. `None`: no 0-RTT either way.
     pub local_ip: Option<smoltcp::wire::IpAddress>,
+    /// The UDP port peers send their CONNECTs to, where it is not
+    /// `udp_port`: a shard of a sharded endpoint receives them forwarded
+    /// from the endpoint's public port. Early proofs bind the port the
+    /// CONNECT was sent to (spec 4.2.4). `None`: `udp_port`.
+    pub connect_port: Option<u16>,
 }
 
 const DC: ProfileTimers = profile_timers(crate::wire::TimerProfile::DataCenter);
@@ -389,6 +394,7 @@ impl Default for Config {
             // (NTP; PTP within microseconds).
             early_window: Duration::from_secs(1),
             local_ip: None,
+            connect_port: None,
         }
     }
 }

@@ -162,7 +162,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             initiator: meta.source.ip,
             initiator_port: meta.source.port,
             acceptor: local,
-            acceptor_port: config.udp_port,
+            acceptor_port: config.connect_port.unwrap_or(config.udp_port),
         };
         if !proof_matches(psk, &at, c) {
             return Err(Refusal::Invalid);
