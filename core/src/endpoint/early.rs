@@ -6,7 +6,8 @@
 //! as a CONNECT without a cookie (one RETRY, nothing kept): the endpoint
 //! knows its own address and the key the CONNECT names (`early_invalid`
 //! otherwise); the proof's time is within `Config::early_window` of the
-//! wall clock (`early_stale`); the tag matches (`early_invalid`); the
+//! wall clock and not before the wall clock was first set, when the
+//! filter started (`early_stale`); the tag matches (`early_invalid`); the
 //! offer is one the acceptor meets in full (`early_refused`); the proof
 //! is not in the filter (`early_replayed`) and the filter has room for it
 //! (`early_refused`). A forged or replayed proof so costs one keyed hash
@@ -155,7 +156,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let wall = self.wall_ns(now);
         let window = config.early_window.as_nanos() as u64;
         let time = proof_time(&c.cookie);
-        if wall.abs_diff(time) > window {
+        // Older than the filter (a restart emptied it): it may have been
+        // taken before.
+        if wall.abs_diff(time) > window || time < self.early_since_ns {
             return Err(Refusal::Stale);
         }
         let at = ProofAddresses {
