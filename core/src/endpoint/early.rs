@@ -149,7 +149,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         c: &ConnectRepr,
     ) -> Result<Taken, Refusal> {
         let config = &self.config;
-        let (Some(local), true) = (config.local_ip, config.early_data) else {
+        // An endpoint that protects nothing would not key the connection
+        // the proof asks for (spec 4.2.4 step 1, 5.3.6).
+        let protects = config.protection.policy != crate::crypto::Policy::Off;
+        let (Some(local), true, true) = (config.local_ip, config.early_data, protects) else {
             return Err(Refusal::Invalid);
         };
         let psk = self.res.keys.psk(c.key_id).ok_or(Refusal::Invalid)?;
