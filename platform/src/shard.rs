@@ -715,6 +715,20 @@ mod tests {
         // path reaches the same core.
         let resent = connect_frame([198, 18, 0, 1], 40999, 0xaaaa_0001);
         assert_eq!(classify(&resent, PORT, 4), FrameClass::Connect { core });
+        // An early packet (spec 4.2.4) names its sender's own id: it goes
+        // where that sender's CONNECT went, from any port (steering reads
+        // the flags and id only; the body does not matter).
+        let early = Repr {
+            header: Header {
+                flags: Flags::EARLY,
+                dst_conn: 0xaaaa_0001,
+                ..header(0xaaaa_0001)
+            },
+            body: Body::Keepalive,
+            payload_len: 0,
+        };
+        let early = frame([198, 18, 0, 1], 41234, PORT, &early);
+        assert_eq!(classify(&early, PORT, 4), FrameClass::Connect { core });
         assert_eq!(
             classify(&ack_frame(1), PORT + 1, 4),
             FrameClass::Control,
