@@ -28,6 +28,10 @@ const NO_KEY: &str = "the target holds no pre-shared key: no packet protection (
 /// How far the first flight follows the CONNECT.
 const FLIGHT_GAP: Duration = Duration::from_millis(2);
 
+/// How long the suite leaves the target unconfirmed after its first
+/// flight was acknowledged.
+const UNCONFIRMED: Duration = Duration::from_millis(100);
+
 /// How long the target may take to answer a CONNECT.
 const ANSWER_WAIT: Duration = Duration::from_secs(1);
 
@@ -130,6 +134,20 @@ fn send_early(ctx: &mut Ctx, time: u64, tamper: u8, seed: u64) -> Result<Early, 
     })
 }
 
+/// The target sent no reliable packet in `rx`: it has not been confirmed,
+/// and MUST NOT before it is Established (spec 4.2 step 6, 4.2.4).
+fn no_reliable(rx: &[Rx], when: &str) -> Result<(), Fail> {
+    ensure(
+        !rx.iter().any(|r| r.repr.body.packet_type().is_reliable()),
+        || {
+            format!(
+                "a reliable packet before the handshake was confirmed ({when}): {:?}",
+                kinds(rx)
+            )
+        },
+    )
+}
+
 fn kinds(rx: &[Rx]) -> Vec<(metaroce_core::wire::PacketType, u32)> {
     rx.iter()
         .map(|r| (r.repr.body.packet_type(), r.repr.header.psn))
@@ -187,7 +205,9 @@ fn region_answer(p: &mut Peer) -> Result<(), Fail> {
 
 /// Waits for the ACK of the early SEND; a RECEIVER_NOT_READY (the target's
 /// application had not posted its receives yet) draws a retransmission,
-/// as any initiator's would, now addressed to the connection.
+/// as any initiator's would, now addressed to the connection. Fails if
+/// the target sends a reliable packet meanwhile: it is not Established
+/// (spec 4.2.4: an early packet does not confirm the handshake).
 fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
     let deadline = std::time::Instant::now() + ACK_WAIT;
     let mut retransmitted = false;
@@ -201,6 +221,7 @@ fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
             })
         });
         let rx = e.p.take();
+        no_reliable(&rx, "while the first flight was acknowledged")?;
         if rx.iter().any(|r| match r.repr.body {
             Body::Ack(a) => target.wrapping_sub(a.cumulative) as i32 <= 0,
             _ => false,
@@ -289,7 +310,13 @@ pub(super) fn early_accepted(ctx: &mut Ctx) -> Result<(), Fail> {
     // posted its receives yet) is what an established connection would
     // answer too; the retransmission is then what is placed.
     wait_first_flight_acked(&mut e)?;
-    // Confirm (the early packets did not): a KEEPALIVE to the connection.
+    // The early SEND was delivered, and the target's application answers
+    // it at once; but an early packet does not confirm the handshake, so
+    // the answer waits for our confirmation.
+    e.p.pump(UNCONFIRMED, |_| false);
+    let rx = e.p.take();
+    no_reliable(&rx, "after the early SEND, before the confirmation")?;
+    // Confirm: a KEEPALIVE to the connection.
     e.p.keepalive()?;
     region_answer(&mut e.p)?;
     let rejected = e.p.keys.as_ref().map_or(0, |k| k.rejected);
