@@ -15,6 +15,7 @@ use crate::peer::{Fail, Peer, RemoteRegion, Rx};
 mod admission;
 mod closing;
 mod conformance;
+mod early;
 mod read_depth;
 mod window;
 
@@ -1543,6 +1544,30 @@ pub const CASES: &[Case] = &[
         name: "close: every CLOSE answered with one CLOSE_REPLY of its reason, after release too",
         section: "3.8.2, 4.1.1, 4.1.2",
         run: closing::close_answered_after_close,
+        attempts: 1,
+    },
+    Case {
+        name: "0-RTT: valid proof taken, first flight placed at once",
+        section: "4.2.4, 5.3.3",
+        run: early::early_accepted,
+        attempts: 1,
+    },
+    Case {
+        name: "0-RTT: wrong tag gets a RETRY, nothing placed",
+        section: "4.2.4, 5.1.4",
+        run: early::early_wrong_mac,
+        attempts: 1,
+    },
+    Case {
+        name: "0-RTT: replayed CONNECT and first flight place nothing",
+        section: "4.2.4, 5.1.4",
+        run: early::early_replayed,
+        attempts: 1,
+    },
+    Case {
+        name: "0-RTT: stale proof gets a RETRY, nothing placed",
+        section: "4.2.4",
+        run: early::early_stale,
         attempts: 1,
     },
     Case {

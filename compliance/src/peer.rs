@@ -449,6 +449,14 @@ impl Peer {
         m
     }
 
+    /// Starts our direction again from `psn`, message and receive index 0
+    /// (an early initiator whose first flight was not taken, spec 4.2.4).
+    pub fn rewind(&mut self, psn: u32) {
+        self.next_psn = psn;
+        self.next_msg = 0;
+        self.next_recv_index = 0;
+    }
+
     /// Takes the next PSN.
     pub fn take_psn(&mut self) -> u32 {
         let p = self.next_psn;
@@ -641,7 +649,7 @@ impl Peer {
     }
 
     /// Sends an `ANNOUNCE` or `JOIN` and waits for the `REGION` answer.
-    fn request_region(&mut self, request: &Message) -> Result<RemoteRegion, Fail> {
+    pub fn request_region(&mut self, request: &Message) -> Result<RemoteRegion, Fail> {
         let request = request.encode();
         let (repr, payload) = self.send_packet(&request);
         self.send(&repr, &payload)?;

@@ -24,6 +24,9 @@ pub struct PeerKeys {
     next_iv: Cell<u64>,
     /// Protected packets that did not open (wrong tag, replay).
     pub rejected: u32,
+    /// 0-RTT (spec 4.2.4, 5.3.3): the early initiator-to-acceptor key
+    /// this peer seals with since its early CONNECT.
+    early: Option<kdf::DirectionKeys>,
 }
 
 impl PeerKeys {
@@ -34,7 +37,36 @@ impl PeerKeys {
             session: None,
             next_iv: Cell::new(1),
             rejected: 0,
+            early: None,
         }
+    }
+
+    /// The job key (spec 4.2.4: early proofs are made with it).
+    pub fn psk(&self) -> &[u8; PSK_LEN] {
+        &self.psk
+    }
+
+    /// 0-RTT (spec 4.2.4, 5.3.3): keyed for sending from the early
+    /// CONNECT `connect` on, with the early key; nothing opens until the
+    /// ACCEPT (its opening key is one no acceptor seals with).
+    pub fn start_early(&mut self, connect: &ConnectRepr) {
+        let early = metaroce_core::crypto::early::early_keys(&self.psk, connect);
+        let mut unused = early.clone();
+        unused.key.iter_mut().for_each(|b| *b = !*b);
+        let keys = kdf::KeyMaterial {
+            initiator_to_acceptor: early.clone(),
+            acceptor_to_initiator: unused,
+        };
+        self.session = Some(Session::new(self.key_id, &keys, Role::Initiator));
+        self.early = Some(early);
+    }
+
+    /// The early CONNECT drew a RETRY: the early key is dropped, the
+    /// connection's keys will be the transcript's (spec 4.2.4 step 5).
+    pub fn drop_early(&mut self) {
+        self.session = None;
+        self.early = None;
+        self.next_iv.set(1);
     }
 
     /// Whether the connection is keyed.
@@ -45,7 +77,12 @@ impl PeerKeys {
     /// The initiator's keys from the CONNECT it sent and the ACCEPT.
     pub fn on_accept(&mut self, connect: &ConnectRepr, accept: &ConnectRepr) {
         if accept.suite == CipherSuite::Aes256Gcm && accept.key_id == self.key_id {
-            let keys = kdf::derive(&self.psk, &kdf::transcript(connect, accept));
+            let mut keys = kdf::derive(&self.psk, &kdf::transcript(connect, accept));
+            // An early connection goes on sealing with its early key, and
+            // its IV counter goes on (spec 5.3.3, 5.3.4).
+            if let Some(early) = &self.early {
+                keys.initiator_to_acceptor = early.clone();
+            }
             self.session = Some(Session::new(self.key_id, &keys, Role::Initiator));
         }
     }

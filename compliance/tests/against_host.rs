@@ -80,6 +80,28 @@ fn run_suite(pcap: &Path) {
 /// The pre-shared key the server and the suite share.
 const PSK: [u8; 32] = [0x6b; 32];
 
+/// Frames with EARLY (spec 4.2.4), as the core reads them: early CONNECTs
+/// and early packets, by frame number.
+fn early_frames(pcap: &Path) -> (Vec<String>, Vec<String>) {
+    let mut reader = PcapReader::new(File::open(pcap).unwrap()).unwrap();
+    let (mut connects, mut data) = (Vec::new(), Vec::new());
+    let mut n = 0;
+    while let Some(p) = reader.next_packet() {
+        let p = p.unwrap();
+        n += 1;
+        if let Ok((repr, _)) = wire::parse(&p.data[ENCAP_V4..]) {
+            if repr.header.flags.contains(wire::Flags::EARLY) {
+                if matches!(repr.body, Body::Connect(_)) {
+                    connects.push(n.to_string());
+                } else {
+                    data.push(n.to_string());
+                }
+            }
+        }
+    }
+    (connects, data)
+}
+
 /// One row per frame, the columns tshark is asked for, from the core.
 fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
     let mut reader = PcapReader::new(File::open(pcap).unwrap()).unwrap();
@@ -239,6 +261,23 @@ fn compliance_against_host_and_dissector_decodes_the_capture() {
         return;
     }
     let got = tshark_rows(&pcap).unwrap();
+    // 0-RTT (spec 4.2.4): the dissector decodes the proof of every early
+    // CONNECT (its time as a date) and marks exactly the early packets.
+    let (early_connects, early_data) = early_frames(&pcap);
+    assert!(
+        !early_connects.is_empty() && !early_data.is_empty(),
+        "the capture lacks early CONNECTs or early packets"
+    );
+    assert_eq!(
+        tshark_filtered(&pcap, "metaroce.early.time").unwrap(),
+        early_connects,
+        "early CONNECTs whose proof tshark decodes"
+    );
+    assert_eq!(
+        tshark_filtered(&pcap, "metaroce.early_data").unwrap(),
+        early_data,
+        "packets tshark marks as early"
+    );
     // Spec 3.2.4: every CONNECT and ACCEPT of the run (the suite's and
     // the target's) carries its Initial PSN in the PSN field; the
     // dissector flags any that does not.

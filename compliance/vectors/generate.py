@@ -62,6 +62,7 @@ CLOSE_REASONS = {"Normal": 0, "Error": 1, "IdleTimeout": 2, "Rejected": 3, "Recl
 FLAG_ACK_REQUEST = 0x0001
 FLAG_RETRANSMISSION = 0x0002
 FLAG_CLOSE_REPLY = 0x0004
+FLAG_EARLY = 0x0010
 
 ECN_NAMES = {0b00: "NOT_ECT", 0b01: "ECT1", 0b10: "ECT0", 0b11: "CE"}
 
@@ -282,6 +283,12 @@ def valid_cases():
     add("write_zero_length", "zero-length WRITE: empty payload, message length 0",
         dict(type="WRITE", **hdr(flags=FLAG_ACK_REQUEST), msg_id=1, msg_offset=0, msg_len=0,
              key=1, addr=0, payload=b""))
+    add("write_early", "early WRITE (EARLY | ACK_REQUEST): addressed with the sender's own "
+        "id and token (spec 4.2.4; sent protected, here the header alone)",
+        dict(type="WRITE", **hdr(flags=FLAG_EARLY | FLAG_ACK_REQUEST, dst_conn=0x01020304,
+                                token=0x1122334455667788, psn=0x0000004D, path=2),
+             msg_id=0, msg_offset=0, msg_len=64, key=0x00C0FFEE, addr=0x00007F0012340000,
+             payload=pattern(64, 5)))
     # WRITE_IMM
     add("write_imm", "single-packet WRITE_IMM carrying immediate data",
         dict(type="WRITE_IMM", **hdr(flags=FLAG_ACK_REQUEST), msg_id=8, msg_offset=0,
@@ -369,6 +376,17 @@ def valid_cases():
              window=256, reply_port=4795, initial_psn=0x00ABCDEF,
              timer_profile="Emulation", suite="None", key_id=0,
              cookie=bytes(range(0x10, 0x30))))
+    # 0-RTT (spec 4.2.4): EARLY on CONNECT, the Cookie field an early proof
+    # (computed step by step in early/, generate_early.py).
+    add("connect_early", "CONNECT with EARLY: the Cookie field carries an early proof "
+        "(Time, 8 zero bytes, Tag)",
+        dict(type="CONNECT", **hdr(flags=FLAG_EARLY, dst_conn=0, token=0, psn=0x0000004D,
+                                   path=16, timestamp=0x00001000),
+             src_conn=0x01020304, src_token=0x1122334455667788, mtu=4096, max_paths=16,
+             window=256, reply_port=4795, initial_psn=0x0000004D,
+             timer_profile="DataCenter", suite="Aes256Gcm", key_id=1,
+             cookie=bytes.fromhex("18ed6e06645e4d150000000000000000"
+                                  "93df6f9414b5c6585193fc2e53bd517a")))
     add("connect_read_depth", "CONNECT stating a READ Depth of 16 in its Path ID field "
         "(spec 3.8.1: the READs its sender serves at once; 0 = not stated)",
         dict(type="CONNECT", **hdr(dst_conn=0, token=0, psn=0x00012345, path=16),
@@ -521,6 +539,14 @@ def malformed_cases():
     add("err_retransmission_on_close", "CLOSE with RETRANSMISSION",
         packet(dict(type="CLOSE", **hdr(flags=FLAG_RETRANSMISSION), reason="Normal")),
         "Reserved")
+    add("err_early_on_ack", "ACK with EARLY (allowed on CONNECT and reliable types only)",
+        recrc(flip(ack, 3, FLAG_EARLY)), "Reserved")
+    add("err_early_on_accept", "ACCEPT with EARLY",
+        packet(dict(type="ACCEPT", **hdr(flags=FLAG_EARLY), src_conn=2, src_token=2, mtu=1024,
+                    max_paths=4, window=256, reply_port=4795, initial_psn=1000,
+                    timer_profile="DataCenter", suite="None", key_id=0)), "Reserved")
+    add("err_early_on_close", "CLOSE with EARLY",
+        packet(dict(type="CLOSE", **hdr(flags=FLAG_EARLY), reason="Normal")), "Reserved")
     add("err_flag_on_keepalive", "KEEPALIVE with ACK_REQUEST",
         packet(dict(type="KEEPALIVE", **hdr(flags=FLAG_ACK_REQUEST))), "Reserved")
     add("err_nak_reserved", "NAK with a reserved byte nonzero",

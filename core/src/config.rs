@@ -320,6 +320,11 @@ pub struct Config {
     /// 4.2.5) lets its holder skip the RETRY; its secret is replaced
     /// every lifetime. Zero: no tokens handed out.
     pub token_lifetime: Duration,
+    /// The UDP port peers send their CONNECTs to, where it is not
+    /// `udp_port`: a shard of a sharded endpoint receives them forwarded
+    /// from the endpoint's public port. Early proofs bind the port the
+    /// CONNECT was sent to (spec 4.2.4). `None`: `udp_port`.
+    pub connect_port: Option<u16>,
 }
 
 const DC: ProfileTimers = profile_timers(crate::wire::TimerProfile::DataCenter);
@@ -396,6 +401,7 @@ impl Default for Config {
             // Reconnections within a job (after a failure, a new
             // communicator) skip the cookie round trip for an hour.
             token_lifetime: Duration::from_secs(3600),
+            connect_port: None,
         }
     }
 }

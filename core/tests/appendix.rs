@@ -246,6 +246,33 @@ fn examples() -> Vec<Example> {
             },
             payload: b"",
         },
+        Example {
+            title: "A.8 CONNECT with EARLY (0-RTT)",
+            text: "An early CONNECT (4.2.4): flag EARLY, an offer of packet protection under the job key's Key ID 1, and in the Cookie field the early proof: Time 0x18ed6e06645e4d15 (2026-12-02T12:00:00.123456789Z in ns since the Unix epoch), 8 zero bytes, then the 16-byte tag, HKDF-SHA256 under the job key over the proof's first 16 bytes, both ends' addresses and ports and the offer. It is `compliance/vectors/early/early_connect.vec`, where the tag is computed step by step (job key, 10.0.0.1:50000 to 10.0.0.2:4795). The first flight follows it: reliable packets with EARLY and PROTECTED, addressed with this CONNECT's Source Connection ID and Source Token (`early_write.vec`).",
+            repr: Repr {
+                header: header(Flags::EARLY, 0, 0, 0x4d, 16, 0x1000),
+                body: Body::Connect(ConnectRepr {
+                    src_conn: 0x0102_0304,
+                    src_token: 0x1122_3344_5566_7788,
+                    mtu: 4096,
+                    max_paths: 16,
+                    window: 256,
+                    initial_psn: 0x4d,
+                    reply_port: 4795,
+                    timer_profile: TimerProfile::DataCenter,
+                    suite: CipherSuite::Aes256Gcm,
+                    key_id: 1,
+                    cookie: {
+                        let mut p = [0u8; COOKIE_LEN];
+                        p[..8].copy_from_slice(&0x18ed_6e06_645e_4d15u64.to_be_bytes());
+                        p[16..].copy_from_slice(&0x93df_6f94_14b5_c658_5193_fc2e_53bd_517au128.to_be_bytes());
+                        p
+                    },
+                }),
+                payload_len: 0,
+            },
+            payload: b"",
+        },
     ]
 }
 
@@ -272,6 +299,7 @@ fn value(bytes: &[u8], show: Show) -> String {
         Show::Flags => match n {
             0 => "none".into(),
             1 => "ACK_REQUEST".into(),
+            0x10 => "EARLY".into(),
             _ => format!("0x{hex}"),
         },
         Show::Profile => match n {

@@ -134,6 +134,9 @@ impl NodeConfig {
                     key_id: p.key_id,
                 })
                 .unwrap_or_default(),
+            // 0-RTT (spec 4.2.4): early proofs bind this node's address,
+            // known only when it is bound to a specific one.
+            local_ip: (!self.bind.ip().is_unspecified()).then(|| IpAddress::from(self.bind.ip())),
             ..base
         }
     }
@@ -421,6 +424,13 @@ impl<M: DmaCopy> Node<M> {
             ep.add_psk(p.key_id, &p.psk)
                 .map_err(|e| HostError::Usage(format!("--key-id {}: {e:?}", p.key_id)))?;
         }
+        // The core's clock starts at the node's origin; early proofs
+        // carry and are judged by the wall clock (spec 4.2.4).
+        let origin = std::time::Instant::now();
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        ep.set_wall_clock(Instant::ZERO, unix_ns);
         Ok(Node {
             ep,
             mem,
@@ -433,7 +443,7 @@ impl<M: DmaCopy> Node<M> {
             },
             engine,
             queues: Box::new(Queues::new()),
-            origin: std::time::Instant::now(),
+            origin,
             completions: VecDeque::new(),
             events: VecDeque::new(),
         })

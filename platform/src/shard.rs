@@ -311,9 +311,12 @@ fn classify_inner(frame: &[u8], udp_port: u16, cores: usize) -> Option<FrameClas
 
 /// Classifies a MetaRoCE packet (a UDP payload, as a host's sockets
 /// deliver it) from `src_ip` (4 or 16 bytes): a CONNECT by the hash of its
-/// source ([`connect_core`]), anything else by its destination id. `None`
-/// if it is too short to tell; it never panics and checks nothing else
-/// (the owning core's endpoint does).
+/// source ([`connect_core`]), an early packet (flag EARLY, spec 4.2.4: it
+/// carries the initiator's own id where a CONNECT carries it as Source
+/// Connection ID) by the same hash, so it reaches its CONNECT's core,
+/// anything else by its destination id. `None` if it is too short to
+/// tell; it never panics and checks nothing else (the owning core's
+/// endpoint does).
 pub fn classify_packet(packet: &[u8], src_ip: &[u8], cores: usize) -> Option<FrameClass> {
     if packet.len() < HEADER_LEN {
         return None;
@@ -322,6 +325,12 @@ pub fn classify_packet(packet: &[u8], src_ip: &[u8], cores: usize) -> Option<Fra
         let src_conn = be32(packet, HEADER_LEN + field::connect::SRC_CONN.start)?;
         return Some(FrameClass::Connect {
             core: connect_core(src_ip, src_conn, cores),
+        });
+    }
+    if be16(packet, field::FLAGS.start)? & metaroce_core::wire::Flags::EARLY.0 != 0 {
+        let own_conn = be32(packet, field::DST_CONN.start)?;
+        return Some(FrameClass::Connect {
+            core: connect_core(src_ip, own_conn, cores),
         });
     }
     Some(FrameClass::Connection {
@@ -706,6 +715,20 @@ mod tests {
         // path reaches the same core.
         let resent = connect_frame([198, 18, 0, 1], 40999, 0xaaaa_0001);
         assert_eq!(classify(&resent, PORT, 4), FrameClass::Connect { core });
+        // An early packet (spec 4.2.4) names its sender's own id: it goes
+        // where that sender's CONNECT went, from any port (steering reads
+        // the flags and id only; the body does not matter).
+        let early = Repr {
+            header: Header {
+                flags: Flags::EARLY,
+                dst_conn: 0xaaaa_0001,
+                ..header(0xaaaa_0001)
+            },
+            body: Body::Keepalive,
+            payload_len: 0,
+        };
+        let early = frame([198, 18, 0, 1], 41234, PORT, &early);
+        assert_eq!(classify(&early, PORT, 4), FrameClass::Connect { core });
         assert_eq!(
             classify(&ack_frame(1), PORT + 1, 4),
             FrameClass::Control,

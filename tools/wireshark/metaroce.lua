@@ -4,7 +4,10 @@
 -- common header (3.2), each type's extension header (3.4-3.8), the payload,
 -- the 256-bit SACK bitvector of ACKs (3.6, bit i = PSN cumulative + 1 + i)
 -- the security extension and tag of protected packets (5.3.2; the payload
--- stays encrypted) and the CRC-32 trailer (3.9, verified). UDP port 4795 is registered; a
+-- stays encrypted), 0-RTT (4.2.4: the EARLY flag, the early proof of a
+-- CONNECT with its time as a date, early packets marked as addressed with
+-- the sender's own id and token) and the CRC-32 trailer (3.9, verified).
+-- UDP port 4795 is registered; a
 -- heuristic also claims packets on other ports (replies go to the peer's
 -- own port, and path entropy varies the source port).
 --
@@ -38,6 +41,9 @@ local VERSION = 2
 local CRC_LEN = 4
 -- A protected packet (5.3.2): 16-byte security extension and 16-byte tag.
 local FLAG_PROTECTED = 0x0008
+-- 0-RTT (4.2.4): a CONNECT's Cookie field is an early proof; a reliable
+-- packet is sent before the ACCEPT, with the sender's own id and token.
+local FLAG_EARLY = 0x0010
 local SECURITY_LEN = 16
 local TAG_LEN = 16
 
@@ -50,6 +56,15 @@ local f = {
     flag_retransmission = ProtoField.bool("metaroce.flags.retransmission", "RETRANSMISSION", 16, nil, 0x0002),
     flag_close_reply = ProtoField.bool("metaroce.flags.close_reply", "CLOSE_REPLY", 16, nil, 0x0004),
     flag_protected = ProtoField.bool("metaroce.flags.protected", "PROTECTED", 16, nil, 0x0008),
+    flag_early = ProtoField.bool("metaroce.flags.early", "EARLY", 16, nil, 0x0010),
+    -- 0-RTT (4.2.4): the early proof in a CONNECT's Cookie field, and the
+    -- mark of an early packet.
+    early_proof = ProtoField.bytes("metaroce.early.proof", "Early Proof"),
+    early_time = ProtoField.absolute_time("metaroce.early.time", "Proof Time", base.UTC),
+    early_time_ns = ProtoField.uint64("metaroce.early.time_ns", "Proof Time (ns since the Unix epoch)", base.DEC),
+    early_reserved = ProtoField.bytes("metaroce.early.reserved", "Proof Reserved (zero)"),
+    early_tag = ProtoField.bytes("metaroce.early.tag", "Proof Tag"),
+    early_data = ProtoField.bool("metaroce.early_data", "Early packet (0-RTT: sender's own id and token, 4.2.4)"),
     dst_conn = ProtoField.uint32("metaroce.dst_conn", "Destination Connection ID", base.HEX),
     token = ProtoField.uint64("metaroce.token", "Connection Token", base.HEX),
     psn = ProtoField.uint32("metaroce.psn", "PSN", base.DEC),
@@ -123,7 +138,10 @@ local e_bad_crc = ProtoExpert.new("metaroce.bad_crc", "CRC-32 trailer mismatch",
     expert.group.CHECKSUM, expert.severity.ERROR)
 local e_psn_field = ProtoExpert.new("metaroce.psn_field",
     "PSN field is not the Initial PSN (spec 3.2.4)", expert.group.PROTOCOL, expert.severity.WARN)
-metaroce.experts = { e_malformed, e_bad_crc, e_psn_field }
+local e_early_reserved = ProtoExpert.new("metaroce.early.reserved_nonzero",
+    "Early proof bytes 8-15 are not zero: no acceptor takes it (spec 4.2.4)",
+    expert.group.PROTOCOL, expert.severity.WARN)
+metaroce.experts = { e_malformed, e_bad_crc, e_psn_field, e_early_reserved }
 
 -- What the PSN field holds on types without a sequence number (3.2.4):
 -- receivers ignore it; the dissector names it.
@@ -207,7 +225,29 @@ local function dissect_ack(t, tvb, o)
     return string.format(" cum=%d sack=%d", cum, n)
 end
 
-local function dissect_ext(ty, t, tvb, o)
+-- The early proof of a CONNECT with EARLY (4.2.4): Time (8 bytes, ns
+-- since the Unix epoch), 8 zero bytes, Tag (16 bytes).
+local function dissect_proof(t, tvb, o)
+    local pt = t:add(f.early_proof, tvb(o, 32))
+    local ns = tvb(o, 8):uint64()
+    local billion = UInt64(1000000000)
+    local secs = (ns / billion):tonumber()
+    local nsecs = (ns % billion):tonumber()
+    pt:add(f.early_time, tvb(o, 8), NSTime.new(secs, nsecs))
+    pt:add(f.early_time_ns, tvb(o, 8))
+    local r = pt:add(f.early_reserved, tvb(o + 8, 8))
+    for i = 0, 7 do
+        if tvb(o + 8 + i, 1):uint() ~= 0 then
+            r:add_proto_expert_info(e_early_reserved)
+            break
+        end
+    end
+    pt:add(f.early_tag, tvb(o + 16, 16))
+    return string.format(" early proof time=%s", os.date("!%Y-%m-%dT%H:%M:%S", secs))
+        .. string.format(".%09dZ", nsecs)
+end
+
+local function dissect_ext(ty, t, tvb, o, flags)
     if ty == 0x01 or ty == 0x02 or ty == 0x06 then
         add_span(t, tvb, o)
         t:add(f.key, tvb(o + 12, 4))
@@ -256,6 +296,9 @@ local function dissect_ext(ty, t, tvb, o)
             t:add(f.rate_grant, tvb(o + 32, 4))
             local grant = tvb(o + 32, 4):uint()
             if grant ~= 0 then cookie = string.format(" grant=%d", grant) end
+        elseif band(flags, FLAG_EARLY) ~= 0 then
+            -- CONNECT with EARLY: the Cookie field is an early proof.
+            cookie = dissect_proof(t, tvb, o + 32)
         else
             t:add(f.cookie, tvb(o + 32, 32))
             for i = 0, 31 do
@@ -307,8 +350,18 @@ function metaroce.dissector(tvb, pinfo, tree)
     ft:add(f.flag_retransmission, tvb(2, 2))
     ft:add(f.flag_close_reply, tvb(2, 2))
     ft:add(f.flag_protected, tvb(2, 2))
-    t:add(f.dst_conn, tvb(4, 4))
-    t:add(f.token, tvb(8, 8))
+    ft:add(f.flag_early, tvb(2, 2))
+    local flags = tvb(2, 2):uint()
+    -- An early packet (EARLY on a type other than CONNECT) carries the
+    -- sender's own id and token (3.2.1, 4.2.4).
+    local early_data = band(flags, FLAG_EARLY) ~= 0 and ty ~= 0x20
+    local dst_item = t:add(f.dst_conn, tvb(4, 4))
+    local token_item = t:add(f.token, tvb(8, 8))
+    if early_data then
+        dst_item:append_text(" (the sender's own Source Connection ID, 4.2.4)")
+        token_item:append_text(" (the sender's own Source Token, 4.2.4)")
+        t:add(f.early_data, tvb(2, 2), true)
+    end
     local psn_item = t:add(f.psn, tvb(16, 4))
     local meaning = psn_meaning[ty]
     if meaning then
@@ -346,7 +399,10 @@ function metaroce.dissector(tvb, pinfo, tree)
     if (ty == 0x20 or ty == 0x21) and tvb(16, 4):uint() ~= tvb(HEADER_LEN + 24, 4):uint() then
         psn_item:add_proto_expert_info(e_psn_field)
     end
-    info = info .. dissect_ext(ty, t, tvb, HEADER_LEN)
+    info = info .. dissect_ext(ty, t, tvb, HEADER_LEN, flags)
+    if early_data then
+        info = info .. " [early]"
+    end
     if prot > 0 then
         local so = HEADER_LEN + el
         t:add(f.sec_key_id, tvb(so, 4))

@@ -6,7 +6,8 @@
 //! as a CONNECT without a cookie (one RETRY, nothing kept): the endpoint
 //! knows its own address and the key the CONNECT names (`early_invalid`
 //! otherwise); the proof's time is within `Config::early_window` of the
-//! wall clock (`early_stale`); the tag matches (`early_invalid`); the
+//! wall clock and not before the wall clock was first set, when the
+//! filter started (`early_stale`); the tag matches (`early_invalid`); the
 //! offer is one the acceptor meets in full (`early_refused`); the proof
 //! is not in the filter (`early_replayed`) and the filter has room for it
 //! (`early_refused`). A forged or replayed proof so costs one keyed hash
@@ -148,21 +149,26 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         c: &ConnectRepr,
     ) -> Result<Taken, Refusal> {
         let config = &self.config;
-        let (Some(local), true) = (config.local_ip, config.early_data) else {
+        // An endpoint that protects nothing would not key the connection
+        // the proof asks for (spec 4.2.4 step 1, 5.3.6).
+        let protects = config.protection.policy != crate::crypto::Policy::Off;
+        let (Some(local), true, true) = (config.local_ip, config.early_data, protects) else {
             return Err(Refusal::Invalid);
         };
         let psk = self.res.keys.psk(c.key_id).ok_or(Refusal::Invalid)?;
         let wall = self.wall_ns(now);
         let window = config.early_window.as_nanos() as u64;
         let time = proof_time(&c.cookie);
-        if wall.abs_diff(time) > window {
+        // Older than the filter (a restart emptied it): it may have been
+        // taken before.
+        if wall.abs_diff(time) > window || time < self.early_since_ns {
             return Err(Refusal::Stale);
         }
         let at = ProofAddresses {
             initiator: meta.source.ip,
             initiator_port: meta.source.port,
             acceptor: local,
-            acceptor_port: config.udp_port,
+            acceptor_port: config.connect_port.unwrap_or(config.udp_port),
         };
         if !proof_matches(psk, &at, c) {
             return Err(Refusal::Invalid);

@@ -281,6 +281,10 @@ pub struct Endpoint<B: Backing, const P: usize> {
     /// The wall clock (ns since the Unix epoch) minus `now`, for early
     /// proofs (spec 4.2.4).
     wall_offset_ns: u64,
+    /// The wall clock when it was first set: the filter of taken proofs
+    /// remembers nothing from before, so no older proof is taken (spec
+    /// 4.2.4).
+    early_since_ns: u64,
     /// The early proofs taken, so none is taken twice (spec 4.2.4).
     #[cfg(feature = "aead")]
     early_filter: early::ProofFilter,
@@ -410,6 +414,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             rx_read_depth: 0,
             rx_plain: crate::crypto::Scratch::NEW,
             wall_offset_ns: 0,
+            early_since_ns: 0,
             #[cfg(feature = "aead")]
             early_filter: early::ProofFilter::NEW,
             #[cfg(feature = "tokens")]
@@ -424,6 +429,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// hosts of one job keep their clocks within `Config::early_window`.
     pub fn set_wall_clock(&mut self, now: Instant, unix_ns: u64) {
         self.wall_offset_ns = unix_ns.wrapping_sub(now.as_nanos());
+        if self.early_since_ns == 0 {
+            self.early_since_ns = unix_ns;
+        }
     }
 
     #[cfg(feature = "aead")]

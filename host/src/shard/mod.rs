@@ -144,7 +144,14 @@ impl ShardedServer {
                 .seed
                 .map(|s| s ^ (t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let shard = Shard::nth(t as u32, threads as u32, table);
-            let mut node = Node::bind_shard(&node_config, Some(shard))?;
+            // Early proofs bind the port CONNECTs are sent to (spec
+            // 4.2.4): thread 0's, from which they are forwarded.
+            let public_port = local.port();
+            let mut node = Node::bind_with(&node_config, Some(shard), Arenas::new(), |c| {
+                if t > 0 {
+                    c.connect_port = Some(public_port);
+                }
+            })?;
             if t == 0 {
                 local = node.local_addr();
             }
