@@ -703,6 +703,10 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     let mut checks: Vec<(String, bool)> = Vec::new();
     let load = format!("Load Address: {:#x}", image.load);
     let boot_checks = |console: &str, run: &str, checks: &mut Vec<(String, bool)>| {
+        checks.push((
+            format!("{run}: the stand-in's doorbell SPI woke core 0 (virtio-serial line for GICD_SETSPI_NSR)"),
+            console.contains("METAROCE-DOORBELL-SPI woke core 0"),
+        ));
         for (name, needle) in [
             ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
             ("bootm verified the FIT's sha256", "sha256+ OK"),
@@ -874,6 +878,17 @@ fn twin_spawn(
             "memory-backend-file,id=ram,size=2G,mem-path={},share=on",
             ram.display()
         ));
+        // The doorbell line (`gic.doorbell_raise = "virtio-serial"`): the
+        // stand-in NIC writes to this socket to raise the device's SPI.
+        let bell = twin_bell(ram);
+        let _ = fs::remove_file(&bell);
+        cmd.arg("-chardev")
+            .arg(format!(
+                "socket,id=bell,path={},server=on,wait=off",
+                bell.display()
+            ))
+            .args(["-device", "virtio-serial-device"])
+            .args(["-device", "virtconsole,chardev=bell"]);
     }
     cmd.args(["-M", &machine, "-cpu", "cortex-a72", "-smp"])
         .arg(TWIN_CORES.to_string())
@@ -890,6 +905,11 @@ fn twin_spawn(
         .stderr(log);
     println!("$ {}", util::display(&cmd));
     Ok((cmd.spawn()?, log_path))
+}
+
+/// The socket of the doorbell line of the twin whose RAM is `ram`.
+fn twin_bell(ram: &Path) -> PathBuf {
+    ram.with_extension("bell")
 }
 
 /// Waits until every console shows `done` (or the timeout); kills the
@@ -1124,6 +1144,8 @@ fn twin_pair(
         .arg(format!("--loss={loss}"))
         .arg("--stop")
         .arg(&stop)
+        .arg("--bell")
+        .args(rams.iter().map(|r| twin_bell(r)))
         .stdout(fs::File::create(&nic_log)?);
     println!("$ {}", util::display(&nic));
     let mut nic = nic.spawn()?;
@@ -1173,6 +1195,7 @@ fn twin_pair(
     let _ = nic.wait();
     for ram in &rams {
         let _ = fs::remove_file(ram);
+        let _ = fs::remove_file(twin_bell(ram));
     }
     println!(
         "elba-twin: {} pair: {:.1} s from start to stop",

@@ -434,6 +434,19 @@ pub struct Interrupts {
 const GICD_TYPER: usize = 0x4;
 const GICD_TYPER_MBIS: u32 = 1 << 16;
 
+/// The doorbell SPI and its trigger: `gic.doorbell_intid`, which the NIC
+/// side raises by writing it to `GICD_SETSPI_NSR` (edge: each write makes
+/// it pending once), or in the twin (`gic.doorbell_raise =
+/// "virtio-serial"`) the SPI of the virtio-serial device its stand-in
+/// writes to (level, until acknowledged); 0: none.
+fn doorbell_spi() -> (u32, Trigger) {
+    #[cfg(feature = "elba-twin")]
+    if board::DOORBELL_VIRTIO_SERIAL {
+        return (twin::doorbell_line().unwrap_or(0), Trigger::Level);
+    }
+    (board::DOORBELL_INTID, Trigger::Edge)
+}
+
 impl Interrupts {
     /// Sets up the GICv3 (distributor, every redistributor, this core's
     /// CPU interface) with the timer PPI and the doorbell SPI enabled as
@@ -476,11 +489,11 @@ impl Interrupts {
             let _ = gic.enable_interrupt(intid, core, true);
         };
         configure(&mut gic, TIMER_INTID, Trigger::Level);
-        let doorbell =
-            (board::DOORBELL_INTID >= 32).then(|| IntId::spi(board::DOORBELL_INTID - 32));
+        let (intid, trigger) = doorbell_spi();
+        let doorbell = (intid >= 32).then(|| IntId::spi(intid - 32));
         if let Some(intid) = doorbell {
             let _ = gic.distributor().set_routing(intid, Some(boot_mpidr));
-            configure(&mut gic, intid, Trigger::Edge);
+            configure(&mut gic, intid, trigger);
         }
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
@@ -499,7 +512,7 @@ impl Interrupts {
         defmt::info!(
             "GICv3 up: redistributor {=usize}, doorbell INTID {=u32}, message-based SPIs {=bool}",
             irq.cpu,
-            board::DOORBELL_INTID,
+            intid,
             irq.message_spis
         );
         Ok(irq)
@@ -550,7 +563,13 @@ impl Interrupts {
         while let Some(intid) =
             GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
         {
-            doorbell |= Some(intid) == self.doorbell;
+            if Some(intid) == self.doorbell {
+                doorbell = true;
+                // The twin's doorbell line is level-triggered: lowered
+                // before the end of the interrupt.
+                #[cfg(feature = "elba-twin")]
+                twin::doorbell_line_ack();
+            }
             GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
         }
         doorbell
@@ -678,17 +697,23 @@ pub fn init_entropy() -> Result<(), EntropyError> {
 }
 
 /// What the twin substitutes for what QEMU `virt` cannot offer: the
-/// virtio-rng device for the SMCCC TRNG.
+/// virtio-rng device for the SMCCC TRNG, fw_cfg for the compiled-in
+/// configuration, and a virtio-serial device's SPI for the doorbell SPI
+/// the NIC side raises through `GICD_SETSPI_NSR` (QEMU's GICv3 ignores
+/// writes to that register).
 #[cfg(feature = "elba-twin")]
 pub(crate) mod twin {
     use core::cell::RefCell;
     use core::ptr::NonNull;
+    use core::sync::atomic::{AtomicBool, Ordering};
 
     use critical_section::Mutex;
     use metaroce_platform::entropy::{EntropyError, Seed};
     use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
+    use virtio_drivers::device::common::Feature;
+    use virtio_drivers::queue::VirtQueue;
     use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
-    use virtio_drivers::transport::DeviceType;
+    use virtio_drivers::transport::{DeviceType, Transport};
 
     /// QEMU `virt`'s virtio-mmio slots (in the device block of the map).
     const VIRTIO_BASE: usize = 0x0a00_0000;
@@ -705,7 +730,10 @@ pub(crate) mod twin {
 
     static RNG: Mutex<RefCell<Option<Device>>> = Mutex::new(RefCell::new(None));
 
-    pub fn init_entropy() -> Result<(), EntropyError> {
+    /// The transport of the first virtio-mmio slot holding a `kind`
+    /// device, and the slot; once per kind (the caller keeps it for the
+    /// whole run).
+    fn transport(kind: DeviceType) -> Option<(MmioTransport<'static>, usize)> {
         for slot in 0..VIRTIO_SLOTS {
             let base = VIRTIO_BASE + slot * VIRTIO_STRIDE;
             // SAFETY: every slot is a mapped virtio-mmio register block;
@@ -716,19 +744,112 @@ pub(crate) mod twin {
                     core::ptr::read_volatile((base + 8) as *const u32),
                 )
             };
-            if magic != VIRTIO_MAGIC || id != DeviceType::EntropySource as u32 {
+            if magic != VIRTIO_MAGIC || id != kind as u32 {
                 continue;
             }
-            let header = NonNull::new(base as *mut VirtIOHeader).ok_or(EntropyError::Missing)?;
-            // SAFETY: as above; this is the only transport made for this
-            // slot, kept for the whole run.
-            let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }
-                .map_err(|_| EntropyError::Failed)?;
-            let device = VirtioEntropy::new(transport)?;
-            critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
-            return Ok(());
+            let header = NonNull::new(base as *mut VirtIOHeader)?;
+            // SAFETY: as above; each caller asks for its kind once, so this
+            // is the only transport made for this slot.
+            let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }.ok()?;
+            return Some((transport, slot));
         }
-        Err(EntropyError::Missing)
+        None
+    }
+
+    pub fn init_entropy() -> Result<(), EntropyError> {
+        let (transport, _) = transport(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
+        let device = VirtioEntropy::new(transport)?;
+        critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
+        Ok(())
+    }
+
+    /// `virt` wires virtio-mmio slot `i` to SPI 16 + `i` (INTID 48 + `i`).
+    const VIRTIO_FIRST_INTID: u32 = 48;
+
+    /// The doorbell line (`gic.doorbell_raise = "virtio-serial"`): port 0
+    /// of a virtio-serial device, whose socket the stand-in NIC writes a
+    /// byte to after ringing core 0's rx doorbell word. The byte lands in
+    /// the one receive buffer posted here and the device raises its SPI
+    /// (level) until [`doorbell_line_ack`] acknowledges it and posts the
+    /// buffer again. The bytes mean nothing: the SPI is the message, as the
+    /// INTID written to `GICD_SETSPI_NSR` is on the card.
+    struct Line {
+        transport: MmioTransport<'static>,
+        rx: VirtQueue<PoolHal, 2>,
+        token: Option<u16>,
+    }
+
+    // SAFETY: the line is reached only through `LINE`, under the critical
+    // section, so by one core at a time.
+    unsafe impl Send for Line {}
+
+    static LINE: Mutex<RefCell<Option<Line>>> = Mutex::new(RefCell::new(None));
+    /// The line's receive buffer, lent to the device while posted.
+    static mut LINE_BUFFER: [u8; 64] = [0; 64];
+    static LINE_RANG: AtomicBool = AtomicBool::new(false);
+
+    impl Line {
+        /// Posts the receive buffer unless it is posted.
+        fn post(&mut self) {
+            if self.token.is_some() {
+                return;
+            }
+            // SAFETY: the buffer is a static lent to the device from here
+            // until `pop_used` below takes it back; only `LINE`'s holder,
+            // under the critical section, touches it.
+            let buffer = unsafe { &mut *core::ptr::addr_of_mut!(LINE_BUFFER) };
+            // SAFETY: as above: it stays valid and untouched until popped.
+            self.token = unsafe { self.rx.add(&[], &mut [buffer]) }.ok();
+            if self.rx.should_notify() {
+                self.transport.notify(0);
+            }
+        }
+    }
+
+    /// Sets up the doorbell line; its SPI's INTID (`None`: no
+    /// virtio-serial device, the doorbell is polled only).
+    pub fn doorbell_line() -> Option<u32> {
+        let (mut transport, slot) = transport(DeviceType::Console)?;
+        let features = transport.begin_init(Feature::VERSION_1);
+        let rx = VirtQueue::new(
+            &mut transport,
+            0,
+            false,
+            features.contains(Feature::RING_EVENT_IDX),
+        )
+        .ok()?;
+        transport.finish_init();
+        let mut line = Line {
+            transport,
+            rx,
+            token: None,
+        };
+        line.post();
+        critical_section::with(|cs| *LINE.borrow_ref_mut(cs) = Some(line));
+        Some(VIRTIO_FIRST_INTID + slot as u32)
+    }
+
+    /// Lowers the doorbell line (acknowledges the device, takes back and
+    /// posts again its buffer); the first time, says so on the console.
+    pub fn doorbell_line_ack() {
+        critical_section::with(|cs| {
+            let mut line = LINE.borrow_ref_mut(cs);
+            let Some(line) = line.as_mut() else {
+                return;
+            };
+            let _ = line.transport.ack_interrupt();
+            if let Some(token) = line.token.filter(|_| line.rx.can_pop()) {
+                // SAFETY: the buffer `post` lent with this token.
+                let buffer = unsafe { &mut *core::ptr::addr_of_mut!(LINE_BUFFER) };
+                // SAFETY: the same buffer `add` was given for `token`.
+                let _ = unsafe { line.rx.pop_used(token, &[], &mut [buffer]) };
+                line.token = None;
+            }
+            line.post();
+        });
+        if !LINE_RANG.swap(true, Ordering::Relaxed) {
+            crate::println!("METAROCE-DOORBELL-SPI woke core 0 (virtio-serial line)");
+        }
     }
 
     pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {

@@ -16,8 +16,9 @@ use crate::board;
 #[cfg(not(feature = "elba-twin"))]
 const _: () = assert!(
     !matches!(board::ENTROPY_SOURCE, crate::entropy::Source::VirtioRng)
-        && !board::NODE_CONFIG_FW_CFG,
-    "virtio-rng and fw_cfg are the twin's substitutions: build with the elba-twin feature"
+        && !board::NODE_CONFIG_FW_CFG
+        && !board::DOORBELL_VIRTIO_SERIAL,
+    "virtio-rng, fw_cfg and the virtio-serial doorbell line are the twin's substitutions: build with the elba-twin feature"
 );
 use crate::hw;
 
