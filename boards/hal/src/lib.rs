@@ -139,6 +139,14 @@ pub trait Board: 'static {
     fn write_line(args: fmt::Arguments<'_>);
     /// Ends the run with `code` (0 ok, 1 failure, 101 panic).
     fn exit(code: u32) -> !;
+    /// Writes bytes of the defmt log (the node's global logger hands over
+    /// whole rzCOBS frames, or 256-byte pieces of longer ones) to where the
+    /// board's log goes: QEMU's semihosting, the Elba's console.
+    fn log_write(bytes: &[u8]);
+    /// Stops the core when the log is entered while taken (a bug: nothing
+    /// logs from interrupt context), without the console's lock, which the
+    /// logger may hold.
+    fn log_fail() -> !;
 
     /// Ticks of the architected counter.
     fn counter() -> u64;

@@ -46,6 +46,7 @@ mod config;
 use metaroce_node_engine as engine;
 mod hostif;
 pub mod hw;
+mod logger;
 mod memcpy;
 mod multicore;
 mod node;

@@ -88,6 +88,19 @@ impl Board for PensandoElba {
         hw::exit(code)
     }
 
+    fn log_write(bytes: &[u8]) {
+        hw::with_console(|uart| {
+            // A console that times out loses log bytes, never the firmware.
+            let _ = embedded_io::Write::write_all(uart, bytes);
+        });
+    }
+
+    /// Parks the core: `exit` would print through the console's lock,
+    /// which the logger may hold.
+    fn log_fail() -> ! {
+        hw::halt()
+    }
+
     fn counter() -> u64 {
         hw::counter()
     }

@@ -9,7 +9,7 @@ use core::arch::asm;
 use core::cell::RefCell;
 use core::fmt::Write;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
@@ -241,6 +241,20 @@ pub fn semihosting_write(handle: usize, bytes: &[u8]) {
     }
     let block: [usize; 3] = [handle, bytes.as_ptr() as usize, bytes.len()];
     semihost(SYS_WRITE, block.as_ptr() as usize);
+}
+
+/// The semihosting handle of the defmt log, opened at its first frame.
+static LOG_HANDLE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Writes defmt log bytes to semihosting's standard output (the harness
+/// decodes them with the ELF).
+pub fn log_write(bytes: &[u8]) {
+    let mut handle = LOG_HANDLE.load(Ordering::Relaxed);
+    if handle == usize::MAX {
+        handle = semihosting_stdout();
+        LOG_HANDLE.store(handle, Ordering::Relaxed);
+    }
+    semihosting_write(handle, bytes);
 }
 
 static EXITING: AtomicBool = AtomicBool::new(false);

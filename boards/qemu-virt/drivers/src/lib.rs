@@ -4,7 +4,7 @@
 //! drivers behind `metaroce_board::Board` ([`QemuVirt`]). The node
 //! (`metaroce-node`) holds every role; this crate holds only what is
 //! QEMU's: the memory map and boot glue, the PL011 console, semihosting
-//! (exit status, the defmt transport), the GICv2 and generic timer, fw_cfg
+//! (exit status, the transport of the node's defmt log), the GICv2 and generic timer, fw_cfg
 //! (the node's configuration), virtio-mmio net (the NIC) and rng (the
 //! entropy source), and the ivshmem BAR of the host interface (`pci`).
 //! The cores' bring-up (PSCI `CPU_ON` by `hvc`, per-core GIC state, the
@@ -18,7 +18,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod hw;
-mod logger;
 pub mod pci;
 pub mod smp;
 
@@ -104,6 +103,17 @@ impl Board for QemuVirt {
     #[inline]
     fn exit(code: u32) -> ! {
         hw::exit(code)
+    }
+
+    #[inline]
+    fn log_write(bytes: &[u8]) {
+        hw::log_write(bytes)
+    }
+
+    /// Ends the run loudly (semihosting takes no lock).
+    #[inline]
+    fn log_fail() -> ! {
+        hw::exit(101)
     }
 
     #[inline]
