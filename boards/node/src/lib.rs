@@ -42,6 +42,7 @@
 #[cfg(feature = "bench-role")]
 mod bench;
 mod config;
+mod cores;
 /// The per-packet code, compiled in a crate of its own.
 use metaroce_node_engine as engine;
 mod hostif;

@@ -14,15 +14,13 @@
 //! at either level. PSCI calls use `smc`, as Elba's device tree says.
 //!
 //! Several cores (`cores.count` in `board.toml`): core 0 boots, sets up the
-//! GIC distributor and every redistributor (each core's timer PPI), then
-//! starts the others with PSCI `CPU_ON` through `aarch64_rt::start_core`
-//! (MMU with the same identity map, FP, vectors, then a Rust closure on
-//! the core's own stack). Each core then turns on its own GIC CPU
-//! interface (system registers) and waits on its own timer. The critical
-//! section masks the core's exceptions and takes a lock shared by every
-//! core (`metaroce_platform::spinlock::CoreLock`): atomics work because the
-//! MMU is on (normal, inner-shareable, write-back memory) before any Rust
-//! code runs on a core.
+//! GIC distributor and every redistributor (each core's timer PPI); the
+//! node then starts the others (`metaroce-node`'s `cores`: PSCI `CPU_ON`
+//! through `smc`, this board's `Board::Psci`, via
+//! `aarch64_rt::start_core`, each on its own stack of
+//! `cores.stack_pages`) and holds the multi-core critical section. Each
+//! core then turns on its own GIC CPU interface (system registers) and
+//! waits on its own timer.
 
 use core::arch::asm;
 use core::cell::RefCell;
@@ -36,17 +34,14 @@ use crate::shm::{FrameDescriptor, Notify, ShmDoorbell, ShmFrameDevice, ShmRing};
 use crate::uart16550::{Mmio, Uart16550};
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
-use aarch64_rt::Stack;
 use aarch64_rt::{exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable};
 use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
-use critical_section::{Mutex, RawRestoreState};
-use metaroce_board::StartError;
+use critical_section::Mutex;
 use metaroce_core::Instant;
 use metaroce_platform::clock::ticks_to_instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
-use metaroce_platform::spinlock::{CoreLock, Locked};
 
 /// EL1 virtual timer: PPI 11 (INTID 27), listed in Elba's timer node.
 const TIMER_INTID: IntId = IntId::ppi(11);
@@ -139,89 +134,12 @@ pub fn mpidr() -> u64 {
     mpidr & 0xff_00ff_ffff
 }
 
-// ----- critical section ------------------------------------------------
+// ----- cores -------------------------------------------------------------
 
 /// This core's number (`board_pensando_elba::cores`), or 0 for an MPIDR
 /// outside `cores.count` (which never runs firmware code).
 pub fn core_index() -> usize {
     cores::core_of_mpidr(mpidr()).unwrap_or(0)
-}
-
-/// One lock for every core; the owner id is the core's MPIDR affinity,
-/// which is unique per core and needs no table.
-static CRITICAL: CoreLock = CoreLock::new();
-/// Set in a restore state when the acquire was nested on this core.
-const NESTED: u64 = 1 << 63;
-
-struct SmpCriticalSection;
-critical_section::set_impl!(SmpCriticalSection);
-
-// SAFETY: masking every exception (DAIF) first excludes every other
-// context on this core, and `CRITICAL` excludes every other core (a core
-// holding it never waits for another); a nested acquire on the holding
-// core neither spins nor unlocks. `release` unlocks only what its
-// `acquire` locked, then restores the DAIF bits it saved.
-unsafe impl critical_section::Impl for SmpCriticalSection {
-    unsafe fn acquire() -> RawRestoreState {
-        let daif: u64;
-        // SAFETY: reading DAIF and masking exceptions has no memory effects.
-        unsafe {
-            asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
-        };
-        match CRITICAL.lock(mpidr() as usize) {
-            Locked::Outermost => daif,
-            Locked::Nested => daif | NESTED,
-        }
-    }
-
-    unsafe fn release(state: RawRestoreState) {
-        CRITICAL.unlock(if state & NESTED != 0 {
-            Locked::Nested
-        } else {
-            Locked::Outermost
-        });
-        let daif = state & !NESTED;
-        // SAFETY: restores the mask saved by `acquire`.
-        unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
-    }
-}
-
-// ----- secondary cores -------------------------------------------------
-
-/// Stacks of cores 1.. (`cores.stack_pages` each).
-static mut SECONDARY_STACKS: [Stack<{ board::SECONDARY_STACK_PAGES }>; board::CORE_COUNT - 1] =
-    [const { Stack::new() }; board::CORE_COUNT - 1];
-static STARTED: [AtomicBool; board::CORE_COUNT] =
-    [const { AtomicBool::new(false) }; board::CORE_COUNT];
-
-/// Starts core `core` (1..`cores.count`) with PSCI `CPU_ON` through `smc`,
-/// running `entry` (which must never return) on its own stack, after
-/// installing nothing more: aarch64-rt's secondary entry sets up the MMU,
-/// FP and the vectors of its exception level.
-pub fn start_secondary<F: FnOnce() + Send + 'static>(
-    core: usize,
-    entry: F,
-) -> Result<(), StartError> {
-    if core == 0 || core >= board::CORE_COUNT {
-        return Err(StartError::NoSuchCore);
-    }
-    if STARTED[core].swap(true, Ordering::AcqRel) {
-        return Err(StartError::AlreadyStarted);
-    }
-    // SAFETY: `STARTED` hands each stack out once, to its core alone; the
-    // stacks are in the image, mapped as normal memory by the identity map
-    // every core uses, with the same attributes, for the whole program.
-    let stack = unsafe { &raw mut SECONDARY_STACKS[core - 1] };
-    // SAFETY: as above; `start_core` writes the closure at the stack's end
-    // before `CPU_ON`, and the new core is its only user afterwards.
-    unsafe {
-        aarch64_rt::start_core::<smccc::Smc, F, { board::SECONDARY_STACK_PAGES }>(
-            cores::mpidr_of(core),
-            stack,
-            entry,
-        )
-    }
-    .map_err(|e| StartError::Psci(i32::try_from(i64::from(e)).unwrap_or(i32::MIN)))
 }
 
 // ----- console ---------------------------------------------------------

@@ -7,7 +7,7 @@
 //! `board.toml`, not statics of the image; the configuration is the
 //! `[node]`, `[net]` and `[cores]` sections, compiled in.
 
-use metaroce_board::{Board, Capacities, CounterDelay, StartError};
+use metaroce_board::{Board, Capacities, CounterDelay};
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::shmem::SharedMemory;
@@ -178,11 +178,12 @@ impl Board for PensandoElba {
         hw::core_index()
     }
 
-    fn start_secondary<F: FnOnce() + Send + 'static>(
-        core: usize,
-        entry: F,
-    ) -> Result<(), StartError> {
-        hw::start_secondary(core, entry)
+    /// PSCI 0.2 `method = "smc"` (elba.dtsi): the secure firmware's.
+    type Psci = smccc::Smc;
+    const SECONDARY_STACK_PAGES: usize = board::SECONDARY_STACK_PAGES;
+
+    fn mpidr_of(core: usize) -> u64 {
+        crate::cores::mpidr_of(core)
     }
 
     /// No wake-up: see [`metaroce_board::Interrupts::enable_wake`] above.
