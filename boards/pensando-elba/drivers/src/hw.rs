@@ -25,7 +25,7 @@
 use core::arch::asm;
 use core::cell::RefCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::board;
 use crate::cores;
@@ -40,7 +40,6 @@ use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
 use critical_section::Mutex;
 use metaroce_core::Instant;
-use metaroce_platform::clock::ticks_to_instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 
 /// EL1 virtual timer: PPI 11 (INTID 27), listed in Elba's timer node.
@@ -109,7 +108,7 @@ pub fn banner(x0: u64) {
         current_el(),
         mpidr(),
         x0,
-        counter_hz()
+        timer_hz()
     );
     crate::println!("metaroce: defmt frames (rzCOBS) follow on this console");
     match psci_version() {
@@ -274,55 +273,8 @@ macro_rules! println {
 
 // ----- generic timer ---------------------------------------------------
 
-static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
-
-/// Ticks per second of the generic timer's counter.
-pub fn timer_hz() -> u64 {
-    let hz = TIMER_HZ.load(Ordering::Relaxed);
-    if hz != 0 {
-        return hz;
-    }
-    let hz: u64;
-    // SAFETY: reading the counter frequency register has no side effects.
-    unsafe { asm!("mrs {}, cntfrq_el0", out(reg) hz, options(nomem, nostack)) };
-    TIMER_HZ.store(hz, Ordering::Relaxed);
-    hz
-}
-
-/// The virtual counter's ticks.
-pub fn counter() -> u64 {
-    let ticks: u64;
-    // SAFETY: the ISB orders the read after earlier instructions; reading
-    // the virtual counter has no side effects.
-    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) ticks, options(nomem, nostack)) };
-    ticks
-}
-
-/// Time since the counter started (boot ROM), from the virtual counter.
-pub fn now() -> Instant {
-    ticks_to_instant(counter(), timer_hz())
-}
-
-/// The counter frequency in Hz.
-pub fn counter_hz() -> u64 {
-    timer_hz()
-}
-
-fn arm_timer(deadline: Instant) {
-    let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
-    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
-    // SAFETY: programs the EL1 virtual timer (compare value, enabled and
-    // unmasked); no memory effects.
-    unsafe {
-        asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb",
-             in(reg) ticks, in(reg) 1u64, options(nomem, nostack));
-    }
-}
-
-fn disarm_timer() {
-    // SAFETY: disables the EL1 virtual timer; no memory effects.
-    unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) 0u64, options(nomem, nostack)) };
-}
+/// The architected timer: the clock every aarch64 board shares.
+pub use metaroce_platform::cpu::{counter, now, timer_hz};
 
 // ----- GICv3 and waiting -----------------------------------------------
 
@@ -472,11 +424,7 @@ impl Interrupts {
     /// Sleeps until an interrupt (the doorbell SPI, or anything else
     /// pending) or `deadline`; returns whether the doorbell SPI fired.
     pub fn wait_doorbell(&mut self, deadline: Instant) -> bool {
-        arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         let mut doorbell = false;
         while let Some(intid) =
             GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
@@ -521,11 +469,7 @@ impl CoreInterrupts {
 
     /// Sleeps until an interrupt or `deadline` (this core's own timer).
     pub fn wait_core(&mut self, deadline: Instant) {
-        arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         while let Some(intid) =
             GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
         {

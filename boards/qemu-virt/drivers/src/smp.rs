@@ -29,8 +29,6 @@ use core::sync::atomic::{fence, AtomicBool, Ordering};
 
 use metaroce_core::Instant;
 
-use crate::hw;
-
 /// Most cores: QEMU `virt`'s GICv2 serves up to 8.
 pub const MAX_CORES: usize = 8;
 /// Stack of each secondary core, in 4 KiB pages (its endpoint, engine,
@@ -127,11 +125,7 @@ impl CoreInterrupts {
 
     /// Sleeps until an interrupt (a wake SGI) or `deadline`.
     pub fn wait_core(&mut self, deadline: Instant) {
-        hw::arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        hw::disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         loop {
             let iar = read32(GICC_IAR);
             if iar & 0x3ff == SPURIOUS {
