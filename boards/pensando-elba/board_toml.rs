@@ -184,6 +184,10 @@ pub struct BoardConfig {
     pub gicr_size: u64,
     pub cpu_count: u64,
     pub doorbell_intid: u64,
+    /// Whether the doorbell SPI is a virtio-serial device's (the twin's
+    /// `gic.doorbell_raise`) rather than `doorbell_intid` raised through
+    /// `GICD_SETSPI_NSR`.
+    pub doorbell_virtio_serial: bool,
     pub rings: (u64, u64),
     pub rx_slots: u64,
     pub tx_slots: u64,
@@ -283,6 +287,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "gic.redistributor_size",
     "gic.cpu_count",
     "gic.doorbell_intid",
+    "gic.doorbell_raise",
     "rings.base",
     "rings.size",
     "rings.rx_slots",
@@ -317,6 +322,12 @@ pub const KNOWN_KEYS: &[&str] = &[
     "node.extra",
     "node.config_from",
 ];
+
+/// How the other side raises the doorbell SPI (`gic.doorbell_raise`): on
+/// the card the NIC side writes `gic.doorbell_intid` to `GICD_SETSPI_NSR`;
+/// QEMU's GICv3 does not implement that register (nor `GICD_TYPER.MBIS`),
+/// so the twin's stand-in raises a virtio-serial device's SPI instead.
+pub const DOORBELL_RAISES: &[&str] = &["setspi-nsr", "virtio-serial"];
 
 /// The roles `node.role` may name (the node's `role=` values).
 pub const NODE_ROLES: &[&str] = &["host", "serve", "workload"];
@@ -494,6 +505,14 @@ impl BoardConfig {
         if doorbell_intid != 0 && !(32..1020).contains(&doorbell_intid) {
             return Err("gic.doorbell_intid must be 0 or an SPI (32..1020)".into());
         }
+        let doorbell_raise = b.string("gic.doorbell_raise").map_err(|e| e.0)?;
+        if !DOORBELL_RAISES.contains(&doorbell_raise) {
+            return Err(format!(
+                "gic.doorbell_raise `{doorbell_raise}` is not one of: {}",
+                DOORBELL_RAISES.join(", ")
+            ));
+        }
+        let doorbell_virtio_serial = doorbell_raise == "virtio-serial";
         if cpu_count == 0 || cpu_count * 0x2_0000 > gicr_size {
             return Err(
                 "gic.cpu_count redistributor frames (128 KiB each) must fit gic.redistributor_size"
@@ -598,6 +617,7 @@ impl BoardConfig {
             gicr_size,
             cpu_count,
             doorbell_intid,
+            doorbell_virtio_serial,
             rings,
             rx_slots,
             tx_slots,
@@ -736,6 +756,12 @@ impl BoardConfig {
             "u32",
             self.doorbell_intid.to_string(),
             "SPI raised with a doorbell; 0: none (`gic.doorbell_intid`).",
+        );
+        c(
+            "DOORBELL_VIRTIO_SERIAL",
+            "bool",
+            self.doorbell_virtio_serial.to_string(),
+            "Whether the doorbell SPI is a virtio-serial device's, raised by the twin's stand-in, instead of `DOORBELL_INTID` through GICD_SETSPI_NSR (`gic.doorbell_raise`).",
         );
         c(
             "RINGS_BASE",
@@ -1045,6 +1071,7 @@ mod tests {
         assert!(rust.contains("pub const CORE_COUNT: usize = 16;"));
         assert!(rust.contains("pub const CORES_PER_CLUSTER: usize = 4;"));
         assert!(rust.contains("pub const CORE_RING_STRIDE: usize = 0x32000;"));
+        assert!(rust.contains("pub const DOORBELL_VIRTIO_SERIAL: bool = false;"));
         assert!(rust.contains(
             "pub const ENTROPY_SOURCE: crate::entropy::Source = crate::entropy::Source::SmcccTrng;"
         ));
@@ -1089,6 +1116,11 @@ mod tests {
                 "must differ",
             ),
             ("doorbell_intid = 96", "doorbell_intid = 27", "SPI"),
+            (
+                "doorbell_raise = \"setspi-nsr\"",
+                "doorbell_raise = \"msi\"",
+                "not one of: setspi-nsr, virtio-serial",
+            ),
             ("cpu_count = 16", "cpu_count = 17", "cpu_count"),
             ("reg_shift = 2", "reg_shift = 4", "reg_shift"),
             (

@@ -17,7 +17,8 @@
 //! host, on one core or on each of several ([`shard`]: per-core rings and
 //! the dispatcher that steers frames to the core owning their connection
 //! where the NIC cannot; [`spinlock`]: the lock of the boards' multi-core
-//! critical sections); only the trait implementations differ: in-memory ones here
+//! critical sections; `cpu`, on aarch64 firmware: the architected timer
+//! and the wait for an interrupt every board's GIC code shares); only the trait implementations differ: in-memory ones here
 //! (for host tests), virtio-net over `virtio-drivers` behind the `virtio`
 //! feature ([`virtio`]), UDP sockets in `metaroce-host`, the simulated
 //! fabric in `metaroce-sim`.
@@ -25,8 +26,8 @@
 //! It is **not** a protocol: MetaRoCE (and the RoCEv2 baseline) live in
 //! their own sans-IO crates and plug in through [`transport::Transport`];
 //! [`datagram`] is only a minimal unreliable stand-in for bring-up and
-//! tests. `no_std`, no allocation; `unsafe` only in the ring slots and the
-//! virtio DMA glue, each block with a `SAFETY:` comment.
+//! tests. `no_std`, no allocation; `unsafe` only in the ring slots, the
+//! virtio DMA glue and the system registers of `cpu`, each block with a `SAFETY:` comment.
 
 #![no_std]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -37,6 +38,8 @@ extern crate std;
 
 pub mod clock;
 pub mod control;
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub mod cpu;
 pub mod datagram;
 pub mod device;
 pub mod dma;

@@ -22,14 +22,18 @@ use std::time::{Duration, Instant};
 
 use metaroce_platform::random::{RandomSource, XorShiftRng};
 use metaroce_verbs::{
-    Access, Conn, Device, MemoryRegion, Opcode, RecvWr, Remote, SendOp, SendWr, Status,
-    WorkCompletion,
+    Access, Conn, Device, MemoryRegion, Opcode, OpenOptions, RecvWr, Remote, SendOp, SendWr,
+    Status, WorkCompletion,
 };
 
 /// What one host process does.
 #[derive(Debug, Clone)]
 pub struct HostAppOptions {
     pub shm: std::path::PathBuf,
+    /// The host interface is this window of `shm`, `(offset, length)`:
+    /// the Elba twin's `[host_interface]` in its RAM file. `None`: the
+    /// whole file (an ivshmem BAR2).
+    pub shm_window: Option<(u64, u64)>,
     pub node: u8,
     /// The receiver's address (makes this process a sender).
     pub target: Option<(u8, Ipv4Addr, u16)>,
@@ -153,7 +157,14 @@ fn wait(dev: &mut Device, deadline: Instant) -> Result<WorkCompletion, String> {
 /// Runs the process's part; prints its result line; `Ok(true)` when the
 /// integrity checks passed.
 pub fn run(o: &HostAppOptions) -> Result<bool, String> {
-    let mut dev = Device::open(&o.shm).map_err(|e| format!("open {}: {e}", o.shm.display()))?;
+    let options = OpenOptions {
+        window: o.shm_window,
+        // The DPU may still be booting: wait for it as long as for the run.
+        ready_timeout: o.timeout,
+        ..OpenOptions::default()
+    };
+    let mut dev =
+        Device::open_with(&o.shm, options).map_err(|e| format!("open {}: {e}", o.shm.display()))?;
     let info = dev.info();
     let base = dev
         .alloc(window_needed(o.size, o.count, u32::from(o.expect)), 4096)

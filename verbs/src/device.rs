@@ -26,6 +26,11 @@ pub struct OpenOptions {
     pub queue_set: Option<u32>,
     /// How long admin commands (register, connect, ...) may take.
     pub command_timeout: Duration,
+    /// Map only this window of the file, `(offset, length)` in bytes
+    /// (offset page-aligned), as the host interface: a BAR that is a
+    /// region of a larger memory, such as the Elba twin's RAM file
+    /// (`[host_interface]`). `None`: the whole file.
+    pub window: Option<(u64, u64)>,
 }
 
 impl Default for OpenOptions {
@@ -34,6 +39,7 @@ impl Default for OpenOptions {
             ready_timeout: Duration::from_secs(30),
             queue_set: None,
             command_timeout: Duration::from_secs(10),
+            window: None,
         }
     }
 }
@@ -144,7 +150,10 @@ impl Device {
 
     /// [`Device::open`] with options.
     pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Device, Error> {
-        let map = SharedFile::open(path.as_ref())?;
+        let map = match options.window {
+            Some((offset, len)) => SharedFile::open_window(path.as_ref(), offset, len)?,
+            None => SharedFile::open(path.as_ref())?,
+        };
         let shm = map.view();
         let started = Instant::now();
         let mut backoff = Backoff::default();

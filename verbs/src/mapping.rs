@@ -5,7 +5,10 @@
 //! DPU's ivshmem BAR2; the firmware sees the same bytes. On a real DPU a
 //! host driver would map the device's BAR (for example through
 //! `/sys/bus/pci/devices/.../resource2` or a VFIO region) instead; the
-//! rest of the library does not change.
+//! rest of the library does not change. A BAR may also be a window of a
+//! larger file ([`SharedFile::open_window`]): the Elba twin's host
+//! interface is a region of its RAM file (`[host_interface]` of its
+//! `board.toml`), as the card's would be a region of its DRAM behind a BAR.
 
 use std::fs::{File, OpenOptions};
 use std::num::NonZeroUsize;
@@ -50,13 +53,35 @@ impl SharedFile {
         Self::map(file)
     }
 
+    /// Maps `len` bytes of an existing file from `offset` (a multiple of
+    /// the page size), which must lie inside the file: a BAR that is a
+    /// window of a larger memory.
+    pub fn open_window(path: &Path, offset: u64, len: u64) -> std::io::Result<SharedFile> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let file_len = file.metadata()?.len();
+        if offset.checked_add(len).is_none_or(|end| end > file_len) {
+            return Err(std::io::Error::other(format!(
+                "the window {offset:#x}+{len:#x} is not inside the file ({file_len:#x} bytes)"
+            )));
+        }
+        Self::map_at(file, offset, len)
+    }
+
     fn map(file: File) -> std::io::Result<SharedFile> {
-        let len = usize::try_from(file.metadata()?.len())
+        let len = file.metadata()?.len();
+        Self::map_at(file, 0, len)
+    }
+
+    fn map_at(file: File, offset: u64, len: u64) -> std::io::Result<SharedFile> {
+        let len = usize::try_from(len)
             .ok()
             .and_then(NonZeroUsize::new)
-            .ok_or_else(|| std::io::Error::other("the shared-memory file is empty"))?;
+            .ok_or_else(|| std::io::Error::other("the shared memory is empty"))?;
+        let offset = i64::try_from(offset)
+            .map_err(|_| std::io::Error::other("the window's offset is too large"))?;
         // SAFETY: a fresh shared mapping of a file we hold open; the
-        // kernel picks the address, so nothing else is overwritten.
+        // kernel picks the address, so nothing else is overwritten (it
+        // refuses an offset that is not page-aligned).
         let base = unsafe {
             mmap(
                 None,
@@ -64,7 +89,7 @@ impl SharedFile {
                 ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
                 MapFlags::MAP_SHARED,
                 &file,
-                0,
+                offset,
             )
         }?;
         Ok(SharedFile {
@@ -100,5 +125,32 @@ impl Drop for SharedFile {
         // SAFETY: unmaps exactly the mapping `map` made; no view outlives
         // `self` (they borrow it).
         let _ = unsafe { munmap(self.base, self.len.get()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_maps_that_part_of_the_file_and_nothing_outside_it() {
+        let path = std::env::temp_dir().join(format!("metaroce-window-{}", std::process::id()));
+        let whole = SharedFile::create(&path, 3 * 4096).unwrap();
+        whole.view().store_u32(4096, 0x5a5a_0001).unwrap();
+        whole.view().store_u32(2 * 4096 - 4, 0x5a5a_0002).unwrap();
+        let window = SharedFile::open_window(&path, 4096, 4096).unwrap();
+        assert_eq!(window.len(), 4096);
+        assert_eq!(window.view().load_u32(0).unwrap(), 0x5a5a_0001);
+        assert_eq!(window.view().load_u32(4092).unwrap(), 0x5a5a_0002);
+        assert!(window.view().load_u32(4096).is_err());
+        // The host's writes through the window are the device's bytes.
+        window.view().store_u32(8, 7).unwrap();
+        assert_eq!(whole.view().load_u32(4096 + 8).unwrap(), 7);
+        // Beyond the file, or not on a page: refused.
+        assert!(SharedFile::open_window(&path, 2 * 4096, 2 * 4096).is_err());
+        assert!(SharedFile::open_window(&path, u64::MAX, 1).is_err());
+        assert!(SharedFile::open_window(&path, 100, 4096).is_err());
+        drop((window, whole));
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -658,8 +658,6 @@ const TWIN_CORES: u32 = 16;
 const TWIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 /// Frames the stand-in NIC drops between twins, in percent.
 const TWIN_LOSS: f64 = 1.0;
-/// The twin's addresses (board.toml's `[net]`), for its configuration line.
-const TWIN_NODE: &str = "node=0 ip=10.0.0.1 mac=02:4d:52:00:00:01 port=4795";
 
 /// `cargo xtask qemu --board elba-twin` and the test step `elba-twin`:
 /// the Elba image with its own drivers, configured by `elba-twin.toml`,
@@ -668,9 +666,14 @@ const TWIN_NODE: &str = "node=0 ip=10.0.0.1 mac=02:4d:52:00:00:01 port=4795";
 /// `smc`, 16 Cortex-A72 cores, virtio-rng for the TRNG), with the node's
 /// configuration line from fw_cfg:
 ///
-/// 1. one twin in the host role: the host interface of spec chapter 6
-///    formatted over `[host_interface]` (`METAROCE-HOSTIF`), then the
-///    host-interface loop (stopped there);
+/// 1. two twins in the host role, each serving the host interface of
+///    spec chapter 6 over its `[host_interface]` (`METAROCE-HOSTIF`) and
+///    driven by a host process (`metaroce-host-app`) through the host
+///    library, which maps that region of the twin's RAM file as a host
+///    maps the card's BAR: twin 0's process sends the main job's workload
+///    (WRITE, WRITE_IMM, SEND, READ, 32 x 64 KiB) to twin 1's, both check
+///    every byte; the frames between the twins' core 0 rings go through
+///    the stand-in NIC below at 1 % loss;
 /// 2. two twins in the workload role, every core of each sending to the
 ///    other and receiving (WRITE, WRITE_IMM, SEND, READ, integrity
 ///    checked), their frame rings in their RAM files, moved by
@@ -700,6 +703,10 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     let mut checks: Vec<(String, bool)> = Vec::new();
     let load = format!("Load Address: {:#x}", image.load);
     let boot_checks = |console: &str, run: &str, checks: &mut Vec<(String, bool)>| {
+        checks.push((
+            format!("{run}: the stand-in's doorbell SPI woke core 0 (virtio-serial line for GICD_SETSPI_NSR)"),
+            console.contains("METAROCE-DOORBELL-SPI woke core 0"),
+        ));
         for (name, needle) in [
             ("U-Boot fetched the FIT by TFTP", "Bytes transferred"),
             ("bootm verified the FIT's sha256", "sha256+ OK"),
@@ -716,18 +723,62 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
         ));
     };
 
-    let host = format!("{TWIN_NODE} role=host");
-    // The host role starts core 0 only; the pair below starts all 16.
-    let console = twin_boot(&uboot, &tftp, "host", &host, "METAROCE-HOSTIF")?;
-    boot_checks(&console, "host", &mut checks);
+    let cfg = twin_config()?;
+    util::run(&mut util::cargo([
+        "build",
+        "--quiet",
+        "-p",
+        "metaroce-qemu",
+        "--bin",
+        "metaroce-elba-nic",
+        "--bin",
+        "metaroce-host-app",
+    ]))?;
+
+    // 1. The main job's workload through the host library: two twins in
+    // the host role, each driven by a host process over its
+    // [host_interface].
+    let rams = pair_rams(&tftp, "host");
+    let plan = host_plan(&cfg, [&rams[0], &rams[1]]);
+    let pair = twin_pair(&uboot, &tftp, &cfg, &plan, TWIN_LOSS)?;
+    for (n, console) in pair.consoles.iter().enumerate() {
+        let run = format!("host{n}");
+        boot_checks(console, &run, &mut checks);
+        checks.push((
+            format!(
+                "{run}: the host interface formatted over [host_interface] (64 MiB, 4 queue sets)"
+            ),
+            console.contains(&format!(
+                "METAROCE-HOSTIF node={n} shm=67108864 sets=4 ip={} port=4795",
+                twin_ip(n as u8)
+            )),
+        ));
+    }
+    for (n, (out, status)) in pair.hosts.iter().enumerate() {
+        let result = out
+            .lines()
+            .find(|l| l.starts_with("METAROCE-RESULT"))
+            .unwrap_or("");
+        println!("elba-twin: host process {n}: {result}");
+        let what = if n == 0 { "sender" } else { "receiver" };
+        checks.push((
+            format!("host{n}: the host process ({what}, metaroce-verbs) checked every byte: integrity OK, status 0"),
+            result.contains(" integrity=OK") && *status == Some(0),
+        ));
+        checks.push((
+            format!("host{n}: data moved through the host interface"),
+            result.contains(&format!(" role={what} ")) && !result.contains(" bytes=0 "),
+        ));
+    }
+    print_nic(&pair.nic, "host");
     checks.push((
-        "host: the host interface formatted over [host_interface] (64 MiB, 4 queue sets)"
-            .to_string(),
-        console.contains("METAROCE-HOSTIF node=0 shm=67108864 sets=4 ip=10.0.0.1 port=4795"),
+        format!("host: the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
+        nic_dropped(&pair.nic),
     ));
 
-    let (c0, c1, nic) = twin_pair(&uboot, &tftp, TWIN_LOSS)?;
-    for (n, console) in [&c0, &c1].into_iter().enumerate() {
+    // 2. Every core of both twins: the workload role's traffic.
+    let pair = twin_pair(&uboot, &tftp, &cfg, &workload_plan(), TWIN_LOSS)?;
+    for (n, console) in pair.consoles.iter().enumerate() {
         let run = format!("twin{n}");
         boot_checks(console, &run, &mut checks);
         checks.push((
@@ -753,18 +804,10 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
             busy == TWIN_CORES as usize,
         ));
     }
-    let last = |twin: u32| {
-        nic.lines()
-            .rfind(|l| l.starts_with(&format!("ELBA-NIC twin={twin} ")))
-            .unwrap_or("")
-            .to_string()
-    };
-    for twin in 0..2 {
-        println!("elba-twin: {}", last(twin));
-    }
+    print_nic(&pair.nic, "twin");
     checks.push((
-        format!("the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
-        (0..2).any(|t| !last(t).contains(" lost=0 ") && last(t).contains(" lost=")),
+        format!("twin: the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
+        nic_dropped(&pair.nic),
     ));
 
     let mut failed = Vec::new();
@@ -793,6 +836,27 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     }
 }
 
+/// The stand-in NIC's last counter line of `twin`.
+fn nic_last(nic: &str, twin: u32) -> &str {
+    nic.lines()
+        .rfind(|l| l.starts_with(&format!("ELBA-NIC twin={twin} ")))
+        .unwrap_or("")
+}
+
+fn print_nic(nic: &str, run: &str) {
+    for twin in 0..2 {
+        println!("elba-twin: {run}: {}", nic_last(nic, twin));
+    }
+}
+
+/// Whether the stand-in NIC dropped frames of either twin.
+fn nic_dropped(nic: &str) -> bool {
+    (0..2).any(|t| {
+        let l = nic_last(nic, t);
+        l.contains(" lost=") && !l.contains(" lost=0 ")
+    })
+}
+
 /// Starts one twin with the node's configuration line `config` (and, with
 /// `ram`, its RAM in that shared file); its console goes to
 /// `console-{run}.log`.
@@ -814,6 +878,17 @@ fn twin_spawn(
             "memory-backend-file,id=ram,size=2G,mem-path={},share=on",
             ram.display()
         ));
+        // The doorbell line (`gic.doorbell_raise = "virtio-serial"`): the
+        // stand-in NIC writes to this socket to raise the device's SPI.
+        let bell = twin_bell(ram);
+        let _ = fs::remove_file(&bell);
+        cmd.arg("-chardev")
+            .arg(format!(
+                "socket,id=bell,path={},server=on,wait=off",
+                bell.display()
+            ))
+            .args(["-device", "virtio-serial-device"])
+            .args(["-device", "virtconsole,chardev=bell"]);
     }
     cmd.args(["-M", &machine, "-cpu", "cortex-a72", "-smp"])
         .arg(TWIN_CORES.to_string())
@@ -830,6 +905,11 @@ fn twin_spawn(
         .stderr(log);
     println!("$ {}", util::display(&cmd));
     Ok((cmd.spawn()?, log_path))
+}
+
+/// The socket of the doorbell line of the twin whose RAM is `ram`.
+fn twin_bell(ram: &Path) -> PathBuf {
+    ram.with_extension("bell")
 }
 
 /// Waits until every console shows `done` (or the timeout); kills the
@@ -894,26 +974,28 @@ pub fn elba_twin_step(ctx: &mut Context) -> Result<(), Error> {
     elba_twin(Some(ctx))
 }
 
-/// One boot of the twin with the node's configuration line `config`,
-/// until `done` shows on the console (or the timeout); the console.
-fn twin_boot(
-    uboot: &Path,
-    tftp: &Path,
-    run: &str,
-    config: &str,
-    done: &str,
-) -> Result<String, Error> {
-    let mut children = [twin_spawn(uboot, tftp, run, config, None)?];
-    twin_wait(&mut children, done)?;
-    Ok(String::from_utf8_lossy(&fs::read(&children[0].1)?).into_owned())
+/// What a pair of twins printed: their consoles, the stand-in NIC's
+/// output, and (host role) each host process's output and exit status.
+struct PairRun {
+    consoles: [String; 2],
+    nic: String,
+    hosts: Vec<(String, Option<i32>)>,
 }
 
-/// Two twins, 16 cores each, exchanging the workload role's traffic
-/// (WRITE, WRITE_IMM, SEND, READ from every core of each twin to the
-/// other, integrity checked) through `metaroce-elba-nic`, the host-side stand-in
-/// for the NIC pipeline, which steers each frame to its core and drops
-/// `loss` percent. Returns the two consoles and the stand-in's output.
-fn twin_pair(uboot: &Path, tftp: &Path, loss: f64) -> Result<(String, String, String), Error> {
+/// How a pair of twins runs: the node's configuration line of each twin,
+/// the cores the stand-in NIC steers to and the connection table it
+/// steers by, and (host role) the arguments of the host process driving
+/// each twin through the host library.
+struct PairPlan {
+    run: &'static str,
+    lines: [String; 2],
+    nic_cores: u64,
+    table_slots: u64,
+    hosts: Option<[Vec<String>; 2]>,
+}
+
+/// The twin's board configuration (`elba-twin.toml`), checked.
+fn twin_config() -> Result<board_toml::BoardConfig, Error> {
     let text = fs::read_to_string(
         util::project_root().join(
             ELBA_TWIN
@@ -922,74 +1004,188 @@ fn twin_pair(uboot: &Path, tftp: &Path, loss: f64) -> Result<(String, String, St
         ),
     )?;
     let toml = board_toml::BoardToml::parse(&text).map_err(|e| Error::new(e.0))?;
-    let cfg = board_toml::BoardConfig::check(&toml).map_err(|e| Error::new(e.0))?;
-    util::run(&mut util::cargo([
-        "build",
-        "--quiet",
-        "-p",
-        "metaroce-qemu",
-        "--bin",
-        "metaroce-elba-nic",
-    ]))?;
-    let mac = |n: u8| format!("02:4d:52:00:00:{:02x}", n + 1);
-    let ip = |n: u8| format!("10.0.0.{}", n + 1);
+    board_toml::BoardConfig::check(&toml).map_err(|e| Error::new(e.0))
+}
+
+/// Twin `n`'s MAC and IPv4 address.
+fn twin_mac(n: u8) -> String {
+    format!("02:4d:52:00:00:{:02x}", n + 1)
+}
+fn twin_ip(n: u8) -> String {
+    format!("10.0.0.{}", n + 1)
+}
+
+/// The first part of twin `n`'s configuration line: its addresses and its
+/// peer's (the other twin).
+fn twin_addresses(n: u8) -> String {
+    let p = 1 - n;
+    format!(
+        "node={n} ip={} mac={} peer={}/{} port=4795",
+        twin_ip(n),
+        twin_mac(n),
+        twin_ip(p),
+        twin_mac(p)
+    )
+}
+
+/// Two twins in the workload role, 16 cores each, exchanging its traffic
+/// (WRITE, WRITE_IMM, SEND, READ from every core of each twin to the
+/// other, integrity checked).
+fn workload_plan() -> PairPlan {
     let common = format!(
-        "port=4795 role=workload cores={TWIN_CORES} size=8192 count=4 depth=2 streams=1 linger_ms=500 progress_ms=1000"
+        "role=workload cores={TWIN_CORES} target=0 expect=1 size=8192 count=4 depth=2 streams=1 linger_ms=500 progress_ms=1000"
     );
-    let lines = [
-        format!(
-            "node=0 ip={} mac={} peer={}/{} target=0 expect=1 {common}",
-            ip(0),
-            mac(0),
-            ip(1),
-            mac(1)
-        ),
-        format!(
-            "node=1 ip={} mac={} peer={}/{} target=0 expect=1 {common}",
-            ip(1),
-            mac(1),
-            ip(0),
-            mac(0)
-        ),
-    ];
-    let rams = [tftp.join("twin0.ram"), tftp.join("twin1.ram")];
-    let stop = tftp.join("nic.stop");
+    PairPlan {
+        run: "twin",
+        lines: [0, 1].map(|n| format!("{} {common}", twin_addresses(n))),
+        nic_cores: u64::from(TWIN_CORES),
+        // The workload role's table: 64 slots a core.
+        table_slots: 64 * u64::from(TWIN_CORES),
+        hosts: None,
+    }
+}
+
+/// Messages of the main job's workload (`cargo xtask qemu`'s defaults:
+/// `mixed`, 32 messages of 64 KiB, 8 in flight) that the host pair runs.
+const HOST_SIZE: u32 = 65_536;
+const HOST_COUNT: u32 = 32;
+const HOST_DEPTH: u32 = 8;
+/// Guard against a hung host process.
+const HOST_TIMEOUT_S: u64 = 90;
+
+/// Two twins in the host role, each driven by a host process
+/// (`metaroce-host-app`) through the host library over the twin's
+/// `[host_interface]` in its RAM file: twin 0's process sends the main
+/// job's workload to twin 1's, which checks every byte.
+fn host_plan(cfg: &board_toml::BoardConfig, ram: [&Path; 2]) -> PairPlan {
+    let (base, len) = cfg.host_interface;
+    let offset = base - cfg.dram.0;
+    let host = |n: u8| {
+        let mut args: Vec<String> = vec![
+            "--shm".into(),
+            ram[usize::from(n)].display().to_string(),
+            format!("--shm-offset={offset:#x}"),
+            format!("--shm-len={len:#x}"),
+            format!("--node={n}"),
+            "--workload=mixed".into(),
+            format!("--size={HOST_SIZE}"),
+            format!("--count={HOST_COUNT}"),
+            format!("--depth={HOST_DEPTH}"),
+            "--seed=7".into(),
+            format!("--timeout={HOST_TIMEOUT_S}"),
+        ];
+        if n == 0 {
+            args.push(format!("--target=1/{}:4795", twin_ip(1)));
+        } else {
+            args.push("--expect=1".into());
+        }
+        args
+    };
+    PairPlan {
+        run: "host",
+        lines: [0, 1].map(|n| format!("{} role=host", twin_addresses(n))),
+        // The host role runs on core 0: every frame goes to its rings.
+        nic_cores: 1,
+        table_slots: cfg.endpoint.connections,
+        hosts: Some([host(0), host(1)]),
+    }
+}
+
+/// The RAM files of a pair's twins.
+fn pair_rams(tftp: &Path, run: &str) -> [PathBuf; 2] {
+    [0, 1].map(|n| tftp.join(format!("{run}{n}.ram")))
+}
+
+/// Two twins, their RAM in shared files, the frames between their cores
+/// moved by `metaroce-elba-nic` (the host-side stand-in for the NIC
+/// pipeline, which steers each frame to its core and drops `loss`
+/// percent); with host processes, each drives its twin through the host
+/// library and the run ends when both have ended, else when both twins
+/// print `METAROCE-EXIT`.
+fn twin_pair(
+    uboot: &Path,
+    tftp: &Path,
+    cfg: &board_toml::BoardConfig,
+    plan: &PairPlan,
+    loss: f64,
+) -> Result<PairRun, Error> {
+    let rams = pair_rams(tftp, plan.run);
+    let stop = tftp.join(format!("{}-nic.stop", plan.run));
     let _ = fs::remove_file(&stop);
     let mut children = Vec::new();
-    for (n, line) in lines.iter().enumerate() {
+    for (n, line) in plan.lines.iter().enumerate() {
         children.push(twin_spawn(
             uboot,
             tftp,
-            &format!("twin{n}"),
+            &format!("{}{n}", plan.run),
             line,
             Some(&rams[n]),
         )?);
     }
-    // QEMU creates the RAM files as it starts.
+    // QEMU creates the RAM files (2 GiB) as it starts.
     let started = std::time::Instant::now();
-    while rams.iter().any(|r| !r.exists()) && started.elapsed().as_secs() < 30 {
+    let sized = |r: &PathBuf| fs::metadata(r).is_ok_and(|m| m.len() >= 2 << 30);
+    while !rams.iter().all(sized) && started.elapsed().as_secs() < 30 {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let nic_log = tftp.join("nic.log");
+    let nic_log = tftp.join(format!("{}-nic.log", plan.run));
     let mut nic = Command::new(util::target_dir().join("debug").join("metaroce-elba-nic"));
     nic.arg("--ram")
         .args(&rams)
+        .arg(format!("--ram-base={:#x}", cfg.dram.0))
         .arg(format!("--rings-base={:#x}", cfg.rings.0))
         .arg(format!("--rx-ring={:#x}", cfg.rx_ring_offset))
         .arg(format!("--tx-ring={:#x}", cfg.tx_ring_offset))
         .arg(format!("--ring-stride={:#x}", cfg.core_ring_stride))
         .arg(format!("--rx-doorbell={:#x}", cfg.rx_doorbell_offset))
         .arg(format!("--doorbell-stride={:#x}", cfg.doorbell_stride))
-        .arg(format!("--cores={}", cfg.core_count))
-        // The workload role's table: 64 slots a core.
-        .arg(format!("--table-slots={}", 64 * cfg.core_count))
+        .arg(format!("--cores={}", plan.nic_cores))
+        .arg(format!("--table-slots={}", plan.table_slots))
         .arg(format!("--loss={loss}"))
         .arg("--stop")
         .arg(&stop)
+        .arg("--bell")
+        .args(rams.iter().map(|r| twin_bell(r)))
         .stdout(fs::File::create(&nic_log)?);
     println!("$ {}", util::display(&nic));
     let mut nic = nic.spawn()?;
-    let timed_out = twin_wait(&mut children, "METAROCE-EXIT");
+    let mut hosts = Vec::new();
+    for (n, args) in plan.hosts.iter().flatten().enumerate() {
+        let log = tftp.join(format!("{}{n}-app.log", plan.run));
+        let mut app = Command::new(util::target_dir().join("debug").join("metaroce-host-app"));
+        app.args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(fs::File::create(&log)?)
+            .stderr(fs::File::create(
+                tftp.join(format!("{}{n}-app.err", plan.run)),
+            )?);
+        println!("$ {}", util::display(&app));
+        hosts.push((app.spawn()?, log));
+    }
+    let mut statuses = vec![None; hosts.len()];
+    if !hosts.is_empty() {
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_secs(HOST_TIMEOUT_S + 30);
+        while statuses.iter().any(Option::is_none) && std::time::Instant::now() < deadline {
+            for ((app, _), status) in hosts.iter_mut().zip(statuses.iter_mut()) {
+                if status.is_none() {
+                    *status = app.try_wait()?.map(|s| s.code().unwrap_or(-1));
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        for (app, _) in &mut hosts {
+            let _ = app.kill();
+            let _ = app.wait();
+        }
+    }
+    // The host role never ends: its twins stop here, once served.
+    let done = if plan.hosts.is_some() {
+        "METAROCE-HOSTIF"
+    } else {
+        "METAROCE-EXIT"
+    };
+    let timed_out = twin_wait(&mut children, done);
     fs::write(&stop, b"")?;
     let nic_started = std::time::Instant::now();
     while nic.try_wait()?.is_none() && nic_started.elapsed().as_secs() < 5 {
@@ -999,16 +1195,26 @@ fn twin_pair(uboot: &Path, tftp: &Path, loss: f64) -> Result<(String, String, St
     let _ = nic.wait();
     for ram in &rams {
         let _ = fs::remove_file(ram);
+        let _ = fs::remove_file(twin_bell(ram));
     }
+    println!(
+        "elba-twin: {} pair: {:.1} s from start to stop",
+        plan.run,
+        started.elapsed().as_secs_f64()
+    );
     timed_out?;
     let read = |p: &Path| -> Result<String, Error> {
         Ok(String::from_utf8_lossy(&fs::read(p)?).into_owned())
     };
-    Ok((
-        read(&children[0].1)?,
-        read(&children[1].1)?,
-        read(&nic_log)?,
-    ))
+    let mut host_out = Vec::new();
+    for ((_, log), status) in hosts.iter().zip(statuses) {
+        host_out.push((read(log)?, status));
+    }
+    Ok(PairRun {
+        consoles: [read(&children[0].1)?, read(&children[1].1)?],
+        nic: read(&nic_log)?,
+        hosts: host_out,
+    })
 }
 
 /// U-Boot for QEMU's arm64 `virt` machine, from Debian's `u-boot-qemu`.

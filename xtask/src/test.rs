@@ -117,7 +117,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "elba-twin",
-        what: "the Elba image and drivers under QEMU virt standing in for it (GICv3, EL2, PSCI by smc, 16 cores, U-Boot FIT): host interface served; two twins, every core sending and receiving through a stand-in NIC (steering, 1% loss), integrity checked",
+        what: "the Elba image and drivers under QEMU virt standing in for it (GICv3, EL2, PSCI by smc, 16 cores, U-Boot FIT): two twins in the host role running the main job's workload for host processes through metaroce-verbs over their [host_interface]; two twins, every core sending and receiving; both through a stand-in NIC (steering, 1% loss, doorbell SPI), integrity checked",
         run: crate::image::elba_twin_step,
     },
     Step {

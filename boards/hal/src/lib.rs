@@ -139,6 +139,14 @@ pub trait Board: 'static {
     fn write_line(args: fmt::Arguments<'_>);
     /// Ends the run with `code` (0 ok, 1 failure, 101 panic).
     fn exit(code: u32) -> !;
+    /// Writes bytes of the defmt log (the node's global logger hands over
+    /// whole rzCOBS frames, or 256-byte pieces of longer ones) to where the
+    /// board's log goes: QEMU's semihosting, the Elba's console.
+    fn log_write(bytes: &[u8]);
+    /// Stops the core when the log is entered while taken (a bug: nothing
+    /// logs from interrupt context), without the console's lock, which the
+    /// logger may hold.
+    fn log_fail() -> !;
 
     /// Ticks of the architected counter.
     fn counter() -> u64;
@@ -180,15 +188,23 @@ pub trait Board: 'static {
     /// The shared memory of the host interface (spec chapter 6).
     fn host_interface_memory() -> Result<SharedMemory<'static>, Self::HostMemoryError>;
 
-    /// The calling core's number (0 boots).
+    /// The calling core's number (0 boots); unique per running core (the
+    /// node's multi-core critical section names its owner by it).
     fn core_id() -> usize;
-    /// Starts core `core` running `entry` on its own stack, with the MMU,
-    /// FP and exception vectors set up as on the boot core. `entry` must
-    /// never return.
-    fn start_secondary<F: FnOnce() + Send + 'static>(
-        core: usize,
-        entry: F,
-    ) -> Result<(), StartError>;
+    /// The conduit of PSCI calls: `smccc::Hvc` where the emulator itself
+    /// implements PSCI for a guest at EL1 (QEMU), `smccc::Smc` where the
+    /// secure firmware does (the Elba, and the twin at EL2). The node
+    /// starts secondary cores with `CPU_ON` through it.
+    type Psci: smccc::Call;
+    /// 4 KiB pages of each secondary core's stack (the node's statics).
+    const SECONDARY_STACK_PAGES: usize;
+    /// The MPIDR affinity fields of core `core`, `CPU_ON`'s target.
+    fn mpidr_of(core: usize) -> u64;
+    /// Runs first on a secondary core, before the node's entry: what the
+    /// runtime's secondary entry leaves to the board (QEMU: its exception
+    /// vectors). Nothing by default.
+    #[inline]
+    fn secondary_init() {}
     /// Wakes core `core` if it sleeps in [`Board::sleep`]: call after
     /// publishing work for it.
     fn wake(core: usize);

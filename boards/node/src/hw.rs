@@ -78,14 +78,7 @@ pub fn core_id() -> usize {
     ThisBoard::core_id()
 }
 
-/// Starts core `core` running `entry`, which never returns.
-#[inline]
-pub fn start_secondary<F: FnOnce() + Send + 'static>(
-    core: usize,
-    entry: F,
-) -> Result<(), StartError> {
-    ThisBoard::start_secondary(core, entry)
-}
+pub use crate::cores::start_secondary;
 
 /// Wakes core `core` if it sleeps.
 #[inline]

@@ -42,10 +42,12 @@
 #[cfg(feature = "bench-role")]
 mod bench;
 mod config;
+mod cores;
 /// The per-packet code, compiled in a crate of its own.
 use metaroce_node_engine as engine;
 mod hostif;
 pub mod hw;
+mod logger;
 mod memcpy;
 mod multicore;
 mod node;

@@ -11,11 +11,21 @@
 //! rx doorbell word of each core it fed. Frames for a core whose rx ring
 //! is full wait in a queue of that core's (up to `BACKLOG` frames, then
 //! they are dropped and counted), as a NIC's buffers would hold them, so
-//! the drops are the configured loss rather than the cores' polling. It prints its counters every
+//! the drops are the configured loss rather than the cores' polling.
+//!
+//! On the card the NIC side then writes the doorbell SPI's INTID to
+//! `GICD_SETSPI_NSR` to wake the core. QEMU's GICv3 ignores writes to that
+//! register (and a process outside QEMU cannot write the guest's MMIO), so
+//! with `--bell` this program raises the SPI of a virtio-serial device of
+//! each twin instead (`gic.doorbell_raise = "virtio-serial"`): after
+//! feeding core 0 of a twin, the one core that takes the doorbell SPI, it
+//! writes a byte to that device's socket. It prints its counters every
 //! second, and runs until the `--stop` file exists (then prints them once
 //! more and exits).
 
 use std::collections::VecDeque;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -72,6 +82,40 @@ struct Args {
     /// Stop once this file exists.
     #[arg(long)]
     stop: PathBuf,
+    /// The sockets of the twins' virtio-serial doorbell lines (QEMU
+    /// `-chardev socket,server=on`), in the order of --ram.
+    #[arg(long, num_args = 2)]
+    bell: Vec<PathBuf>,
+}
+
+/// A twin's doorbell line: the socket of its virtio-serial device, whose
+/// SPI stands in for the one `GICD_SETSPI_NSR` raises on the card.
+struct Bell {
+    path: Option<PathBuf>,
+    socket: Option<UnixStream>,
+}
+
+impl Bell {
+    /// Raises the line (one byte); whether the byte went out. Connects at
+    /// the first use; a full socket means the line is raised already.
+    fn ring(&mut self) -> bool {
+        if self.socket.is_none() {
+            let Some(path) = &self.path else {
+                return false;
+            };
+            self.socket = UnixStream::connect(path)
+                .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                .ok();
+        }
+        match self.socket.as_mut().map(|s| s.write(&[1])) {
+            Some(Ok(1)) => true,
+            Some(Err(e)) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                self.socket = None;
+                false
+            }
+            _ => false,
+        }
+    }
 }
 
 fn parse_int(s: &str) -> Result<u64, String> {
@@ -162,6 +206,7 @@ struct Twin {
     rx: Vec<Ring>,
     tx: Vec<Ring>,
     bells: Vec<u64>,
+    line: Bell,
     dispatcher: Dispatcher<AuditedShards<4096>>,
 }
 
@@ -171,6 +216,8 @@ struct Counters {
     lost: u64,
     full: u64,
     unroutable: u64,
+    /// Bytes written to the twin's doorbell line.
+    spi: u64,
     per_core: Vec<[u64; 2]>,
 }
 
@@ -186,7 +233,7 @@ fn main() -> ExitCode {
     };
     let ring_base = args.rings_base - args.ram_base;
     let mut twins = Vec::new();
-    for path in &args.ram {
+    for (n, path) in args.ram.iter().enumerate() {
         let file = match SharedFile::open(path) {
             Ok(f) => f,
             Err(e) => {
@@ -211,6 +258,10 @@ fn main() -> ExitCode {
             bells: (0..args.cores)
                 .map(|c| at(args.rx_doorbell, c, args.doorbell_stride))
                 .collect(),
+            line: Bell {
+                path: args.bell.get(n).cloned(),
+                socket: None,
+            },
             dispatcher: Dispatcher::new(AuditedShards::new(map), args.cores, args.port),
         });
     }
@@ -288,6 +339,10 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            // Core 0 takes the doorbell SPI: raise it after its doorbell.
+            if fed[0] && twin.line.ring() {
+                counters[to].spi += 1;
+            }
         }
         if Instant::now() >= next_report {
             next_report += Duration::from_secs(1);
@@ -309,11 +364,12 @@ fn report(counters: &[Counters]) {
         let tx: Vec<String> = c.per_core.iter().map(|p| p[0].to_string()).collect();
         let rx: Vec<String> = c.per_core.iter().map(|p| p[1].to_string()).collect();
         println!(
-            "ELBA-NIC twin={twin} moved={} lost={} backlog_full={} unroutable={} tx_per_core={} rx_per_core={}",
+            "ELBA-NIC twin={twin} moved={} lost={} backlog_full={} unroutable={} spi={} tx_per_core={} rx_per_core={}",
             c.moved,
             c.lost,
             c.full,
             c.unroutable,
+            c.spi,
             tx.join(","),
             rx.join(",")
         );

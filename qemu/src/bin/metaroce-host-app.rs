@@ -21,6 +21,14 @@ struct Args {
     /// The DPU's shared-memory file (its ivshmem BAR2).
     #[arg(long)]
     shm: PathBuf,
+    /// The host interface starts this many bytes into the file (a BAR that
+    /// is a region of a larger memory: the Elba twin's `[host_interface]`
+    /// in its RAM file); with --shm-len.
+    #[arg(long, value_parser = parse_int, requires = "shm_len")]
+    shm_offset: Option<u64>,
+    /// Bytes of the host interface from --shm-offset.
+    #[arg(long, value_parser = parse_int, requires = "shm_offset")]
+    shm_len: Option<u64>,
     /// This DPU's node number.
     #[arg(long)]
     node: u8,
@@ -45,6 +53,15 @@ struct Args {
     timeout: u64,
 }
 
+fn parse_int(s: &str) -> Result<u64, String> {
+    let s = s.replace('_', "");
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| e.to_string())
+}
+
 fn parse_target(s: &str) -> Option<(u8, Ipv4Addr, u16)> {
     let (node, addr) = s.split_once('/')?;
     let (ip, port) = addr.split_once(':')?;
@@ -63,6 +80,7 @@ fn main() -> ExitCode {
     };
     let opts = HostAppOptions {
         shm: a.shm,
+        shm_window: a.shm_offset.zip(a.shm_len),
         node: a.node,
         target,
         expect: a.expect,

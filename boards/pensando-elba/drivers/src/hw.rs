@@ -14,20 +14,18 @@
 //! at either level. PSCI calls use `smc`, as Elba's device tree says.
 //!
 //! Several cores (`cores.count` in `board.toml`): core 0 boots, sets up the
-//! GIC distributor and every redistributor (each core's timer PPI), then
-//! starts the others with PSCI `CPU_ON` through `aarch64_rt::start_core`
-//! (MMU with the same identity map, FP, vectors, then a Rust closure on
-//! the core's own stack). Each core then turns on its own GIC CPU
-//! interface (system registers) and waits on its own timer. The critical
-//! section masks the core's exceptions and takes a lock shared by every
-//! core (`metaroce_platform::spinlock::CoreLock`): atomics work because the
-//! MMU is on (normal, inner-shareable, write-back memory) before any Rust
-//! code runs on a core.
+//! GIC distributor and every redistributor (each core's timer PPI); the
+//! node then starts the others (`metaroce-node`'s `cores`: PSCI `CPU_ON`
+//! through `smc`, this board's `Board::Psci`, via
+//! `aarch64_rt::start_core`, each on its own stack of
+//! `cores.stack_pages`) and holds the multi-core critical section. Each
+//! core then turns on its own GIC CPU interface (system registers) and
+//! waits on its own timer.
 
 use core::arch::asm;
 use core::cell::RefCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::board;
 use crate::cores;
@@ -36,17 +34,13 @@ use crate::shm::{FrameDescriptor, Notify, ShmDoorbell, ShmFrameDevice, ShmRing};
 use crate::uart16550::{Mmio, Uart16550};
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
-use aarch64_rt::Stack;
 use aarch64_rt::{exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable};
 use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
-use critical_section::{Mutex, RawRestoreState};
-use metaroce_board::StartError;
+use critical_section::Mutex;
 use metaroce_core::Instant;
-use metaroce_platform::clock::ticks_to_instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
-use metaroce_platform::spinlock::{CoreLock, Locked};
 
 /// EL1 virtual timer: PPI 11 (INTID 27), listed in Elba's timer node.
 const TIMER_INTID: IntId = IntId::ppi(11);
@@ -114,7 +108,7 @@ pub fn banner(x0: u64) {
         current_el(),
         mpidr(),
         x0,
-        counter_hz()
+        timer_hz()
     );
     crate::println!("metaroce: defmt frames (rzCOBS) follow on this console");
     match psci_version() {
@@ -139,89 +133,12 @@ pub fn mpidr() -> u64 {
     mpidr & 0xff_00ff_ffff
 }
 
-// ----- critical section ------------------------------------------------
+// ----- cores -------------------------------------------------------------
 
 /// This core's number (`board_pensando_elba::cores`), or 0 for an MPIDR
 /// outside `cores.count` (which never runs firmware code).
 pub fn core_index() -> usize {
     cores::core_of_mpidr(mpidr()).unwrap_or(0)
-}
-
-/// One lock for every core; the owner id is the core's MPIDR affinity,
-/// which is unique per core and needs no table.
-static CRITICAL: CoreLock = CoreLock::new();
-/// Set in a restore state when the acquire was nested on this core.
-const NESTED: u64 = 1 << 63;
-
-struct SmpCriticalSection;
-critical_section::set_impl!(SmpCriticalSection);
-
-// SAFETY: masking every exception (DAIF) first excludes every other
-// context on this core, and `CRITICAL` excludes every other core (a core
-// holding it never waits for another); a nested acquire on the holding
-// core neither spins nor unlocks. `release` unlocks only what its
-// `acquire` locked, then restores the DAIF bits it saved.
-unsafe impl critical_section::Impl for SmpCriticalSection {
-    unsafe fn acquire() -> RawRestoreState {
-        let daif: u64;
-        // SAFETY: reading DAIF and masking exceptions has no memory effects.
-        unsafe {
-            asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
-        };
-        match CRITICAL.lock(mpidr() as usize) {
-            Locked::Outermost => daif,
-            Locked::Nested => daif | NESTED,
-        }
-    }
-
-    unsafe fn release(state: RawRestoreState) {
-        CRITICAL.unlock(if state & NESTED != 0 {
-            Locked::Nested
-        } else {
-            Locked::Outermost
-        });
-        let daif = state & !NESTED;
-        // SAFETY: restores the mask saved by `acquire`.
-        unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
-    }
-}
-
-// ----- secondary cores -------------------------------------------------
-
-/// Stacks of cores 1.. (`cores.stack_pages` each).
-static mut SECONDARY_STACKS: [Stack<{ board::SECONDARY_STACK_PAGES }>; board::CORE_COUNT - 1] =
-    [const { Stack::new() }; board::CORE_COUNT - 1];
-static STARTED: [AtomicBool; board::CORE_COUNT] =
-    [const { AtomicBool::new(false) }; board::CORE_COUNT];
-
-/// Starts core `core` (1..`cores.count`) with PSCI `CPU_ON` through `smc`,
-/// running `entry` (which must never return) on its own stack, after
-/// installing nothing more: aarch64-rt's secondary entry sets up the MMU,
-/// FP and the vectors of its exception level.
-pub fn start_secondary<F: FnOnce() + Send + 'static>(
-    core: usize,
-    entry: F,
-) -> Result<(), StartError> {
-    if core == 0 || core >= board::CORE_COUNT {
-        return Err(StartError::NoSuchCore);
-    }
-    if STARTED[core].swap(true, Ordering::AcqRel) {
-        return Err(StartError::AlreadyStarted);
-    }
-    // SAFETY: `STARTED` hands each stack out once, to its core alone; the
-    // stacks are in the image, mapped as normal memory by the identity map
-    // every core uses, with the same attributes, for the whole program.
-    let stack = unsafe { &raw mut SECONDARY_STACKS[core - 1] };
-    // SAFETY: as above; `start_core` writes the closure at the stack's end
-    // before `CPU_ON`, and the new core is its only user afterwards.
-    unsafe {
-        aarch64_rt::start_core::<smccc::Smc, F, { board::SECONDARY_STACK_PAGES }>(
-            cores::mpidr_of(core),
-            stack,
-            entry,
-        )
-    }
-    .map_err(|e| StartError::Psci(i32::try_from(i64::from(e)).unwrap_or(i32::MIN)))
 }
 
 // ----- console ---------------------------------------------------------
@@ -356,55 +273,8 @@ macro_rules! println {
 
 // ----- generic timer ---------------------------------------------------
 
-static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
-
-/// Ticks per second of the generic timer's counter.
-pub fn timer_hz() -> u64 {
-    let hz = TIMER_HZ.load(Ordering::Relaxed);
-    if hz != 0 {
-        return hz;
-    }
-    let hz: u64;
-    // SAFETY: reading the counter frequency register has no side effects.
-    unsafe { asm!("mrs {}, cntfrq_el0", out(reg) hz, options(nomem, nostack)) };
-    TIMER_HZ.store(hz, Ordering::Relaxed);
-    hz
-}
-
-/// The virtual counter's ticks.
-pub fn counter() -> u64 {
-    let ticks: u64;
-    // SAFETY: the ISB orders the read after earlier instructions; reading
-    // the virtual counter has no side effects.
-    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) ticks, options(nomem, nostack)) };
-    ticks
-}
-
-/// Time since the counter started (boot ROM), from the virtual counter.
-pub fn now() -> Instant {
-    ticks_to_instant(counter(), timer_hz())
-}
-
-/// The counter frequency in Hz.
-pub fn counter_hz() -> u64 {
-    timer_hz()
-}
-
-fn arm_timer(deadline: Instant) {
-    let ticks = u128::from(deadline.as_nanos()) * u128::from(timer_hz()) / 1_000_000_000;
-    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX);
-    // SAFETY: programs the EL1 virtual timer (compare value, enabled and
-    // unmasked); no memory effects.
-    unsafe {
-        asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb",
-             in(reg) ticks, in(reg) 1u64, options(nomem, nostack));
-    }
-}
-
-fn disarm_timer() {
-    // SAFETY: disables the EL1 virtual timer; no memory effects.
-    unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) 0u64, options(nomem, nostack)) };
-}
+/// The architected timer: the clock every aarch64 board shares.
+pub use metaroce_platform::cpu::{counter, now, timer_hz};
 
 // ----- GICv3 and waiting -----------------------------------------------
 
@@ -433,6 +303,19 @@ pub struct Interrupts {
 /// which is how the other side raises the doorbell SPI.
 const GICD_TYPER: usize = 0x4;
 const GICD_TYPER_MBIS: u32 = 1 << 16;
+
+/// The doorbell SPI and its trigger: `gic.doorbell_intid`, which the NIC
+/// side raises by writing it to `GICD_SETSPI_NSR` (edge: each write makes
+/// it pending once), or in the twin (`gic.doorbell_raise =
+/// "virtio-serial"`) the SPI of the virtio-serial device its stand-in
+/// writes to (level, until acknowledged); 0: none.
+fn doorbell_spi() -> (u32, Trigger) {
+    #[cfg(feature = "elba-twin")]
+    if board::DOORBELL_VIRTIO_SERIAL {
+        return (twin::doorbell_line().unwrap_or(0), Trigger::Level);
+    }
+    (board::DOORBELL_INTID, Trigger::Edge)
+}
 
 impl Interrupts {
     /// Sets up the GICv3 (distributor, every redistributor, this core's
@@ -476,11 +359,11 @@ impl Interrupts {
             let _ = gic.enable_interrupt(intid, core, true);
         };
         configure(&mut gic, TIMER_INTID, Trigger::Level);
-        let doorbell =
-            (board::DOORBELL_INTID >= 32).then(|| IntId::spi(board::DOORBELL_INTID - 32));
+        let (intid, trigger) = doorbell_spi();
+        let doorbell = (intid >= 32).then(|| IntId::spi(intid - 32));
         if let Some(intid) = doorbell {
             let _ = gic.distributor().set_routing(intid, Some(boot_mpidr));
-            configure(&mut gic, intid, Trigger::Edge);
+            configure(&mut gic, intid, trigger);
         }
         // SAFETY: masks IRQs at the CPU; no memory effects.
         unsafe { asm!("msr daifset, #2", options(nomem, nostack)) };
@@ -499,7 +382,7 @@ impl Interrupts {
         defmt::info!(
             "GICv3 up: redistributor {=usize}, doorbell INTID {=u32}, message-based SPIs {=bool}",
             irq.cpu,
-            board::DOORBELL_INTID,
+            intid,
             irq.message_spis
         );
         Ok(irq)
@@ -541,16 +424,18 @@ impl Interrupts {
     /// Sleeps until an interrupt (the doorbell SPI, or anything else
     /// pending) or `deadline`; returns whether the doorbell SPI fired.
     pub fn wait_doorbell(&mut self, deadline: Instant) -> bool {
-        arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         let mut doorbell = false;
         while let Some(intid) =
             GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
         {
-            doorbell |= Some(intid) == self.doorbell;
+            if Some(intid) == self.doorbell {
+                doorbell = true;
+                // The twin's doorbell line is level-triggered: lowered
+                // before the end of the interrupt.
+                #[cfg(feature = "elba-twin")]
+                twin::doorbell_line_ack();
+            }
             GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
         }
         doorbell
@@ -584,11 +469,7 @@ impl CoreInterrupts {
 
     /// Sleeps until an interrupt or `deadline` (this core's own timer).
     pub fn wait_core(&mut self, deadline: Instant) {
-        arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         while let Some(intid) =
             GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
         {
@@ -678,17 +559,23 @@ pub fn init_entropy() -> Result<(), EntropyError> {
 }
 
 /// What the twin substitutes for what QEMU `virt` cannot offer: the
-/// virtio-rng device for the SMCCC TRNG.
+/// virtio-rng device for the SMCCC TRNG, fw_cfg for the compiled-in
+/// configuration, and a virtio-serial device's SPI for the doorbell SPI
+/// the NIC side raises through `GICD_SETSPI_NSR` (QEMU's GICv3 ignores
+/// writes to that register).
 #[cfg(feature = "elba-twin")]
 pub(crate) mod twin {
     use core::cell::RefCell;
     use core::ptr::NonNull;
+    use core::sync::atomic::{AtomicBool, Ordering};
 
     use critical_section::Mutex;
     use metaroce_platform::entropy::{EntropyError, Seed};
     use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
+    use virtio_drivers::device::common::Feature;
+    use virtio_drivers::queue::VirtQueue;
     use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
-    use virtio_drivers::transport::DeviceType;
+    use virtio_drivers::transport::{DeviceType, Transport};
 
     /// QEMU `virt`'s virtio-mmio slots (in the device block of the map).
     const VIRTIO_BASE: usize = 0x0a00_0000;
@@ -705,7 +592,10 @@ pub(crate) mod twin {
 
     static RNG: Mutex<RefCell<Option<Device>>> = Mutex::new(RefCell::new(None));
 
-    pub fn init_entropy() -> Result<(), EntropyError> {
+    /// The transport of the first virtio-mmio slot holding a `kind`
+    /// device, and the slot; once per kind (the caller keeps it for the
+    /// whole run).
+    fn transport(kind: DeviceType) -> Option<(MmioTransport<'static>, usize)> {
         for slot in 0..VIRTIO_SLOTS {
             let base = VIRTIO_BASE + slot * VIRTIO_STRIDE;
             // SAFETY: every slot is a mapped virtio-mmio register block;
@@ -716,19 +606,112 @@ pub(crate) mod twin {
                     core::ptr::read_volatile((base + 8) as *const u32),
                 )
             };
-            if magic != VIRTIO_MAGIC || id != DeviceType::EntropySource as u32 {
+            if magic != VIRTIO_MAGIC || id != kind as u32 {
                 continue;
             }
-            let header = NonNull::new(base as *mut VirtIOHeader).ok_or(EntropyError::Missing)?;
-            // SAFETY: as above; this is the only transport made for this
-            // slot, kept for the whole run.
-            let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }
-                .map_err(|_| EntropyError::Failed)?;
-            let device = VirtioEntropy::new(transport)?;
-            critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
-            return Ok(());
+            let header = NonNull::new(base as *mut VirtIOHeader)?;
+            // SAFETY: as above; each caller asks for its kind once, so this
+            // is the only transport made for this slot.
+            let transport = unsafe { MmioTransport::new(header, VIRTIO_STRIDE) }.ok()?;
+            return Some((transport, slot));
         }
-        Err(EntropyError::Missing)
+        None
+    }
+
+    pub fn init_entropy() -> Result<(), EntropyError> {
+        let (transport, _) = transport(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
+        let device = VirtioEntropy::new(transport)?;
+        critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
+        Ok(())
+    }
+
+    /// `virt` wires virtio-mmio slot `i` to SPI 16 + `i` (INTID 48 + `i`).
+    const VIRTIO_FIRST_INTID: u32 = 48;
+
+    /// The doorbell line (`gic.doorbell_raise = "virtio-serial"`): port 0
+    /// of a virtio-serial device, whose socket the stand-in NIC writes a
+    /// byte to after ringing core 0's rx doorbell word. The byte lands in
+    /// the one receive buffer posted here and the device raises its SPI
+    /// (level) until [`doorbell_line_ack`] acknowledges it and posts the
+    /// buffer again. The bytes mean nothing: the SPI is the message, as the
+    /// INTID written to `GICD_SETSPI_NSR` is on the card.
+    struct Line {
+        transport: MmioTransport<'static>,
+        rx: VirtQueue<PoolHal, 2>,
+        token: Option<u16>,
+    }
+
+    // SAFETY: the line is reached only through `LINE`, under the critical
+    // section, so by one core at a time.
+    unsafe impl Send for Line {}
+
+    static LINE: Mutex<RefCell<Option<Line>>> = Mutex::new(RefCell::new(None));
+    /// The line's receive buffer, lent to the device while posted.
+    static mut LINE_BUFFER: [u8; 64] = [0; 64];
+    static LINE_RANG: AtomicBool = AtomicBool::new(false);
+
+    impl Line {
+        /// Posts the receive buffer unless it is posted.
+        fn post(&mut self) {
+            if self.token.is_some() {
+                return;
+            }
+            // SAFETY: the buffer is a static lent to the device from here
+            // until `pop_used` below takes it back; only `LINE`'s holder,
+            // under the critical section, touches it.
+            let buffer = unsafe { &mut *core::ptr::addr_of_mut!(LINE_BUFFER) };
+            // SAFETY: as above: it stays valid and untouched until popped.
+            self.token = unsafe { self.rx.add(&[], &mut [buffer]) }.ok();
+            if self.rx.should_notify() {
+                self.transport.notify(0);
+            }
+        }
+    }
+
+    /// Sets up the doorbell line; its SPI's INTID (`None`: no
+    /// virtio-serial device, the doorbell is polled only).
+    pub fn doorbell_line() -> Option<u32> {
+        let (mut transport, slot) = transport(DeviceType::Console)?;
+        let features = transport.begin_init(Feature::VERSION_1);
+        let rx = VirtQueue::new(
+            &mut transport,
+            0,
+            false,
+            features.contains(Feature::RING_EVENT_IDX),
+        )
+        .ok()?;
+        transport.finish_init();
+        let mut line = Line {
+            transport,
+            rx,
+            token: None,
+        };
+        line.post();
+        critical_section::with(|cs| *LINE.borrow_ref_mut(cs) = Some(line));
+        Some(VIRTIO_FIRST_INTID + slot as u32)
+    }
+
+    /// Lowers the doorbell line (acknowledges the device, takes back and
+    /// posts again its buffer); the first time, says so on the console.
+    pub fn doorbell_line_ack() {
+        critical_section::with(|cs| {
+            let mut line = LINE.borrow_ref_mut(cs);
+            let Some(line) = line.as_mut() else {
+                return;
+            };
+            let _ = line.transport.ack_interrupt();
+            if let Some(token) = line.token.filter(|_| line.rx.can_pop()) {
+                // SAFETY: the buffer `post` lent with this token.
+                let buffer = unsafe { &mut *core::ptr::addr_of_mut!(LINE_BUFFER) };
+                // SAFETY: the same buffer `add` was given for `token`.
+                let _ = unsafe { line.rx.pop_used(token, &[], &mut [buffer]) };
+                line.token = None;
+            }
+            line.post();
+        });
+        if !LINE_RANG.swap(true, Ordering::Relaxed) {
+            crate::println!("METAROCE-DOORBELL-SPI woke core 0 (virtio-serial line)");
+        }
     }
 
     pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {

@@ -13,8 +13,8 @@
 //! the endpoints' secrets from the board's entropy source ([`entropy`]).
 //! Firmware only (`aarch64-unknown-none`): `hw` (identity map, console,
 //! timer, GICv3, PSCI and the TRNG by `smc`, the cores, the critical
-//! section, the shared-memory regions of `board.toml`) and the defmt
-//! logger over the console.
+//! section, the shared-memory regions of `board.toml`); the node's defmt
+//! logger writes through the console (`Board::log_write`).
 //!
 //! `no_std`, no allocation; `unsafe` only for MMIO, system registers and
 //! shared-memory access, each block with a `SAFETY:` comment.
@@ -40,8 +40,6 @@ pub mod uart16550;
 
 #[cfg(target_os = "none")]
 pub mod hw;
-#[cfg(target_os = "none")]
-mod logger;
 #[cfg(target_os = "none")]
 mod node_board;
 

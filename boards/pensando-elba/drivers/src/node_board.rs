@@ -7,7 +7,7 @@
 //! `board.toml`, not statics of the image; the configuration is the
 //! `[node]`, `[net]` and `[cores]` sections, compiled in.
 
-use metaroce_board::{Board, Capacities, CounterDelay, StartError};
+use metaroce_board::{Board, Capacities, CounterDelay};
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::shmem::SharedMemory;
@@ -16,8 +16,9 @@ use crate::board;
 #[cfg(not(feature = "elba-twin"))]
 const _: () = assert!(
     !matches!(board::ENTROPY_SOURCE, crate::entropy::Source::VirtioRng)
-        && !board::NODE_CONFIG_FW_CFG,
-    "virtio-rng and fw_cfg are the twin's substitutions: build with the elba-twin feature"
+        && !board::NODE_CONFIG_FW_CFG
+        && !board::DOORBELL_VIRTIO_SERIAL,
+    "virtio-rng, fw_cfg and the virtio-serial doorbell line are the twin's substitutions: build with the elba-twin feature"
 );
 use crate::hw;
 
@@ -85,6 +86,19 @@ impl Board for PensandoElba {
 
     fn exit(code: u32) -> ! {
         hw::exit(code)
+    }
+
+    fn log_write(bytes: &[u8]) {
+        hw::with_console(|uart| {
+            // A console that times out loses log bytes, never the firmware.
+            let _ = embedded_io::Write::write_all(uart, bytes);
+        });
+    }
+
+    /// Parks the core: `exit` would print through the console's lock,
+    /// which the logger may hold.
+    fn log_fail() -> ! {
+        hw::halt()
     }
 
     fn counter() -> u64 {
@@ -164,11 +178,12 @@ impl Board for PensandoElba {
         hw::core_index()
     }
 
-    fn start_secondary<F: FnOnce() + Send + 'static>(
-        core: usize,
-        entry: F,
-    ) -> Result<(), StartError> {
-        hw::start_secondary(core, entry)
+    /// PSCI 0.2 `method = "smc"` (elba.dtsi): the secure firmware's.
+    type Psci = smccc::Smc;
+    const SECONDARY_STACK_PAGES: usize = board::SECONDARY_STACK_PAGES;
+
+    fn mpidr_of(core: usize) -> u64 {
+        crate::cores::mpidr_of(core)
     }
 
     /// No wake-up: see [`metaroce_board::Interrupts::enable_wake`] above.

@@ -9,7 +9,7 @@ use core::arch::asm;
 use core::cell::RefCell;
 use core::fmt::Write;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
@@ -19,7 +19,6 @@ use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use critical_section::Mutex;
 use metaroce_core::Instant;
-use metaroce_platform::clock::{instant_to_ticks, ticks_to_instant};
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
@@ -243,6 +242,20 @@ pub fn semihosting_write(handle: usize, bytes: &[u8]) {
     semihost(SYS_WRITE, block.as_ptr() as usize);
 }
 
+/// The semihosting handle of the defmt log, opened at its first frame.
+static LOG_HANDLE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Writes defmt log bytes to semihosting's standard output (the harness
+/// decodes them with the ELF).
+pub fn log_write(bytes: &[u8]) {
+    let mut handle = LOG_HANDLE.load(Ordering::Relaxed);
+    if handle == usize::MAX {
+        handle = semihosting_stdout();
+        LOG_HANDLE.store(handle, Ordering::Relaxed);
+    }
+    semihosting_write(handle, bytes);
+}
+
 static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// Ends the run: QEMU exits with `code` (semihosting), or, should that
@@ -261,51 +274,8 @@ pub fn exit(code: u32) -> ! {
 
 // ----- generic timer ---------------------------------------------------
 
-static TIMER_HZ: AtomicU64 = AtomicU64::new(0);
-
-/// Ticks per second of the generic timer's counter.
-pub fn timer_hz() -> u64 {
-    let hz = TIMER_HZ.load(Ordering::Relaxed);
-    if hz != 0 {
-        return hz;
-    }
-    let hz: u64;
-    // SAFETY: reading the counter frequency register has no side effects.
-    unsafe { asm!("mrs {}, cntfrq_el0", out(reg) hz, options(nomem, nostack)) };
-    TIMER_HZ.store(hz, Ordering::Relaxed);
-    hz
-}
-
-/// The virtual counter's ticks (see [`timer_hz`] for their rate).
-pub fn counter() -> u64 {
-    let ticks: u64;
-    // SAFETY: the ISB orders the read after earlier instructions; reading
-    // the virtual counter has no side effects.
-    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) ticks, options(nomem, nostack)) };
-    ticks
-}
-
-/// Time since boot from the virtual counter.
-pub fn now() -> Instant {
-    ticks_to_instant(counter(), timer_hz())
-}
-
-/// Arms this core's EL1 virtual timer (banked per core) for `deadline`.
-pub fn arm_timer(deadline: Instant) {
-    let ticks = instant_to_ticks(deadline, timer_hz());
-    // SAFETY: programs the EL1 virtual timer (compare value, enabled and
-    // unmasked); no memory effects.
-    unsafe {
-        asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb",
-             in(reg) ticks, in(reg) 1u64, options(nomem, nostack));
-    }
-}
-
-/// Disarms this core's EL1 virtual timer.
-pub fn disarm_timer() {
-    // SAFETY: disables the EL1 virtual timer; no memory effects.
-    unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) 0u64, options(nomem, nostack)) };
-}
+/// The architected timer: the clock every aarch64 board shares.
+pub use metaroce_platform::cpu::{counter, now, timer_hz};
 
 // ----- GIC and waiting -------------------------------------------------
 
@@ -365,11 +335,7 @@ impl Interrupts {
     /// Sleeps until an interrupt or `deadline`; `on_net` runs (to
     /// acknowledge the device) if the network interrupt fired.
     pub fn wait_net(&mut self, deadline: Instant, on_net: &mut dyn FnMut()) {
-        arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         while let Some(intid) = self
             .gic
             .get_and_acknowledge_interrupt(InterruptGroup::Group0)

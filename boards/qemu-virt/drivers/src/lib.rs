@@ -4,11 +4,12 @@
 //! drivers behind `metaroce_board::Board` ([`QemuVirt`]). The node
 //! (`metaroce-node`) holds every role; this crate holds only what is
 //! QEMU's: the memory map and boot glue, the PL011 console, semihosting
-//! (exit status, the defmt transport), the GICv2 and generic timer, fw_cfg
+//! (exit status, the transport of the node's defmt log), the GICv2 and generic timer, fw_cfg
 //! (the node's configuration), virtio-mmio net (the NIC) and rng (the
 //! entropy source), and the ivshmem BAR of the host interface (`pci`).
-//! The cores' bring-up (PSCI `CPU_ON` by `hvc`, per-core GIC state, the
-//! multi-core critical section) is in `smp`.
+//! What is QEMU's in the cores' bring-up (the PSCI conduit `hvc`, MPIDRs,
+//! per-core GIC state, waking a core) is in `smp`; starting them and the
+//! multi-core critical section are the node's (`metaroce-node`, `cores`).
 //!
 //! Every `unsafe` of the image is in this crate, each block with a
 //! `SAFETY:` comment.
@@ -18,11 +19,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod hw;
-mod logger;
 pub mod pci;
 pub mod smp;
 
-use metaroce_board::{Board, Capacities, CounterDelay, StartError};
+use metaroce_board::{Board, Capacities, CounterDelay};
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::shmem::SharedMemory;
@@ -104,6 +104,17 @@ impl Board for QemuVirt {
     #[inline]
     fn exit(code: u32) -> ! {
         hw::exit(code)
+    }
+
+    #[inline]
+    fn log_write(bytes: &[u8]) {
+        hw::log_write(bytes)
+    }
+
+    /// Ends the run loudly (semihosting takes no lock).
+    #[inline]
+    fn log_fail() -> ! {
+        hw::exit(101)
     }
 
     #[inline]
@@ -189,12 +200,20 @@ impl Board for QemuVirt {
         smp::core_id()
     }
 
+    /// QEMU implements PSCI itself for a guest at EL1: `hvc`.
+    type Psci = smccc::Hvc;
+    const SECONDARY_STACK_PAGES: usize = smp::SECONDARY_STACK_PAGES;
+
     #[inline]
-    fn start_secondary<F: FnOnce() + Send + 'static>(
-        core: usize,
-        entry: F,
-    ) -> Result<(), StartError> {
-        smp::start_secondary(core, entry)
+    fn mpidr_of(core: usize) -> u64 {
+        smp::mpidr_of(core)
+    }
+
+    /// aarch64-rt's secondary entry installs no vectors here (its
+    /// `exceptions` feature is off): the board's own table.
+    #[inline]
+    fn secondary_init() {
+        hw::install_vectors()
     }
 
     #[inline]

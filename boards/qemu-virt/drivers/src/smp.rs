@@ -1,8 +1,8 @@
-//! Several cores on QEMU `virt`: which core this is (MPIDR_EL1), starting
-//! the secondaries with PSCI `CPU_ON`, their stacks, the multi-core
-//! critical section, each core's GIC CPU interface and timer interrupt,
-//! and waking a core with a software-generated interrupt. Every `unsafe`
-//! about more than one core is here (the rest is in `hw`).
+//! Several cores on QEMU `virt`: which core this is (MPIDR_EL1), each
+//! core's MPIDR and stack size for the node's `CPU_ON` (the node starts
+//! the secondaries and holds the multi-core critical section:
+//! `metaroce-node`'s `cores`), each core's GIC CPU interface and timer
+//! interrupt, and waking a core with a software-generated interrupt.
 //!
 //! The interrupt controller is QEMU `virt`'s default **GICv2** (distributor
 //! at 0x0800_0000, CPU interface at 0x0801_0000, up to 8 cores). In a
@@ -15,8 +15,9 @@
 //! distributor (enable, the virtio SPI, routed to core 0 with
 //! ITARGETSR, which matters once there is more than one core).
 //!
-//! Secondaries start through `aarch64_rt::start_core`: PSCI `CPU_ON` (by
-//! `hvc`: QEMU implements PSCI itself for a guest loaded at EL1) into
+//! Secondaries start through `aarch64_rt::start_core` (in the node):
+//! PSCI `CPU_ON` (by `hvc`: QEMU implements PSCI itself for a guest loaded
+//! at EL1, `Board::Psci`) into
 //! aarch64-rt's secondary entry, which turns on the MMU with the same
 //! identity map, enables FP, installs the exception vectors and jumps to
 //! a Rust closure on the core's own stack. The MMU must be on before
@@ -26,19 +27,13 @@
 use core::arch::asm;
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 
-use aarch64_rt::Stack;
-use critical_section::RawRestoreState;
-use metaroce_board::StartError;
 use metaroce_core::Instant;
-use metaroce_platform::spinlock::{CoreLock, Locked};
-
-use crate::hw;
 
 /// Most cores: QEMU `virt`'s GICv2 serves up to 8.
 pub const MAX_CORES: usize = 8;
 /// Stack of each secondary core, in 4 KiB pages (its endpoint, engine,
 /// host queues and workload live on it).
-const SECONDARY_STACK_PAGES: usize = 256;
+pub const SECONDARY_STACK_PAGES: usize = 256;
 /// The SGI that wakes a core from `wfi`.
 const WAKE_SGI: u32 = 1;
 
@@ -70,92 +65,8 @@ pub fn core_id() -> usize {
 }
 
 /// The MPIDR affinity value of core `core` (for PSCI `CPU_ON`).
-fn mpidr_of(core: usize) -> u64 {
+pub fn mpidr_of(core: usize) -> u64 {
     (((core / 8) as u64) << 8) | (core % 8) as u64
-}
-
-// ----- critical section ------------------------------------------------
-
-/// One lock for every core: `critical_section::with` masks this core's
-/// exceptions (DAIF) and takes it.
-static CRITICAL: CoreLock = CoreLock::new();
-/// Set in a restore state when the acquire was nested on this core.
-const NESTED: u64 = 1 << 63;
-
-struct SmpCriticalSection;
-critical_section::set_impl!(SmpCriticalSection);
-
-// SAFETY: masking every exception (DAIF) first excludes every other
-// context on this core, and `CRITICAL` excludes every other core (a core
-// holding it never waits for another); a nested acquire on the holding
-// core neither spins nor unlocks. `release` unlocks only what its
-// `acquire` locked, then restores the DAIF bits it saved.
-unsafe impl critical_section::Impl for SmpCriticalSection {
-    unsafe fn acquire() -> RawRestoreState {
-        let daif: u64;
-        // SAFETY: reading DAIF and masking exceptions has no memory effects.
-        unsafe {
-            asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif, options(nomem, nostack))
-        };
-        match CRITICAL.lock(core_id()) {
-            Locked::Outermost => daif,
-            Locked::Nested => daif | NESTED,
-        }
-    }
-
-    unsafe fn release(state: RawRestoreState) {
-        CRITICAL.unlock(if state & NESTED != 0 {
-            Locked::Nested
-        } else {
-            Locked::Outermost
-        });
-        let daif = state & !NESTED;
-        // SAFETY: restores the mask saved by `acquire`.
-        unsafe { asm!("msr daif, {}", in(reg) daif, options(nomem, nostack)) };
-    }
-}
-
-// ----- starting secondaries --------------------------------------------
-
-static mut SECONDARY_STACKS: [Stack<SECONDARY_STACK_PAGES>; MAX_CORES - 1] =
-    [const { Stack::new() }; MAX_CORES - 1];
-static STARTED: [AtomicBool; MAX_CORES] = [const { AtomicBool::new(false) }; MAX_CORES];
-
-/// Starts core `core` (1..MAX_CORES) running `entry` on its own stack,
-/// with the MMU, FP and exception vectors set up as on the boot core.
-/// `entry` must never return.
-pub fn start_secondary<F: FnOnce() + Send + 'static>(
-    core: usize,
-    entry: F,
-) -> Result<(), StartError> {
-    if core == 0 || core >= MAX_CORES {
-        return Err(StartError::NoSuchCore);
-    }
-    if STARTED[core].swap(true, Ordering::AcqRel) {
-        return Err(StartError::AlreadyStarted);
-    }
-    // SAFETY: `STARTED` hands each secondary's stack out once, to that core
-    // alone; the stacks are in the image (mapped as normal memory by the
-    // initial page table every core uses, with the same attributes), and
-    // live for the whole program.
-    let stack = unsafe { &raw mut SECONDARY_STACKS[core - 1] };
-    // SAFETY: as above; `start_core` writes the closure at the stack's end
-    // before `CPU_ON`, and the new core is the only user afterwards.
-    unsafe {
-        aarch64_rt::start_core::<smccc::Hvc, _, SECONDARY_STACK_PAGES>(
-            mpidr_of(core),
-            stack,
-            move || {
-                hw::install_vectors();
-                entry()
-            },
-        )
-    }
-    .map_err(|e| StartError::Psci(psci_code(e)))
-}
-
-fn psci_code(e: smccc::psci::Error) -> i32 {
-    i32::try_from(i64::from(e)).unwrap_or(i32::MIN)
 }
 
 // ----- per-core interrupts ---------------------------------------------
@@ -214,11 +125,7 @@ impl CoreInterrupts {
 
     /// Sleeps until an interrupt (a wake SGI) or `deadline`.
     pub fn wait_core(&mut self, deadline: Instant) {
-        hw::arm_timer(deadline);
-        // SAFETY: waits for an interrupt; IRQs are masked, so none is taken
-        // (a pending one still ends the wait).
-        unsafe { asm!("dsb sy", "wfi", options(nomem, nostack)) };
-        hw::disarm_timer();
+        metaroce_platform::cpu::wait_for_interrupt(deadline);
         loop {
             let iar = read32(GICC_IAR);
             if iar & 0x3ff == SPURIOUS {

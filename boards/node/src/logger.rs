@@ -1,22 +1,25 @@
-//! The defmt global logger: frames are rzCOBS-encoded by `defmt::Encoder`,
-//! buffered per frame and written through semihosting to QEMU's standard
-//! output (the harness decodes it with the ELF). Timestamps are
-//! microseconds since boot from the generic timer, followed by the core
-//! that logged (`c0`, `c1`, ...). A frame is written whole inside the
-//! critical section, which on several cores is a lock they share, so
-//! frames from different cores never interleave.
+//! The defmt global logger of every board: frames are rzCOBS-encoded by
+//! `defmt::Encoder`, gathered in a 256-byte buffer and handed to the
+//! board ([`Board::log_write`](metaroce_board::Board::log_write): QEMU's
+//! semihosting, which the harness decodes with the ELF; the Elba's
+//! console, where `defmt-print -e` decodes them and skips the text lines
+//! between frames). Timestamps are microseconds of the generic timer, then
+//! the core that logged (`c0`, `c1`, ...). A frame is written whole inside
+//! the critical section, which with several cores is a lock they share, so
+//! frames of different cores never interleave.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use critical_section::RestoreState;
+use metaroce_board::Board;
 
-use crate::hw;
+use crate::hw::{self, ThisBoard};
 
 defmt::timestamp!(
     "{=u64:us} c{=u8}",
     hw::now().as_nanos() / 1_000,
-    crate::smp::core_id() as u8
+    hw::core_id() as u8
 );
 
 #[defmt::global_logger]
@@ -40,28 +43,12 @@ struct Shared(UnsafeCell<State>);
 unsafe impl Sync for Shared {}
 
 static TAKEN: AtomicBool = AtomicBool::new(false);
-static HANDLE: AtomicUsize = AtomicUsize::new(usize::MAX);
 static STATE: Shared = Shared(UnsafeCell::new(State {
     restore: RestoreState::invalid(),
     encoder: defmt::Encoder::new(),
     buf: [0; 256],
     len: 0,
 }));
-
-fn handle() -> usize {
-    let h = HANDLE.load(Ordering::Relaxed);
-    if h != usize::MAX {
-        return h;
-    }
-    let h = hw::semihosting_stdout();
-    HANDLE.store(h, Ordering::Relaxed);
-    h
-}
-
-fn flush(state: &mut State) {
-    hw::semihosting_write(handle(), &state.buf[..state.len]);
-    state.len = 0;
-}
 
 /// # Safety
 /// Only between `acquire` and `release` (the logger is taken).
@@ -79,8 +66,8 @@ unsafe impl defmt::Logger for Logger {
         let restore = unsafe { critical_section::acquire() };
         if TAKEN.swap(true, Ordering::Acquire) {
             // Re-entered (nothing logs from interrupt context, and the panic
-            // handler does not use defmt): a bug, end the run loudly.
-            hw::exit(101);
+            // handler does not use defmt): a bug, stop loudly.
+            ThisBoard::log_fail();
         }
         // SAFETY: we hold the logger inside the critical section.
         let st = unsafe { state() };
@@ -104,7 +91,8 @@ unsafe impl defmt::Logger for Logger {
             let mut tmp = StateWriter { buf, len };
             encoder.end_frame(|b| tmp.push(b));
         }
-        flush(st);
+        ThisBoard::log_write(&st.buf[..st.len]);
+        st.len = 0;
         let restore = st.restore;
         TAKEN.store(false, Ordering::Release);
         // SAFETY: leaves the critical section `acquire` entered.
@@ -132,7 +120,7 @@ impl StateWriter<'_> {
     fn push(&mut self, bytes: &[u8]) {
         for &b in bytes {
             if *self.len == self.buf.len() {
-                hw::semihosting_write(handle(), &self.buf[..]);
+                ThisBoard::log_write(&self.buf[..]);
                 *self.len = 0;
             }
             self.buf[*self.len] = b;
