@@ -23,9 +23,9 @@
 //! fabric in `metaroce-sim`.
 //!
 //! It is **not** a protocol: MetaRoCE (and the RoCEv2 baseline) live in
-//! their own sans-IO crates and plug in through [`transport::Transport`];
-//! [`datagram`] is only a minimal unreliable stand-in for bring-up and
-//! tests. `no_std`, no allocation; `unsafe` only in the ring slots and the
+//! their own sans-IO crates and plug in through [`transport::Transport`]
+//! (the engine loop's own tests carry a minimal unreliable stand-in).
+//! `no_std`, no allocation; `unsafe` only in the ring slots and the
 //! virtio DMA glue, each block with a `SAFETY:` comment.
 
 #![no_std]
@@ -37,7 +37,6 @@ extern crate std;
 
 pub mod clock;
 pub mod control;
-pub mod datagram;
 pub mod device;
 pub mod dma;
 pub mod doorbell;

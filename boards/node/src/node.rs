@@ -71,6 +71,23 @@ fn take_statics() -> Option<(&'static mut hw::NetBuffers, &'static mut [u8])> {
     })
 }
 
+/// A role's engine loop at this node's addresses, reseeding its endpoint
+/// from the board's entropy source, with `peers` and the gateway as
+/// static neighbours (no ARP round trip before the first packets): one
+/// copy of the set-up for every role and core.
+#[inline(never)]
+pub(crate) fn new_engine(cfg: &NodeConfig, peers: &[crate::config::Peer]) -> Engine {
+    let mut engine = Engine::new(NetConfig {
+        mac: EthernetAddress(cfg.mac),
+        ip: cfg.ip,
+    });
+    engine.set_entropy_source(hw::entropy);
+    for peer in peers.iter().chain(cfg.gateway.as_ref()) {
+        engine.add_static_neighbor(peer.ip, EthernetAddress(peer.mac));
+    }
+    engine
+}
+
 /// Fresh host queues between a role's task (or the host interface) and
 /// its engine: one copy of their initialisation for every role.
 #[inline(never)]
@@ -150,14 +167,7 @@ pub fn main() -> ! {
     if cfg.role == Role::Workload {
         crate::multicore::run(&cfg, net, irq, host_memory)
     }
-    let mut engine = Engine::new(NetConfig {
-        mac: EthernetAddress(cfg.mac),
-        ip: cfg.ip,
-    });
-    engine.set_entropy_source(hw::entropy);
-    if let Some(gateway) = cfg.gateway {
-        engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
-    }
+    let engine = new_engine(&cfg, &[]);
     let window = HostWindow::new(HOST_BASE, host_memory);
     // The endpoint's secrets (tokens, ids, PSNs, keys) from the device;
     // `seed=` drives only the workload's data patterns.
