@@ -11,9 +11,11 @@
 //! its shared-memory form for host processes outside the firmware
 //! ([`hostif`] over [`shmem`], the byte layout of `metaroce-abi`), with
 //! every control operation behind one trait ([`control::HostControl`]);
-//! and the one engine loop ([`engine`]) that drives a
-//! [`transport::Transport`] through them, answering ARP and ICMP echo on
-//! the way ([`net`]). The same loop runs on the DPU, under QEMU and on a
+//! and the one engine loop ([`engine`]: a network interface, a host-queue
+//! pump and one receive/transmit driver over frames or datagrams) that
+//! drives a [`transport::Transport`] through them, answering ARP and ICMP
+//! echo on the way ([`net`]), with [`probe`]s of its per-packet path's
+//! shape for tests. The same loop runs on the DPU, under QEMU and on a
 //! host, on one core or on each of several ([`shard`]: per-core rings and
 //! the dispatcher that steers frames to the core owning their connection
 //! where the NIC cannot; [`spinlock`]: the lock of the boards' multi-core
@@ -47,6 +49,7 @@ pub mod hostif;
 pub mod link;
 pub mod metaroce;
 pub mod net;
+pub mod probe;
 pub mod random;
 pub mod ring;
 pub mod shard;

@@ -22,10 +22,10 @@
 //! wire connection id carries its table slot in its low `index_bits` bits
 //! and the table is split into `cores` contiguous shards of `shard_size`
 //! slots, so the owner is `index / shard_size` ([`ShardMap`]): no lookup,
-//! no shared state. Until every core's endpoint hands out such ids,
-//! [`LearnedOwners`] learns each id from the CONNECT or ACCEPT that
-//! announces it (the dispatcher sees every frame a core sends, before it
-//! reaches the wire, so it knows the owner before any reply can arrive).
+//! no shared state. An owner that learns instead ([`ConnOwner::LEARNS`])
+//! is told each id from the CONNECT or ACCEPT that announces it (the
+//! dispatcher sees every frame a core sends, before it reaches the wire,
+//! so it knows the owner before any reply can arrive).
 //!
 //! **CONNECT** (destination id 0) goes to the core chosen by a hash of the
 //! source IP address and the CONNECT's source connection id
@@ -125,102 +125,6 @@ impl ShardMap {
 impl ConnOwner for ShardMap {
     fn owner_of(&self, dst_conn: u32) -> Option<usize> {
         self.owner(dst_conn)
-    }
-}
-
-/// Ownership learned from the handshakes the cores send: for endpoints
-/// whose ids do not name their core (one independent endpoint per core).
-/// Holds up to `N` ids (a power of two); an id announced again by another
-/// core moves to it (a reused id) and is counted as a conflict.
-#[derive(Debug, Default)]
-pub struct LearnedOwners<const N: usize> {
-    owners: heapless::index_map::FnvIndexMap<u32, u8, N>,
-    /// Ids not learned because the table was full.
-    pub full: u64,
-    /// Ids announced by a second core.
-    pub conflicts: u64,
-}
-
-impl<const N: usize> LearnedOwners<N> {
-    pub fn new() -> Self {
-        LearnedOwners {
-            owners: heapless::index_map::FnvIndexMap::new(),
-            full: 0,
-            conflicts: 0,
-        }
-    }
-
-    /// Every learned `(id, core)`.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
-        self.owners
-            .iter()
-            .map(|(&id, &core)| (id, usize::from(core)))
-    }
-}
-
-impl<const N: usize> ConnOwner for LearnedOwners<N> {
-    const LEARNS: bool = true;
-
-    fn owner_of(&self, dst_conn: u32) -> Option<usize> {
-        self.owners.get(&dst_conn).map(|&c| usize::from(c))
-    }
-
-    fn learn(&mut self, src_conn: u32, core: usize) {
-        let Ok(core) = u8::try_from(core) else { return };
-        match self.owners.get_mut(&src_conn) {
-            Some(known) if *known == core => {}
-            Some(known) => {
-                *known = core;
-                self.conflicts += 1;
-            }
-            None => {
-                if self.owners.insert(src_conn, core).is_err() {
-                    self.full += 1;
-                }
-            }
-        }
-    }
-}
-
-/// Ownership by the sharded table's ids ([`ShardMap`]), with every id the
-/// cores announce checked against it: a core that announces an id its
-/// shard does not own, or two cores announcing one id, is a conflict. The
-/// learned ids also say which connections each core served.
-#[derive(Debug)]
-pub struct AuditedShards<const N: usize> {
-    pub map: ShardMap,
-    pub learned: LearnedOwners<N>,
-    /// Ids announced by a core that does not own them.
-    pub misplaced: u64,
-}
-
-impl<const N: usize> AuditedShards<N> {
-    pub fn new(map: ShardMap) -> Self {
-        AuditedShards {
-            map,
-            learned: LearnedOwners::new(),
-            misplaced: 0,
-        }
-    }
-
-    /// Conflicts of any kind.
-    pub fn conflicts(&self) -> u64 {
-        self.misplaced + self.learned.conflicts
-    }
-}
-
-impl<const N: usize> ConnOwner for AuditedShards<N> {
-    const LEARNS: bool = true;
-
-    fn owner_of(&self, dst_conn: u32) -> Option<usize> {
-        self.map.owner(dst_conn)
-    }
-
-    fn learn(&mut self, src_conn: u32, core: usize) {
-        if self.map.owner(src_conn) != Some(core) {
-            self.misplaced += 1;
-        }
-        self.learned.learn(src_conn, core);
     }
 }
 
@@ -562,6 +466,60 @@ mod tests {
     };
     use smoltcp::wire::{EthernetAddress, Ipv4Address};
     use std::vec::Vec;
+
+    /// Ownership learned from the handshakes the cores send (for endpoints
+    /// whose ids do not name their core): the dispatcher's learning path.
+    /// Holds up to `N` ids (a power of two); an id announced again by another
+    /// core moves to it (a reused id) and is counted as a conflict.
+    #[derive(Debug, Default)]
+    struct LearnedOwners<const N: usize> {
+        owners: heapless::index_map::FnvIndexMap<u32, u8, N>,
+        /// Ids not learned because the table was full.
+        full: u64,
+        /// Ids announced by a second core.
+        conflicts: u64,
+    }
+
+    impl<const N: usize> LearnedOwners<N> {
+        fn new() -> Self {
+            LearnedOwners {
+                owners: heapless::index_map::FnvIndexMap::new(),
+                full: 0,
+                conflicts: 0,
+            }
+        }
+
+        /// Every learned `(id, core)`.
+        fn iter(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+            self.owners
+                .iter()
+                .map(|(&id, &core)| (id, usize::from(core)))
+        }
+    }
+
+    impl<const N: usize> ConnOwner for LearnedOwners<N> {
+        const LEARNS: bool = true;
+
+        fn owner_of(&self, dst_conn: u32) -> Option<usize> {
+            self.owners.get(&dst_conn).map(|&c| usize::from(c))
+        }
+
+        fn learn(&mut self, src_conn: u32, core: usize) {
+            let Ok(core) = u8::try_from(core) else { return };
+            match self.owners.get_mut(&src_conn) {
+                Some(known) if *known == core => {}
+                Some(known) => {
+                    *known = core;
+                    self.conflicts += 1;
+                }
+                None => {
+                    if self.owners.insert(src_conn, core).is_err() {
+                        self.full += 1;
+                    }
+                }
+            }
+        }
+    }
 
     const PORT: u16 = DEFAULT_UDP_PORT;
 

@@ -17,6 +17,7 @@ use smoltcp::wire::{
 use super::EngineStats;
 use crate::device::{FrameDevice, FRAME_SLOT_LEN};
 use crate::net::{self, Control, NeighborCache, NetConfig};
+use crate::probe;
 
 /// ICMP identifier of this node's echo requests.
 const PING_IDENT: u16 = 0x4d52;
@@ -97,6 +98,7 @@ impl<const NEIGHBORS: usize> Interface<NEIGHBORS> {
     ) -> Control {
         stats.rx_frames += 1;
         stats.rx_bytes += frame.len() as u64;
+        probe::count(|p| p.rx_frames += 1);
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
             return Control::Malformed;
         };
@@ -117,6 +119,7 @@ impl<const NEIGHBORS: usize> Interface<NEIGHBORS> {
         }
         // The one parse of a transport frame's Ethernet, IP and UDP.
         let parsed = encap::parse_frame(frame, udp_port);
+        probe::count(|p| p.rx_parses += 1);
         if let Ok((info, packet)) = parsed {
             if let IpPair::V4 { src, dst } = info.ip {
                 if dst != self.net.ip {

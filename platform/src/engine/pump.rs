@@ -13,6 +13,7 @@ use metaroce_core::api::{Completion, ConnHandle, Opcode};
 use super::EngineStats;
 use crate::doorbell::Doorbell;
 use crate::host::{AdminCommand, AdminResult, EnginePort, RecvQueueEntry, SendQueueEntry};
+use crate::probe;
 use crate::ring::{RingConsumer, RingProducer};
 use crate::transport::{opcode_of, PostError, Transport};
 
@@ -149,6 +150,10 @@ impl HostPump {
             };
             // Cannot fail: the ring had a free slot and we are its only producer.
             let _ = port.completion.push(completion);
+            probe::count(|p| {
+                p.completions += 1;
+                p.completion_hops += 1;
+            });
             written += 1;
         }
         stats.completions += u64::from(written);
@@ -232,6 +237,10 @@ fn drain_work<E: Copy, R: RingConsumer<E>, C: RingProducer<Completion>, const N:
                 out.refused += 1;
                 // `completions` had room: checked before every attempt.
                 let _ = completions.push(c);
+                probe::count(|p| {
+                    p.completions += 1;
+                    p.completion_hops += 1;
+                });
             }
         }
         true

@@ -700,6 +700,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         let _ = port.take_completion_doorbell();
         while let Some(c) = port.poll_completion() {
             any = true;
+            crate::probe::count(|p| p.completion_hops += 1);
             let slot = control.slot(c.conn);
             match self.conns.get_mut(slot) {
                 Some(Some(e)) if e.handle == c.conn => {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use metaroce_core::Shard;
-use metaroce_platform::shard::{AuditedShards, Dispatcher, ShardMap, Steer};
+use metaroce_platform::shard::{Dispatcher, ShardMap, Steer};
 use metaroce_platform::shmem::SharedMemory;
 use metaroce_verbs::mapping::SharedFile;
 
@@ -162,7 +162,7 @@ struct Twin {
     rx: Vec<Ring>,
     tx: Vec<Ring>,
     bells: Vec<u64>,
-    dispatcher: Dispatcher<AuditedShards<4096>>,
+    dispatcher: Dispatcher<ShardMap>,
 }
 
 #[derive(Debug, Default)]
@@ -211,7 +211,7 @@ fn main() -> ExitCode {
             bells: (0..args.cores)
                 .map(|c| at(args.rx_doorbell, c, args.doorbell_stride))
                 .collect(),
-            dispatcher: Dispatcher::new(AuditedShards::new(map), args.cores, args.port),
+            dispatcher: Dispatcher::new(map, args.cores, args.port),
         });
     }
     let mut counters = vec![
