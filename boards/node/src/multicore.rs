@@ -39,7 +39,7 @@ use core::time::Duration;
 
 use critical_section::Mutex;
 use metaroce_core::api::ConnHandle;
-use metaroce_core::{Config, Event, Instant, Shard};
+use metaroce_core::{Event, Instant, Shard};
 use metaroce_platform::device::MemLink;
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::shard::{Dispatcher, Round, ShardMap};
@@ -563,12 +563,7 @@ fn shard_loop(
     // Every core sends to the configured peers without its own ARP round
     // trip (ARP replies reach every core too, but need not).
     let mut engine = crate::node::new_engine(cfg, &cfg.peers);
-    let config = Config {
-        udp_port: cfg.port,
-        paths: cfg.paths,
-        mtu: 1024,
-        ..Config::for_emulation()
-    };
+    let config = crate::node::endpoint_config(cfg);
     // Each core's endpoint has its own seed from the virtio-rng device and
     // reseeds from it (the device is shared under the critical section).
     let seed = crate::node::secret_seed();
