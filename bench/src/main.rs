@@ -324,8 +324,44 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
     rows.extend(metaroce_bench::aead::rows(n));
     rows.extend(metaroce_bench::multicore::rows(args.messages, n)?);
     rows.extend(measure::memory_rows());
+    rows.extend(path_rows(args)?);
     if args.scale {
         rows.extend(scale_rows(args, cycle, crc_cycle)?);
+    }
+    Ok(rows)
+}
+
+/// Paths per connection of the path rows.
+const PATH_COUNTS: [u16; 5] = [1, 2, 4, 8, 16];
+
+/// The engine's own cost per data packet (the cycle with the CRC trailer
+/// left to a device, as `engine_crc_offloaded_ns_per_packet`) with
+/// connections of 1, 2, 4, 8 and 16 paths: what choosing among more paths
+/// costs per packet.
+fn path_rows(args: &Args) -> Result<Vec<Row>, BenchError> {
+    let mut rows = Vec::new();
+    for paths in PATH_COUNTS {
+        let mut pair = Pair::with_paths(paths)?;
+        pair.set_crc_offload(true);
+        pair.run_writes((args.messages / 10).max(1), None)?;
+        let mut samples = Vec::new();
+        for _ in 0..args.repeats {
+            let watch = Stopwatch::start();
+            let counts = pair.run_writes(args.messages, None)?;
+            samples.push(watch.per_iteration(counts.data_packets));
+        }
+        let what = if paths == 1 {
+            "engine per 4 KiB data packet, CRC left to a device, connections of 1 path (best)"
+                .to_string()
+        } else {
+            format!("  the same, {paths} paths")
+        };
+        rows.push(Row::new(
+            format!("engine_without_crc_ns_per_packet_paths_{paths}"),
+            measure::best(&samples).ns(),
+            "ns",
+            what,
+        ));
     }
     Ok(rows)
 }

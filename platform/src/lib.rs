@@ -11,9 +11,11 @@
 //! its shared-memory form for host processes outside the firmware
 //! ([`hostif`] over [`shmem`], the byte layout of `metaroce-abi`), with
 //! every control operation behind one trait ([`control::HostControl`]);
-//! and the one engine loop ([`engine`]) that drives a
-//! [`transport::Transport`] through them, answering ARP and ICMP echo on
-//! the way ([`net`]). The same loop runs on the DPU, under QEMU and on a
+//! and the one engine loop ([`engine`]: a network interface, a host-queue
+//! pump and one receive/transmit driver over frames or datagrams) that
+//! drives a [`transport::Transport`] through them, answering ARP and ICMP
+//! echo on the way ([`net`]), with [`probe`]s of its per-packet path's
+//! shape for tests. The same loop runs on the DPU, under QEMU and on a
 //! host, on one core or on each of several ([`shard`]: per-core rings and
 //! the dispatcher that steers frames to the core owning their connection
 //! where the NIC cannot; [`spinlock`]: the lock of the boards' multi-core
@@ -24,10 +26,11 @@
 //! fabric in `metaroce-sim`.
 //!
 //! It is **not** a protocol: MetaRoCE (and the RoCEv2 baseline) live in
-//! their own sans-IO crates and plug in through [`transport::Transport`];
-//! [`datagram`] is only a minimal unreliable stand-in for bring-up and
-//! tests. `no_std`, no allocation; `unsafe` only in the ring slots, the
-//! virtio DMA glue and the system registers of `cpu`, each block with a `SAFETY:` comment.
+//! their own sans-IO crates and plug in through [`transport::Transport`]
+//! (the engine loop's own tests carry a minimal unreliable stand-in).
+//! `no_std`, no allocation; `unsafe` only in the ring slots, the virtio
+//! DMA glue and the system registers of `cpu`, each block with a
+//! `SAFETY:` comment.
 
 #![no_std]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -40,7 +43,6 @@ pub mod clock;
 pub mod control;
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod cpu;
-pub mod datagram;
 pub mod device;
 pub mod dma;
 pub mod doorbell;
@@ -51,6 +53,7 @@ pub mod hostif;
 pub mod link;
 pub mod metaroce;
 pub mod net;
+pub mod probe;
 pub mod random;
 pub mod ring;
 pub mod shard;

@@ -2,15 +2,18 @@
 //! device on another thread, and two engines moving RDMA work between their
 //! host queues over an in-memory link with the bring-up transport.
 
+#[path = "support/datagram.rs"]
+mod datagram;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use datagram::DatagramTransport;
 use metaroce_core::api::{
     Access, Completion, ConnHandle, LocalBuf, Op, Opcode, PeerAddr, RecvRequest, Region, Status,
     WorkRequest,
 };
 use metaroce_core::wire::MemoryTarget;
 use metaroce_core::Instant;
-use metaroce_platform::datagram::DatagramTransport;
 use metaroce_platform::device::{MemFrameDevice, MemLink};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
@@ -368,7 +371,7 @@ fn two_engines_move_rdma_work_between_host_queues() {
                     std::thread::yield_now();
                 }
             }
-            (completions, node.memory)
+            (completions, node.memory, node.transport.stats())
         });
         let a = s.spawn(|| {
             let mut node = Node::new(1, 2, dev_a);
@@ -480,7 +483,9 @@ fn two_engines_move_rdma_work_between_host_queues() {
         read_back == pattern(4, LEN as usize),
         "READ brought B's pattern"
     );
-    let (b_done, b_mem) = b_result;
+    let (b_done, b_mem, b_stats) = b_result;
+    assert_eq!(b_stats.rx_dropped, 0, "nothing dropped on a lossless link");
+    assert!(b_stats.rx_bytes_placed >= 3 * u64::from(LEN), "{b_stats:?}");
     let l = LEN as usize;
     assert!(b_mem[..l] == pattern(1, l)[..], "WRITE placed");
     assert!(

@@ -18,6 +18,7 @@ use metaroce_core::{Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::device::{MemFrameDevice, MemLink};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
+use metaroce_platform::probe;
 use metaroce_platform::random::{RandomSource, XorShiftRng};
 use metaroce_platform::{
     DatagramLink, DatagramTarget, Engine, EnginePort, FrameDevice, HostPort, HostQueues,
@@ -219,6 +220,14 @@ fn endpoints_move_rdma_work_through_the_frame_loop_under_loss_and_reordering() {
             let (device, far) = link_b.ends().unwrap();
             let b = Side::new(2, 1, Wire::Frames { device, far }, 22);
             run_pair(a, b);
+            // The per-packet path's shape (this thread's engines only):
+            // each received frame's headers parsed at most once
+            // (`rx_parses_per_packet` <= 1), each completion moved once,
+            // from the transport into the host's ring (`completion_hops`).
+            let p = probe::probes();
+            assert!(p.rx_frames > 0 && p.completions > 0, "{p:?}");
+            assert!(p.rx_parses <= p.rx_frames, "a frame parsed twice: {p:?}");
+            assert_eq!(p.completion_hops, p.completions, "{p:?}");
         })
         .unwrap()
         .join()
@@ -233,6 +242,11 @@ fn endpoints_move_rdma_work_through_the_datagram_loop_under_loss_and_reordering(
             let a = Side::new(1, 2, Wire::Datagrams(VecLink::default()), 11);
             let b = Side::new(2, 1, Wire::Datagrams(VecLink::default()), 22);
             run_pair(a, b);
+            // The link's owner parsed the headers; one hop per completion.
+            let p = probe::probes();
+            assert_eq!((p.rx_frames, p.rx_parses), (0, 0), "{p:?}");
+            assert!(p.completions > 0, "{p:?}");
+            assert_eq!(p.completion_hops, p.completions, "{p:?}");
         })
         .unwrap()
         .join()

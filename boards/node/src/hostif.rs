@@ -37,9 +37,6 @@ pub fn run(
     irq: &mut hw::Interrupts,
     shm: SharedMemory<'static>,
 ) -> ! {
-    for peer in &cfg.peers {
-        engine.add_static_neighbor(peer.ip, smoltcp::wire::EthernetAddress(peer.mac));
-    }
     let info = DeviceInfo {
         node: u16::from(cfg.node),
         ipv4: cfg.ip.octets(),

@@ -39,13 +39,11 @@ use core::time::Duration;
 
 use critical_section::Mutex;
 use metaroce_core::api::ConnHandle;
-use metaroce_core::{Config, Event, Instant, Shard};
+use metaroce_core::{Event, Instant, Shard};
 use metaroce_platform::device::MemLink;
 use metaroce_platform::dma::HostWindow;
-use metaroce_platform::net::NetConfig;
 use metaroce_platform::shard::{Dispatcher, Round, ShardMap};
 use metaroce_platform::Engine;
-use smoltcp::wire::EthernetAddress;
 
 use crate::config::NodeConfig;
 use crate::engine::{
@@ -562,28 +560,13 @@ fn shard_loop(
     role: &mut dyn CoreRole,
 ) -> ! {
     let core = usize::from(cfg.core);
-    let mut engine: Engine = Engine::new(NetConfig {
-        mac: EthernetAddress(cfg.mac),
-        ip: cfg.ip,
-    });
     // Every core sends to the configured peers without its own ARP round
     // trip (ARP replies reach every core too, but need not).
-    for peer in &cfg.peers {
-        engine.add_static_neighbor(peer.ip, EthernetAddress(peer.mac));
-    }
-    if let Some(gateway) = cfg.gateway {
-        engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
-    }
-    let config = Config {
-        udp_port: cfg.port,
-        paths: cfg.paths,
-        mtu: 1024,
-        ..Config::for_emulation()
-    };
+    let mut engine = crate::node::new_engine(cfg, &cfg.peers);
+    let config = crate::node::endpoint_config(cfg);
     // Each core's endpoint has its own seed from the virtio-rng device and
     // reseeds from it (the device is shared under the critical section).
     let seed = crate::node::secret_seed();
-    engine.set_entropy_source(hw::entropy);
     let mut endpoint = NodeEndpoint::new_shard(config, storage, seed, shard);
     let memory_len = memory.len();
     let mut window = HostWindow::new(HOST_BASE, memory);

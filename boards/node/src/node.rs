@@ -71,6 +71,35 @@ fn take_statics() -> Option<(&'static mut hw::NetBuffers, &'static mut [u8])> {
     })
 }
 
+/// A role's engine loop at this node's addresses, reseeding its endpoint
+/// from the board's entropy source, with `peers` and the gateway as
+/// static neighbours (no ARP round trip before the first packets): one
+/// copy of the set-up for every role and core.
+#[inline(never)]
+pub(crate) fn new_engine(cfg: &NodeConfig, peers: &[crate::config::Peer]) -> Engine {
+    let mut engine = Engine::new(NetConfig {
+        mac: EthernetAddress(cfg.mac),
+        ip: cfg.ip,
+    });
+    engine.set_entropy_source(hw::entropy);
+    for peer in peers.iter().chain(cfg.gateway.as_ref()) {
+        engine.add_static_neighbor(peer.ip, EthernetAddress(peer.mac));
+    }
+    engine
+}
+
+/// What every role's endpoint is configured with: the node's port and
+/// paths, the emulation's timers, a 1,024-byte MTU; one copy for every
+/// role and core (a role adds its own).
+pub(crate) fn endpoint_config(cfg: &NodeConfig) -> Config {
+    Config {
+        udp_port: cfg.port,
+        paths: cfg.paths,
+        mtu: 1024,
+        ..Config::for_emulation()
+    }
+}
+
 /// Fresh host queues between a role's task (or the host interface) and
 /// its engine: one copy of their initialisation for every role.
 #[inline(never)]
@@ -150,21 +179,18 @@ pub fn main() -> ! {
     if cfg.role == Role::Workload {
         crate::multicore::run(&cfg, net, irq, host_memory)
     }
-    let mut engine = Engine::new(NetConfig {
-        mac: EthernetAddress(cfg.mac),
-        ip: cfg.ip,
-    });
-    engine.set_entropy_source(hw::entropy);
-    if let Some(gateway) = cfg.gateway {
-        engine.add_static_neighbor(gateway.ip, EthernetAddress(gateway.mac));
-    }
+    // The host role's peers are reached without an ARP round trip.
+    let peers: &[crate::config::Peer] = if cfg.role == Role::Host {
+        &cfg.peers
+    } else {
+        &[]
+    };
+    let engine = new_engine(&cfg, peers);
     let window = HostWindow::new(HOST_BASE, host_memory);
     // The endpoint's secrets (tokens, ids, PSNs, keys) from the device;
     // `seed=` drives only the workload's data patterns.
     let seed = secret_seed();
     let config = Config {
-        udp_port: cfg.port,
-        paths: cfg.paths,
         accept_incoming: true,
         // Each host accepts a connection into its own domain.
         accept_domain: if cfg.role == Role::Host {
@@ -172,7 +198,6 @@ pub fn main() -> ! {
         } else {
             Config::default().accept_domain
         },
-        mtu: 1024,
         // Every CONNECT proves its address with a RETRY's cookie first
         // (spec 4.2); one source (the harness gateway, a client opening
         // the whole table) may hold the table.
@@ -181,7 +206,7 @@ pub fn main() -> ! {
             connects_per_second: 4 * SERVE_CONNECTIONS as u32,
             half_open: SERVE_CONNECTIONS as u32,
         },
-        ..Config::for_emulation()
+        ..endpoint_config(&cfg)
     };
     // The host role and the serve role never run together: they share
     // the serve role's storage.

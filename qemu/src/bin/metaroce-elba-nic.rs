@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use metaroce_core::Shard;
-use metaroce_platform::shard::{AuditedShards, Dispatcher, ShardMap, Steer};
+use metaroce_platform::shard::{Dispatcher, ShardMap, Steer};
 use metaroce_platform::shmem::SharedMemory;
 use metaroce_verbs::mapping::SharedFile;
 
@@ -207,7 +207,7 @@ struct Twin {
     tx: Vec<Ring>,
     bells: Vec<u64>,
     line: Bell,
-    dispatcher: Dispatcher<AuditedShards<4096>>,
+    dispatcher: Dispatcher<ShardMap>,
 }
 
 #[derive(Debug, Default)]
@@ -262,7 +262,7 @@ fn main() -> ExitCode {
                 path: args.bell.get(n).cloned(),
                 socket: None,
             },
-            dispatcher: Dispatcher::new(AuditedShards::new(map), args.cores, args.port),
+            dispatcher: Dispatcher::new(map, args.cores, args.port),
         });
     }
     let mut counters = vec![

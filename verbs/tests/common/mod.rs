@@ -73,7 +73,13 @@ impl Drop for FakeDpus {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // A DPU thread's failed check fails the test (unless the test
+            // already fails).
+            if let Err(e) = t.join() {
+                if !std::thread::panicking() {
+                    std::panic::resume_unwind(e);
+                }
+            }
         }
         for p in &self.paths {
             let _ = std::fs::remove_file(p);
@@ -146,4 +152,11 @@ fn serve(files: [SharedFile; 2], stop: &AtomicBool) {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
+    // The per-packet path's shape on this thread's DPUs: each received
+    // frame's headers parsed at most once, each completion moved at most
+    // twice (transport -> the engine's completion ring -> the set's
+    // completion queue in shared memory).
+    let p = metaroce_platform::probe::probes();
+    assert!(p.rx_parses <= p.rx_frames, "a frame parsed twice: {p:?}");
+    assert!(p.completion_hops <= 2 * p.completions, "{p:?}");
 }

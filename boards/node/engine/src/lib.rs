@@ -186,9 +186,8 @@ pub fn ping(
 }
 
 /// Which core owns a connection: by its table index, nothing learned (the
-/// dispatcher parses no frame a core sends; the audit of announced ids is
-/// the NIC stand-in's, `metaroce-elba-nic`, and the cores' own
-/// `misrouted` counts).
+/// dispatcher parses no frame a core sends; a core counts what reaches
+/// it misrouted).
 pub type Owners = ShardMap;
 /// Core 0's frame dispatcher on a multi-core node.
 pub type NodeDispatcher = Dispatcher<Owners>;

@@ -21,7 +21,7 @@ use metaroce_core::wire::encap::ecn;
 use metaroce_core::wire::{packet::crc32, CrcVerdict, EncapRepr, CRC_LEN};
 use metaroce_core::Instant;
 
-use crate::transport::{opcode_of, PostError, Transport};
+use metaroce_platform::transport::{opcode_of, PostError, Transport};
 
 /// Header magic.
 pub const MAGIC: [u8; 4] = *b"MRDG";
