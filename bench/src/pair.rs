@@ -288,7 +288,24 @@ impl Pair {
     /// a connection table split between several (one per core or thread):
     /// their connection ids name the shard, as in a sharded node.
     pub fn shard(total: u32, sending: u32, shard: Shard) -> Result<Pair, BenchError> {
-        let config = bench_config();
+        Pair::build(total, sending, shard, bench_config())
+    }
+
+    /// Like [`Pair::connected`], with `paths` logical paths per connection
+    /// (1 to 16).
+    pub fn connected_paths(paths: u16) -> Result<Pair, BenchError> {
+        let config = Config {
+            paths,
+            ..bench_config()
+        };
+        let shard = Shard {
+            first_slot: 0,
+            table_slots: 1,
+        };
+        Pair::build(1, 1, shard, config)
+    }
+
+    fn build(total: u32, sending: u32, shard: Shard, config: Config) -> Result<Pair, BenchError> {
         let layout = bench_layout(total);
         // Every shard its own seeds, as every core of a node has.
         let seed = |n: u64| metaroce_core::rng::seed_from_u64(n ^ u64::from(shard.first_slot) << 8);
