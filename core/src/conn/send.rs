@@ -215,6 +215,7 @@ impl<const P: usize> Connection<P> {
             now,
             self.send.rtt,
             self.send.first_sender,
+            self.params.paths,
         )) {
             Some(s) => {
                 self.send.state = OptIndex::some(s);
@@ -237,8 +238,7 @@ impl<const P: usize> Connection<P> {
         let Some(s) = self.send.state.take() else {
             return false;
         };
-        let st = *res.senders.get(s);
-        if let Some(e) = st.extent {
+        if let Some(e) = res.senders.get(s).extent {
             res.inflight.release(e);
         }
         res.senders.free(s);
@@ -435,13 +435,18 @@ impl<const P: usize> Connection<P> {
         // Commit the send: the record goes to the outstanding list's end
         // (the newest transmission), from the lost list if resent.
         let una = self.send.una;
-        let st = res.senders.get_mut(s);
+        let super::Resources {
+            senders,
+            inflight,
+            work,
+            ..
+        } = res;
+        let st = senders.get_mut(s);
         let e = st.extent?;
-        let (mut outstanding, mut lost) = (st.outstanding, st.lost);
         if retransmission {
-            res.inflight.unlink(&mut lost, e, una, psn);
+            inflight.unlink(&mut st.lost, e, una, psn);
         }
-        let record = res.inflight.get_mut(e, psn);
+        let record = inflight.get_mut(e, psn);
         // A new PSN reuses a ring slot whose last PSN is gone: it starts
         // counting afresh.
         let transmissions = if retransmission {
@@ -452,16 +457,14 @@ impl<const P: usize> Connection<P> {
         record.sent_ts = now.wire_timestamp();
         record.path = path;
         record.meta = (transmissions << 2) | Slot::InFlight as u8;
-        res.inflight.push_back(&mut outstanding, e, psn);
-        let st = res.senders.get_mut(s);
-        (st.outstanding, st.lost) = (outstanding, lost);
+        inflight.push_back(&mut st.outstanding, e, psn);
         st.on_sent(path, retransmission);
         st.idle_since = None;
         if retransmission {
             self.counters.retransmissions += 1;
         } else {
             self.send.nxt = self.send.nxt.next();
-            res.work.get_mut(entry_index).started += 1;
+            work.get_mut(entry_index).started += 1;
             self.counters.packets_sent += 1;
             self.counters.bytes_sent += u64::from(chunk);
             let span = self.send.nxt.distance_from(self.send.una);

@@ -160,14 +160,13 @@ impl<const P: usize> Connection<P> {
             self.recv.ack_now = true;
         }
         if let Some(s) = self.send.state.get() {
-            let mut st = *res.senders.get(s);
+            let st = res.senders.get_mut(s);
             if let (Some(d), Some(extent)) = (st.rack_deadline, st.extent) {
                 if now >= d {
-                    self.detect_losses(now, &mut st, res, extent);
-                    *res.senders.get_mut(s) = st;
+                    self.detect_losses::<B>(now, st, &mut res.inflight, extent);
                 }
             }
-            if st.probe_deadline.is_some_and(|d| now >= d) {
+            if res.senders.get(s).probe_deadline.is_some_and(|d| now >= d) {
                 self.on_probe(now, res, config);
             }
             if res.senders.get(s).rto_deadline.is_some_and(|d| now >= d) {
