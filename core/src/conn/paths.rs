@@ -3,16 +3,16 @@
 //! 4.6.2, 4.6.4, 4.9.1).
 //!
 //! * **Which path next** (spec 4.9.1): each path's cost, `(in_flight + 1)
-//!   x delay / weight`, is a leaf of a 16-leaf tournament tree whose
-//!   nodes hold the cheapest leaf of their subtree (the lower index among
-//!   equals). A path whose inputs changed (a send, a delivery, a loss, an
-//!   RTT sample, an echo) is marked; the next choice replays the marked
-//!   leaves' four matches each and then answers in at most five
-//!   comparisons: the round-robin start is honoured by looking, left to
-//!   right, at the subtrees covering the start and the paths after it for
-//!   one as cheap as the winner. It is the path a scan from the start
-//!   finds (the first of the cheapest, round-robin among equals), so the
-//!   spray is the one the scan gave.
+//!   x delay / weight`, is a leaf of a tournament tree whose nodes hold
+//!   the cheapest leaf of their subtree (the lower index among equals).
+//!   A path whose inputs changed (a send, a delivery, a loss, an RTT
+//!   sample, an echo) is marked; the next choice replays the marked
+//!   leaves' matches (four each at 16 paths) and reads the winner at the
+//!   root. When the winner lies before the round-robin start, the paths
+//!   from the start on are asked for one as cheap (the subtrees covering
+//!   them, left to right). It is the path a scan from the start finds
+//!   (the first of the cheapest, round-robin among equals), so the spray
+//!   is the one the scan gave.
 //! * **What loss detection and the timeout need** (spec 4.6.2, 4.6.4):
 //!   the slowest path's timeout, smoothed RTT and variation, the newest
 //!   delivery's send time and the soonest a packet can be judged lost.
@@ -27,10 +27,6 @@
 use super::sender::{PathSender, ONE};
 use crate::psn::Psn;
 
-/// Leaves of the tournament tree: the most paths per connection an
-/// endpoint may be built for.
-pub(crate) const LEAVES: usize = 16;
-
 /// The cost leaves, the tournament tree and the loss-detection inputs of
 /// one sender's paths.
 #[derive(Debug, Clone, Copy)]
@@ -40,11 +36,14 @@ pub(crate) struct PathIndex<const P: usize> {
     num: [u64; P],
     /// Per path, its weight (1 to 1024).
     den: [u16; P],
-    /// Node `k` (1 to 15) holds the cheapest leaf of its subtree; the
-    /// children of `k` are `2k` and `2k + 1`, leaf `i` is node `16 + i`.
-    tree: [u8; LEAVES],
-    /// Paths whose cost inputs changed since their leaf was computed.
-    dirty: u32,
+    /// Node `k` (1 to `P - 1`) holds the cheapest leaf of its subtree;
+    /// the children of `k` are `2k` and `2k + 1`, leaf `i` is node `P +
+    /// i` (a complete tree when `P` is a power of two; otherwise only the
+    /// nodes a range query meets are ordered, and the root is not read).
+    tree: [u8; P],
+    /// Paths whose cost inputs changed since their leaf was computed, bit
+    /// `i % 64` for path `i`.
+    dirty: u64,
     /// The unqueued round trip the leaves were computed with.
     base: u64,
     /// Paths the tree was built for; 0 before the first choice.
@@ -62,8 +61,8 @@ pub(crate) struct PathIndex<const P: usize> {
     slowest_timeout: u32,
     /// The least `due` (valid while every path has an estimate).
     soonest: u32,
-    /// Active paths without a round-trip estimate (bit per path).
-    unestimated: u32,
+    /// Active paths without a round-trip estimate.
+    unestimated: u16,
     /// The send time of the newest packet delivered on any active path.
     newest: Option<Psn>,
 }
@@ -93,13 +92,14 @@ fn track_max(cur: &mut u32, old: u32, new: u32, rescan: impl FnOnce() -> u32) {
 }
 
 impl<const P: usize> PathIndex<P> {
-    /// Holds for every `P` an endpoint is built with.
-    const FITS: () = assert!(P >= 1 && P <= LEAVES, "at most 16 paths per connection");
+    /// Holds for every `P` an endpoint may be built with (the wire's
+    /// largest path count).
+    const FITS: () = assert!(P >= 1 && P <= 256, "1 to 256 paths per connection");
 
     pub(crate) const EMPTY: PathIndex<P> = PathIndex {
         num: [0; P],
         den: [1; P],
-        tree: [0; LEAVES],
+        tree: [0; P],
         dirty: 0,
         base: 0,
         active: 0,
@@ -118,7 +118,7 @@ impl<const P: usize> PathIndex<P> {
     /// Marks path `i`'s cost as changed.
     #[inline]
     pub(crate) fn touch(&mut self, i: usize) {
-        self.dirty |= 1 << (i % LEAVES);
+        self.dirty |= 1 << (i % 64);
     }
 
     /// Path `i`'s leaf from its telemetry (spec 4.9.1, see
@@ -139,8 +139,8 @@ impl<const P: usize> PathIndex<P> {
     /// The leaf that wins node `node` (a leaf's own index for a leaf).
     #[inline]
     fn winner(&self, node: usize) -> usize {
-        if node >= LEAVES {
-            node - LEAVES
+        if node >= P {
+            node - P
         } else {
             usize::from(self.tree[node])
         }
@@ -168,6 +168,47 @@ impl<const P: usize> PathIndex<P> {
         self.tree[node] = if self.cheaper(r, l) { r } else { l } as u8;
     }
 
+    /// Replays the matches above leaf `i`.
+    #[inline]
+    fn climb(&mut self, i: usize) {
+        let mut node = (P + i) / 2;
+        while node > 0 {
+            self.play(node);
+            node /= 2;
+        }
+    }
+
+    /// The first of the cheapest leaves of `[lo, hi)` (`hi` at most the
+    /// active paths, `lo` below it), from the subtrees covering it: those
+    /// met from the left in order, those from the right in reverse.
+    fn first_cheapest(&self, lo: usize, hi: usize) -> usize {
+        let (mut l, mut r) = (lo + P, hi + P);
+        let (mut left, mut right) = (usize::MAX, usize::MAX);
+        while l < r {
+            if l & 1 == 1 {
+                let c = self.winner(l);
+                if left == usize::MAX || self.cheaper(c, left) {
+                    left = c;
+                }
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                let c = self.winner(r);
+                if right == usize::MAX || !self.cheaper(right, c) {
+                    right = c;
+                }
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+        if left == usize::MAX || (right != usize::MAX && self.cheaper(right, left)) {
+            right
+        } else {
+            left
+        }
+    }
+
     /// The path for the next packet among the first `active`: the first
     /// of the cheapest at or after `start`, wrapping round (`start` below
     /// `active`). `base`: the unqueued round trip (at least 1).
@@ -187,46 +228,38 @@ impl<const P: usize> PathIndex<P> {
             for (i, p) in paths.iter().enumerate().take(n) {
                 self.compute_leaf(i, p);
             }
-            for node in (1..LEAVES).rev() {
+            for node in (1..P).rev() {
                 self.play(node);
             }
         } else {
-            let mut d = self.dirty & ((1u32 << n) - 1);
+            let mut d = self.dirty;
             while d != 0 {
-                let i = d.trailing_zeros() as usize;
+                let b = d.trailing_zeros() as usize;
                 d &= d - 1;
-                self.compute_leaf(i, &paths[i]);
-                let mut node = (i + LEAVES) / 2;
-                while node > 0 {
-                    self.play(node);
-                    node /= 2;
+                // Paths `b`, `b + 64`, ... share the bit.
+                for i in (b..n).step_by(64) {
+                    self.compute_leaf(i, &paths[i]);
+                    self.climb(i);
                 }
             }
         }
         self.dirty = 0;
-        let w = self.winner(1);
+        let w = if P.is_power_of_two() {
+            self.winner(1)
+        } else {
+            self.first_cheapest(0, n)
+        };
         if w >= start {
             return w;
         }
-        // The cheapest lies before the start: the first leaf at or after
-        // it that costs as little, if any. The subtrees covering
-        // [start, 16) are met left to right, and each holds its
-        // lowest-indexed cheapest leaf.
-        let (mut l, mut r) = (start + LEAVES, 2 * LEAVES);
-        while l < r {
-            if l & 1 == 1 {
-                let c = self.winner(l);
-                if c < n
-                    && self.num[c] * u64::from(self.den[w]) == self.num[w] * u64::from(self.den[c])
-                {
-                    return c;
-                }
-                l += 1;
-            }
-            l >>= 1;
-            r >>= 1;
+        // The cheapest lies before the start: the first path from the
+        // start on that costs as little, if any.
+        let c = self.first_cheapest(start, n);
+        if self.num[c] * u64::from(self.den[w]) == self.num[w] * u64::from(self.den[c]) {
+            c
+        } else {
+            w
         }
-        w
     }
 
     /// Computes the loss-detection inputs of the first `active` paths
@@ -240,7 +273,7 @@ impl<const P: usize> PathIndex<P> {
             self.srtt[i] = p.rtt.srtt_ns();
             self.var[i] = p.rtt.rttvar_ns();
             if !p.rtt.has_estimate() {
-                self.unestimated |= 1 << i;
+                self.unestimated += 1;
             }
             if p.rack_valid {
                 let ts = Psn(p.rack_xmit_ts);
@@ -281,7 +314,7 @@ impl<const P: usize> PathIndex<P> {
         let (old_s, old_v) = (self.srtt[i], self.var[i]);
         self.srtt[i] = s;
         self.var[i] = v;
-        if self.unestimated & (1 << i) != 0 {
+        if old_s == 0 {
             // The first estimate of this path: rare, from scratch.
             self.rebuild_recovery(paths, n);
             return;
@@ -391,5 +424,143 @@ impl<const P: usize> PathIndex<P> {
             })
             .min()
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sender::SenderState;
+    use super::*;
+    use crate::config::Config;
+    use crate::rtt::RttEstimator;
+    use crate::time::Instant;
+
+    /// The choice as a scan from the start gives it: the oracle.
+    fn scan<const P: usize>(st: &SenderState<P>, n: usize, min_rtt_ns: u32, start: usize) -> usize {
+        let base = u64::from(min_rtt_ns | 1);
+        let (mut best, mut best_num, mut best_den) = (start, u64::MAX, 1u64);
+        let mut i = start;
+        for _ in 0..n {
+            let p = &st.paths[i];
+            let q = if p.loss_frac < ONE / 16 {
+                u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
+            } else {
+                0
+            };
+            let num = (u64::from(p.in_flight) + 1) * (base + 3 * q);
+            let den = u64::from(p.weight().max(1));
+            if num * best_den < best_num.saturating_mul(den) {
+                (best, best_num, best_den) = (i, num, den);
+            }
+            i = (i + 1) % n;
+        }
+        best
+    }
+
+    /// A small generator (xorshift64), so the test needs nothing else.
+    struct Gen(u64);
+
+    impl Gen {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Random sends, deliveries, losses, echoes and RTT samples on 1 to
+    /// `P` paths: the tree picks the path the scan picks, and the
+    /// loss-detection inputs equal those found by scanning.
+    #[test]
+    fn index_matches_the_scan() {
+        check::<16>(&[1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 16, 16, 16, 16]);
+        // Not a power of two: the root is not read.
+        check::<12>(&[1, 5, 11, 12, 12]);
+        // Paths beyond 64 share their marks.
+        check::<256>(&[17, 100, 256]);
+    }
+
+    fn check<const P: usize>(counts: &[usize]) {
+        let config = Config::default();
+        for (k, &n) in counts.iter().enumerate() {
+            let seed = k as u64 + 1;
+            let mut g = Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut st = SenderState::<P>::new(
+                &config,
+                Instant::ZERO,
+                RttEstimator::default(),
+                Some(0),
+                n as u16,
+            );
+            let mut min_rtt = 0u32;
+            for _ in 0..4_000 {
+                let i = g.below(n as u64) as usize;
+                match g.below(8) {
+                    0 | 1 => {
+                        // Few distinct samples, so costs often tie.
+                        let rtt = 6_000 + 1_000 * g.below(4) as u32;
+                        min_rtt = if min_rtt == 0 { rtt } else { min_rtt.min(rtt) };
+                        st.on_rtt_sample(i, rtt);
+                    }
+                    2 => {
+                        let p = st.path_mut(i);
+                        p.in_flight = p.in_flight.saturating_sub(1);
+                        p.on_delivered();
+                    }
+                    3 if g.below(4) == 0 => {
+                        let p = st.path_mut(i);
+                        p.in_flight = p.in_flight.saturating_sub(1);
+                        p.on_lost();
+                    }
+                    4 => {
+                        let rx = g.below(4) as u16 + 1;
+                        let seen = st.paths[i].echo_rx_seen;
+                        let ce = st.paths[i].echo_ce_seen;
+                        st.path_mut(i)
+                            .on_echo(seen.wrapping_add(rx), ce.wrapping_add(g.below(2) as u16));
+                    }
+                    5 => {
+                        let ts = g.below(1 << 20) as u32;
+                        let p = &mut st.paths[i];
+                        if !p.rack_valid || Psn(ts).offset_from(Psn(p.rack_xmit_ts)) > 0 {
+                            p.rack_xmit_ts = ts;
+                            p.rack_valid = true;
+                            st.index.on_rack(i, ts);
+                        }
+                    }
+                    6 if g.below(8) == 0 => st.note_reordering(i),
+                    _ => {
+                        let start = usize::from(st.next_path) % n;
+                        let want = scan(&st, n, min_rtt, start);
+                        let got = st.choose_path(n as u16, min_rtt);
+                        assert_eq!(usize::from(got), want, "seed {seed}");
+                        st.on_sent(got, false);
+                    }
+                }
+                let paths = &st.paths[..n];
+                let max = |f: fn(&PathSender) -> u32| paths.iter().map(f).max().unwrap_or(0);
+                assert_eq!(
+                    st.index.slowest_timeout(&st.paths, n),
+                    max(|p| p.rtt.timeout_ns())
+                );
+                assert_eq!(
+                    st.index.slowest(&st.paths, n),
+                    (max(|p| p.rtt.srtt_ns()), max(|p| p.rtt.rttvar_ns()))
+                );
+                let newest = paths
+                    .iter()
+                    .filter(|p| p.rack_valid)
+                    .map(|p| Psn(p.rack_xmit_ts))
+                    .reduce(Psn::max);
+                assert_eq!(st.index.newest_delivered(&st.paths, n), newest);
+                let soonest = paths
+                    .iter()
+                    .map(|p| due(p, p.rtt.srtt_ns(), p.rtt.rttvar_ns()))
+                    .min()
+                    .unwrap_or(0);
+                assert_eq!(st.index.soonest(&st.paths, n, (0, 0)), soonest);
+            }
+        }
     }
 }
