@@ -23,8 +23,13 @@
 //! The per-path arrays are a few hundred bytes beside the paths' counters
 //! (about a kilobyte at 16 paths), which the per-packet path no longer
 //! reads.
+//!
+//! Without the `path-index` feature ([`PATH_INDEX`], firmware) every
+//! question is answered by scanning the paths, as before, and nothing is
+//! kept: the same answers in 1.6 KB less code.
 
 use super::sender::{PathSender, ONE};
+use crate::config::PATH_INDEX;
 use crate::psn::Psn;
 
 /// The cost leaves, the tournament tree and the loss-detection inputs of
@@ -50,14 +55,12 @@ pub(crate) struct PathIndex<const P: usize> {
     active: u16,
     /// Paths the loss-detection inputs were computed for (0: none).
     agg_active: u16,
-    /// Per path, the smoothed RTT and its variation.
-    srtt: [u32; P],
-    var: [u32; P],
+    /// Per path, its timeout (`srtt + 4 rttvar`; 0: no estimate yet).
+    timeout: [u32; P],
     /// Per path with an estimate, the shortest time after its send at
     /// which a packet on it can be declared lost.
     due: [u32; P],
-    slowest_srtt: u32,
-    slowest_var: u32,
+    /// The largest `timeout`.
     slowest_timeout: u32,
     /// The least `due` (valid while every path has an estimate).
     soonest: u32,
@@ -67,12 +70,6 @@ pub(crate) struct PathIndex<const P: usize> {
     newest: Option<Psn>,
 }
 
-/// `srtt + 4 x rttvar`, as [`crate::rtt::RttEstimator::timeout_ns`].
-#[inline]
-fn timeout(srtt: u32, var: u32) -> u32 {
-    srtt.saturating_add(var.saturating_mul(4))
-}
-
 /// The soonest a packet on `p` can be declared lost after its send, for
 /// the path's estimate `(rtt, var)` (spec 4.6.2).
 #[inline]
@@ -80,14 +77,66 @@ fn due(p: &PathSender, rtt: u32, var: u32) -> u32 {
     rtt.saturating_add(p.same_path_allowance(rtt, var).max(1_000))
 }
 
-/// The maximum `cur` of values one of which went from `old` to `new`:
-/// found again by `rescan` only when its holder fell.
+/// The path a scan from `start` finds among the first `n`: the first of
+/// the least `(in_flight + 1) x delay / weight`, round-robin among equals
+/// (see [`super::SenderState::choose_path`]); `base`: the unqueued round
+/// trip.
+pub(crate) fn scan(paths: &[PathSender], n: usize, base: u64, start: usize) -> usize {
+    // Least (in_flight + 1) * delay / weight, compared by
+    // cross-multiplication (no division on the per-packet path).
+    let mut best = start;
+    let mut best_num = u64::MAX;
+    let mut best_den = 1u64;
+    let mut i = start;
+    for _ in 0..n {
+        let (num, den) = leaf(&paths[i], base);
+        let den = u64::from(den);
+        if num * best_den < best_num.saturating_mul(den) {
+            best_num = num;
+            best_den = den;
+            best = i;
+        }
+        i += 1;
+        if i == n {
+            i = 0;
+        }
+    }
+    best
+}
+
+/// Path `p`'s cost as `(numerator, denominator)` (spec 4.9.1, see
+/// [`super::SenderState::choose_path`]).
 #[inline]
-fn track_max(cur: &mut u32, old: u32, new: u32, rescan: impl FnOnce() -> u32) {
-    if new >= *cur {
+fn leaf(p: &PathSender, base: u64) -> (u64, u16) {
+    let q = if p.loss_frac < ONE / 16 {
+        u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
+    } else {
+        0
+    };
+    let delay = base + 3 * q;
+    (
+        (u64::from(p.in_flight) + 1) * delay,
+        p.weight().max(1) as u16,
+    )
+}
+
+/// [`due`] on the path's own estimate.
+#[inline]
+fn own_due(p: &PathSender) -> u32 {
+    due(p, p.rtt.srtt_ns(), p.rtt.rttvar_ns())
+}
+
+/// Entry `i` of `values` becomes `new`; `*cur`, the greatest of them
+/// (`sign` 0) or the least (`sign` `u32::MAX`: compared complemented),
+/// follows, and is found again among them only when its holder moved
+/// away from it.
+#[inline(never)]
+fn track(values: &mut [u32], cur: &mut u32, i: usize, new: u32, sign: u32) {
+    let old = core::mem::replace(&mut values[i], new);
+    if new ^ sign >= *cur ^ sign {
         *cur = new;
     } else if old == *cur {
-        *cur = rescan();
+        *cur = values.iter().map(|&v| v ^ sign).max().unwrap_or(0) ^ sign;
     }
 }
 
@@ -104,11 +153,8 @@ impl<const P: usize> PathIndex<P> {
         base: 0,
         active: 0,
         agg_active: 0,
-        srtt: [0; P],
-        var: [0; P],
+        timeout: [0; P],
         due: [0; P],
-        slowest_srtt: 0,
-        slowest_var: 0,
         slowest_timeout: 0,
         soonest: 0,
         unestimated: 0,
@@ -118,6 +164,9 @@ impl<const P: usize> PathIndex<P> {
     /// Marks path `i`'s cost as changed.
     #[inline]
     pub(crate) fn touch(&mut self, i: usize) {
+        if !PATH_INDEX {
+            return;
+        }
         self.dirty |= 1 << (i % 64);
     }
 
@@ -125,15 +174,7 @@ impl<const P: usize> PathIndex<P> {
     /// [`super::SenderState::choose_path`]).
     #[inline]
     fn compute_leaf(&mut self, i: usize, p: &PathSender) {
-        let base = self.base;
-        let q = if p.loss_frac < ONE / 16 {
-            u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
-        } else {
-            0
-        };
-        let delay = base + 3 * q;
-        self.num[i] = (u64::from(p.in_flight) + 1) * delay;
-        self.den[i] = p.weight().max(1) as u16;
+        (self.num[i], self.den[i]) = leaf(p, self.base);
     }
 
     /// The leaf that wins node `node` (a leaf's own index for a leaf).
@@ -221,6 +262,9 @@ impl<const P: usize> PathIndex<P> {
     ) -> usize {
         let () = Self::FITS;
         let n = active.min(P);
+        if !PATH_INDEX {
+            return scan(paths, n, base, start);
+        }
         if base != self.base || n != usize::from(self.active) {
             // A new minimum round trip moves every delay: rebuilt.
             self.base = base;
@@ -264,94 +308,82 @@ impl<const P: usize> PathIndex<P> {
 
     /// Computes the loss-detection inputs of the first `active` paths
     /// afresh.
+    #[inline(never)]
     pub(crate) fn rebuild_recovery(&mut self, paths: &[PathSender; P], active: usize) {
+        if !PATH_INDEX {
+            return;
+        }
         let n = active.min(P);
         self.agg_active = n as u16;
         self.unestimated = 0;
         self.newest = None;
+        self.slowest_timeout = 0;
+        self.soonest = u32::MAX;
         for (i, p) in paths.iter().enumerate().take(n) {
-            self.srtt[i] = p.rtt.srtt_ns();
-            self.var[i] = p.rtt.rttvar_ns();
-            if !p.rtt.has_estimate() {
+            let t = p.rtt.timeout_ns();
+            self.timeout[i] = t;
+            self.slowest_timeout = self.slowest_timeout.max(t);
+            self.due[i] = own_due(p);
+            self.soonest = self.soonest.min(self.due[i]);
+            if t == 0 {
                 self.unestimated += 1;
             }
             if p.rack_valid {
                 let ts = Psn(p.rack_xmit_ts);
                 self.newest = Some(self.newest.map_or(ts, |m| m.max(ts)));
             }
-            self.due[i] = due(p, self.srtt[i], self.var[i]);
         }
-        self.slowest_srtt = self.srtt[..n].iter().copied().max().unwrap_or(0);
-        self.slowest_var = self.var[..n].iter().copied().max().unwrap_or(0);
-        self.slowest_timeout = self.max_timeout(n);
-        self.soonest = self.due[..n].iter().copied().min().unwrap_or(0);
     }
 
-    fn max_timeout(&self, n: usize) -> u32 {
-        self.srtt[..n]
-            .iter()
-            .zip(&self.var[..n])
-            .map(|(&s, &v)| timeout(s, v))
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Whether the loss-detection inputs are those of `active` paths.
+    /// Makes the loss-detection inputs those of `active` paths (they are,
+    /// unless the path count changed since the sender state was set up).
     #[inline]
-    fn current(&self, active: usize) -> bool {
-        usize::from(self.agg_active) == active.min(P) && active > 0
+    pub(crate) fn sync(&mut self, paths: &[PathSender; P], active: usize) {
+        if PATH_INDEX && usize::from(self.agg_active) != active.min(P) {
+            self.rebuild_recovery(paths, active);
+        }
     }
 
     /// Path `i` took an RTT sample (its estimate is in `paths[i]`).
     pub(crate) fn on_rtt(&mut self, paths: &[PathSender; P], i: usize) {
         self.touch(i);
         let n = usize::from(self.agg_active);
-        if i >= n {
+        if !PATH_INDEX || i >= n {
             return;
         }
         let p = &paths[i];
-        let (s, v) = (p.rtt.srtt_ns(), p.rtt.rttvar_ns());
-        let (old_s, old_v) = (self.srtt[i], self.var[i]);
-        self.srtt[i] = s;
-        self.var[i] = v;
-        if old_s == 0 {
+        if self.timeout[i] == 0 {
             // The first estimate of this path: rare, from scratch.
             self.rebuild_recovery(paths, n);
             return;
         }
-        let (srtt, var) = (&self.srtt[..n], &self.var[..n]);
-        track_max(&mut self.slowest_srtt, old_s, s, || {
-            srtt.iter().copied().max().unwrap_or(0)
-        });
-        track_max(&mut self.slowest_var, old_v, v, || {
-            var.iter().copied().max().unwrap_or(0)
-        });
-        let (old_t, t) = (timeout(old_s, old_v), timeout(s, v));
-        if t >= self.slowest_timeout {
-            self.slowest_timeout = t;
-        } else if old_t == self.slowest_timeout {
-            self.slowest_timeout = self.max_timeout(n);
-        }
-        self.set_due(i, due(p, s, v));
-    }
-
-    /// Path `i`'s `due` changed to `d`: the soonest follows.
-    #[inline]
-    fn set_due(&mut self, i: usize, d: u32) {
-        let old = self.due[i];
-        self.due[i] = d;
-        let n = usize::from(self.agg_active);
-        if d <= self.soonest {
-            self.soonest = d;
-        } else if old == self.soonest {
-            self.soonest = self.due[..n].iter().copied().min().unwrap_or(0);
-        }
+        track(
+            &mut self.timeout[..n],
+            &mut self.slowest_timeout,
+            i,
+            p.rtt.timeout_ns(),
+            0,
+        );
+        track(
+            &mut self.due[..n],
+            &mut self.soonest,
+            i,
+            own_due(p),
+            u32::MAX,
+        );
     }
 
     /// Path `i` was seen to reorder: its reordering allowance changed.
     pub(crate) fn on_reordering(&mut self, paths: &[PathSender; P], i: usize) {
-        if i < usize::from(self.agg_active) {
-            self.set_due(i, due(&paths[i], self.srtt[i], self.var[i]));
+        let n = usize::from(self.agg_active);
+        if PATH_INDEX && i < n {
+            track(
+                &mut self.due[..n],
+                &mut self.soonest,
+                i,
+                own_due(&paths[i]),
+                u32::MAX,
+            );
         }
     }
 
@@ -359,15 +391,17 @@ impl<const P: usize> PathIndex<P> {
     /// as its newest.
     #[inline]
     pub(crate) fn on_rack(&mut self, i: usize, ts: u32) {
-        if i < usize::from(self.agg_active) {
+        if PATH_INDEX && i < usize::from(self.agg_active) {
             let ts = Psn(ts);
             self.newest = Some(self.newest.map_or(ts, |m| m.max(ts)));
         }
     }
 
-    /// The largest timeout (`srtt + 4 rttvar`) of the first `active` paths.
+    /// The largest timeout (`srtt + 4 rttvar`) of the first `active`
+    /// paths ([`Self::sync`] first).
+    #[inline]
     pub(crate) fn slowest_timeout(&self, paths: &[PathSender; P], active: usize) -> u32 {
-        if self.current(active) {
+        if PATH_INDEX {
             return self.slowest_timeout;
         }
         paths[..active]
@@ -377,20 +411,11 @@ impl<const P: usize> PathIndex<P> {
             .unwrap_or(0)
     }
 
-    /// The largest smoothed RTT and variation of the first `active` paths.
-    pub(crate) fn slowest(&self, paths: &[PathSender; P], active: usize) -> (u32, u32) {
-        if self.current(active) {
-            return (self.slowest_srtt, self.slowest_var);
-        }
-        let srtt = paths[..active].iter().map(|p| p.rtt.srtt_ns()).max();
-        let var = paths[..active].iter().map(|p| p.rtt.rttvar_ns()).max();
-        (srtt.unwrap_or(0), var.unwrap_or(0))
-    }
-
     /// The send time of the newest packet delivered on the first `active`
-    /// paths.
+    /// paths ([`Self::sync`] first).
+    #[inline]
     pub(crate) fn newest_delivered(&self, paths: &[PathSender; P], active: usize) -> Option<Psn> {
-        if self.current(active) {
+        if PATH_INDEX {
             return self.newest;
         }
         paths[..active]
@@ -400,27 +425,35 @@ impl<const P: usize> PathIndex<P> {
             .reduce(Psn::max)
     }
 
+    /// Whether every path is known to have a round-trip estimate of its
+    /// own ([`Self::sync`] first).
+    #[inline]
+    pub(crate) fn all_estimated(&self) -> bool {
+        PATH_INDEX && self.unestimated == 0
+    }
+
     /// The shortest time after its send at which a packet on any of the
-    /// first `active` paths can be declared lost; a path without an
-    /// estimate of its own takes `fallback` (the slowest estimate).
+    /// first `active` paths can be declared lost ([`Self::sync`] first); a
+    /// path without an estimate of its own takes `fallback`.
     pub(crate) fn soonest(
         &self,
         paths: &[PathSender; P],
         active: usize,
         fallback: (u32, u32),
     ) -> u32 {
-        if self.current(active) && self.unestimated == 0 {
+        if self.all_estimated() {
             return self.soonest;
         }
+        // Before every path has a sample (rare), or without the index: by
+        // scanning.
         paths[..active]
             .iter()
             .map(|p| {
-                let (rtt, var) = if p.rtt.has_estimate() {
-                    (p.rtt.srtt_ns(), p.rtt.rttvar_ns())
+                if p.rtt.has_estimate() {
+                    own_due(p)
                 } else {
-                    fallback
-                };
-                due(p, rtt, var)
+                    due(p, fallback.0, fallback.1)
+                }
             })
             .min()
             .unwrap_or(0)
@@ -540,13 +573,10 @@ mod tests {
                 }
                 let paths = &st.paths[..n];
                 let max = |f: fn(&PathSender) -> u32| paths.iter().map(f).max().unwrap_or(0);
+                st.index.sync(&st.paths, n);
                 assert_eq!(
                     st.index.slowest_timeout(&st.paths, n),
                     max(|p| p.rtt.timeout_ns())
-                );
-                assert_eq!(
-                    st.index.slowest(&st.paths, n),
-                    (max(|p| p.rtt.srtt_ns()), max(|p| p.rtt.rttvar_ns()))
                 );
                 let newest = paths
                     .iter()

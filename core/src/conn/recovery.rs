@@ -203,8 +203,9 @@ impl<const P: usize> Connection<P> {
     /// path decides, since a packet on it is not late until its own round
     /// trip passed. 64-bit nanoseconds, not `Duration`: this runs per
     /// packet and is firmware code.
-    pub(crate) fn rto_ns(&self, st: &SenderState<P>, config: &Config) -> u64 {
+    pub(crate) fn rto_ns(&self, st: &mut SenderState<P>, config: &Config) -> u64 {
         let base = if self.send.rtt.has_estimate() {
+            st.index.sync(&st.paths, usize::from(self.params.paths));
             let slowest = st
                 .index
                 .slowest_timeout(&st.paths, usize::from(self.params.paths))
@@ -220,7 +221,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn rto_deadline(
         &self,
         now: Instant,
-        st: &SenderState<P>,
+        st: &mut SenderState<P>,
         config: &Config,
     ) -> Instant {
         now.plus_nanos(self.rto_ns(st, config))
@@ -334,13 +335,23 @@ impl<const P: usize> Connection<P> {
         st.rack_deadline = None;
         let now_ts = now.wire_timestamp();
         let active = usize::from(self.params.paths);
+        st.index.sync(&st.paths, active);
         let Some(newest_delivered) = st.index.newest_delivered(&st.paths, active) else {
             return;
         };
-        // For paths without an RTT sample yet: the slowest path's estimate.
-        let (slowest_srtt, slowest_var) = st.index.slowest(&st.paths, active);
-        let slowest_srtt = slowest_srtt.max(self.send.rtt.srtt_ns());
-        let slowest_var = slowest_var.max(self.send.rtt.rttvar_ns());
+        // For paths without an RTT sample yet: the slowest path's estimate
+        // (found only while there are such paths).
+        let (slowest_srtt, slowest_var) = if st.index.all_estimated() {
+            (0, 0)
+        } else {
+            let paths = &st.paths[..active];
+            let srtt = paths.iter().map(|p| p.rtt.srtt_ns()).max();
+            let var = paths.iter().map(|p| p.rtt.rttvar_ns()).max();
+            (
+                srtt.unwrap_or(0).max(self.send.rtt.srtt_ns()),
+                var.unwrap_or(0).max(self.send.rtt.rttvar_ns()),
+            )
+        };
         let estimate = |p: &super::sender::PathSender| {
             if p.rtt.has_estimate() {
                 (p.rtt.srtt_ns(), p.rtt.rttvar_ns())
