@@ -169,6 +169,16 @@ impl<const P: usize> Connection<P> {
 
     /// Whether new or lost data waits to be sent (pacing aside).
     pub(crate) fn has_data_to_send<B: Backing>(&mut self, res: &Resources<B, P>) -> bool {
+        self.data_waiting(res, None)
+    }
+
+    /// [`Connection::has_data_to_send`], with whether an entry has unsent
+    /// packets (`first_unsent`) already known if `unsent` says.
+    pub(crate) fn data_waiting<B: Backing>(
+        &mut self,
+        res: &Resources<B, P>,
+        unsent: Option<bool>,
+    ) -> bool {
         if !self.state.is_open() {
             return false;
         }
@@ -181,7 +191,10 @@ impl<const P: usize> Connection<P> {
                 return false;
             }
         }
-        self.first_unsent(res).is_some()
+        match unsent {
+            Some(u) => u,
+            None => self.first_unsent(res).is_some(),
+        }
     }
 
     /// Whether one more new packet fits the PSN window and the start-up
