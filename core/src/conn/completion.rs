@@ -3,7 +3,8 @@
 //! the application asks; a failed connection completes everything left
 //! with an error.
 
-use super::{ConnState, Connection, Job, Pending, PendingEvents, Resources, WorkEntry, WorkPool};
+use super::sender::Slot;
+use super::{ConnState, Connection, Job, Pending, PendingEvents, Resources, WorkEntry};
 use crate::api::{Completion, Opcode, Status};
 use crate::psn::Psn;
 use crate::storage::list::OptIndex;
@@ -75,9 +76,8 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Whether an entry is finished: every packet sent and acknowledged
-    /// (and a READ's response placed). O(1): the entry counts its
-    /// acknowledged packets.
-    fn entry_done(&self, e: &WorkEntry) -> bool {
+    /// (and a READ's response placed).
+    fn entry_done<B: Backing>(&self, e: &WorkEntry, res: &Resources<B, P>) -> bool {
         if e.started < e.packets {
             return false;
         }
@@ -85,54 +85,32 @@ impl<const P: usize> Connection<P> {
             return false;
         }
         let end = e.first_psn + e.packets;
-        end.offset_from(self.send.una) <= 0 || e.delivered >= e.packets
-    }
-
-    /// Counts PSN `psn`, acknowledged for the first time, to the entry it
-    /// belongs to: looked for from the entry of the latest one on (from
-    /// the queue's head if `psn` lies before it), among the entries
-    /// started (those come first, in PSN order). None holds it when its
-    /// entry failed and left the queue.
-    /// `acked_at`: the sender state's hint.
-    pub(crate) fn count_delivered<B: Backing>(
-        &self,
-        acked_at: &mut OptIndex,
-        work: &mut WorkPool<B>,
-        psn: Psn,
-    ) {
-        let mut at = acked_at
+        if end.offset_from(self.send.una) <= 0 {
+            return true;
+        }
+        let Some(extent) = self
+            .send
+            .state
             .get()
-            .filter(|&i| psn.offset_from(work.get(i).first_psn) >= 0)
-            .or(self.send.queue.head());
-        while let Some(i) = at {
-            let e = work.get_mut(i);
-            if e.started == 0 {
-                return;
+            .and_then(|s| res.senders.get(s).extent)
+        else {
+            return false;
+        };
+        let mut psn = e.first_psn.max(self.send.una);
+        while psn != end {
+            if res.inflight.get(extent, psn).slot() != Slot::Acked {
+                return false;
             }
-            if e.holds(psn) {
-                e.delivered += 1;
-                *acked_at = OptIndex::some(i);
-                return;
-            }
-            at = work.next_of(i);
+            psn = psn.next();
         }
-    }
-
-    /// Entry `i` leaves the queue: the hint no longer names it.
-    fn forget_acked_at<B: Backing>(&self, i: u32, res: &mut Resources<B, P>) {
-        if let Some(s) = self.send.state.get() {
-            let st = res.senders.get_mut(s);
-            if st.acked_at == OptIndex::some(i) {
-                st.acked_at = OptIndex::NONE;
-            }
-        }
+        true
     }
 
     /// Whether every send-queue entry is finished (CLOSE may go).
     pub(crate) fn all_entries_done<B: Backing>(&self, res: &Resources<B, P>) -> bool {
         res.work
             .iter(&self.send.queue)
-            .all(|i| self.entry_done(res.work.get(i)))
+            .all(|i| self.entry_done(res.work.get(i), res))
     }
 
     fn flushing(&self) -> bool {
@@ -144,7 +122,7 @@ impl<const P: usize> Connection<P> {
         let flushing = self.flushing();
         if let Some(i) = self.send.queue.head() {
             let e = res.work.get(i);
-            if flushing || e.error.is_some() || self.entry_done(e) {
+            if flushing || e.error.is_some() || self.entry_done(e, res) {
                 return true;
             }
         }
@@ -167,13 +145,12 @@ impl<const P: usize> Connection<P> {
         let flushing = self.flushing();
         while let Some(i) = self.send.queue.head() {
             let e = *res.work.get(i);
-            if !(flushing || e.error.is_some() || self.entry_done(&e)) {
+            if !(flushing || e.error.is_some() || self.entry_done(&e, res)) {
                 break;
             }
             if self.send.cursor == OptIndex::some(i) {
                 self.send.cursor = res.work.next_of(i).into();
             }
-            self.forget_acked_at(i, res);
             res.work.pop_front(&mut self.send.queue);
             match e.job {
                 Job::ReadResponse { .. } => {
@@ -237,9 +214,6 @@ impl<const P: usize> Connection<P> {
         }
         res.recvs.clear(&mut self.recv.queue);
         self.send.cursor = OptIndex::NONE;
-        if let Some(s) = self.send.state.get() {
-            res.senders.get_mut(s).acked_at = OptIndex::NONE;
-        }
         self.send.read_jobs = 0;
         self.send.user_jobs = 0;
     }

@@ -178,8 +178,6 @@ pub struct WorkEntry {
     pub(crate) first_psn: Psn,
     /// Packets that have a PSN (sent at least once).
     pub(crate) started: u32,
-    /// Packets acknowledged (each counted once, when first acknowledged).
-    pub(crate) delivered: u32,
     /// READ: response bytes placed.
     pub(crate) read_bytes: u32,
     /// SEND / WRITE_IMM: the receive it consumes at the peer.
@@ -199,7 +197,6 @@ impl WorkEntry {
         packets: 0,
         first_psn: Psn(0),
         started: 0,
-        delivered: 0,
         read_bytes: 0,
         recv_index: 0,
         error: None,
@@ -295,7 +292,7 @@ impl PoolRefusals {
 
 /// The pools and tables connections draw on, owned by the endpoint.
 pub struct Resources<B: Backing, const P: usize> {
-    pub(crate) work: WorkPool<B>,
+    pub(crate) work: Pool<Slice<B, PoolEntry<WorkEntry>>>,
     pub(crate) recvs: Pool<Slice<B, PoolEntry<RecvEntry>>>,
     pub(crate) senders: Pool<Slice<B, PoolEntry<SenderState<P>>>>,
     pub(crate) inflight: Inflight<B>,
@@ -326,9 +323,6 @@ pub struct Resources<B: Backing, const P: usize> {
 
 /// The endpoint's in-flight records, as [`Resources`] holds them.
 pub(crate) type Inflight<B> = InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>;
-
-/// The endpoint's send-queue entries, as [`Resources`] holds them.
-pub(crate) type WorkPool<B> = Pool<Slice<B, PoolEntry<WorkEntry>>>;
 
 /// NAKs the endpoint holds between a receive batch and its transmissions:
 /// as many as a batch of the platform's engine loop can refuse (32 frames).

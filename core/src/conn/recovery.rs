@@ -7,7 +7,7 @@ use core::time::Duration;
 
 use super::recv::status_of;
 use super::sender::{SenderState, Slot, ONE};
-use super::{Blame, Connection, Inflight, Resources, WorkPool};
+use super::{Blame, Connection, Inflight, Resources};
 use crate::cc::CongestionControl;
 use crate::config::Config;
 use crate::psn::Psn;
@@ -55,7 +55,6 @@ impl<const P: usize> Connection<P> {
             senders,
             inflight,
             rng,
-            work,
             ..
         } = res;
         let st = senders.get_mut(s);
@@ -83,7 +82,7 @@ impl<const P: usize> Connection<P> {
         if cum_ahead > 0 {
             let mut psn = una;
             while psn != cum {
-                newly += self.deliver::<B>(st, inflight, work, extent, una, psn);
+                newly += self.deliver::<B>(st, inflight, extent, una, psn);
                 inflight.get_mut(extent, psn).set_slot(Slot::Free);
                 psn = psn.next();
             }
@@ -94,7 +93,7 @@ impl<const P: usize> Connection<P> {
         for i in ack.sack.iter_set() {
             let psn = base + i as u32;
             if psn.is_within(una, span) {
-                newly += self.deliver::<B>(st, inflight, work, extent, una, psn);
+                newly += self.deliver::<B>(st, inflight, extent, una, psn);
             }
         }
         if cum_ahead > 0 {
@@ -159,7 +158,6 @@ impl<const P: usize> Connection<P> {
         &mut self,
         st: &mut SenderState<P>,
         inflight: &mut Inflight<B>,
-        work: &mut WorkPool<B>,
         extent: Extent,
         una: Psn,
         psn: Psn,
@@ -197,7 +195,6 @@ impl<const P: usize> Connection<P> {
             st.note_reordering(i);
         }
         inflight.get_mut(extent, psn).set_slot(Slot::Acked);
-        self.count_delivered::<B>(&mut st.acked_at, work, psn);
         self.counters.packets_acked += 1;
         1
     }

@@ -19,7 +19,6 @@ use crate::config::Config;
 use crate::psn::Psn;
 use crate::rtt::RttEstimator;
 use crate::storage::buddy::{order_for, Buddy, BuddyNode, Extent};
-use crate::storage::list::OptIndex;
 use crate::time::Instant;
 use core::ops::DerefMut;
 
@@ -197,10 +196,6 @@ pub struct SenderState<const P: usize> {
     pub(crate) rate_hint_mbps: u32,
     pub(crate) next_path: u16,
     pub(crate) epoch_total: u32,
-    /// The send-queue entry the latest acknowledged packet belonged to,
-    /// where the next is looked for first (acknowledgements mostly move
-    /// forward); held here, not by the idle connection.
-    pub(crate) acked_at: OptIndex,
     /// When the connection last had nothing in flight and nothing to send.
     pub(crate) idle_since: Option<Instant>,
 }
@@ -226,7 +221,6 @@ impl<const P: usize> SenderState<P> {
         rate_hint_mbps: 0,
         next_path: 0,
         epoch_total: 0,
-        acked_at: OptIndex::NONE,
         idle_since: None,
     };
 
