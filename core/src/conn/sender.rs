@@ -338,7 +338,9 @@ impl<const P: usize> SenderState<P> {
         }
     }
 
-    /// Records a transmission on path `i`.
+    /// Records a transmission on path `i` (inlined: its one caller is the
+    /// send path, and out of line it costs firmware code).
+    #[inline(always)]
     pub(crate) fn on_sent(&mut self, i: u8, retransmission: bool) {
         let p = self.path_mut(usize::from(i));
         p.in_flight += 1;
