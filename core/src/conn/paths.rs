@@ -24,16 +24,17 @@
 //! (about a kilobyte at 16 paths), which the per-packet path no longer
 //! reads.
 //!
-//! Without the `path-index` feature ([`PATH_INDEX`], firmware) every
-//! question is answered by scanning the paths, as before, and nothing is
-//! kept: the same answers in 1.6 KB less code.
+//! Without the `path-index` feature ([`crate::config::PATH_INDEX`],
+//! firmware) `PathIndex` holds nothing and every question is answered by
+//! scanning the paths, as before: the same answers in 1.6 KB less code
+//! and no memory.
 
 use super::sender::{PathSender, ONE};
-use crate::config::PATH_INDEX;
 use crate::psn::Psn;
 
 /// The cost leaves, the tournament tree and the loss-detection inputs of
 /// one sender's paths.
+#[cfg(feature = "path-index")]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PathIndex<const P: usize> {
     /// Per path, `(in_flight + 1) x delay`: the cost is `num / den`,
@@ -81,6 +82,7 @@ fn due(p: &PathSender, rtt: u32, var: u32) -> u32 {
 /// the least `(in_flight + 1) x delay / weight`, round-robin among equals
 /// (see [`super::SenderState::choose_path`]); `base`: the unqueued round
 /// trip.
+#[cfg(not(feature = "path-index"))]
 pub(crate) fn scan(paths: &[PathSender], n: usize, base: u64, start: usize) -> usize {
     // Least (in_flight + 1) * delay / weight, compared by
     // cross-multiplication (no division on the per-packet path).
@@ -130,6 +132,7 @@ fn own_due(p: &PathSender) -> u32 {
 /// (`sign` 0) or the least (`sign` `u32::MAX`: compared complemented),
 /// follows, and is found again among them only when its holder moved
 /// away from it.
+#[cfg(feature = "path-index")]
 #[inline(never)]
 fn track(values: &mut [u32], cur: &mut u32, i: usize, new: u32, sign: u32) {
     let old = core::mem::replace(&mut values[i], new);
@@ -140,6 +143,7 @@ fn track(values: &mut [u32], cur: &mut u32, i: usize, new: u32, sign: u32) {
     }
 }
 
+#[cfg(feature = "path-index")]
 impl<const P: usize> PathIndex<P> {
     /// Holds for every `P` an endpoint may be built with (the wire's
     /// largest path count).
@@ -164,9 +168,6 @@ impl<const P: usize> PathIndex<P> {
     /// Marks path `i`'s cost as changed.
     #[inline]
     pub(crate) fn touch(&mut self, i: usize) {
-        if !PATH_INDEX {
-            return;
-        }
         self.dirty |= 1 << (i % 64);
     }
 
@@ -262,9 +263,6 @@ impl<const P: usize> PathIndex<P> {
     ) -> usize {
         let () = Self::FITS;
         let n = active.min(P);
-        if !PATH_INDEX {
-            return scan(paths, n, base, start);
-        }
         if base != self.base || n != usize::from(self.active) {
             // A new minimum round trip moves every delay: rebuilt.
             self.base = base;
@@ -310,9 +308,6 @@ impl<const P: usize> PathIndex<P> {
     /// afresh.
     #[inline(never)]
     pub(crate) fn rebuild_recovery(&mut self, paths: &[PathSender; P], active: usize) {
-        if !PATH_INDEX {
-            return;
-        }
         let n = active.min(P);
         self.agg_active = n as u16;
         self.unestimated = 0;
@@ -339,7 +334,7 @@ impl<const P: usize> PathIndex<P> {
     /// unless the path count changed since the sender state was set up).
     #[inline]
     pub(crate) fn sync(&mut self, paths: &[PathSender; P], active: usize) {
-        if PATH_INDEX && usize::from(self.agg_active) != active.min(P) {
+        if usize::from(self.agg_active) != active.min(P) {
             self.rebuild_recovery(paths, active);
         }
     }
@@ -348,7 +343,7 @@ impl<const P: usize> PathIndex<P> {
     pub(crate) fn on_rtt(&mut self, paths: &[PathSender; P], i: usize) {
         self.touch(i);
         let n = usize::from(self.agg_active);
-        if !PATH_INDEX || i >= n {
+        if i >= n {
             return;
         }
         let p = &paths[i];
@@ -376,7 +371,7 @@ impl<const P: usize> PathIndex<P> {
     /// Path `i` was seen to reorder: its reordering allowance changed.
     pub(crate) fn on_reordering(&mut self, paths: &[PathSender; P], i: usize) {
         let n = usize::from(self.agg_active);
-        if PATH_INDEX && i < n {
+        if i < n {
             track(
                 &mut self.due[..n],
                 &mut self.soonest,
@@ -391,7 +386,7 @@ impl<const P: usize> PathIndex<P> {
     /// as its newest.
     #[inline]
     pub(crate) fn on_rack(&mut self, i: usize, ts: u32) {
-        if PATH_INDEX && i < usize::from(self.agg_active) {
+        if i < usize::from(self.agg_active) {
             let ts = Psn(ts);
             self.newest = Some(self.newest.map_or(ts, |m| m.max(ts)));
         }
@@ -400,36 +395,22 @@ impl<const P: usize> PathIndex<P> {
     /// The largest timeout (`srtt + 4 rttvar`) of the first `active`
     /// paths ([`Self::sync`] first).
     #[inline]
-    pub(crate) fn slowest_timeout(&self, paths: &[PathSender; P], active: usize) -> u32 {
-        if PATH_INDEX {
-            return self.slowest_timeout;
-        }
-        paths[..active]
-            .iter()
-            .map(|p| p.rtt.timeout_ns())
-            .max()
-            .unwrap_or(0)
+    pub(crate) fn slowest_timeout(&self, _paths: &[PathSender; P], _active: usize) -> u32 {
+        self.slowest_timeout
     }
 
     /// The send time of the newest packet delivered on the first `active`
     /// paths ([`Self::sync`] first).
     #[inline]
-    pub(crate) fn newest_delivered(&self, paths: &[PathSender; P], active: usize) -> Option<Psn> {
-        if PATH_INDEX {
-            return self.newest;
-        }
-        paths[..active]
-            .iter()
-            .filter(|p| p.rack_valid)
-            .map(|p| Psn(p.rack_xmit_ts))
-            .reduce(Psn::max)
+    pub(crate) fn newest_delivered(&self, _paths: &[PathSender; P], _active: usize) -> Option<Psn> {
+        self.newest
     }
 
     /// Whether every path is known to have a round-trip estimate of its
     /// own ([`Self::sync`] first).
     #[inline]
     pub(crate) fn all_estimated(&self) -> bool {
-        PATH_INDEX && self.unestimated == 0
+        self.unestimated == 0
     }
 
     /// The shortest time after its send at which a packet on any of the
@@ -444,19 +425,98 @@ impl<const P: usize> PathIndex<P> {
         if self.all_estimated() {
             return self.soonest;
         }
-        // Before every path has a sample (rare), or without the index: by
-        // scanning.
+        // Before every path has a sample: rare, by scanning.
+        soonest_scan(&paths[..active], fallback)
+    }
+}
+
+/// The soonest a packet on any of `paths` can be declared lost after its
+/// send, by scanning them; a path without an estimate takes `fallback`.
+fn soonest_scan(paths: &[PathSender], fallback: (u32, u32)) -> u32 {
+    paths
+        .iter()
+        .map(|p| {
+            if p.rtt.has_estimate() {
+                own_due(p)
+            } else {
+                due(p, fallback.0, fallback.1)
+            }
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// Without the index: nothing kept, every answer found by scanning.
+#[cfg(not(feature = "path-index"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PathIndex<const P: usize>;
+
+#[cfg(not(feature = "path-index"))]
+impl<const P: usize> PathIndex<P> {
+    pub(crate) const EMPTY: PathIndex<P> = PathIndex;
+
+    #[inline]
+    pub(crate) fn touch(&mut self, _i: usize) {}
+
+    /// The first of the cheapest paths at or after `start` (a scan).
+    #[inline]
+    pub(crate) fn choose(
+        &mut self,
+        paths: &[PathSender; P],
+        active: usize,
+        base: u64,
+        start: usize,
+    ) -> usize {
+        scan(paths, active.min(P), base, start)
+    }
+
+    #[inline]
+    pub(crate) fn rebuild_recovery(&mut self, _paths: &[PathSender; P], _active: usize) {}
+
+    #[inline]
+    pub(crate) fn sync(&mut self, _paths: &[PathSender; P], _active: usize) {}
+
+    #[inline]
+    pub(crate) fn on_rtt(&mut self, _paths: &[PathSender; P], _i: usize) {}
+
+    #[inline]
+    pub(crate) fn on_reordering(&mut self, _paths: &[PathSender; P], _i: usize) {}
+
+    #[inline]
+    pub(crate) fn on_rack(&mut self, _i: usize, _ts: u32) {}
+
+    /// The largest timeout of the first `active` paths (a scan).
+    pub(crate) fn slowest_timeout(&self, paths: &[PathSender; P], active: usize) -> u32 {
         paths[..active]
             .iter()
-            .map(|p| {
-                if p.rtt.has_estimate() {
-                    own_due(p)
-                } else {
-                    due(p, fallback.0, fallback.1)
-                }
-            })
-            .min()
+            .map(|p| p.rtt.timeout_ns())
+            .max()
             .unwrap_or(0)
+    }
+
+    /// The send time of the newest packet delivered on the first `active`
+    /// paths (a scan).
+    pub(crate) fn newest_delivered(&self, paths: &[PathSender; P], active: usize) -> Option<Psn> {
+        paths[..active]
+            .iter()
+            .filter(|p| p.rack_valid)
+            .map(|p| Psn(p.rack_xmit_ts))
+            .reduce(Psn::max)
+    }
+
+    #[inline]
+    pub(crate) fn all_estimated(&self) -> bool {
+        false
+    }
+
+    /// The soonest deadline of the first `active` paths (a scan).
+    pub(crate) fn soonest(
+        &self,
+        paths: &[PathSender; P],
+        active: usize,
+        fallback: (u32, u32),
+    ) -> u32 {
+        soonest_scan(&paths[..active], fallback)
     }
 }
 
