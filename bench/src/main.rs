@@ -16,7 +16,7 @@ use metaroce_core::wire::CRC_LEN;
 
 const USAGE: &str = "\
 Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [--no-scale]
-                      [--crc-offload] [--multicore-only]
+                      [--crc-offload] [--multicore-only] [--paths-only]
 
   --messages N  4 KiB WRITEs per timed run (default 200000)
   --no-scale    skip the runs with 1,024 and 65,536 connections
@@ -30,6 +30,8 @@ Usage: metaroce-bench [--messages N] [--repeats R] [--csv PATH] [--cycle-only] [
   --multicore-only
                 only the multicore_* rows (1 and 2 threads), printed,
                 no CSV (to repeat that measurement on its own)
+  --paths-only  only the engine_without_crc_*_paths_* rows (1, 2, 4, 8 and
+                16 paths per connection), printed, no CSV
 ";
 
 struct Args {
@@ -39,6 +41,7 @@ struct Args {
     cycle_only: bool,
     crc_offload: bool,
     multicore_only: bool,
+    paths_only: bool,
     scale: bool,
 }
 
@@ -50,6 +53,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         cycle_only: false,
         crc_offload: false,
         multicore_only: false,
+        paths_only: false,
         scale: true,
     };
     let mut it = args.iter();
@@ -75,6 +79,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--crc-offload" => parsed.crc_offload = true,
             "--no-scale" => parsed.scale = false,
             "--multicore-only" => parsed.multicore_only = true,
+            "--paths-only" => parsed.paths_only = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -175,6 +180,9 @@ fn cycle_rows(t: &Timings, n: u32, crc: &str) -> Vec<Row> {
 fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
     if args.multicore_only {
         return metaroce_bench::multicore::rows(args.messages, args.repeats);
+    }
+    if args.paths_only {
+        return paths_rows(args);
     }
     let mut pair = Pair::connected()?;
     pair.set_crc_offload(args.crc_offload);
@@ -324,45 +332,59 @@ fn run(args: &Args) -> Result<Vec<Row>, BenchError> {
     rows.extend(metaroce_bench::aead::rows(n));
     rows.extend(metaroce_bench::multicore::rows(args.messages, n)?);
     rows.extend(measure::memory_rows());
-    rows.extend(path_rows(args)?);
+    rows.extend(paths_rows(args)?);
     if args.scale {
         rows.extend(scale_rows(args, cycle, crc_cycle)?);
     }
     Ok(rows)
 }
 
-/// Paths per connection of the path rows.
+/// Logical paths per connection of the path rows.
 const PATH_COUNTS: [u16; 5] = [1, 2, 4, 8, 16];
 
-/// The engine's own cost per data packet (the cycle with the CRC trailer
-/// left to a device, as `engine_crc_offloaded_ns_per_packet`) with
-/// connections of 1, 2, 4, 8 and 16 paths: what choosing among more paths
-/// costs per packet.
-fn path_rows(args: &Args) -> Result<Vec<Row>, BenchError> {
-    let mut rows = Vec::new();
+/// The engine's cost per data packet (CRC left to a device) with 1, 2, 4,
+/// 8 and 16 paths per connection, and 16 over 1. The counts take turns
+/// run by run, so a load that comes and goes on a shared machine falls on
+/// all of them alike.
+fn paths_rows(args: &Args) -> Result<Vec<Row>, BenchError> {
+    let mut pairs = Vec::new();
     for paths in PATH_COUNTS {
-        let mut pair = Pair::with_paths(paths)?;
+        let mut pair = Pair::connected_paths(paths)?;
         pair.set_crc_offload(true);
         pair.run_writes((args.messages / 10).max(1), None)?;
-        let mut samples = Vec::new();
-        for _ in 0..args.repeats {
+        pairs.push(pair);
+    }
+    let mut samples = vec![Vec::new(); PATH_COUNTS.len()];
+    for _ in 0..args.repeats {
+        for (pair, s) in pairs.iter_mut().zip(samples.iter_mut()) {
             let watch = Stopwatch::start();
             let counts = pair.run_writes(args.messages, None)?;
-            samples.push(watch.per_iteration(counts.data_packets));
+            s.push(watch.per_iteration(counts.data_packets));
         }
-        let what = if paths == 1 {
-            "engine per 4 KiB data packet, CRC left to a device, connections of 1 path (best)"
-                .to_string()
-        } else {
-            format!("  the same, {paths} paths")
-        };
-        rows.push(Row::new(
-            format!("engine_without_crc_ns_per_packet_paths_{paths}"),
-            measure::best(&samples).ns(),
-            "ns",
-            what,
-        ));
     }
+    let ns: Vec<f64> = samples.iter().map(|s| measure::best(s).ns()).collect();
+    let mut rows: Vec<Row> = PATH_COUNTS
+        .iter()
+        .zip(&ns)
+        .map(|(paths, &ns)| {
+            Row::new(
+                format!("engine_without_crc_ns_per_packet_paths_{paths}"),
+                ns,
+                "ns",
+                format!(
+                    "TX -> RX -> ACK per 4 KiB data packet, CRC left to a device, \
+                     {paths} paths per connection (best of {})",
+                    args.repeats
+                ),
+            )
+        })
+        .collect();
+    rows.push(Row::new(
+        "paths_ratio_16_to_1",
+        ns[ns.len() - 1] / ns[0].max(1e-3),
+        "ratio",
+        "engine cost per packet at 16 paths / at 1 (goal <= 1.15)",
+    ));
     Ok(rows)
 }
 
@@ -451,7 +473,7 @@ fn main() -> ExitCode {
         }
     };
     print!("{}", measure::table(&rows));
-    if args.cycle_only || args.multicore_only {
+    if args.cycle_only || args.multicore_only || args.paths_only {
         return ExitCode::SUCCESS;
     }
     if let Some(dir) = args.csv.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -291,22 +291,18 @@ impl Pair {
         Pair::build(total, sending, shard, bench_config())
     }
 
-    /// Like [`Pair::connected`], with connections of `paths` logical
-    /// paths (1 to 16) instead of the default 16.
-    pub fn with_paths(paths: u16) -> Result<Pair, BenchError> {
+    /// Like [`Pair::connected`], with `paths` logical paths per connection
+    /// (1 to 16).
+    pub fn connected_paths(paths: u16) -> Result<Pair, BenchError> {
         let config = Config {
             paths,
             ..bench_config()
         };
-        Pair::build(
-            1,
-            1,
-            Shard {
-                first_slot: 0,
-                table_slots: 1,
-            },
-            config,
-        )
+        let shard = Shard {
+            first_slot: 0,
+            table_slots: 1,
+        };
+        Pair::build(1, 1, shard, config)
     }
 
     fn build(total: u32, sending: u32, shard: Shard, config: Config) -> Result<Pair, BenchError> {

@@ -23,6 +23,13 @@ pub const EMULATION_WINDOW: u32 = 4096;
 /// feature `grant`, off in firmware for its code budget).
 pub const GRANTS: bool = cfg!(feature = "grant");
 
+/// Whether senders keep their paths' costs in a tournament tree and their
+/// loss-detection inputs current as telemetry changes, instead of scanning
+/// every path per packet (feature `path-index`, off in firmware for its
+/// code budget: 1.6 KB). The paths chosen and the losses found are the
+/// same either way.
+pub const PATH_INDEX: bool = cfg!(feature = "path-index");
+
 /// Which protection domain an accepted connection gets (spec 5.1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -6,6 +6,8 @@
 //!   pacing, the pooled sender state;
 //! * [`recv`]: receive checks, placement, receive buffers, ACK and NAK
 //!   generation;
+//! * [`paths`]: what the per-packet path asks of the sender's paths (the
+//!   next path, the slowest timeout), kept current as telemetry changes;
 //! * [`recovery`]: acknowledgements, loss detection, retransmission
 //!   timeouts, NAK handling;
 //! * [`timers`]: deadlines and what happens when they pass;
@@ -19,6 +21,7 @@
 
 mod completion;
 mod handshake;
+mod paths;
 mod recovery;
 mod recv;
 pub mod reorder;
@@ -307,7 +310,7 @@ pub struct Resources<B: Backing, const P: usize> {
     pub(crate) work: Pool<Slice<B, PoolEntry<WorkEntry>>>,
     pub(crate) recvs: Pool<Slice<B, PoolEntry<RecvEntry>>>,
     pub(crate) senders: Pool<Slice<B, PoolEntry<SenderState<P>>>>,
-    pub(crate) inflight: InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>,
+    pub(crate) inflight: Inflight<B>,
     /// The receivers' out-of-order bitmaps.
     pub(crate) reorder: ReorderPool<Slice<B, u64>, Slice<B, BuddyNode>>,
     pub(crate) regions: RegionTable<Slice<B, crate::memory::RegionSlot>>,
@@ -332,6 +335,9 @@ pub struct Resources<B: Backing, const P: usize> {
     /// before anything else.
     pub(crate) naks: heapless::Deque<QueuedNak, NAK_QUEUE>,
 }
+
+/// The endpoint's in-flight records, as [`Resources`] holds them.
+pub(crate) type Inflight<B> = InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>;
 
 /// NAKs the endpoint holds between a receive batch and its transmissions:
 /// as many as a batch of the platform's engine loop can refuse (32 frames).

@@ -7,7 +7,7 @@ use core::time::Duration;
 
 use super::recv::status_of;
 use super::sender::{SenderState, Slot, ONE};
-use super::{Blame, Connection, Resources};
+use super::{Blame, Connection, Inflight, Resources};
 use crate::cc::CongestionControl;
 use crate::config::Config;
 use crate::psn::Psn;
@@ -48,26 +48,33 @@ impl<const P: usize> Connection<P> {
         let Some(s) = self.send.state.get() else {
             return;
         };
-        let Some(extent) = res.senders.get(s).extent else {
+        // The sender state is changed where it lies, beside the in-flight
+        // records and the generator: borrowed apart, not copied out and
+        // back (it holds every path's telemetry).
+        let Resources {
+            senders,
+            inflight,
+            rng,
+            ..
+        } = res;
+        let st = senders.get_mut(s);
+        let Some(extent) = st.extent else {
             if let Some(rtt) = rtt_sample {
-                res.senders.get_mut(s).paths[usize::from(ack.echo_path) % P]
-                    .rtt
-                    .on_sample(rtt);
+                st.on_rtt_sample(usize::from(ack.echo_path), rtt);
             }
             return;
         };
-        let mut st = *res.senders.get(s);
         // Spurious retransmission: the echoed transmission is an earlier one
         // than the latest we sent for that PSN (spec 4.6.2).
         let echo = Psn(ack.echo_psn);
         if echo.is_within(self.send.una, span) {
-            let r = res.inflight.get(extent, echo);
+            let r = inflight.get(extent, echo);
             if r.transmissions() > 1 && r.sent_ts != ack.echo_timestamp {
                 self.counters.spurious_retransmissions += 1;
                 st.paths[usize::from(r.path) % P].spurious += 1;
                 // The loss was misjudged: the path that delivered the
                 // original late (the echoed one) reorders.
-                st.paths[usize::from(ack.echo_path) % P].reordering_seen = true;
+                st.note_reordering(usize::from(ack.echo_path));
             }
         }
         let una = self.send.una;
@@ -75,8 +82,8 @@ impl<const P: usize> Connection<P> {
         if cum_ahead > 0 {
             let mut psn = una;
             while psn != cum {
-                newly += self.deliver(&mut st, res, extent, una, psn);
-                res.inflight.get_mut(extent, psn).set_slot(Slot::Free);
+                newly += self.deliver::<B>(st, inflight, extent, una, psn);
+                inflight.get_mut(extent, psn).set_slot(Slot::Free);
                 psn = psn.next();
             }
         }
@@ -86,16 +93,16 @@ impl<const P: usize> Connection<P> {
         for i in ack.sack.iter_set() {
             let psn = base + i as u32;
             if psn.is_within(una, span) {
-                newly += self.deliver(&mut st, res, extent, una, psn);
+                newly += self.deliver::<B>(st, inflight, extent, una, psn);
             }
         }
         if cum_ahead > 0 {
             self.send.una = cum;
         }
         if let Some(rtt) = rtt_sample {
-            let path = &mut st.paths[usize::from(ack.echo_path) % P];
-            path.rtt.on_sample(rtt);
-            let (delivered, marked) = path.on_echo(ack.path_rx_count, ack.path_ce_count);
+            let i = usize::from(ack.echo_path);
+            st.on_rtt_sample(i, rtt);
+            let (delivered, marked) = st.path_mut(i).on_echo(ack.path_rx_count, ack.path_ce_count);
             let sent_at = now.minus_nanos(u64::from(rtt));
             let ceiling = if st.rate_hint_mbps == 0 {
                 u32::MAX
@@ -131,19 +138,18 @@ impl<const P: usize> Connection<P> {
             st.rto_deadline = if self.send.una == self.send.nxt {
                 None
             } else {
-                Some(self.rto_deadline(now, &st, config))
+                Some(self.rto_deadline(now, st, config))
             };
             st.probes = 0;
-            self.arm_probe(now, &mut st, config);
+            self.arm_probe(now, st, config);
         }
-        self.detect_losses(now, &mut st, res, extent);
+        self.detect_losses::<B>(now, st, inflight, extent);
         if config.path_reroll
             && st.epoch_total >= u32::from(config.path_epoch_packets) * u32::from(self.params.paths)
         {
-            let n = self.evaluate_paths(&mut st, config, &mut res.rng);
+            let n = self.evaluate_paths(st, config, rng);
             self.counters.path_rerolls += n;
         }
-        *res.senders.get_mut(s) = st;
     }
 
     /// Marks PSN `psn`'s record delivered, taking it off its list; returns
@@ -151,41 +157,44 @@ impl<const P: usize> Connection<P> {
     fn deliver<B: Backing>(
         &mut self,
         st: &mut SenderState<P>,
-        res: &mut Resources<B, P>,
+        inflight: &mut Inflight<B>,
         extent: Extent,
         una: Psn,
         psn: Psn,
     ) -> u32 {
-        let r = res.inflight.get(extent, psn);
+        let r = inflight.get(extent, psn);
         let state = r.slot();
         if matches!(state, Slot::Acked | Slot::Free) {
             return 0;
         }
-        let path = &mut st.paths[usize::from(r.path) % P];
+        let i = usize::from(r.path) % P;
         if state == Slot::InFlight {
-            path.in_flight = path.in_flight.saturating_sub(1);
-            res.inflight.unlink(&mut st.outstanding, extent, una, psn);
+            inflight.unlink(&mut st.outstanding, extent, una, psn);
         } else {
             // Declared lost but it arrived: not retransmitted yet, so cancel.
-            res.inflight.unlink(&mut st.lost, extent, una, psn);
+            inflight.unlink(&mut st.lost, extent, una, psn);
+        }
+        let path = st.path_mut(i);
+        if state == Slot::InFlight {
+            path.in_flight = path.in_flight.saturating_sub(1);
         }
         path.on_delivered();
         // A first transmission delivered after a later one of its own path
         // (or after it was declared lost): the path reorders.
-        if r.transmissions() == 1
+        let reorders = (r.transmissions() == 1
             && path.rack_valid
-            && Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) < 0
-        {
-            path.reordering_seen = true;
-        }
-        if state == Slot::Lost && r.transmissions() == 1 {
-            path.reordering_seen = true;
-        }
-        if !path.rack_valid || Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) > 0 {
+            && Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) < 0)
+            || (state == Slot::Lost && r.transmissions() == 1);
+        let newest = !path.rack_valid || Psn(r.sent_ts).offset_from(Psn(path.rack_xmit_ts)) > 0;
+        if newest {
             path.rack_xmit_ts = r.sent_ts;
             path.rack_valid = true;
+            st.index.on_rack(i, r.sent_ts);
         }
-        res.inflight.get_mut(extent, psn).set_slot(Slot::Acked);
+        if reorders {
+            st.note_reordering(i);
+        }
+        inflight.get_mut(extent, psn).set_slot(Slot::Acked);
         self.counters.packets_acked += 1;
         1
     }
@@ -194,13 +203,12 @@ impl<const P: usize> Connection<P> {
     /// path decides, since a packet on it is not late until its own round
     /// trip passed. 64-bit nanoseconds, not `Duration`: this runs per
     /// packet and is firmware code.
-    pub(crate) fn rto_ns(&self, st: &SenderState<P>, config: &Config) -> u64 {
+    pub(crate) fn rto_ns(&self, st: &mut SenderState<P>, config: &Config) -> u64 {
         let base = if self.send.rtt.has_estimate() {
-            let slowest = st.paths[..usize::from(self.params.paths)]
-                .iter()
-                .map(|p| p.rtt.timeout_ns())
-                .max()
-                .unwrap_or(0)
+            st.index.sync(&st.paths, usize::from(self.params.paths));
+            let slowest = st
+                .index
+                .slowest_timeout(&st.paths, usize::from(self.params.paths))
                 .max(self.send.rtt.timeout_ns());
             u64::from(slowest).max(duration_nanos(config.rto_min))
         } else {
@@ -213,7 +221,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn rto_deadline(
         &self,
         now: Instant,
-        st: &SenderState<P>,
+        st: &mut SenderState<P>,
         config: &Config,
     ) -> Instant {
         now.plus_nanos(self.rto_ns(st, config))
@@ -263,14 +271,17 @@ impl<const P: usize> Connection<P> {
         let Some(s) = self.send.state.get() else {
             return;
         };
-        let mut st = *res.senders.get(s);
-        st.probe_deadline = None;
         // Retransmissions already waiting draw ACKs of their own, and so
         // do new packets waiting only for their pacing slot (their send
         // re-arms the probe) unless the retransmission timer is due: then
         // the next of them is the probe, in its place.
         let unsent = self.first_unsent(res).is_some();
-        let paced = unsent && self.may_send_new(&st);
+        let Resources {
+            senders, inflight, ..
+        } = res;
+        let st = senders.get_mut(s);
+        st.probe_deadline = None;
+        let paced = unsent && self.may_send_new(st);
         let rto_due = st.rto_deadline.is_some_and(|d| now >= d);
         if let (Some(extent), Some(_), 0, false) = (
             st.extent,
@@ -291,18 +302,16 @@ impl<const P: usize> Connection<P> {
             } else if !paced {
                 // Resent, not declared lost: no loss is counted or blamed.
                 let psn = st.outstanding.tail;
-                let r = res.inflight.get_mut(extent, psn);
+                let r = inflight.get_mut(extent, psn);
                 r.set_slot(Slot::Lost);
-                let path = &mut st.paths[usize::from(r.path) % P];
+                let path = st.path_mut(usize::from(r.path));
                 path.in_flight = path.in_flight.saturating_sub(1);
-                res.inflight
-                    .unlink(&mut st.outstanding, extent, self.send.una, psn);
-                res.inflight.push_back(&mut st.lost, extent, psn);
+                inflight.unlink(&mut st.outstanding, extent, self.send.una, psn);
+                inflight.push_back(&mut st.lost, extent, psn);
             }
-            st.rto_deadline = Some(self.rto_deadline(now, &st, config));
-            self.arm_probe(now, &mut st, config);
+            st.rto_deadline = Some(self.rto_deadline(now, st, config));
+            self.arm_probe(now, st, config);
         }
-        *res.senders.get_mut(s) = st;
     }
 
     /// RACK per path (spec 4.6.2): a packet is lost once a packet sent after
@@ -320,33 +329,29 @@ impl<const P: usize> Connection<P> {
         &mut self,
         now: Instant,
         st: &mut SenderState<P>,
-        res: &mut Resources<B, P>,
+        inflight: &mut Inflight<B>,
         extent: Extent,
     ) {
         st.rack_deadline = None;
         let now_ts = now.wire_timestamp();
         let active = usize::from(self.params.paths);
-        let Some(newest_delivered) = st.paths[..active]
-            .iter()
-            .filter(|p| p.rack_valid)
-            .map(|p| Psn(p.rack_xmit_ts))
-            .reduce(Psn::max)
-        else {
+        st.index.sync(&st.paths, active);
+        let Some(newest_delivered) = st.index.newest_delivered(&st.paths, active) else {
             return;
         };
-        // For paths without an RTT sample yet: the slowest path's estimate.
-        let slowest_srtt = st.paths[..active]
-            .iter()
-            .map(|p| p.rtt.srtt_ns())
-            .max()
-            .unwrap_or(0)
-            .max(self.send.rtt.srtt_ns());
-        let slowest_var = st.paths[..active]
-            .iter()
-            .map(|p| p.rtt.rttvar_ns())
-            .max()
-            .unwrap_or(0)
-            .max(self.send.rtt.rttvar_ns());
+        // For paths without an RTT sample yet: the slowest path's estimate
+        // (found only while there are such paths).
+        let (slowest_srtt, slowest_var) = if st.index.all_estimated() {
+            (0, 0)
+        } else {
+            let paths = &st.paths[..active];
+            let srtt = paths.iter().map(|p| p.rtt.srtt_ns()).max();
+            let var = paths.iter().map(|p| p.rtt.rttvar_ns()).max();
+            (
+                srtt.unwrap_or(0).max(self.send.rtt.srtt_ns()),
+                var.unwrap_or(0).max(self.send.rtt.rttvar_ns()),
+            )
+        };
         let estimate = |p: &super::sender::PathSender| {
             if p.rtt.has_estimate() {
                 (p.rtt.srtt_ns(), p.rtt.rttvar_ns())
@@ -356,19 +361,14 @@ impl<const P: usize> Connection<P> {
         };
         // The shortest time after its send at which any packet can be
         // declared lost: no later-sent packet can be due before it.
-        let soonest = st.paths[..active]
-            .iter()
-            .map(|p| {
-                let (rtt, var) = estimate(p);
-                rtt.saturating_add(p.same_path_allowance(rtt, var).max(1_000))
-            })
-            .min()
-            .unwrap_or(0);
+        let soonest = st
+            .index
+            .soonest(&st.paths, active, (slowest_srtt, slowest_var));
         let una = self.send.una;
         let mut at = st.outstanding.front();
         while let Some(psn) = at {
-            let r = res.inflight.get(extent, psn);
-            let next = res.inflight.next_on(&st.outstanding, extent, una, psn);
+            let r = inflight.get(extent, psn);
+            let next = inflight.next_on(&st.outstanding, extent, una, psn);
             if Psn(r.sent_ts).offset_from(newest_delivered) >= 0 {
                 break;
             }
@@ -397,7 +397,7 @@ impl<const P: usize> Connection<P> {
             };
             let deadline = r.sent_ts.wrapping_add(rtt).wrapping_add(reo.max(1_000));
             if Psn(now_ts).offset_from(Psn(deadline)) >= 0 {
-                self.mark_lost(st, res, extent, psn);
+                self.mark_lost::<B>(st, inflight, extent, psn);
             } else {
                 let due = now.plus_nanos(u64::from(deadline.wrapping_sub(now_ts)));
                 st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
@@ -411,18 +411,18 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn mark_lost<B: Backing>(
         &mut self,
         st: &mut SenderState<P>,
-        res: &mut Resources<B, P>,
+        inflight: &mut Inflight<B>,
         extent: Extent,
         psn: Psn,
     ) {
         let una = self.send.una;
-        let r = res.inflight.get_mut(extent, psn);
+        let r = inflight.get_mut(extent, psn);
         r.set_slot(Slot::Lost);
-        let path = &mut st.paths[usize::from(r.path) % P];
+        let path = st.path_mut(usize::from(r.path));
         path.in_flight = path.in_flight.saturating_sub(1);
         path.on_lost();
-        res.inflight.unlink(&mut st.outstanding, extent, una, psn);
-        res.inflight.push_back(&mut st.lost, extent, psn);
+        inflight.unlink(&mut st.outstanding, extent, una, psn);
+        inflight.push_back(&mut st.lost, extent, psn);
         self.counters.packets_lost += 1;
     }
 
@@ -469,14 +469,13 @@ impl<const P: usize> Connection<P> {
                 }
             }
             if let Some(s) = self.send.state.get() {
-                let mut st = *res.senders.get(s);
+                let st = res.senders.get_mut(s);
                 if let Some(extent) = st.extent {
                     if res.inflight.get(extent, psn).slot() == Slot::InFlight {
-                        self.mark_lost(&mut st, res, extent, psn);
+                        self.mark_lost::<B>(st, &mut res.inflight, extent, psn);
                     }
                 }
                 st.rnr_until = now + config.rnr_delay;
-                *res.senders.get_mut(s) = st;
             }
             return;
         }
@@ -492,7 +491,7 @@ impl<const P: usize> Connection<P> {
         let Some(s) = self.send.state.get() else {
             return;
         };
-        let mut st = *res.senders.get(s);
+        let st = res.senders.get_mut(s);
         self.counters.timeouts += 1;
         st.rto_backoff = st.rto_backoff.saturating_add(1);
         // Ride-through (spec 4.6.4): give up by the time gone without
@@ -500,38 +499,40 @@ impl<const P: usize> Connection<P> {
         // the ride-through is survived whatever the RTO was.
         if now.saturating_duration_since(st.progress_at) >= self.ride_through(config) {
             let culprit = self.send.una;
-            *res.senders.get_mut(s) = st;
             self.fail(crate::api::Status::RetryExceeded, Blame::Psn(culprit), res);
             self.pending.set(super::Pending::CLOSE);
             self.close_reason = crate::wire::CloseReason::Error;
             return;
         }
+        let Resources {
+            senders, inflight, ..
+        } = res;
+        let st = senders.get_mut(s);
         st.cc.on_timeout(now);
         if let Some(extent) = st.extent {
             // Everything sent more than one (un-backed-off) timeout ago is
             // lost: the outstanding list's front, which is in send order.
-            let age = Duration::from_nanos(self.rto_ns(&st, config) >> st.rto_backoff.min(16));
+            let age = Duration::from_nanos(self.rto_ns(st, config) >> st.rto_backoff.min(16));
             let cutoff = Psn((now - age).wire_timestamp());
             let mut any = false;
             while let Some(psn) = st.outstanding.front() {
-                if cutoff.offset_from(Psn(res.inflight.get(extent, psn).sent_ts)) < 0 {
+                if cutoff.offset_from(Psn(inflight.get(extent, psn).sent_ts)) < 0 {
                     break;
                 }
-                self.mark_lost(&mut st, res, extent, psn);
+                self.mark_lost::<B>(st, inflight, extent, psn);
                 any = true;
             }
             if !any {
                 if let Some(psn) = st.outstanding.front() {
-                    self.mark_lost(&mut st, res, extent, psn);
+                    self.mark_lost::<B>(st, inflight, extent, psn);
                 }
             }
         }
         st.rto_deadline = if self.send.una == self.send.nxt {
             None
         } else {
-            Some(self.rto_deadline(now, &st, config))
+            Some(self.rto_deadline(now, st, config))
         };
-        *res.senders.get_mut(s) = st;
     }
 
     /// Evaluates every path against its peers and re-draws the entropy of
@@ -599,10 +600,16 @@ impl<const P: usize> Connection<P> {
             }
             if p.strikes >= 2 {
                 p.reroll();
+                st.index.touch(i);
                 let e = Self::draw_entropy(&self.entropy[..n], config, rng);
                 self.entropy[i] = e;
                 rerolled += 1;
             }
+        }
+        if rerolled > 0 {
+            // Re-drawn paths start afresh: their estimates stay, their
+            // delivery and reordering evidence goes.
+            st.index.rebuild_recovery(&st.paths, n);
         }
         rerolled
     }

@@ -169,6 +169,16 @@ impl<const P: usize> Connection<P> {
 
     /// Whether new or lost data waits to be sent (pacing aside).
     pub(crate) fn has_data_to_send<B: Backing>(&mut self, res: &Resources<B, P>) -> bool {
+        self.data_waiting(res, None)
+    }
+
+    /// [`Connection::has_data_to_send`], with whether an entry has unsent
+    /// packets (`first_unsent`) already known if `unsent` says.
+    pub(crate) fn data_waiting<B: Backing>(
+        &mut self,
+        res: &Resources<B, P>,
+        unsent: Option<bool>,
+    ) -> bool {
         if !self.may_send_data() {
             return false;
         }
@@ -181,7 +191,10 @@ impl<const P: usize> Connection<P> {
                 return false;
             }
         }
-        self.first_unsent(res).is_some()
+        match unsent {
+            Some(u) => u,
+            None => self.first_unsent(res).is_some(),
+        }
     }
 
     /// Whether one more new packet fits the PSN window and the start-up
@@ -277,11 +290,13 @@ impl<const P: usize> Connection<P> {
         // window: what 63 senders starting together into one host can
         // all send without overflowing its switch port (spec 4.2.4,
         // 4.10.6); the ACCEPT's grant takes over a round trip later.
-        let first = self.send.first_sender;
-        match res
-            .senders
-            .alloc(SenderState::new(config, now, self.send.rtt, first))
-        {
+        match res.senders.alloc(SenderState::new(
+            config,
+            now,
+            self.send.rtt,
+            self.send.first_sender,
+            self.params.paths,
+        )) {
             Some(s) => {
                 self.send.state = OptIndex::some(s);
                 // A later sender state (after an idle spell) starts from
@@ -303,8 +318,7 @@ impl<const P: usize> Connection<P> {
         let Some(s) = self.send.state.take() else {
             return false;
         };
-        let st = *res.senders.get(s);
-        if let Some(e) = st.extent {
+        if let Some(e) = res.senders.get(s).extent {
             res.inflight.release(e);
         }
         res.senders.free(s);
@@ -501,13 +515,18 @@ impl<const P: usize> Connection<P> {
         // Commit the send: the record goes to the outstanding list's end
         // (the newest transmission), from the lost list if resent.
         let una = self.send.una;
-        let st = res.senders.get_mut(s);
+        let super::Resources {
+            senders,
+            inflight,
+            work,
+            ..
+        } = res;
+        let st = senders.get_mut(s);
         let e = st.extent?;
-        let (mut outstanding, mut lost) = (st.outstanding, st.lost);
         if retransmission {
-            res.inflight.unlink(&mut lost, e, una, psn);
+            inflight.unlink(&mut st.lost, e, una, psn);
         }
-        let record = res.inflight.get_mut(e, psn);
+        let record = inflight.get_mut(e, psn);
         // A new PSN reuses a ring slot whose last PSN is gone: it starts
         // counting afresh.
         let transmissions = if retransmission {
@@ -518,16 +537,14 @@ impl<const P: usize> Connection<P> {
         record.sent_ts = now.wire_timestamp();
         record.path = path;
         record.meta = (transmissions << 2) | Slot::InFlight as u8;
-        res.inflight.push_back(&mut outstanding, e, psn);
-        let st = res.senders.get_mut(s);
-        (st.outstanding, st.lost) = (outstanding, lost);
+        inflight.push_back(&mut st.outstanding, e, psn);
         st.on_sent(path, retransmission);
         st.idle_since = None;
         if retransmission {
             self.counters.retransmissions += 1;
         } else {
             self.send.nxt = self.send.nxt.next();
-            res.work.get_mut(entry_index).started += 1;
+            work.get_mut(entry_index).started += 1;
             self.counters.packets_sent += 1;
             self.counters.bytes_sent += u64::from(chunk);
             let span = self.send.nxt.distance_from(self.send.una);

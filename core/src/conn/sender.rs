@@ -13,6 +13,7 @@
 //! its send-time ordered queue; the **lost** list holds the packets
 //! declared lost and not yet resent, in the order they were declared.
 
+use super::paths::PathIndex;
 use crate::cc::Controller;
 use crate::config::Config;
 use crate::psn::Psn;
@@ -164,7 +165,11 @@ impl PathSender {
 /// Everything a sending connection needs beyond its fixed part.
 #[derive(Debug, Clone, Copy)]
 pub struct SenderState<const P: usize> {
+    /// Every path's telemetry; changed through [`SenderState::path_mut`]
+    /// (and the other `SenderState` methods), which keep `index` current.
     pub(crate) paths: [PathSender; P],
+    /// What the per-packet path reads of the paths, kept current.
+    pub(crate) index: PathIndex<P>,
     pub(crate) cc: Controller,
     /// The in-flight records of the window, if any are allocated.
     pub(crate) extent: Option<Extent>,
@@ -199,6 +204,7 @@ impl<const P: usize> SenderState<P> {
     /// A placeholder for free pool slots.
     pub const VACANT: SenderState<P> = SenderState {
         paths: [PathSender::IDLE; P],
+        index: PathIndex::EMPTY,
         cc: Controller::Fixed(crate::cc::FixedRate::new(0)),
         extent: None,
         outstanding: RecordList::EMPTY,
@@ -225,11 +231,13 @@ impl<const P: usize> SenderState<P> {
     /// only a baseline), with the ACCEPT's Rate Grant (0: none). A grant is the share of the
     /// receiver's link this sender starts at, and its first flight one
     /// data-centre bandwidth-delay product of that share (spec 4.10.6).
+    /// `active`: the connection's paths.
     pub(crate) fn new(
         config: &Config,
         now: Instant,
         prior: RttEstimator,
         first: Option<u32>,
+        active: u16,
     ) -> Self {
         let path = PathSender {
             rtt: RttEstimator::seeded(prior.srtt_ns(), prior.rttvar_ns()),
@@ -237,8 +245,12 @@ impl<const P: usize> SenderState<P> {
             ..PathSender::IDLE
         };
         let grant = first.unwrap_or(0);
+        let paths = [path; P];
+        let mut index = PathIndex::EMPTY;
+        index.rebuild_recovery(&paths, usize::from(active));
         SenderState {
-            paths: [path; P],
+            paths,
+            index,
             cc: Controller::new(config),
             startup_window: if config.initial_window_bytes == 0 {
                 u32::MAX
@@ -270,6 +282,22 @@ impl<const P: usize> SenderState<P> {
     /// delay per unit of weight, round-robin among equals so a loss-free
     /// fabric sees an even spray. `min_rtt_ns`: the connection's minimum
     /// round trip, the unqueued delay.
+    ///
+    /// Each path's cost is `(in_flight + 1) x delay / weight` with `delay`
+    /// the unqueued round trip plus three times the path's queueing
+    /// (smoothed RTT above the minimum). In-flight alone gives a path a
+    /// rate inverse to its RTT, too weak a pull off a shared queue:
+    /// entropies that hash onto the same spine overload it while others
+    /// idle (loss-free permutation: p99 1.26x -> 1.22x of the floor). The
+    /// queueing counts up to one minimum RTT, so a path steered off still
+    /// gets packets and its estimate stays current (uncapped, starved
+    /// paths kept stale estimates: at 10 % loss p99 reached 2.7x p50).
+    /// Only on a path losing under 1/16 of its packets: under heavy loss,
+    /// steering by noisy RTTs starves paths of the later packets their
+    /// losses are detected by and ends more flows on probes (10 % loss, 16
+    /// seeds: mean p99 1.84x of the floor ungated, 1.70x gated, 1.77x
+    /// before). The costs and the choice among them are kept by
+    /// [`PathIndex`]: a few comparisons per packet, not a scan.
     pub(crate) fn choose_path(&mut self, active: u16, min_rtt_ns: u32) -> u8 {
         let n = usize::from(active.max(1));
         // `next_path` is below `n` unless the path count shrank: no
@@ -279,53 +307,42 @@ impl<const P: usize> SenderState<P> {
         // The unqueued round trip; at least 1 ns (| 1), so that before any
         // sample the delays are 1 to 4 ns and in-flight decides.
         let base = u64::from(min_rtt_ns | 1);
-        // Least (in_flight + 1) * delay / weight, compared by
-        // cross-multiplication (no division on the per-packet path).
-        let mut best = start;
-        let mut best_num = u64::MAX;
-        let mut best_den = 1u64;
-        let mut i = start;
-        for _ in 0..n {
-            let p = &self.paths[i];
-            // delay: the unqueued round trip plus three times the path's
-            // queueing (smoothed RTT above the minimum). In-flight alone
-            // gives a path a rate inverse to its RTT, too weak a pull off a
-            // shared queue: entropies that hash onto the same spine
-            // overload it while others idle (loss-free permutation: p99
-            // 1.26x -> 1.22x of the floor). The queueing counts up to one
-            // minimum RTT, so a path steered off still gets packets and its
-            // estimate stays current (uncapped, starved paths kept stale
-            // estimates: at 10 % loss p99 reached 2.7x p50). Only on a path
-            // losing under 1/16 of its packets: under heavy loss, steering
-            // by noisy RTTs starves paths of the later packets their losses
-            // are detected by and ends more flows on probes (10 % loss, 16
-            // seeds: mean p99 1.84x of the floor ungated, 1.70x gated,
-            // 1.77x before).
-            let q = if p.loss_frac < ONE / 16 {
-                u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
-            } else {
-                0
-            };
-            let delay = base + 3 * q;
-            let num = (u64::from(p.in_flight) + 1) * delay;
-            let den = u64::from(p.weight().max(1));
-            if num * best_den < best_num.saturating_mul(den) {
-                best_num = num;
-                best_den = den;
-                best = i;
-            }
-            i += 1;
-            if i == n {
-                i = 0;
-            }
-        }
+        let best = self.index.choose(&self.paths, n, base, start);
         self.next_path = if best + 1 == n { 0 } else { best + 1 } as u16;
         best as u8
     }
 
-    /// Records a transmission on path `i`.
+    /// Path `i`'s telemetry, to change what its cost is made of
+    /// (in-flight count, loss and marking estimates).
+    #[inline]
+    pub(crate) fn path_mut(&mut self, i: usize) -> &mut PathSender {
+        self.index.touch(i);
+        &mut self.paths[i % P]
+    }
+
+    /// Path `i` took the RTT sample `rtt` (nanoseconds).
+    #[inline]
+    pub(crate) fn on_rtt_sample(&mut self, i: usize, rtt: u32) {
+        let i = i % P;
+        self.paths[i].rtt.on_sample(rtt);
+        self.index.on_rtt(&self.paths, i);
+    }
+
+    /// Path `i` was seen to deliver out of the order it was sent.
+    #[inline]
+    pub(crate) fn note_reordering(&mut self, i: usize) {
+        let i = i % P;
+        if !self.paths[i].reordering_seen {
+            self.paths[i].reordering_seen = true;
+            self.index.on_reordering(&self.paths, i);
+        }
+    }
+
+    /// Records a transmission on path `i` (inlined: its one caller is the
+    /// send path, and out of line it costs firmware code).
+    #[inline(always)]
     pub(crate) fn on_sent(&mut self, i: u8, retransmission: bool) {
-        let p = &mut self.paths[usize::from(i) % P];
+        let p = self.path_mut(usize::from(i));
         p.in_flight += 1;
         p.epoch_sent = p.epoch_sent.saturating_add(1);
         p.sent += 1;
@@ -534,10 +551,10 @@ mod tests {
     fn sender_with_rtts(rtt0_ns: u32, rtt_ns: u32, loss_frac: u32) -> SenderState<4> {
         let config = Config::default();
         let mut st =
-            SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), Some(0));
-        for (i, p) in st.paths.iter_mut().enumerate() {
-            p.rtt.on_sample(if i == 0 { rtt0_ns } else { rtt_ns });
-            p.loss_frac = loss_frac;
+            SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), Some(0), 4);
+        for i in 0..4 {
+            st.on_rtt_sample(i, if i == 0 { rtt0_ns } else { rtt_ns });
+            st.path_mut(i).loss_frac = loss_frac;
         }
         st
     }
@@ -576,7 +593,7 @@ mod tests {
         // Equal round trips still spray evenly.
         let config = Config::default();
         let mut st =
-            SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), Some(0));
+            SenderState::<4>::new(&config, Instant::ZERO, RttEstimator::default(), Some(0), 4);
         assert_eq!(spray(&mut st, 0), [16; 4]);
     }
 }

@@ -21,16 +21,39 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 }
 
 impl<const P: usize> Connection<P> {
-    /// Whether a packet is ready to go right now.
-    pub(crate) fn wants_transmit<B: Backing>(
+    /// Where the endpoint files the connection after a change: whether a
+    /// packet is ready to go right now and the next deadline, the sender's
+    /// idle spell noted first (with `idle_check`). The send queue is asked
+    /// for its first unsent entry once, not by each question.
+    pub(crate) fn outlook<B: Backing>(
         &mut self,
         now: Instant,
+        res: &mut Resources<B, P>,
+        config: &Config,
+        idle_check: bool,
+    ) -> (bool, Option<Instant>) {
+        let unsent = if idle_check {
+            self.note_idle(now, res)
+        } else {
+            None
+        };
+        let has_data = self.data_waiting(res, unsent);
+        let wants = self.wants_transmit(now, res, has_data);
+        (wants, self.next_timer(now, res, config, has_data))
+    }
+
+    /// Whether a packet is ready to go right now; `has_data`: whether
+    /// data waits ([`Connection::has_data_to_send`]).
+    fn wants_transmit<B: Backing>(
+        &self,
+        now: Instant,
         res: &Resources<B, P>,
+        has_data: bool,
     ) -> bool {
         if self.control_ready() || self.ack_ready() {
             return true;
         }
-        if !self.has_data_to_send(res) {
+        if !has_data {
             return false;
         }
         match self.send.state.get() {
@@ -45,28 +68,31 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Notes whether the sender just went idle (for the sender state's
-    /// linger), or is busy again.
-    pub(crate) fn note_idle<B: Backing>(&mut self, now: Instant, res: &mut Resources<B, P>) {
-        let Some(s) = self.send.state.get() else {
-            return;
-        };
+    /// linger), or is busy again. Whether an entry has unsent packets, if
+    /// it asked.
+    fn note_idle<B: Backing>(&mut self, now: Instant, res: &mut Resources<B, P>) -> Option<bool> {
+        let s = self.send.state.get()?;
+        let mut unsent = None;
         let busy = self.send.una != self.send.nxt
             || res.senders.get(s).lost_pending() > 0
-            || self.first_unsent(res).is_some();
+            || *unsent.insert(self.first_unsent(res).is_some());
         let st = res.senders.get_mut(s);
         if busy {
             st.idle_since = None;
         } else if st.idle_since.is_none() {
             st.idle_since = Some(now);
         }
+        unsent
     }
 
-    /// The next instant something must happen that is not ready now.
-    pub(crate) fn next_timer<B: Backing>(
-        &mut self,
+    /// The next instant something must happen that is not ready now;
+    /// `has_data`: whether data waits ([`Connection::has_data_to_send`]).
+    fn next_timer<B: Backing>(
+        &self,
         now: Instant,
         res: &Resources<B, P>,
         config: &Config,
+        has_data: bool,
     ) -> Option<Instant> {
         let mut t = self.ctrl.deadline.get();
         let idle_timeout = self.idle_timeout(config);
@@ -81,7 +107,7 @@ impl<const P: usize> Connection<P> {
             ConnState::Connecting if self.may_send_data() => {
                 if let Some(s) = self.send.state.get() {
                     let st = res.senders.get(s);
-                    if st.next_send_at > now && !self.send.starved && self.has_data_to_send(res) {
+                    if st.next_send_at > now && !self.send.starved && has_data {
                         t = earliest(t, Some(st.next_send_at));
                     }
                 }
@@ -99,7 +125,7 @@ impl<const P: usize> Connection<P> {
                         t = earliest(t, Some(idle + config.sender_linger));
                     }
                     let paced = st.next_send_at.max(st.rnr_until);
-                    if paced > now && !self.send.starved && self.has_data_to_send(res) {
+                    if paced > now && !self.send.starved && has_data {
                         t = earliest(t, Some(paced));
                     }
                 }
@@ -172,14 +198,13 @@ impl<const P: usize> Connection<P> {
             return;
         }
         if let Some(s) = self.send.state.get() {
-            let mut st = *res.senders.get(s);
+            let st = res.senders.get_mut(s);
             if let (Some(d), Some(extent)) = (st.rack_deadline, st.extent) {
                 if now >= d {
-                    self.detect_losses(now, &mut st, res, extent);
-                    *res.senders.get_mut(s) = st;
+                    self.detect_losses::<B>(now, st, &mut res.inflight, extent);
                 }
             }
-            if st.probe_deadline.is_some_and(|d| now >= d) {
+            if res.senders.get(s).probe_deadline.is_some_and(|d| now >= d) {
                 self.on_probe(now, res, config);
             }
             if res.senders.get(s).rto_deadline.is_some_and(|d| now >= d) {

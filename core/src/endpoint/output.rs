@@ -58,18 +58,15 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             // The handshake is over: its RETRY cookie goes back.
             conn.drop_cookie(&mut self.res);
         }
-        if conn.state.is_terminal() || s.released {
+        let open = !(conn.state.is_terminal() || s.released);
+        if !open {
             conn.release_sender(&mut self.res);
-        } else {
-            if conn.state == ConnState::Closing {
-                conn.maybe_send_close(now, &self.res, config);
-            }
-            conn.note_idle(now, &mut self.res);
+        } else if conn.state == ConnState::Closing {
+            conn.maybe_send_close(now, &self.res, config);
         }
-        let wants = conn.wants_transmit(now, &self.res);
+        let (wants, timer) = conn.outlook(now, &mut self.res, config, open);
         let urgent = conn.wants_control_or_ack();
         let starved = conn.send.starved;
-        let timer = conn.next_timer(now, &self.res, config);
         let has_completion = conn.has_completion(&self.res);
         let has_event = conn.events.any();
         let released = s.released;
