@@ -310,23 +310,28 @@ pub struct Config {
     /// Packet protection policy and the Key ID offered (spec 5.3); the
     /// pre-shared keys are installed with `Endpoint::add_psk`.
     pub protection: crate::crypto::ProtectionConfig,
+    #[cfg(feature = "aead")]
     /// 0-RTT with a job key (spec 4.2.4): a protected initiator's CONNECT
     /// carries a proof made with its pre-shared key and its first flight
     /// of data leaves with it; an acceptor takes such a CONNECT without
     /// the cookie round trip. Both need `local_ip` and a wall clock
     /// (`Endpoint::set_wall_clock`).
     pub early_data: bool,
+    #[cfg(feature = "aead")]
     /// How far an early proof's time may be from this endpoint's wall
     /// clock, either way; the acceptor remembers each proof it took for
     /// as long (spec 4.2.4).
     pub early_window: Duration,
+    #[cfg(feature = "aead")]
     /// This endpoint's own IP address, as its peers address it: early
     /// proofs bind both ends' addresses. `None`: no 0-RTT either way.
     pub local_ip: Option<smoltcp::wire::IpAddress>,
+    #[cfg(feature = "tokens")]
     /// How long an address token this endpoint hands out (NEW_TOKEN, spec
     /// 4.2.5) lets its holder skip the RETRY; its secret is replaced
     /// every lifetime. Zero: no tokens handed out.
     pub token_lifetime: Duration,
+    #[cfg(feature = "aead")]
     /// The UDP port peers send their CONNECTs to, where it is not
     /// `udp_port`: a shard of a sharded endpoint receives them forwarded
     /// from the endpoint's public port. Early proofs bind the port the
@@ -400,14 +405,19 @@ impl Default for Config {
                 policy: crate::crypto::Policy::Off,
                 key_id: 0,
             },
+            #[cfg(feature = "aead")]
             early_data: true,
             // Hosts of one job keep their clocks within milliseconds
             // (NTP; PTP within microseconds).
+            #[cfg(feature = "aead")]
             early_window: Duration::from_secs(1),
+            #[cfg(feature = "aead")]
             local_ip: None,
             // Reconnections within a job (after a failure, a new
             // communicator) skip the cookie round trip for an hour.
+            #[cfg(feature = "tokens")]
             token_lifetime: Duration::from_secs(3600),
+            #[cfg(feature = "aead")]
             connect_port: None,
         }
     }

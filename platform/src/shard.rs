@@ -231,7 +231,10 @@ pub fn classify_packet(packet: &[u8], src_ip: &[u8], cores: usize) -> Option<Fra
             core: connect_core(src_ip, src_conn, cores),
         });
     }
-    if be16(packet, field::FLAGS.start)? & metaroce_core::wire::Flags::EARLY.0 != 0 {
+    // Only an endpoint with the cipher takes early packets (spec 4.2.4).
+    if metaroce_core::crypto::SUPPORTED
+        && be16(packet, field::FLAGS.start)? & metaroce_core::wire::Flags::EARLY.0 != 0
+    {
         let own_conn = be32(packet, field::DST_CONN.start)?;
         return Some(FrameClass::Connect {
             core: connect_core(src_ip, own_conn, cores),

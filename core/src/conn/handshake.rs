@@ -146,7 +146,10 @@ impl<const P: usize> Connection<P> {
             self.opening = Opening::Plain;
             self.rewind_early(res);
             res.keys.unkey(&self.protection);
-        } else if let (true, Some(i)) = (self.opening == Opening::Token, self.cookie.get()) {
+        } else if let (true, Some(i)) = (
+            cfg!(feature = "tokens") && self.opening == Opening::Token,
+            self.cookie.get(),
+        ) {
             // The acceptor did not take the token (spec 4.2.5): the cookie
             // replaces it.
             *res.cookies.get_mut(i) = r.cookie;
@@ -497,7 +500,7 @@ impl<const P: usize> Connection<P> {
         } else if pending.has(Pending::KEEPALIVE) {
             let h = self.header(now, next_psn, 0, Flags::NONE);
             (Pending::KEEPALIVE, h, Body::Keepalive)
-        } else if pending.has(Pending::NEW_TOKEN) {
+        } else if cfg!(feature = "tokens") && pending.has(Pending::NEW_TOKEN) {
             let h = self.header(now, next_psn, 0, Flags::NONE);
             let token = match self.cookie.get() {
                 Some(i) => *res.cookies.get(i),

@@ -879,7 +879,7 @@ impl<const P: usize> Connection<P> {
                         }
                         self.opening = Opening::Plain;
                     }
-                    if self.params.mtu != before.mtu {
+                    if crate::crypto::SUPPORTED && self.params.mtu != before.mtu {
                         self.resegment_unstarted(res);
                     }
                     // Its READ depth rides in the Path ID (spec 3.8.1).

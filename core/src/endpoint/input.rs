@@ -51,12 +51,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         };
         if let Body::Connect(c) = repr.body {
             self.rx_read_depth = repr.header.path.min(255) as u8;
-            let early = repr.header.flags.contains(Flags::EARLY);
+            let early = crate::crypto::SUPPORTED && repr.header.flags.contains(Flags::EARLY);
             self.on_connect(now, meta, &c, early);
             self.rx_read_depth = 0;
             return;
         }
-        let i = if repr.header.flags.contains(Flags::EARLY) {
+        let i = if crate::crypto::SUPPORTED && repr.header.flags.contains(Flags::EARLY) {
             // Sent before the ACCEPT, with the initiator's own id and
             // token (spec 4.2.4).
             #[cfg(feature = "aead")]

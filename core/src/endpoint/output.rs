@@ -38,6 +38,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         let s = &self.slots[i as usize];
         if s.half_open && s.conn.state != ConnState::Accepting {
+            #[cfg(feature = "tokens")]
             let established = s.conn.state == ConnState::Established;
             self.leave_half_open(i);
             // Its initiator receives at its address (spec 4.2.5).
@@ -45,7 +46,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if established {
                 self.issue_token(i, now);
             }
-            let _ = established;
         }
         // Borrowed, not copied: the configuration is a few hundred bytes.
         let config = &self.config;
@@ -53,7 +53,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let conn = &mut s.conn;
         if conn.cookie.is_some()
             && conn.state != ConnState::Connecting
-            && !conn.pending.has(crate::conn::Pending::NEW_TOKEN)
+            && !(cfg!(feature = "tokens") && conn.pending.has(crate::conn::Pending::NEW_TOKEN))
         {
             // The handshake is over: its RETRY cookie goes back.
             conn.drop_cookie(&mut self.res);

@@ -1192,19 +1192,18 @@ impl Repr {
                 check_zero(reserved)?;
                 Body::Accept(a)
             }
-            PacketType::Retry => {
-                let mut cookie = [0u8; COOKIE_LEN];
-                cookie.copy_from_slice(&ext[field::retry::COOKIE]);
-                Body::Retry(RetryRepr { cookie })
-            }
-            PacketType::NewToken => {
-                let mut token = [0u8; COOKIE_LEN];
-                token.copy_from_slice(&ext[field::new_token::TOKEN]);
-                // An all-zero token would read as "no cookie" (spec 3.8.5).
-                if token == [0; COOKIE_LEN] {
+            // The same 32 bytes: a RETRY's cookie, a NEW_TOKEN's token.
+            PacketType::Retry | PacketType::NewToken => {
+                let mut value = [0u8; COOKIE_LEN];
+                value.copy_from_slice(&ext[field::retry::COOKIE]);
+                if t == PacketType::Retry {
+                    Body::Retry(RetryRepr { cookie: value })
+                } else if value == [0; COOKIE_LEN] {
+                    // An all-zero token would read as "no cookie" (spec 3.8.5).
                     return Err(Error::BadField);
+                } else {
+                    Body::NewToken(NewTokenRepr { token: value })
                 }
-                Body::NewToken(NewTokenRepr { token })
             }
             PacketType::Close => {
                 use field::close as f;
@@ -1330,8 +1329,10 @@ impl Repr {
                 write_u32(ext, f::KEY_ID, c.key_id);
                 ext[f::COOKIE].copy_from_slice(&c.cookie);
             }
-            Body::Retry(r) => ext[field::retry::COOKIE].copy_from_slice(&r.cookie),
-            Body::NewToken(t) => ext[field::new_token::TOKEN].copy_from_slice(&t.token),
+            Body::Retry(RetryRepr { cookie: value })
+            | Body::NewToken(NewTokenRepr { token: value }) => {
+                ext[field::new_token::TOKEN].copy_from_slice(value)
+            }
             Body::Close(c) => {
                 use field::close as f;
                 ext[f::REASON] = c.reason.code();
