@@ -141,6 +141,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             let f = repr.header.flags;
             let idle = f.contains(Flags::ACK_REQUEST) && !f.contains(Flags::RETRANSMISSION);
             self.slots[i as usize].set(super::table::IDLE, idle);
+            let s = &mut self.slots[i as usize];
+            if crate::crypto::SUPPORTED && s.half_open && !s.has(super::table::SENDING_HALF_OPEN) {
+                // An early first flight (spec 4.2.4): a sender now, no
+                // longer one about to start, for the hint.
+                s.set(super::table::SENDING_HALF_OPEN, true);
+                self.half_open_sending += 1;
+                self.hint_cache.0 = Instant::FAR_FUTURE;
+            }
             self.active
                 .push_back(&mut self.slots, i, ConnSlot::active_link);
         }

@@ -261,6 +261,8 @@ pub struct Endpoint<B: Backing, const P: usize> {
     prefixes: prefixes::PrefixTable<Slice<B, SourceBucket>>,
     /// Connections counted as half open (Accepting).
     half_open: u32,
+    /// Of those, the ones already delivering an early first flight.
+    half_open_sending: u32,
     /// Where the next search for a connection to reclaim starts.
     reclaim_cursor: u32,
     live: u32,
@@ -404,6 +406,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             cookies: cookie_keys,
             prefixes: prefixes::PrefixTable::new(sources, source_key),
             half_open: 0,
+            half_open_sending: 0,
             reclaim_cursor: 0,
             live: 0,
             other_senders: 0,
@@ -537,6 +540,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         s.half_open = false;
         self.half_open -= 1;
+        if s.has(table::SENDING_HALF_OPEN) {
+            s.set(table::SENDING_HALF_OPEN, false);
+            self.half_open_sending -= 1;
+        }
         if let Some(p) = self.counted_prefixes(i) {
             self.prefixes.confirm(p);
         }

@@ -143,7 +143,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         // Half-open connections are senders about to start: each ACCEPT
         // grants this hint (spec 4.10.6), so the k-th of senders starting
         // together is granted at most 1/k of the link.
-        self.config.link_rate_mbps / (local + self.other_senders + self.half_open).max(1)
+        let starting = self.half_open - self.half_open_sending;
+        self.config.link_rate_mbps / (local + self.other_senders + starting).max(1)
     }
 
     /// Connections of this endpoint that delivered data within the

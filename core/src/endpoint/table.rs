@@ -19,6 +19,11 @@ pub(crate) const INDEXED: u8 = 1;
 /// window's floor only (spec 4.10.4).
 pub(crate) const IDLE: u8 = 2;
 
+/// A mark of a slot: half open, yet already delivering its early first
+/// flight (spec 4.2.4), so the fair-share hint counts it as a sender, not
+/// also as a sender about to start.
+pub(crate) const SENDING_HALF_OPEN: u8 = 4;
+
 /// [`ConnSlot::prefix`] of a connection counted in no source prefix.
 pub(crate) const NOT_COUNTED: u32 = u32::MAX;
 
