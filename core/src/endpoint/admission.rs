@@ -284,6 +284,42 @@ mod tests {
     }
 
     #[test]
+    fn the_token_construction_matches_an_independent_computation() {
+        // Spec 4.2.5's example, computed with the same separate
+        // SipHash-2-4-128 implementation as the cookie's (Python, from the
+        // reference C code; it reproduces 4.2.2's example): token secret
+        // 00..0f, offset 0, issued at tick 5, for 10.0.0.1 (any port, any
+        // offer), and for 2001:db8::1.
+        let keys = CookieKeys {
+            epoch: 0,
+            period: 0,
+            current: core::array::from_fn(|i| i as u8),
+            previous: None,
+        };
+        let now = Instant::from_nanos(5 << 30);
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let token = keys.issue_token(now, &ip);
+        let want = [
+            0x00, 0x00, 0x00, 0x05, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0xd3, 0xb6, 0xd0, 0x71, 0x3d, 0x04, 0x24, 0x28, 0x81, 0x8e, 0x29, 0x62,
+            0xcb, 0x98, 0x63, 0xd5,
+        ];
+        assert_eq!(token, want);
+        let v6 = IpAddress::Ipv6(Ipv6Address::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+        let token6 = keys.issue_token(now, &v6);
+        assert_eq!(
+            token6[16..],
+            [
+                0x0f, 0x71, 0x74, 0xaf, 0xa7, 0x7e, 0xe8, 0xc5, 0x32, 0xc7, 0xbf, 0x57, 0x84, 0x87,
+                0xfd, 0x2f,
+            ]
+        );
+        let life = Duration::from_secs(3600);
+        assert_eq!(keys.check_token(now, life, &ip, &token), CookieCheck::Valid);
+        assert_eq!(keys.check_token(now, life, &v6, &token), CookieCheck::Invalid);
+    }
+
+    #[test]
     fn a_cookie_is_good_for_its_address_port_and_offer_only_and_expires() {
         let mut rng = Rng::new(crate::rng::seed_from_u64(3));
         let life = Duration::from_secs(30);
