@@ -316,7 +316,10 @@ mod tests {
         );
         let life = Duration::from_secs(3600);
         assert_eq!(keys.check_token(now, life, &ip, &token), CookieCheck::Valid);
-        assert_eq!(keys.check_token(now, life, &v6, &token), CookieCheck::Invalid);
+        assert_eq!(
+            keys.check_token(now, life, &v6, &token),
+            CookieCheck::Invalid
+        );
     }
 
     #[test]
