@@ -61,6 +61,22 @@ pub(crate) struct CookieKeys {
     period: u32,
     current: [u8; 16],
     previous: Option<[u8; 16]>,
+    /// Address tokens of a sharded endpoint (spec 4.2.5): the offset and
+    /// every period's secret derive from this node-wide secret, so that
+    /// every shard checks the tokens every other shard issued.
+    master: Option<[u8; 16]>,
+}
+
+/// The secret of `period` under `master` (label 1), or, label 0, the
+/// offset: SipHash-2-4-128 keyed with `master` over the label and the
+/// period, big-endian.
+fn derive(master: &[u8; 16], label: u8, period: u32) -> [u8; 16] {
+    let mut msg = [0u8; 5];
+    msg[0] = label;
+    msg[1..].copy_from_slice(&period.to_be_bytes());
+    let mut h = SipHasher24::new_with_key(master);
+    h.write(&msg);
+    u128::from(h.finish128()).to_le_bytes()
 }
 
 /// The tag of a cookie whose first 16 bytes are `head`.
@@ -107,6 +123,21 @@ impl CookieKeys {
             period: 0,
             current,
             previous: None,
+            master: None,
+        }
+    }
+
+    /// Keys whose offset and secrets derive from `master`: every endpoint
+    /// given the same one (the shards of one node) issues and takes the
+    /// same values.
+    pub(crate) fn derived(master: [u8; 16]) -> CookieKeys {
+        let e = derive(&master, 0, 0);
+        CookieKeys {
+            epoch: u32::from_be_bytes([e[0], e[1], e[2], e[3]]),
+            period: 0,
+            current: derive(&master, 1, 0),
+            previous: Some(derive(&master, 1, u32::MAX)),
+            master: Some(master),
         }
     }
 
@@ -121,8 +152,13 @@ impl CookieKeys {
         if period == self.period {
             return;
         }
-        self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
-        rng.fill(&mut self.current);
+        if let Some(m) = &self.master {
+            self.current = derive(m, 1, period);
+            self.previous = Some(derive(m, 1, period.wrapping_sub(1)));
+        } else {
+            self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
+            rng.fill(&mut self.current);
+        }
         self.period = period;
     }
 
@@ -272,6 +308,7 @@ mod tests {
             period: 0,
             current: core::array::from_fn(|i| i as u8),
             previous: None,
+            master: None,
         };
         let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
         let cookie = keys.issue(Instant::from_nanos(5 << 30), &ip, 50_000, &offer());
@@ -295,6 +332,7 @@ mod tests {
             period: 0,
             current: core::array::from_fn(|i| i as u8),
             previous: None,
+            master: None,
         };
         let now = Instant::from_nanos(5 << 30);
         let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
@@ -320,6 +358,32 @@ mod tests {
             keys.check_token(now, life, &v6, &token),
             CookieCheck::Invalid
         );
+    }
+
+    #[test]
+    fn shards_with_one_master_take_each_others_tokens() {
+        let life = Duration::from_secs(3600);
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let (mut r1, mut r2) = (
+            Rng::new(crate::rng::seed_from_u64(1)),
+            Rng::new(crate::rng::seed_from_u64(2)),
+        );
+        let (mut a, mut b) = (CookieKeys::derived([7; 16]), CookieKeys::derived([7; 16]));
+        // Another node's master: its tokens are not these.
+        let mut c = CookieKeys::derived([8; 16]);
+        for hours in [0u64, 1, 5] {
+            let now = Instant::from_nanos((hours * 3600 + 10) << 30);
+            a.rotate(now, life, &mut r1);
+            let token = a.issue_token(now, &ip);
+            let later = now + Duration::from_secs(1800);
+            b.rotate(later, life, &mut r2);
+            c.rotate(later, life, &mut r2);
+            assert_eq!(b.check_token(later, life, &ip, &token), CookieCheck::Valid);
+            assert_ne!(
+                c.check_token(later, life, &ip, &token),
+                CookieCheck::Valid
+            );
+        }
     }
 
     #[test]
