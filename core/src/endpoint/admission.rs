@@ -100,6 +100,7 @@ pub(crate) fn cookie_tag(
 /// The tag of an address token whose first 16 bytes are `head`: bound
 /// to the source IP address only (spec 4.2.5), since the initiator's
 /// later connections come from other ports with other offers.
+#[cfg(feature = "tokens")]
 fn token_tag(key: &[u8; 16], head: &[u8], ip: &IpAddress) -> [u8; 16] {
     let mut msg = [0u8; 32];
     msg[..16].copy_from_slice(&head[..16]);
@@ -130,6 +131,7 @@ impl CookieKeys {
     /// Keys whose offset and secrets derive from `master`: every endpoint
     /// given the same one (the shards of one node) issues and takes the
     /// same values.
+    #[cfg(feature = "tokens")]
     pub(crate) fn derived(master: [u8; 16]) -> CookieKeys {
         let e = derive(&master, 0, 0);
         CookieKeys {
@@ -181,6 +183,7 @@ impl CookieKeys {
     /// An address token for `ip` (spec 4.2.5): the cookie's layout with
     /// format 2, its tag over the first 16 bytes and the address alone.
     /// These keys must not be the cookies': a token is good for longer.
+    #[cfg(feature = "tokens")]
     pub(crate) fn issue_token(&self, now: Instant, ip: &IpAddress) -> [u8; COOKIE_LEN] {
         let mut token = [0u8; COOKIE_LEN];
         token[..4].copy_from_slice(&self.tick(now).to_be_bytes());
@@ -191,6 +194,7 @@ impl CookieKeys {
     }
 
     /// Checks the address token a CONNECT from `ip` carries.
+    #[cfg(feature = "tokens")]
     pub(crate) fn check_token(
         &self,
         now: Instant,
@@ -379,10 +383,7 @@ mod tests {
             b.rotate(later, life, &mut r2);
             c.rotate(later, life, &mut r2);
             assert_eq!(b.check_token(later, life, &ip, &token), CookieCheck::Valid);
-            assert_ne!(
-                c.check_token(later, life, &ip, &token),
-                CookieCheck::Valid
-            );
+            assert_ne!(c.check_token(later, life, &ip, &token), CookieCheck::Valid);
         }
     }
 
