@@ -17,6 +17,7 @@ mod closing;
 mod conformance;
 mod early;
 mod read_depth;
+mod tokens;
 mod window;
 
 /// One compliance case.
@@ -1568,6 +1569,30 @@ pub const CASES: &[Case] = &[
         name: "0-RTT: stale proof gets a RETRY, nothing placed",
         section: "4.2.4",
         run: early::early_stale,
+        attempts: 1,
+    },
+    Case {
+        name: "address tokens: NEW_TOKEN, if any, only once Established, once, well formed",
+        section: "3.8.5, 3.2.4, 4.2.5",
+        run: tokens::new_token_after_established,
+        attempts: 1,
+    },
+    Case {
+        name: "address tokens: a CONNECT with the token skips the RETRY",
+        section: "4.2 step 3.3, 4.2.5",
+        run: tokens::token_skips_the_retry,
+        attempts: 1,
+    },
+    Case {
+        name: "address tokens: the token from another address gets a RETRY, no state",
+        section: "4.2.5, 5.1.4",
+        run: tokens::token_from_another_address,
+        attempts: 1,
+    },
+    Case {
+        name: "address tokens: a token in an early CONNECT is no proof",
+        section: "4.2.4, 4.2.5",
+        run: tokens::token_in_early_connect,
         attempts: 1,
     },
     Case {

@@ -376,6 +376,22 @@ impl Peer {
             })
             .ok_or("no ACCEPT in answer to CONNECT")?;
         let (h, a) = accept;
+        self.adopt_accept(h, a, mtu, paths, window)?;
+        Ok(a)
+    }
+
+    /// Takes the ACCEPT `a` (header `h`) of our CONNECT offering `mtu`,
+    /// `paths` and `window`: the target's id, token and Initial PSN, and
+    /// the keys of a protected offer. Fails if it is not addressed with
+    /// our id and token.
+    pub fn adopt_accept(
+        &mut self,
+        h: Header,
+        a: ConnectRepr,
+        mtu: u16,
+        paths: u16,
+        window: u32,
+    ) -> Result<(), Fail> {
         if h.dst_conn != self.my_id || h.token != self.my_token {
             return Err(format!(
                 "ACCEPT addressed to id {:#x} token {:#x}, expected {:#x} {:#x}",
@@ -391,7 +407,7 @@ impl Peer {
         if let (Some(k), Body::Connect(c)) = (self.keys.as_mut(), repr.body) {
             k.on_accept(&c, &a);
         }
-        Ok(a)
+        Ok(())
     }
 
     /// Full handshake: CONNECT, ACCEPT, then a KEEPALIVE to confirm.

@@ -102,6 +102,32 @@ fn early_frames(pcap: &Path) -> (Vec<String>, Vec<String>) {
     (connects, data)
 }
 
+/// Address tokens (spec 4.2.5), as the core reads them: NEW_TOKENs, and
+/// CONNECTs without EARLY whose Cookie field has format 2 (the RECOMMENDED
+/// token construction, which the reference server uses), by frame number.
+fn token_frames(pcap: &Path) -> (Vec<String>, Vec<String>) {
+    let mut reader = PcapReader::new(File::open(pcap).unwrap()).unwrap();
+    let (mut new_tokens, mut connects) = (Vec::new(), Vec::new());
+    let mut n = 0;
+    while let Some(p) = reader.next_packet() {
+        let p = p.unwrap();
+        n += 1;
+        let Ok((repr, _)) = wire::parse(&p.data[ENCAP_V4..]) else {
+            continue;
+        };
+        match repr.body {
+            Body::NewToken(_) => new_tokens.push(n.to_string()),
+            Body::Connect(c)
+                if !repr.header.flags.contains(wire::Flags::EARLY) && c.cookie[4] == 2 =>
+            {
+                connects.push(n.to_string())
+            }
+            _ => {}
+        }
+    }
+    (new_tokens, connects)
+}
+
 /// One row per frame, the columns tshark is asked for, from the core.
 fn expected_rows(pcap: &Path) -> (Vec<String>, BTreeSet<u8>, usize) {
     let mut reader = PcapReader::new(File::open(pcap).unwrap()).unwrap();
@@ -250,6 +276,8 @@ fn compliance_against_host_and_dissector_decodes_the_capture() {
         PacketType::Nak,
         PacketType::Close,
         PacketType::Keepalive,
+        PacketType::Retry,
+        PacketType::NewToken,
     ] {
         assert!(types.contains(&u8::from(t)), "capture lacks {t:?}");
     }
@@ -277,6 +305,23 @@ fn compliance_against_host_and_dissector_decodes_the_capture() {
         tshark_filtered(&pcap, "metaroce.early_data").unwrap(),
         early_data,
         "packets tshark marks as early"
+    );
+    // Address tokens (spec 4.2.5): the dissector decodes exactly the
+    // NEW_TOKENs, and tells the CONNECTs carrying a token by its format.
+    let (new_tokens, token_connects) = token_frames(&pcap);
+    assert!(
+        !new_tokens.is_empty() && !token_connects.is_empty(),
+        "the capture lacks NEW_TOKENs or CONNECTs carrying a token"
+    );
+    assert_eq!(
+        tshark_filtered(&pcap, "metaroce.new_token.token").unwrap(),
+        new_tokens,
+        "NEW_TOKENs whose token tshark decodes"
+    );
+    assert_eq!(
+        tshark_filtered(&pcap, "metaroce.type == 32 && metaroce.cookie.format == 2").unwrap(),
+        token_connects,
+        "CONNECTs tshark shows with a token"
     );
     // Spec 3.2.4: every CONNECT and ACCEPT of the run (the suite's and
     // the target's) carries its Initial PSN in the PSN field; the

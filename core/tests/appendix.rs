@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use metaroce_core::wire::{
-    self, AckRepr, Body, CipherSuite, ConnectRepr, Flags, Header, MemoryTarget, MessageSpan, Repr,
-    RetryRepr, SackBits, TimerProfile, WriteImm, WriteRepr, COOKIE_LEN,
+    self, AckRepr, Body, CipherSuite, ConnectRepr, Flags, Header, MemoryTarget, MessageSpan,
+    NewTokenRepr, Repr, RetryRepr, SackBits, TimerProfile, WriteImm, WriteRepr, COOKIE_LEN,
 };
 
 /// How a field's value is written in the table.
@@ -86,6 +86,7 @@ fn extension_fields(body: &Body) -> Vec<(&'static str, usize, Show)> {
             ("Cookie", COOKIE_LEN, Show::Bytes),
         ],
         Body::Retry(_) => vec![("Cookie", COOKIE_LEN, Show::Bytes)],
+        Body::NewToken(_) => vec![("Address Token", COOKIE_LEN, Show::Bytes)],
         Body::Keepalive => vec![],
         other => panic!("no appendix layout for {other:?}"),
     }
@@ -273,6 +274,24 @@ fn examples() -> Vec<Example> {
             },
             payload: b"",
         },
+        Example {
+            title: "A.9 NEW_TOKEN",
+            text: "The acceptor's address token for the initiator of an established connection (3.8.5, 4.2.5), addressed with the initiator's id and token; its PSN field holds the acceptor's next PSN. The token is 4.2.5's worked example: the RECOMMENDED construction (issue time 5, format 2, 11 zero bytes, then the SipHash-2-4-128 tag under the token secret 00..0f over its first 16 bytes and the address 10.0.0.1). The initiator puts it, unchanged, in the Cookie field of its next CONNECT to this acceptor from 10.0.0.1.",
+            repr: Repr {
+                header: header(Flags::NONE, 0x5678, 0xfedc_ba98_7654_3210, 0x4d, 0, 0x0bad_d00d),
+                body: Body::NewToken(NewTokenRepr {
+                    token: {
+                        let mut t = [0u8; COOKIE_LEN];
+                        t[3] = 5;
+                        t[4] = 2;
+                        t[16..].copy_from_slice(&0xd3b6_d071_3d04_2428_818e_2962_cb98_63d5u128.to_be_bytes());
+                        t
+                    },
+                }),
+                payload_len: 0,
+            },
+            payload: b"",
+        },
     ]
 }
 
@@ -284,6 +303,7 @@ fn type_name(code: u8) -> &'static str {
         wire::PacketType::Connect => "CONNECT",
         wire::PacketType::Keepalive => "KEEPALIVE",
         wire::PacketType::Retry => "RETRY",
+        wire::PacketType::NewToken => "NEW_TOKEN",
         _ => "?",
     }
 }

@@ -602,7 +602,8 @@ fn netns_connect_flood_from_1000_addresses() {
         n(&dropped["retries_sent"]) + n(&dropped["replies_dropped"]),
         n(&dropped["connect_unverified"])
             + n(&dropped["cookie_invalid"])
-            + n(&dropped["cookie_expired"]),
+            + n(&dropped["cookie_expired"])
+            + n(&dropped["token_invalid"]),
         "one RETRY or one counted non-answer per CONNECT: {summary}"
     );
 }

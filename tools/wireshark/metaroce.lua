@@ -6,7 +6,9 @@
 -- the security extension and tag of protected packets (5.3.2; the payload
 -- stays encrypted), 0-RTT (4.2.4: the EARLY flag, the early proof of a
 -- CONNECT with its time as a date, early packets marked as addressed with
--- the sender's own id and token) and the CRC-32 trailer (3.9, verified).
+-- the sender's own id and token), address tokens (4.2.5: NEW_TOKEN, and a
+-- CONNECT whose Cookie field holds one, told by the RECOMMENDED
+-- constructions' format byte) and the CRC-32 trailer (3.9, verified).
 -- UDP port 4795 is registered; a
 -- heuristic also claims packets on other ports (replies go to the peer's
 -- own port, and path entropy varies the source port).
@@ -20,13 +22,13 @@ local types = {
     [0x05] = "READ_REQUEST", [0x06] = "READ_RESPONSE",
     [0x10] = "ACK", [0x11] = "NAK",
     [0x20] = "CONNECT", [0x21] = "ACCEPT", [0x22] = "CLOSE", [0x23] = "KEEPALIVE",
-    [0x24] = "RETRY",
+    [0x24] = "RETRY", [0x25] = "NEW_TOKEN",
 }
 -- Extension header length per type (3.3).
 local ext_len = {
     [0x01] = 24, [0x02] = 32, [0x03] = 16, [0x04] = 20, [0x05] = 32, [0x06] = 24,
     [0x10] = 56, [0x11] = 12, [0x20] = 64, [0x21] = 64, [0x22] = 4, [0x23] = 0,
-    [0x24] = 32,
+    [0x24] = 32, [0x25] = 32,
 }
 local timer_profiles = { [0] = "DATA_CENTER", [1] = "EMULATION" }
 local suites = { [0] = "NONE", [1] = "AES_256_GCM" }
@@ -118,6 +120,13 @@ local f = {
     initial_psn = ProtoField.uint32("metaroce.initial_psn", "Initial PSN", base.DEC),
     key_id = ProtoField.uint32("metaroce.key_id", "Key ID", base.HEX),
     cookie = ProtoField.bytes("metaroce.cookie", "Cookie"),
+    -- Byte 4 of the RECOMMENDED cookie and token constructions (4.2.2,
+    -- 4.2.5): 1 cookie, 2 address token. Private to the acceptor: another
+    -- construction may put anything there.
+    cookie_format = ProtoField.uint8("metaroce.cookie.format", "Format (RECOMMENDED constructions)",
+        base.DEC, { [1] = "cookie", [2] = "address token" }),
+    -- NEW_TOKEN (3.8.5): the address token.
+    new_token = ProtoField.bytes("metaroce.new_token.token", "Address Token"),
     rate_grant = ProtoField.uint32("metaroce.accept.rate_grant", "Rate Grant (Mbit/s)", base.DEC),
     close_reason = ProtoField.uint8("metaroce.close.reason", "Reason", base.DEC, close_reasons),
     -- Packet protection (5.3.2): security extension and tag.
@@ -141,12 +150,16 @@ local e_psn_field = ProtoExpert.new("metaroce.psn_field",
 local e_early_reserved = ProtoExpert.new("metaroce.early.reserved_nonzero",
     "Early proof bytes 8-15 are not zero: no acceptor takes it (spec 4.2.4)",
     expert.group.PROTOCOL, expert.severity.WARN)
-metaroce.experts = { e_malformed, e_bad_crc, e_psn_field, e_early_reserved }
+local e_token_zero = ProtoExpert.new("metaroce.new_token.zero",
+    "NEW_TOKEN with an all-zero token: malformed (BadField, spec 3.8.5)",
+    expert.group.MALFORMED, expert.severity.ERROR)
+metaroce.experts = { e_malformed, e_bad_crc, e_psn_field, e_early_reserved, e_token_zero }
 
 -- What the PSN field holds on types without a sequence number (3.2.4):
 -- receivers ignore it; the dissector names it.
 local psn_meaning = {
     [0x10] = "next PSN", [0x11] = "next PSN", [0x22] = "next PSN", [0x23] = "next PSN",
+    [0x25] = "next PSN",
     [0x20] = "Initial PSN", [0x21] = "Initial PSN", [0x24] = "none (0)",
 }
 
@@ -300,16 +313,33 @@ local function dissect_ext(ty, t, tvb, o, flags)
             -- CONNECT with EARLY: the Cookie field is an early proof.
             cookie = dissect_proof(t, tvb, o + 32)
         else
-            t:add(f.cookie, tvb(o + 32, 32))
+            local ct = t:add(f.cookie, tvb(o + 32, 32))
             for i = 0, 31 do
                 if tvb(o + 32 + i, 1):uint() ~= 0 then cookie = " cookie"; break end
+            end
+            if cookie ~= "" then
+                -- A cookie from a RETRY, or an address token from a
+                -- NEW_TOKEN (4.2.5): opaque, told apart by the acceptor;
+                -- the RECOMMENDED constructions say which in byte 4.
+                ct:add(f.cookie_format, tvb(o + 36, 1))
+                if tvb(o + 36, 1):uint() == 2 then cookie = " token" end
             end
         end
         return string.format(" mtu=%d paths=%d window=%d%s", tvb(o + 12, 2):uint(),
             tvb(o + 14, 2):uint(), tvb(o + 16, 4):uint(), cookie)
     elseif ty == 0x24 then
-        t:add(f.cookie, tvb(o, 32))
+        local ct = t:add(f.cookie, tvb(o, 32))
+        ct:add(f.cookie_format, tvb(o + 4, 1))
         return ""
+    elseif ty == 0x25 then
+        -- NEW_TOKEN (3.8.5): opaque to the initiator, never all zero.
+        local tt = t:add(f.new_token, tvb(o, 32))
+        tt:add(f.cookie_format, tvb(o + 4, 1))
+        for i = 0, 31 do
+            if tvb(o + i, 1):uint() ~= 0 then return "" end
+        end
+        tt:add_proto_expert_info(e_token_zero)
+        return " [all-zero token]"
     elseif ty == 0x22 then
         t:add(f.close_reason, tvb(o, 1))
         return " " .. (close_reasons[tvb(o, 1):uint()] or "?")

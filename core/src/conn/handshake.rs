@@ -80,6 +80,7 @@ impl<const P: usize> Connection<P> {
 
     /// An initiator's CONNECT carries an address token (spec 4.2.5), kept
     /// in the cookie pool; `false` when the pool has no room.
+    #[cfg(feature = "tokens")]
     pub(crate) fn start_token<B: Backing>(
         &mut self,
         token: [u8; COOKIE_LEN],
@@ -96,6 +97,7 @@ impl<const P: usize> Connection<P> {
     /// Acceptor: the connection is established; `token` goes out once in
     /// a NEW_TOKEN (spec 4.2.5), kept in the cookie pool until then (none
     /// sent when the pool has no room).
+    #[cfg(feature = "tokens")]
     pub(crate) fn queue_new_token<B: Backing>(
         &mut self,
         token: [u8; COOKIE_LEN],

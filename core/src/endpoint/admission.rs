@@ -61,6 +61,22 @@ pub(crate) struct CookieKeys {
     period: u32,
     current: [u8; 16],
     previous: Option<[u8; 16]>,
+    /// Address tokens of a sharded endpoint (spec 4.2.5): the offset and
+    /// every period's secret derive from this node-wide secret, so that
+    /// every shard checks the tokens every other shard issued.
+    master: Option<[u8; 16]>,
+}
+
+/// The secret of `period` under `master` (label 1), or, label 0, the
+/// offset: SipHash-2-4-128 keyed with `master` over the label and the
+/// period, big-endian.
+fn derive(master: &[u8; 16], label: u8, period: u32) -> [u8; 16] {
+    let mut msg = [0u8; 5];
+    msg[0] = label;
+    msg[1..].copy_from_slice(&period.to_be_bytes());
+    let mut h = SipHasher24::new_with_key(master);
+    h.write(&msg);
+    u128::from(h.finish128()).to_le_bytes()
 }
 
 /// The tag of a cookie whose first 16 bytes are `head`.
@@ -84,6 +100,7 @@ pub(crate) fn cookie_tag(
 /// The tag of an address token whose first 16 bytes are `head`: bound
 /// to the source IP address only (spec 4.2.5), since the initiator's
 /// later connections come from other ports with other offers.
+#[cfg(feature = "tokens")]
 fn token_tag(key: &[u8; 16], head: &[u8], ip: &IpAddress) -> [u8; 16] {
     let mut msg = [0u8; 32];
     msg[..16].copy_from_slice(&head[..16]);
@@ -107,6 +124,22 @@ impl CookieKeys {
             period: 0,
             current,
             previous: None,
+            master: None,
+        }
+    }
+
+    /// Keys whose offset and secrets derive from `master`: every endpoint
+    /// given the same one (the shards of one node) issues and takes the
+    /// same values.
+    #[cfg(feature = "tokens")]
+    pub(crate) fn derived(master: [u8; 16]) -> CookieKeys {
+        let e = derive(&master, 0, 0);
+        CookieKeys {
+            epoch: u32::from_be_bytes([e[0], e[1], e[2], e[3]]),
+            period: 0,
+            current: derive(&master, 1, 0),
+            previous: Some(derive(&master, 1, u32::MAX)),
+            master: Some(master),
         }
     }
 
@@ -121,8 +154,13 @@ impl CookieKeys {
         if period == self.period {
             return;
         }
-        self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
-        rng.fill(&mut self.current);
+        if let Some(m) = &self.master {
+            self.current = derive(m, 1, period);
+            self.previous = Some(derive(m, 1, period.wrapping_sub(1)));
+        } else {
+            self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
+            rng.fill(&mut self.current);
+        }
         self.period = period;
     }
 
@@ -145,6 +183,7 @@ impl CookieKeys {
     /// An address token for `ip` (spec 4.2.5): the cookie's layout with
     /// format 2, its tag over the first 16 bytes and the address alone.
     /// These keys must not be the cookies': a token is good for longer.
+    #[cfg(feature = "tokens")]
     pub(crate) fn issue_token(&self, now: Instant, ip: &IpAddress) -> [u8; COOKIE_LEN] {
         let mut token = [0u8; COOKIE_LEN];
         token[..4].copy_from_slice(&self.tick(now).to_be_bytes());
@@ -155,6 +194,7 @@ impl CookieKeys {
     }
 
     /// Checks the address token a CONNECT from `ip` carries.
+    #[cfg(feature = "tokens")]
     pub(crate) fn check_token(
         &self,
         now: Instant,
@@ -272,6 +312,7 @@ mod tests {
             period: 0,
             current: core::array::from_fn(|i| i as u8),
             previous: None,
+            master: None,
         };
         let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
         let cookie = keys.issue(Instant::from_nanos(5 << 30), &ip, 50_000, &offer());
@@ -281,6 +322,69 @@ mod tests {
             0xd0, 0x17, 0xc0, 0x67,
         ];
         assert_eq!(cookie, want);
+    }
+
+    #[test]
+    fn the_token_construction_matches_an_independent_computation() {
+        // Spec 4.2.5's example, computed with the same separate
+        // SipHash-2-4-128 implementation as the cookie's (Python, from the
+        // reference C code; it reproduces 4.2.2's example): token secret
+        // 00..0f, offset 0, issued at tick 5, for 10.0.0.1 (any port, any
+        // offer), and for 2001:db8::1.
+        let keys = CookieKeys {
+            epoch: 0,
+            period: 0,
+            current: core::array::from_fn(|i| i as u8),
+            previous: None,
+            master: None,
+        };
+        let now = Instant::from_nanos(5 << 30);
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let token = keys.issue_token(now, &ip);
+        let want = [
+            0x00, 0x00, 0x00, 0x05, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0xd3, 0xb6, 0xd0, 0x71, 0x3d, 0x04, 0x24, 0x28, 0x81, 0x8e, 0x29, 0x62,
+            0xcb, 0x98, 0x63, 0xd5,
+        ];
+        assert_eq!(token, want);
+        let v6 = IpAddress::Ipv6(Ipv6Address::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+        let token6 = keys.issue_token(now, &v6);
+        assert_eq!(
+            token6[16..],
+            [
+                0x0f, 0x71, 0x74, 0xaf, 0xa7, 0x7e, 0xe8, 0xc5, 0x32, 0xc7, 0xbf, 0x57, 0x84, 0x87,
+                0xfd, 0x2f,
+            ]
+        );
+        let life = Duration::from_secs(3600);
+        assert_eq!(keys.check_token(now, life, &ip, &token), CookieCheck::Valid);
+        assert_eq!(
+            keys.check_token(now, life, &v6, &token),
+            CookieCheck::Invalid
+        );
+    }
+
+    #[test]
+    fn shards_with_one_master_take_each_others_tokens() {
+        let life = Duration::from_secs(3600);
+        let ip = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let (mut r1, mut r2) = (
+            Rng::new(crate::rng::seed_from_u64(1)),
+            Rng::new(crate::rng::seed_from_u64(2)),
+        );
+        let (mut a, mut b) = (CookieKeys::derived([7; 16]), CookieKeys::derived([7; 16]));
+        // Another node's master: its tokens are not these.
+        let mut c = CookieKeys::derived([8; 16]);
+        for hours in [0u64, 1, 5] {
+            let now = Instant::from_nanos((hours * 3600 + 10) << 30);
+            a.rotate(now, life, &mut r1);
+            let token = a.issue_token(now, &ip);
+            let later = now + Duration::from_secs(1800);
+            b.rotate(later, life, &mut r2);
+            c.rotate(later, life, &mut r2);
+            assert_eq!(b.check_token(later, life, &ip, &token), CookieCheck::Valid);
+            assert_ne!(c.check_token(later, life, &ip, &token), CookieCheck::Valid);
+        }
     }
 
     #[test]

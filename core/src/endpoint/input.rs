@@ -225,6 +225,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             {
                 // An address token (spec 4.2.5): good for its address.
                 #[cfg(feature = "tokens")]
+                self.token_keys
+                    .rotate(now, config.token_lifetime, &mut self.res.rng);
+                #[cfg(feature = "tokens")]
                 let token = self.token_keys.check_token(
                     now,
                     config.token_lifetime,

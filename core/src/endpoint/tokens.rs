@@ -69,6 +69,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.drops.tokens_issued += 1;
     }
 
+    /// The shards of one node (`Endpoint::new_shard`) take each other's
+    /// address tokens (spec 4.2.5): a later CONNECT of the same initiator
+    /// is steered by its new Source Connection ID, so often to another
+    /// shard than the one that issued its token. Give every shard the same
+    /// `master` secret (at least 128 bits from a secure generator, spec
+    /// 5.1.2): the tokens' offset and every period's secret derive from
+    /// it. Without it, each endpoint draws its own.
+    pub fn share_token_secret(&mut self, master: [u8; 16]) {
+        self.token_keys = super::admission::CookieKeys::derived(master);
+    }
+
     /// Initiator: a NEW_TOKEN from the acceptor at `ip`.
     pub(super) fn remember_token(&mut self, ip: &IpAddress, token: [u8; COOKIE_LEN]) {
         self.token_cache.store(ip, token);

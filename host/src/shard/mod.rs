@@ -117,6 +117,21 @@ impl ShardedServer {
         let steering = steer::steering(map, threads)?;
         let wakers = steering[0].wakers();
         let ledger = Ledger::new(config.budget, threads, Some(wakers.clone()));
+        // One node, one token secret: a later CONNECT of the same
+        // initiator, steered by its new Source Connection ID, may reach
+        // another thread than the one that issued its address token (spec
+        // 4.2.5). From the seed when one is fixed (repeatable), else from
+        // the operating system.
+        let mut token_master = [0u8; 16];
+        match config.node.seed {
+            Some(s) => {
+                token_master[..8].copy_from_slice(&s.to_le_bytes());
+                token_master[8..].copy_from_slice(&(!s).rotate_left(17).to_le_bytes());
+            }
+            None => getrandom::fill(&mut token_master).map_err(|e| {
+                HostError::Bind(format!("no entropy from the operating system: {e:?}"))
+            })?,
+        }
         // Each thread's entropy run follows the previous one (twice the
         // paths each: what `Node::bind` binds).
         let span = u32::from(config.node.paths) * 2;
@@ -155,6 +170,7 @@ impl ShardedServer {
             if t == 0 {
                 local = node.local_addr();
             }
+            node.ep.share_token_secret(token_master);
             node.mem = Arenas::for_thread(t);
             node.link.steer = Some(steer);
             servers.push(Server::sharded(node, ledger.clone(), t));
