@@ -64,12 +64,14 @@ pub(crate) struct CookieKeys {
     /// Address tokens of a sharded endpoint (spec 4.2.5): the offset and
     /// every period's secret derive from this node-wide secret, so that
     /// every shard checks the tokens every other shard issued.
+    #[cfg(feature = "tokens")]
     master: Option<[u8; 16]>,
 }
 
 /// The secret of `period` under `master` (label 1), or, label 0, the
 /// offset: SipHash-2-4-128 keyed with `master` over the label and the
 /// period, big-endian.
+#[cfg(feature = "tokens")]
 fn derive(master: &[u8; 16], label: u8, period: u32) -> [u8; 16] {
     let mut msg = [0u8; 5];
     msg[0] = label;
@@ -124,6 +126,7 @@ impl CookieKeys {
             period: 0,
             current,
             previous: None,
+            #[cfg(feature = "tokens")]
             master: None,
         }
     }
@@ -154,13 +157,15 @@ impl CookieKeys {
         if period == self.period {
             return;
         }
+        #[cfg(feature = "tokens")]
         if let Some(m) = &self.master {
             self.current = derive(m, 1, period);
             self.previous = Some(derive(m, 1, period.wrapping_sub(1)));
-        } else {
-            self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
-            rng.fill(&mut self.current);
+            self.period = period;
+            return;
         }
+        self.previous = (period == self.period.wrapping_add(1)).then_some(self.current);
+        rng.fill(&mut self.current);
         self.period = period;
     }
 

@@ -540,7 +540,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         s.half_open = false;
         self.half_open -= 1;
-        if s.has(table::SENDING_HALF_OPEN) {
+        if crate::crypto::SUPPORTED && s.has(table::SENDING_HALF_OPEN) {
             s.set(table::SENDING_HALF_OPEN, false);
             self.half_open_sending -= 1;
         }

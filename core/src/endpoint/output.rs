@@ -143,7 +143,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         // Half-open connections are senders about to start: each ACCEPT
         // grants this hint (spec 4.10.6), so the k-th of senders starting
         // together is granted at most 1/k of the link.
-        let starting = self.half_open - self.half_open_sending;
+        // Only an endpoint with the cipher takes early flights.
+        let starting = if crate::crypto::SUPPORTED {
+            self.half_open - self.half_open_sending
+        } else {
+            self.half_open
+        };
         self.config.link_rate_mbps / (local + self.other_senders + starting).max(1)
     }
 
