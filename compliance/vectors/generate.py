@@ -741,10 +741,10 @@ def all_files():
     return files
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    check = "--check" in sys.argv[1:]
-    files = all_files()
+def sync(here, files, what, check):
+    """Writes `files` (name -> text) as `here/<name>.vec` and removes the
+    .vec files no longer generated; with `check`, changes nothing and
+    fails if any is out of date. Shared by every generator here."""
     stale = []
     for name, text in sorted(files.items()):
         path = os.path.join(here, name + ".vec")
@@ -763,12 +763,17 @@ def main():
         if stale or extra:
             print("out of date: %s; not generated: %s" % (stale, extra), file=sys.stderr)
             return 1
-        print("%d vector files up to date" % len(files))
+        print("%d %s files up to date" % (len(files), what))
         return 0
     for n in extra:
         os.remove(os.path.join(here, n + ".vec"))
-    print("%d vector files (%d rewritten, %d removed)" % (len(files), len(stale), len(extra)))
+    print("%d %s files (%d rewritten, %d removed)" % (len(files), what, len(stale), len(extra)))
     return 0
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return sync(here, all_files(), "vector", "--check" in sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -206,33 +206,7 @@ def all_files():
 def main():
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "early")
     os.makedirs(here, exist_ok=True)
-    check = "--check" in sys.argv[1:]
-    files = all_files()
-    stale = []
-    for name, text in sorted(files.items()):
-        path = os.path.join(here, name + ".vec")
-        old = None
-        if os.path.exists(path):
-            with open(path, encoding="ascii") as fh:
-                old = fh.read()
-        if old != text:
-            stale.append(name)
-            if not check:
-                with open(path, "w", encoding="ascii") as fh:
-                    fh.write(text)
-    extra = sorted(n[:-4] for n in os.listdir(here)
-                   if n.endswith(".vec") and n[:-4] not in files)
-    if check:
-        if stale or extra:
-            print("out of date: %s; not generated: %s" % (stale, extra), file=sys.stderr)
-            return 1
-        print("%d early vector files up to date" % len(files))
-        return 0
-    for n in extra:
-        os.remove(os.path.join(here, n + ".vec"))
-    print("%d early vector files (%d rewritten, %d removed)"
-          % (len(files), len(stale), len(extra)))
-    return 0
+    return g.sync(here, all_files(), "early vector", "--check" in sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -8,11 +8,6 @@
 //! key derives as spec 5.3.3 says, and the early WRITE seals to the
 //! vector's bytes and opens to its plaintext.
 
-use std::collections::BTreeMap;
-use std::fs;
-use std::net::IpAddr;
-use std::path::PathBuf;
-
 use metaroce_core::crypto::early::{
     early_keys, make_proof, proof_matches, proof_time, ProofAddresses, EARLY_INFO, PROOF_SALT,
 };
@@ -20,68 +15,13 @@ use metaroce_core::crypto::kdf::{self, KeyMaterial, PSK_LEN};
 use metaroce_core::crypto::session::{nonce, OpenError, Role, Session};
 use metaroce_core::wire::protect::{Sealed, SecurityRepr, SECURITY_LEN, TAG_LEN};
 use metaroce_core::wire::{self, ip16, Body, ConnectRepr, Flags, COOKIE_LEN};
-use smoltcp::wire::IpAddress;
 
-struct Vector {
-    name: String,
-    kv: BTreeMap<String, String>,
-}
+mod vector_files;
 
-impl Vector {
-    fn str(&self, k: &str) -> &str {
-        self.kv
-            .get(k)
-            .unwrap_or_else(|| panic!("{}: no `{k}`", self.name))
-    }
-    fn hex(&self, k: &str) -> Vec<u8> {
-        let s = self.str(k);
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-            .collect()
-    }
-    fn int(&self, k: &str) -> u64 {
-        let s = self.str(k);
-        match s.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).expect("hex int"),
-            None => s.parse().expect("int"),
-        }
-    }
-    fn array<const N: usize>(&self, k: &str) -> [u8; N] {
-        self.hex(k).try_into().expect("length")
-    }
-    fn ip(&self, k: &str) -> IpAddress {
-        let a: IpAddr = self.str(k).parse().expect("address");
-        IpAddress::from(a)
-    }
-}
+use vector_files::Vector;
 
 fn load() -> Vec<Vector> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../compliance/vectors/early");
-    let mut paths: Vec<PathBuf> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "vec"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|p| {
-            let text = fs::read_to_string(p).unwrap();
-            let kv = text
-                .lines()
-                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-                .map(|l| {
-                    let (k, v) = l.split_once('=').expect("key = value");
-                    (k.trim().to_string(), v.trim().to_string())
-                })
-                .collect::<BTreeMap<_, _>>();
-            Vector {
-                name: kv["name"].clone(),
-                kv,
-            }
-        })
-        .collect()
+    vector_files::load("early")
 }
 
 /// The CONNECT in `bytes`: it parses, carries EARLY, and its Repr emits
@@ -102,7 +42,7 @@ fn early_connect(v: &Vector, bytes: &[u8]) -> ConnectRepr {
 #[test]
 fn early_proofs_are_the_vectors() {
     let all = load();
-    let connects: Vec<&Vector> = all.iter().filter(|v| v.kv.contains_key("proof")).collect();
+    let connects: Vec<&Vector> = all.iter().filter(|v| v.has("proof")).collect();
     assert!(connects.len() >= 2, "early CONNECT vectors missing");
     for v in connects {
         let psk = v.array::<PSK_LEN>("job_key");

@@ -6,75 +6,18 @@
 //! yields its plaintext; tampered packets fail authentication; malformed
 //! ones fail to parse with their error (spec 5.3).
 
-use std::collections::BTreeMap;
-use std::fs;
-use std::path::PathBuf;
-
 use metaroce_core::crypto::kdf::{self, KeyMaterial, PSK_LEN, TRANSCRIPT_LEN};
 use metaroce_core::crypto::session::{nonce, OpenError, Role, Session};
 use metaroce_core::wire::packet::Packet;
 use metaroce_core::wire::protect::{Sealed, SecurityRepr, SECURITY_LEN, TAG_LEN};
 use metaroce_core::wire::{self, Body, Error, Flags, PacketType};
 
-struct Vector {
-    name: String,
-    kv: BTreeMap<String, String>,
-}
+mod vector_files;
 
-impl Vector {
-    fn str(&self, k: &str) -> &str {
-        self.kv
-            .get(k)
-            .unwrap_or_else(|| panic!("{}: no `{k}`", self.name))
-    }
-    fn has(&self, k: &str) -> bool {
-        self.kv.contains_key(k)
-    }
-    fn hex(&self, k: &str) -> Vec<u8> {
-        let s = self.str(k);
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-            .collect()
-    }
-    fn int(&self, k: &str) -> u64 {
-        let s = self.str(k);
-        match s.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).expect("hex int"),
-            None => s.parse().expect("int"),
-        }
-    }
-    fn array<const N: usize>(&self, k: &str) -> [u8; N] {
-        self.hex(k).try_into().expect("length")
-    }
-}
+use vector_files::Vector;
 
 fn load() -> Vec<Vector> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../compliance/vectors/protected");
-    let mut paths: Vec<PathBuf> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "vec"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|p| {
-            let text = fs::read_to_string(p).unwrap();
-            let kv = text
-                .lines()
-                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-                .map(|l| {
-                    let (k, v) = l.split_once('=').expect("key = value");
-                    (k.trim().to_string(), v.trim().to_string())
-                })
-                .collect::<BTreeMap<_, _>>();
-            Vector {
-                name: kv["name"].clone(),
-                kv,
-            }
-        })
-        .collect()
+    vector_files::load("protected")
 }
 
 /// The keys the vector's handshake gives, checked step by step.
