@@ -269,9 +269,7 @@ impl<const P: usize> Connection<P> {
         };
         let st = res.senders.get_mut(s);
         st.rate_hint_mbps = grant_mbps;
-        st.startup_window = (u64::from(grant_mbps) * config.initial_window_rtt.as_nanos() as u64
-            / 8_000)
-            .min(u64::from(u32::MAX)) as u32;
+        st.startup_window = super::sender::granted_window(grant_mbps, config);
         self.send.first_sender = None;
     }
 

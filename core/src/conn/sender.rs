@@ -200,6 +200,15 @@ pub struct SenderState<const P: usize> {
     pub(crate) idle_since: Option<Instant>,
 }
 
+/// The first flight a Rate Grant of `grant_mbps` allows: one data-centre
+/// round trip (`initial_window_rtt`) of it (spec 4.10.6), in bytes. In
+/// nanoseconds, 64-bit: `Duration` arithmetic is firmware code.
+#[inline]
+pub(crate) fn granted_window(grant_mbps: u32, config: &Config) -> u32 {
+    (u64::from(grant_mbps) * config.initial_window_rtt.as_nanos() as u64 / 8_000)
+        .min(u64::from(u32::MAX)) as u32
+}
+
 impl<const P: usize> SenderState<P> {
     /// A placeholder for free pool slots.
     pub const VACANT: SenderState<P> = SenderState {
@@ -255,10 +264,7 @@ impl<const P: usize> SenderState<P> {
             startup_window: if config.initial_window_bytes == 0 {
                 u32::MAX
             } else if crate::config::GRANTS && grant > 0 {
-                // In nanoseconds, 64-bit: `Duration` arithmetic is firmware
-                // code.
-                (u64::from(grant) * config.initial_window_rtt.as_nanos() as u64 / 8_000)
-                    .min(u64::from(u32::MAX)) as u32
+                granted_window(grant, config)
             } else {
                 config.initial_window_bytes
             },

@@ -727,10 +727,9 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         // 0-RTT (spec 4.2.4): a keyed CONNECT with a proof, and its early
         // keys so the first flight can leave with it.
         #[cfg(feature = "aead")]
-        if let Some(proof) =
-            self.early_proof(now, peer, conn.entropy[0], &conn.connect_repr(&self.config))
-        {
-            let offer = conn.connect_repr(&self.config);
+        let offer = conn.connect_repr(&self.config);
+        #[cfg(feature = "aead")]
+        if let Some(proof) = self.early_proof(now, peer, conn.entropy[0], &offer) {
             if self.res.keys.install_early(&protection, &offer) {
                 conn.start_early(proof, &mut self.res);
             }
