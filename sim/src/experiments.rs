@@ -156,8 +156,9 @@ fn run_here(
         // still fitting: the same runs as with `layout`'s fixed pools, in
         // a fraction of the memory.
         (Protocol::MetaRoce, _) => go(topology, config, flows, workload, |h, a, s| {
-            let engine = MetaRoce::<16>::host_config(metaroce_core::Config::default(), a.ip);
-            let layout = compact_layout(per_host[h], engine.window, posted[h]);
+            let keyed = workload.job_key;
+            let engine = MetaRoce::<16>::host_config(metaroce_core::Config::default(), a.ip, keyed);
+            let layout = compact_layout(per_host[h], engine.window, posted[h], keyed);
             MetaRoce::<16>::with_layout(engine, layout, s)
         }),
         (Protocol::Roce, false) => go(topology, config, flows, workload, |_, a, s| {
@@ -222,6 +223,9 @@ pub struct LossSweep {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Every MetaRoCE host holds a job key and requires protection, with
+    /// 0-RTT (`--job-key`); RoCEv2 runs are unchanged.
+    pub job_key: bool,
 }
 
 impl Default for LossSweep {
@@ -235,6 +239,7 @@ impl Default for LossSweep {
             seeds: 10,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            job_key: false,
         }
     }
 }
@@ -263,6 +268,7 @@ pub fn loss_sweep(cfg: &LossSweep, mut progress: impl FnMut(usize, usize)) -> Ve
     let total = cfg.losses.len() * cfg.seeds as usize * cfg.protocols.len();
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        job_key: cfg.job_key,
         ..WorkloadConfig::default()
     };
     let flow = Flow {
@@ -395,6 +401,9 @@ pub struct Incast {
     /// Hosts' memory: synthetic by default (the same run and checks,
     /// without storing the payload), stored byte for byte on request.
     pub memory: HostMemory,
+    /// Every MetaRoCE host holds a job key and requires protection, with
+    /// 0-RTT (`--job-key`); RoCEv2 runs are unchanged.
+    pub job_key: bool,
 }
 
 impl Default for Incast {
@@ -407,6 +416,7 @@ impl Default for Incast {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            job_key: false,
             memory: HostMemory::Synthetic,
         }
     }
@@ -457,6 +467,7 @@ pub fn incast(cfg: &Incast, mut progress: impl FnMut(usize, usize)) -> Vec<Incas
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
         memory: cfg.memory,
+        job_key: cfg.job_key,
         ..WorkloadConfig::default()
     };
     let rate = cfg.fabric.host_link.rate_bps.max(1) as f64;
@@ -609,11 +620,11 @@ fn run_with_job_key(
     seed: u64,
     workload: &WorkloadConfig,
 ) -> Run {
-    let keyed = crate::metaroce::job_key();
-    crate::metaroce::set_job_key(true);
-    let r = run(Protocol::MetaRoce, topology, flows, seed, workload, false);
-    crate::metaroce::set_job_key(keyed);
-    r
+    let keyed = WorkloadConfig {
+        job_key: true,
+        ..*workload
+    };
+    run(Protocol::MetaRoce, topology, flows, seed, &keyed, false)
 }
 
 fn intact(report: &Report) -> usize {
@@ -642,6 +653,9 @@ pub struct PathFailure {
     /// Hosts' memory: synthetic by default (the same run and checks,
     /// without storing the payload), stored byte for byte on request.
     pub memory: HostMemory,
+    /// Every MetaRoCE host holds a job key and requires protection, with
+    /// 0-RTT (`--job-key`); RoCEv2 runs are unchanged.
+    pub job_key: bool,
 }
 
 impl Default for PathFailure {
@@ -655,6 +669,7 @@ impl Default for PathFailure {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            job_key: false,
             memory: HostMemory::Synthetic,
         }
     }
@@ -698,6 +713,7 @@ pub fn path_failure(
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
         memory: cfg.memory,
+        job_key: cfg.job_key,
         ..WorkloadConfig::default()
     };
     let link = cfg.fabric.fabric_link(0, 0);
@@ -805,6 +821,9 @@ pub struct Traffic {
     /// Hosts' memory: synthetic by default (the same run and checks,
     /// without storing the payload), stored byte for byte on request.
     pub memory: HostMemory,
+    /// Every MetaRoCE host holds a job key and requires protection, with
+    /// 0-RTT (`--job-key`); RoCEv2 runs are unchanged.
+    pub job_key: bool,
 }
 
 impl Traffic {
@@ -822,6 +841,7 @@ impl Traffic {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            job_key: false,
             memory: HostMemory::Synthetic,
         }
     }
@@ -904,6 +924,7 @@ pub fn traffic(cfg: &Traffic, mut progress: impl FnMut(usize, usize)) -> Vec<Tra
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
         memory: cfg.memory,
+        job_key: cfg.job_key,
         ..WorkloadConfig::default()
     };
     let many = cfg.pattern == Pattern::AllToAll;
@@ -961,6 +982,9 @@ pub struct Spray {
     pub time_limit: Duration,
     /// The protocols run, in this order (default: both).
     pub protocols: &'static [Protocol],
+    /// Every MetaRoCE host holds a job key and requires protection, with
+    /// 0-RTT (`--job-key`); RoCEv2 runs are unchanged.
+    pub job_key: bool,
 }
 
 impl Default for Spray {
@@ -974,6 +998,7 @@ impl Default for Spray {
             seed: 1,
             time_limit: Duration::from_secs(10),
             protocols: &Protocol::ALL,
+            job_key: false,
         }
     }
 }
@@ -1023,6 +1048,7 @@ pub fn spray(cfg: &Spray, mut progress: impl FnMut(usize, usize)) -> Vec<SprayRo
     };
     let workload = WorkloadConfig {
         time_limit: cfg.time_limit,
+        job_key: cfg.job_key,
         ..WorkloadConfig::default()
     };
     let mut rows = Vec::new();

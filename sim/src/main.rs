@@ -268,7 +268,6 @@ struct Options {
 
 impl Options {
     fn new(common: &Common) -> Options {
-        metaroce_sim::metaroce::set_job_key(common.job_key);
         let protocols = common.protocol.protocols();
         let mut o = Options {
             sweep: LossSweep::default(),
@@ -285,6 +284,12 @@ impl Options {
         o.permutation.protocols = protocols;
         o.all_to_all.protocols = protocols;
         o.spray.protocols = protocols;
+        o.sweep.job_key = common.job_key;
+        o.incast.job_key = common.job_key;
+        o.failure.job_key = common.job_key;
+        o.permutation.job_key = common.job_key;
+        o.all_to_all.job_key = common.job_key;
+        o.spray.job_key = common.job_key;
         o
     }
 }

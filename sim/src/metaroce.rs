@@ -27,20 +27,6 @@ pub const JOB_KEY_ID: u32 = 1;
 /// The job key every host of a keyed run holds (spec 5.3).
 pub const JOB_KEY: [u8; metaroce_core::crypto::PSK_LEN] = [0x4a; metaroce_core::crypto::PSK_LEN];
 
-static KEYED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Every MetaRoCE host built from now on holds [`JOB_KEY`] and requires
-/// protection, with 0-RTT (`--job-key`): how an AI job's hosts are set
-/// up when they share a job key.
-pub fn set_job_key(on: bool) {
-    KEYED.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether runs are keyed ([`set_job_key`]).
-pub fn job_key() -> bool {
-    KEYED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 use metaroce_core::api::{Completion, ConnHandle, PeerAddr, Region, RxMeta, WorkRequest};
 use metaroce_core::{CommandError, Config, Endpoint, Event, Heap, Instant, Layout};
 use metaroce_platform::engine::Budget;
@@ -142,8 +128,9 @@ pub fn layout(connections: u32, window: u32) -> Layout {
 /// (plus one window's worth for an extent that grows by copying) and a
 /// full out-of-order bitmap, so the pools never shape the protocol's
 /// behaviour; no receives are posted, one region is registered, and a
-/// key slot per connection only in a keyed run ([`set_job_key`]).
-pub fn compact_layout(connections: u32, window: u32, work_requests: u32) -> Layout {
+/// key slot per connection only in a keyed run (`job_key`, as for
+/// [`MetaRoce::host_config`]).
+pub fn compact_layout(connections: u32, window: u32, work_requests: u32, job_key: bool) -> Layout {
     let connections = connections.max(1);
     let (records, words) = Layout::per_connection_window(window);
     Layout {
@@ -156,7 +143,7 @@ pub fn compact_layout(connections: u32, window: u32, work_requests: u32) -> Layo
         regions: 4,
         sources: Layout::sources_for(connections),
         cookies: Layout::cookies_for(connections),
-        key_slots: if job_key() { connections } else { 0 },
+        key_slots: if job_key { connections } else { 0 },
     }
 }
 
@@ -273,15 +260,17 @@ impl<const P: usize, const R: usize> MetaRoce<P, R> {
         }
     }
 
-    /// A host of a keyed run ([`set_job_key`]): `config` requiring
+    /// A host of a keyed run (`job_key`, `--job-key`: how an AI job's
+    /// hosts are set up when they share a job key): `config` requiring
     /// protection under [`JOB_KEY`], knowing its own address `ip` so its
     /// CONNECTs carry early proofs (0-RTT, spec 4.2.4); unchanged in an
     /// unkeyed run. Every host's wall clock is the simulator's.
     pub fn host_config(
         config: metaroce_core::Config,
         ip: smoltcp::wire::IpAddress,
+        job_key: bool,
     ) -> metaroce_core::Config {
-        if !job_key() {
+        if !job_key {
             return config;
         }
         metaroce_core::Config {

@@ -91,6 +91,9 @@ pub struct WorkloadConfig {
     pub data_seed: u64,
     /// Stored or synthetic arenas.
     pub memory: HostMemory,
+    /// Every MetaRoCE host holds the simulator's job key and requires
+    /// protection, with 0-RTT (spec 5.3, `--job-key`).
+    pub job_key: bool,
 }
 
 impl Default for WorkloadConfig {
@@ -101,6 +104,7 @@ impl Default for WorkloadConfig {
             time_limit: Duration::from_secs(1),
             data_seed: 0xda7a,
             memory: HostMemory::Stored,
+            job_key: false,
         }
     }
 }

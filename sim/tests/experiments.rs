@@ -14,6 +14,7 @@ fn tiny() -> LossSweep {
         seeds: 2,
         time_limit: Duration::from_secs(5),
         protocols: &Protocol::ALL,
+        job_key: false,
     }
 }
 
@@ -64,6 +65,7 @@ fn incast_small_completes_intact() {
         time_limit: Duration::from_secs(5),
         protocols: &Protocol::ALL,
         memory: HostMemory::Stored,
+        job_key: false,
     };
     let rows = experiments::incast(&cfg, |_, _| {});
     for r in &rows {
@@ -183,6 +185,7 @@ fn pfc_incast_small_is_lossless_and_reproducible() {
         time_limit: Duration::from_secs(5),
         protocols: &Protocol::ALL,
         memory: HostMemory::Synthetic,
+        job_key: false,
     };
     let rows = experiments::incast(&cfg, |_, _| {});
     for r in &rows {

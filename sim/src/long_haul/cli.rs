@@ -133,6 +133,8 @@ impl LongHaulArgs {
         let window = self.window_bdps.max(0.0);
         o.sweep.tuning.window_bdps = window;
         o.share.tuning.window_bdps = window;
+        o.sweep.tuning.job_key = self.job_key;
+        o.share.tuning.job_key = self.job_key;
         o.sweep.seed = self.seed;
         o.share.seed = self.seed;
         o.share.rtt = Duration::from_secs_f64(self.share_rtt_ms.max(0.0) / 1e3);
@@ -163,7 +165,6 @@ fn svg(dir: &Path, name: &str, chart: &Chart<'_>, series: &[Series]) -> Result<P
 /// the simulator events processed.
 pub fn main(args: &LongHaulArgs, mut progress: impl FnMut(usize, usize)) -> Result<u64, String> {
     let o = args.options()?;
-    crate::metaroce::set_job_key(args.job_key);
     let mut events = 0;
     if o.run_sweep {
         events += sweep(&o, &mut progress)?;

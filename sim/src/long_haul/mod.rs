@@ -99,6 +99,9 @@ pub struct Tuning {
     pub metaroce_base: metaroce_core::Config,
     /// RoCEv2 settings [`Tuning::roce`] does not derive from the path.
     pub roce_base: roce_baseline::Config,
+    /// Every MetaRoCE host holds a job key and requires protection, with
+    /// 0-RTT (`--job-key`).
+    pub job_key: bool,
 }
 
 impl Default for Tuning {
@@ -109,6 +112,7 @@ impl Default for Tuning {
             messages_in_flight: 16,
             metaroce_base: metaroce_core::Config::default(),
             roce_base: roce_baseline::Config::default(),
+            job_key: false,
         }
     }
 }
@@ -428,8 +432,11 @@ pub fn run_protocol(
     match protocol {
         Protocol::MetaRoce => go(topology, config, flows, stream, |h, a, s| {
             let (timers, window) = plan(h);
-            let config =
-                MetaRoce::<16>::host_config(tuning.metaroce_offering(&timers, &window), a.ip);
+            let config = MetaRoce::<16>::host_config(
+                tuning.metaroce_offering(&timers, &window),
+                a.ip,
+                tuning.job_key,
+            );
             MetaRoce::<16>::new(config, 4, s)
         }),
         Protocol::Roce => go(topology, config, flows, stream, |h, a, s| {

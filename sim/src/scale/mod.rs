@@ -273,7 +273,7 @@ pub fn run(
         let window = config
             .window
             .min(u32::try_from(2 * packets[h]).unwrap_or(u32::MAX));
-        compact_layout(connections[h], window, posted[h])
+        compact_layout(connections[h], window, posted[h], false)
     };
     let (report, events) = if most_posted <= SMALL_RING {
         go(
