@@ -44,6 +44,9 @@ pub struct Ctx {
     /// The target sees every peer at one address (the QEMU harness's
     /// gateway): cases that need a second source address are skipped.
     pub single_source: bool,
+    /// The most half-open connections the target lets one /32 hold
+    /// (spec 4.2.3, 1), when declared: the per-prefix limit case runs.
+    pub half_open_limit: Option<u32>,
     /// Why the case that just ran did not apply to the target; taken by
     /// the report.
     pub skipped: Option<String>,
@@ -63,6 +66,7 @@ impl Ctx {
             next_seed: 1,
             psk: None,
             single_source: false,
+            half_open_limit: None,
             skipped: None,
         }
     }
@@ -1617,6 +1621,12 @@ pub const CASES: &[Case] = &[
         name: "admission: key slots held unconfirmed give a new /24 one",
         section: "4.2.3, 5.3.6",
         run: admission::key_slots_give_way,
+        attempts: 1,
+    },
+    Case {
+        name: "admission: a /32 at its half-open limit is REJECTED",
+        section: "4.2.3, 4.2",
+        run: admission::half_open_limit_per_prefix,
         attempts: 1,
     },
 ];

@@ -26,6 +26,11 @@ struct Cli {
     /// as the QEMU harness's): skip the cases that need a second one.
     #[arg(long)]
     single_source: bool,
+    /// The most half-open connections the target lets one source address
+    /// (/32) hold before it answers CLOSE (REJECTED) (spec 4.2.3): adds
+    /// the per-prefix limit case.
+    #[arg(long, value_name = "N")]
+    half_open_limit: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -53,8 +58,11 @@ fn main() -> ExitCode {
     let outcomes = metaroce_compliance::report::run_with_options(
         target,
         cli.filter.as_deref(),
-        psk,
-        cli.single_source,
+        &metaroce_compliance::report::Target {
+            psk,
+            single_source: cli.single_source,
+            half_open_limit: cli.half_open_limit,
+        },
     );
     let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
     let ran = outcomes.len();

@@ -31,21 +31,36 @@ pub fn run_with_key(
     filter: Option<&str>,
     psk: Option<(u32, [u8; 32])>,
 ) -> Vec<Outcome> {
-    run_with_options(target, filter, psk, false)
+    run_with_options(
+        target,
+        filter,
+        &Target {
+            psk,
+            ..Target::default()
+        },
+    )
 }
 
-/// [`run_with_key`]; `single_source`: the target sees every peer at one
-/// address (a gateway), so the cases that need a second one are skipped.
-pub fn run_with_options(
-    target: SocketAddr,
-    filter: Option<&str>,
-    psk: Option<(u32, [u8; 32])>,
-    single_source: bool,
-) -> Vec<Outcome> {
+/// What the suite is told about the target.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Target {
+    /// Key ID and pre-shared key: adds the packet-protection cases (5.3).
+    pub psk: Option<(u32, [u8; 32])>,
+    /// The target sees every peer at one address (a gateway): the cases
+    /// that need a second one are skipped.
+    pub single_source: bool,
+    /// The most half-open connections the target lets one /32 hold
+    /// (4.2.3, 1): the per-prefix limit case runs.
+    pub half_open_limit: Option<u32>,
+}
+
+/// [`run_all`] with what is known of the target.
+pub fn run_with_options(target: SocketAddr, filter: Option<&str>, known: &Target) -> Vec<Outcome> {
     let mut ctx = Ctx::new(target);
-    ctx.psk = psk;
-    ctx.single_source = single_source;
-    let protected: &[crate::cases::Case] = if psk.is_some() {
+    ctx.psk = known.psk;
+    ctx.single_source = known.single_source;
+    ctx.half_open_limit = known.half_open_limit;
+    let protected: &[crate::cases::Case] = if known.psk.is_some() {
         crate::protect::PROTECTED_CASES
     } else {
         &[]

@@ -37,7 +37,10 @@ fn run_suite(pcap: &Path) {
         receives_per_connection: metaroce_host::session::SERVER_RECEIVES,
         seed: Some(7),
         ride_through: None,
-        source_limits: None,
+        source_limits: Some(metaroce_core::config::SourceLimits {
+            half_open: HALF_OPEN_PER_PEER,
+            ..metaroce_core::Config::default().source_limits
+        }),
         // Policy `allow`: the unprotected cases run as ever, and the
         // suite, given the key, runs the protection cases too.
         protection: Some(metaroce_host::protection::Protection {
@@ -59,7 +62,15 @@ fn run_suite(pcap: &Path) {
         }
         s.node.ep.protection_stats()
     });
-    let outcomes = metaroce_compliance::report::run_with_key(addr, None, Some((1, PSK)));
+    let outcomes = metaroce_compliance::report::run_with_options(
+        addr,
+        None,
+        &metaroce_compliance::report::Target {
+            psk: Some((1, PSK)),
+            half_open_limit: Some(HALF_OPEN_PER_PEER),
+            ..Default::default()
+        },
+    );
     stop.store(true, Ordering::Relaxed);
     let protection = server.join().unwrap();
     let failed: Vec<_> = outcomes.iter().filter(|o| o.result.is_err()).collect();
@@ -76,6 +87,10 @@ fn run_suite(pcap: &Path) {
     assert!(protection.unprotected >= 1, "{protection:?}");
     assert!(protection.replayed >= 1, "{protection:?}");
 }
+
+/// Half-open connections one address may hold (spec 4.2.3): below the
+/// table of 64, so the per-prefix limit case finds the limit first.
+const HALF_OPEN_PER_PEER: u32 = 16;
 
 /// The pre-shared key the server and the suite share.
 const PSK: [u8; 32] = [0x6b; 32];

@@ -181,11 +181,13 @@ impl Drop for QemuServe {
 /// one engine thread, `host-threads`: two), with the pre-shared key `psk`
 /// (policy `allow`, so the unprotected cases run as before) and budgets per
 /// peer as large as the table (the capacity check opens the whole table
-/// from one address, at once). Returns it and its address.
+/// from one address, at once), but `half_open_per_peer` half-open
+/// connections per address. Returns it and its address.
 fn start_host_server(
     bin: &std::path::Path,
     target: &str,
     psk: Option<&std::path::Path>,
+    half_open_per_peer: u32,
 ) -> Result<(ServeProcess, String), Error> {
     // `host-threads`: each thread has half the table; the suite's peer
     // ignores the Reply Port, so its packets reach the owning thread
@@ -196,7 +198,7 @@ fn start_host_server(
         .args(["serve", "--bind", "127.0.0.1:0", "--threads", threads])
         .args(["--psk-file", &psk, "--key-id", "1", "--protect", "allow"])
         .args(["--connections-per-peer", &HOST_CAPACITY.to_string()])
-        .args(["--half-open-per-peer", &HOST_CAPACITY.to_string()])
+        .args(["--half-open-per-peer", &half_open_per_peer.to_string()])
         .args(["--connects-per-second-per-peer", &HOST_CAPACITY.to_string()])
         .stdout(Stdio::piped())
         .spawn()
@@ -284,11 +286,13 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64, Vec<Stri
     let address = match target {
         "host" | "host-threads" => {
             if let (Some(n), None) = (capacity, filter) {
-                let (server, address) = start_host_server(&bin, target, psk.as_deref())?;
+                let (server, address) =
+                    start_host_server(&bin, target, psk.as_deref(), HOST_CAPACITY)?;
                 hold_ok = hold(&address, n)?;
                 drop(server);
             }
-            let (server, address) = start_host_server(&bin, target, psk.as_deref())?;
+            let (server, address) =
+                start_host_server(&bin, target, psk.as_deref(), SUITE_HALF_OPEN_PER_PEER)?;
             _serve = Some(server);
             address
         }
@@ -314,6 +318,15 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64, Vec<Stri
     }
     if let Some(p) = &psk {
         cmd.args(["--psk-file", &p.display().to_string(), "--key-id", "1"]);
+    }
+    if let "host" | "host-threads" = target {
+        // Each engine thread keeps its own count (spec 4.2.3: one table
+        // per shard), and a source's CONNECTs spread over the threads.
+        let threads = if target == "host" { 1 } else { 2 };
+        cmd.args([
+            "--half-open-limit",
+            &(SUITE_HALF_OPEN_PER_PEER * threads).to_string(),
+        ]);
     }
     if let Some(f) = filter {
         cmd.args(["--filter", f]);
@@ -441,6 +454,11 @@ fn write_psk_file() -> Result<std::path::PathBuf, Error> {
         .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
     Ok(path)
 }
+
+/// Half-open connections one address may hold on the suite's host server:
+/// far below the table, so the per-prefix limit case finds the limit, and
+/// far above what the admission cases' 32 fillers need each to fill it.
+const SUITE_HALF_OPEN_PER_PEER: u32 = 256;
 
 /// Connections `metaroce serve` holds by default, all checked at once.
 const HOST_CAPACITY: u32 = 4096;

@@ -2,8 +2,10 @@
 //! filled by sources of one /24 that proved their addresses and hold
 //! unconfirmed connections, or idle ones kept alive, still admits a client
 //! from another /24, and the connection it gives up for it ends with CLOSE
-//! (RECLAIMED). Needs a target on IPv4 loopback
-//! that sees each peer's own address (127.0.0.0/8 is all this host's).
+//! (RECLAIMED); and a narrow prefix at its declared half-open limit is
+//! refused with CLOSE (REJECTED) while its neighbours are not. Needs a
+//! target on IPv4 loopback that sees each peer's own address (127.0.0.0/8
+//! is all this host's).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -92,7 +94,7 @@ fn keepalive(id: u32, token: u64) -> Vec<u8> {
 enum Answer {
     Retry([u8; wire::COOKIE_LEN]),
     Accept(u32, u64),
-    Refused,
+    Refused(CloseReason),
     Nothing,
 }
 
@@ -119,7 +121,7 @@ fn answer(sock: &UdpSocket, i: u32, reclaimed: &mut u32) -> Answer {
         return match r.body {
             Body::Retry(x) => Answer::Retry(x.cookie),
             Body::Accept(a) => Answer::Accept(a.src_conn, a.src_token),
-            Body::Close(_) => Answer::Refused,
+            Body::Close(c) => Answer::Refused(c.reason),
             _ => continue,
         };
     }
@@ -227,7 +229,7 @@ fn new_prefix_gets_a_slot(ctx: &mut Ctx, filler: Filler) -> Result<(), Fail> {
                     held.push(Held { sock: k, id, token });
                     refused_in_row = 0;
                 }
-                Answer::Refused => {
+                Answer::Refused(_) => {
                     refused += 1;
                     refused_in_row += 1;
                 }
@@ -262,14 +264,7 @@ fn new_prefix_gets_a_slot(ctx: &mut Ctx, filler: Filler) -> Result<(), Fail> {
     }
     newcomer.close();
     for h in &held {
-        let close = Repr {
-            header: header(h.id, h.token),
-            body: Body::Close(wire::CloseRepr {
-                reason: CloseReason::Normal,
-            }),
-            payload_len: 0,
-        };
-        let _ = socks[h.sock].send_to(&Peer::encode(&close, &[]), ctx.target);
+        let _ = socks[h.sock].send_to(&close(h.id, h.token), ctx.target);
     }
     served.map_err(|e| {
         format!(
@@ -286,4 +281,141 @@ fn new_prefix_gets_a_slot(ctx: &mut Ctx, filler: Filler) -> Result<(), Fail> {
             held.len()
         )
     })
+}
+
+/// CONNECT copies the half-open limit case sends before it takes silence
+/// for an answer.
+const COPIES: u32 = 4;
+
+/// First CONNECT number of the half-open limit case (its own range of
+/// Source Connection IDs).
+const LIMIT_BASE: u32 = 0x0020_0000;
+
+/// Spec 4.2.3 (1) and 4.2 step 4: a narrow prefix (/32) holding its
+/// declared limit of half-open connections has its next CONNECT refused
+/// with CLOSE (REJECTED); another /32 of the same /24 is served meanwhile;
+/// once the held ones are confirmed they no longer count, and the /32 is
+/// served again.
+pub(super) fn half_open_limit_per_prefix(ctx: &mut Ctx) -> Result<(), Fail> {
+    let Some(limit) = ctx.half_open_limit else {
+        ctx.skip("the target's half-open limit per /32 is not declared (--half-open-limit)");
+        return Ok(());
+    };
+    if ctx.single_source {
+        ctx.skip("the target sees every peer at its gateway's one address");
+        return Ok(());
+    }
+    if ctx.target.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        ctx.skip("the target is not on 127.0.0.1, so other loopback sources may not reach it");
+        return Ok(());
+    }
+    let bind = |last: u8| -> Result<UdpSocket, Fail> {
+        let s = UdpSocket::bind(SocketAddr::from(([127, 0, 3, last], 0)))
+            .map_err(|e| format!("cannot bind 127.0.3.{last}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(5)))
+            .map_err(|e| e.to_string())?;
+        Ok(s)
+    };
+    let heavy = bind(10)?;
+    let port = heavy.local_addr().map_err(|e| e.to_string())?.port();
+    let mut held: Vec<(u32, u64)> = Vec::new();
+    let mut unrelated_reclaims = 0;
+    let mut next = LIMIT_BASE;
+    // Opens one connection from `sock`, proving the address: its answer.
+    // A CONNECT that found the table full may be dropped while a slot is
+    // reclaimed for it (4.2 step 5): its next copies take the slot.
+    let mut open = |sock: &UdpSocket, port: u16| -> Answer {
+        let i = next;
+        next += 1;
+        let mut cookie = [0; wire::COOKIE_LEN];
+        let mut last = Answer::Nothing;
+        for _ in 0..COPIES {
+            let _ = sock.send_to(&connect(i, port, 0, cookie), ctx.target);
+            last = answer(sock, i, &mut unrelated_reclaims);
+            match last {
+                Answer::Retry(c) => cookie = c,
+                Answer::Nothing => {}
+                _ => break,
+            }
+        }
+        last
+    };
+    // Fill the /32 with unconfirmed connections until it is refused.
+    let refusal = loop {
+        match open(&heavy, port) {
+            Answer::Accept(id, token) => held.push((id, token)),
+            Answer::Refused(reason) => break Some(reason),
+            Answer::Retry(_) | Answer::Nothing => break None,
+        }
+        if held.len() > limit as usize {
+            break None;
+        }
+    };
+    let result = (|| {
+        ensure(!held.is_empty(), || {
+            "a /32 holding nothing was refused its first connection".to_string()
+        })?;
+        ensure(held.len() <= limit as usize, || {
+            format!(
+                "one /32 held {} unconfirmed connections, past its declared limit of {limit}",
+                held.len()
+            )
+        })?;
+        ensure(refusal == Some(CloseReason::Rejected), || {
+            format!(
+                "the CONNECT past {} unconfirmed connections of one /32 was answered {} instead of CLOSE (REJECTED)",
+                held.len(),
+                match refusal {
+                    Some(r) => format!("CLOSE ({r:?})"),
+                    None => "with no ACCEPT or CLOSE".to_string(),
+                }
+            )
+        })?;
+        // A neighbour in the same /24 holds nothing of its own.
+        let neighbour = bind(11)?;
+        let neighbour_port = neighbour.local_addr().map_err(|e| e.to_string())?.port();
+        match open(&neighbour, neighbour_port) {
+            Answer::Accept(id, token) => {
+                let _ = neighbour.send_to(&close(id, token), ctx.target);
+            }
+            _ => {
+                return Err(format!(
+                    "127.0.3.11 was not served while 127.0.3.10 held its {} half-open connections",
+                    held.len()
+                ))
+            }
+        }
+        // Confirmed connections are no longer half open.
+        for &(id, token) in &held {
+            let _ = heavy.send_to(&keepalive(id, token), ctx.target);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        match open(&heavy, port) {
+            Answer::Accept(id, token) => {
+                held.push((id, token));
+                Ok(())
+            }
+            _ => Err(format!(
+                "once its {} connections were confirmed, 127.0.3.10 was still refused",
+                held.len()
+            )),
+        }
+    })();
+    for &(id, token) in &held {
+        let _ = heavy.send_to(&close(id, token), ctx.target);
+    }
+    result
+}
+
+fn close(id: u32, token: u64) -> Vec<u8> {
+    Peer::encode(
+        &Repr {
+            header: header(id, token),
+            body: Body::Close(wire::CloseRepr {
+                reason: CloseReason::Normal,
+            }),
+            payload_len: 0,
+        },
+        &[],
+    )
 }
