@@ -20,13 +20,14 @@ mod read_depth;
 mod tokens;
 mod window;
 
-/// One compliance case.
+/// One compliance case, run with a context `C` (the wire cases' [`Ctx`],
+/// the host-interface cases' `DeviceCtx`).
 #[derive(Debug)]
-pub struct Case {
+pub struct Case<C = Ctx> {
     pub name: &'static str,
     /// Spec sections it checks (docs/spec/).
     pub section: &'static str,
-    pub run: fn(&mut Ctx) -> Result<(), Fail>,
+    pub run: fn(&mut C) -> Result<(), Fail>,
     /// Tries before the case fails: timing-dependent cases (timers, the
     /// active-sender window) get 3, since the suite may share a loaded
     /// machine with the target; every other case gets exactly 1.

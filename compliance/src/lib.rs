@@ -10,11 +10,16 @@
 //! with a SEND describing a fresh region pre-filled with a known pattern
 //! and a small read-only region. It is **not** a load test or a fuzzer.
 //!
+//! The host-interface cases (`device`, spec chapter 6) play host
+//! processes of a DPU through its shared memory instead.
+//!
 //! Usage: `metaroce-compliance --target ADDR:PORT` (or `cargo xtask
-//! compliance --target host`). Prints a pass/fail table; exit code 0 when
+//! compliance --target host`), or `metaroce-compliance SHM0 ADDR0 SHM1
+//! ADDR1` for two devices' host interfaces. Prints a pass/fail table; exit code 0 when
 //! every case passed, 1 otherwise, 2 on a usage error.
 
 pub mod cases;
+pub mod device;
 pub mod peer;
 pub mod protect;
 pub mod report;

@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::cases::{Ctx, CASES};
+use crate::cases::{Case, Ctx, CASES};
+use crate::device::{DeviceCtx, DeviceTarget, DEVICE_CASES};
 
 /// The outcome of one case.
 #[derive(Debug, Clone)]
@@ -66,22 +67,54 @@ pub fn run_with_options(target: SocketAddr, filter: Option<&str>, known: &Target
         &[]
     };
     println!("MetaRoCE compliance against {target}");
+    let cases: Vec<&Case<Ctx>> = CASES.iter().chain(protected).collect();
+    let out = run_cases(&cases, &mut ctx, filter, |c| c.skipped.take());
+    summary(&out);
+    out
+}
+
+/// The host-interface cases (spec chapter 6) against two devices, each
+/// its shared memory and its address.
+pub fn run_devices(devices: [DeviceTarget; 2], filter: Option<&str>) -> Vec<Outcome> {
+    println!(
+        "MetaRoCE compliance against the devices of {} and {}",
+        devices[0].shm.display(),
+        devices[1].shm.display()
+    );
+    let mut ctx = DeviceCtx {
+        devices,
+        skipped: None,
+    };
+    let cases: Vec<&Case<DeviceCtx>> = DEVICE_CASES.iter().collect();
+    let out = run_cases(&cases, &mut ctx, filter, |c| c.skipped.take());
+    summary(&out);
+    out
+}
+
+/// Runs `cases` in order, a table row as each ends; `skipped` takes why
+/// the case just run did not apply.
+fn run_cases<C>(
+    cases: &[&Case<C>],
+    ctx: &mut C,
+    filter: Option<&str>,
+    skipped: fn(&mut C) -> Option<String>,
+) -> Vec<Outcome> {
     println!(
         "{:<4} {:<56} {:<20} {:>7}  result",
         "#", "case", "spec", "ms"
     );
     let mut out = Vec::new();
-    for (i, case) in CASES.iter().chain(protected).enumerate() {
+    for (i, case) in cases.iter().enumerate() {
         if filter.is_some_and(|f| !case.name.contains(f)) {
             continue;
         }
         let started = Instant::now();
-        ctx.skipped = None;
-        let mut result = (case.run)(&mut ctx);
+        skipped(ctx);
+        let mut result = (case.run)(ctx);
         let mut tries = 1;
         while result.is_err() && tries < case.attempts {
             tries += 1;
-            result = (case.run)(&mut ctx);
+            result = (case.run)(ctx);
         }
         let o = Outcome {
             number: i + 1,
@@ -89,7 +122,7 @@ pub fn run_with_options(target: SocketAddr, filter: Option<&str>, known: &Target
             section: case.section,
             millis: started.elapsed().as_millis(),
             result,
-            skipped: ctx.skipped.take(),
+            skipped: skipped(ctx),
         };
         let verdict = match (&o.result, &o.skipped) {
             (Ok(()), Some(why)) => format!("SKIP: {why}"),
@@ -103,6 +136,11 @@ pub fn run_with_options(target: SocketAddr, filter: Option<&str>, known: &Target
         );
         out.push(o);
     }
+    out
+}
+
+/// The closing line: passed, failed, cases, skipped.
+fn summary(out: &[Outcome]) {
     let failed = out.iter().filter(|o| o.result.is_err()).count();
     let skipped = out
         .iter()
@@ -113,5 +151,4 @@ pub fn run_with_options(target: SocketAddr, filter: Option<&str>, known: &Target
         out.len() - failed - skipped,
         out.len()
     );
-    out
 }

@@ -19,8 +19,7 @@ use crate::system;
 use crate::test::{Context, SkipLog, Tally};
 use crate::util::{self, Error};
 
-const USAGE: &str =
-    "usage: cargo xtask compliance --target <host|host-threads|ADDR:PORT|qemu> [--filter TEXT]";
+const USAGE: &str = "usage: cargo xtask compliance --target <host|host-threads|ADDR:PORT|qemu|qemu-devices> [--filter TEXT]";
 
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
@@ -45,7 +44,11 @@ pub fn run(args: &[String]) -> Result<(), Error> {
         }
     }
     let target = target.ok_or_else(|| Error::new(USAGE))?;
-    let (passed, failed, _skipped) = run_against(&target, filter.as_deref())?;
+    let (passed, failed, _skipped) = if target == "qemu-devices" {
+        run_against_devices()?
+    } else {
+        run_against(&target, filter.as_deref())?
+    };
     if failed == 0 && passed > 0 {
         Ok(())
     } else {
@@ -467,7 +470,58 @@ const QEMU_CAPACITY: u32 = 1024;
 
 /// Test step: the suite against the qemu-virt firmware's serve role.
 pub fn compliance_qemu_step(ctx: &mut Context) -> Result<(), Error> {
-    suite_step(ctx, "qemu", " against the QEMU node")
+    suite_step(ctx, "qemu", " against the QEMU node")?;
+    suite_step(
+        ctx,
+        "qemu-devices",
+        " against the QEMU DPUs' host interfaces",
+    )
+}
+
+/// The host-interface cases (spec chapter 6) against two qemu-virt nodes
+/// in the host role: the harness boots them and runs the suite with each
+/// node's shared memory and address (`--exec`).
+fn run_against_devices() -> Result<(u64, u64, Vec<String>), Error> {
+    crate::qemu::ensure_qemu()?;
+    let elf = crate::qemu::build_firmware()?;
+    util::run(&mut util::cargo(["build", "-p", "metaroce-compliance"]))?;
+    let program = target_dir().join("debug").join("metaroce-compliance");
+    let out = target_dir().join("compliance-devices");
+    let args: Vec<String> = vec![
+        "--quiet".into(),
+        "--duration".into(),
+        "120".into(),
+        "--seed".into(),
+        "7".into(),
+        "--exec".into(),
+        program.display().to_string(),
+        "--out-dir".into(),
+        out.display().to_string(),
+    ];
+    let started = Instant::now();
+    let mut counts = None;
+    let mut skipped = Vec::new();
+    let ok = util::run_streaming(&mut crate::qemu::harness(&elf, &args)?, |line| {
+        if let Some(skip) = skipped_case(line) {
+            skipped.push(skip);
+        }
+        if let Some(rest) = line.strip_prefix("compliance: ") {
+            let nums: Vec<u64> = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            if nums.len() >= 2 {
+                counts = Some((nums[0], nums[1]));
+            }
+        }
+    })?;
+    println!(
+        "compliance against the QEMU DPUs' host interfaces: {} ({})",
+        if ok { "ok" } else { "FAILED" },
+        util::fmt_duration(started.elapsed())
+    );
+    let (passed, failed) = counts.unwrap_or((0, 1));
+    Ok((passed, failed.max(u64::from(!ok)), skipped))
 }
 
 /// Test step: the suite against `metaroce serve` on loopback, with one
@@ -479,7 +533,11 @@ pub fn compliance_step(ctx: &mut Context) -> Result<(), Error> {
 
 /// Runs the suite against `target` as a test step, counting its cases.
 fn suite_step(ctx: &mut Context, target: &str, against: &str) -> Result<(), Error> {
-    let (passed, failed, skipped) = run_against(target, None)?;
+    let (passed, failed, skipped) = if target == "qemu-devices" {
+        run_against_devices()?
+    } else {
+        run_against(target, None)?
+    };
     for skip in &skipped {
         ctx.skip(&format!("compliance case against {target}"), skip);
     }

@@ -95,7 +95,7 @@ pub fn ensure_qemu() -> Result<(), Error> {
 /// The harness command (built by cargo in the dev profile, which is
 /// quick), after building its host program (`metaroce-host-app`, which the
 /// harness starts once per emulated DPU).
-fn harness(elf: &std::path::Path, args: &[String]) -> Result<Command, Error> {
+pub(crate) fn harness(elf: &std::path::Path, args: &[String]) -> Result<Command, Error> {
     util::run(&mut util::cargo([
         "build", "--quiet", "-p", HARNESS, "--bins",
     ]))?;

@@ -122,7 +122,7 @@ pub const STEPS: &[Step] = &[
     },
     Step {
         name: "compliance-qemu",
-        what: "compliance suite against the qemu-virt firmware's serve role through the harness gateway (cargo xtask compliance --target qemu)",
+        what: "compliance suite against the qemu-virt firmware's serve role through the harness gateway (cargo xtask compliance --target qemu), and its host-interface (quota) cases against two nodes in the host role (--target qemu-devices)",
         run: crate::compliance::compliance_qemu_step,
     },
     Step {
