@@ -313,7 +313,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
             let handle = s.handle(self.ids.global(i));
             let c = s.conn.next_completion(handle, &mut self.res);
-            self.refresh(i, now, false);
+            if s.conn.state == ConnState::Established && !s.released {
+                // Taking a completion of an open connection changes only
+                // what is left to take: what it may send, its timers and
+                // its events stay as the last refresh filed them.
+                if s.conn.has_completion(&self.res) {
+                    self.completions
+                        .push_back(&mut self.slots, i, ConnSlot::completions_link);
+                }
+            } else {
+                self.refresh(i, now, false);
+            }
             if c.is_some() {
                 return c;
             }
