@@ -921,10 +921,16 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !conn.can_post() {
             return Err(CommandError::NotOpen);
         }
+        // Behind data that already waits to go, a new entry changes
+        // neither what the connection may send nor when: no refresh.
+        let queued_behind =
+            conn.state == ConnState::Established && conn.first_unsent(&self.res).is_some();
         conn.post_send(wr, &mut self.res, config)
             .map_err(|_| CommandError::QueueFull)?;
-        let now = self.now;
-        self.refresh(i as u32, now, false);
+        if !queued_behind {
+            let now = self.now;
+            self.refresh(i as u32, now, false);
+        }
         Ok(())
     }
 
