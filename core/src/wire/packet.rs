@@ -1382,7 +1382,8 @@ pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
 /// [`parse`] with a device's verdict on the CRC trailer (see
 /// [`Repr::parse_with_verdict`]).
 pub fn parse_with_verdict(bytes: &[u8], crc: CrcVerdict) -> Result<(Repr, &[u8])> {
-    let packet = Packet::new_checked(bytes)?;
+    // `Repr::parse_with_verdict` checks the lengths first: once.
+    let packet = Packet::new_unchecked(bytes);
     let repr = Repr::parse_with_verdict(&packet, crc)?;
     let mut hl = repr.header_len();
     if packet.is_protected() {
