@@ -31,7 +31,7 @@ use crate::board;
 use crate::cores;
 use crate::entropy::{Conduit, Source};
 use crate::shm::{FrameDescriptor, Notify, ShmDoorbell, ShmFrameDevice, ShmRing};
-use crate::uart16550::{Mmio, Uart16550};
+use crate::uart16550::{Mmio, Uart16550, UartError};
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
 use aarch64_rt::{exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable};
@@ -39,6 +39,7 @@ use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
 use critical_section::Mutex;
+use metaroce_board::console::Line;
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 
@@ -175,12 +176,14 @@ impl embedded_io::Write for Console {
     }
 }
 
-impl core::fmt::Write for Console {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+impl Console {
+    /// Writes text, each `\n` as CR LF; stops at the first byte the
+    /// 16550 fails to send.
+    pub fn write_text(&mut self, text: &[u8]) -> Result<(), UartError> {
         match self {
-            Console::Ns16550(uart) => uart.write_str(s),
+            Console::Ns16550(uart) => uart.write_text(text),
             Console::Pl011(uart) => {
-                for b in s.bytes() {
+                for &b in text {
                     if b == b'\n' {
                         uart.put(b'\r');
                     }
@@ -253,21 +256,28 @@ pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
     critical_section::with(|cs| CONSOLE.borrow_ref_mut(cs).as_mut().map(f))
 }
 
-/// Writes formatted text and a newline to the console as one line: the
-/// critical section (a lock shared by every core) keeps other cores' lines
-/// out of the middle of it.
-pub fn console_write_line(args: core::fmt::Arguments<'_>) {
+/// Writes `line` and a newline to the console: the critical section (a
+/// lock shared by every core) keeps other cores' lines out of the middle
+/// of it. A byte the console fails to send ends the line's text; the
+/// newline is still tried.
+pub fn console_write_line(line: &Line<'_>) {
     with_console(|uart| {
-        let _ = core::fmt::Write::write_fmt(uart, args);
-        let _ = core::fmt::Write::write_str(uart, "\n");
+        let mut failed = false;
+        line.write(&mut |text| {
+            if !failed {
+                failed = uart.write_text(text).is_err();
+            }
+        });
+        let _ = uart.write_text(b"\n");
     });
 }
 
-/// `println!` to the 16550 console.
+/// `println!` to the console. `console_line!`'s format strings, without
+/// `core::fmt` (see `metaroce_board::console`).
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write_line(format_args!($($arg)*));
+        $crate::hw::console_write_line(&::metaroce_board::console_line!($($arg)*));
     }};
 }
 
