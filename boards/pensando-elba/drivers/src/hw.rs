@@ -234,9 +234,7 @@ pub fn init_console() {
         // The PL011 is left as U-Boot (or QEMU) set it up.
         let base = NonNull::new(board::UART_BASE as *mut u32);
         if let Some(base) = base {
-            critical_section::with(|cs| {
-                *CONSOLE.borrow_ref_mut(cs) = Some(Console::Pl011(Pl011 { base }))
-            });
+            set_console(Console::Pl011(Pl011 { base }));
         }
         return;
     }
@@ -248,12 +246,28 @@ pub fn init_console() {
         // A bad clock/baud pair leaves U-Boot's settings, which work.
         let _ = uart.configure(board::UART_CLOCK_HZ, board::UART_BAUD);
     }
-    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Console::Ns16550(uart)));
+    set_console(Console::Ns16550(uart));
 }
 
-/// Runs `f` on the console, if it is up.
+// The console's cell is reached with `try_borrow_mut`, not `borrow_mut`:
+// no panic path, whose message would link `core::fmt` into the image.
+// Only a panic in the middle of a line holds it while another use comes
+// (the panic handler's line): that line is then not written, where
+// `borrow_mut` would panic again, forever.
+
+fn set_console(console: Console) {
+    // Nothing holds the cell at boot.
+    critical_section::with(|cs| {
+        if let Ok(mut slot) = CONSOLE.borrow(cs).try_borrow_mut() {
+            *slot = Some(console);
+        }
+    });
+}
+
+/// Runs `f` on the console, if it is up (and not in use by a line a panic
+/// interrupted).
 pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
-    critical_section::with(|cs| CONSOLE.borrow_ref_mut(cs).as_mut().map(f))
+    critical_section::with(|cs| CONSOLE.borrow(cs).try_borrow_mut().ok()?.as_mut().map(f))
 }
 
 /// Writes `line` and a newline to the console: the critical section (a
@@ -631,8 +645,15 @@ pub(crate) mod twin {
     pub fn init_entropy() -> Result<(), EntropyError> {
         let (transport, _) = transport(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
         let device = VirtioEntropy::new(transport)?;
-        critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
-        Ok(())
+        // `try_borrow_mut`: no panic path (see `set_console`).
+        critical_section::with(|cs| {
+            let mut slot = RNG
+                .borrow(cs)
+                .try_borrow_mut()
+                .map_err(|_| EntropyError::Failed)?;
+            *slot = Some(Device(device));
+            Ok(())
+        })
     }
 
     /// `virt` wires virtio-mmio slot `i` to SPI 16 + `i` (INTID 48 + `i`).
@@ -697,15 +718,22 @@ pub(crate) mod twin {
             token: None,
         };
         line.post();
-        critical_section::with(|cs| *LINE.borrow_ref_mut(cs) = Some(line));
-        Some(VIRTIO_FIRST_INTID + slot as u32)
+        // `try_borrow_mut`: no panic path (see `set_console`); nothing
+        // holds the cell at bring-up.
+        critical_section::with(|cs| {
+            let mut held = LINE.borrow(cs).try_borrow_mut().ok()?;
+            *held = Some(line);
+            Some(VIRTIO_FIRST_INTID + slot as u32)
+        })
     }
 
     /// Lowers the doorbell line (acknowledges the device, takes back and
     /// posts again its buffer); the first time, says so on the console.
     pub fn doorbell_line_ack() {
         critical_section::with(|cs| {
-            let mut line = LINE.borrow_ref_mut(cs);
+            let Ok(mut line) = LINE.borrow(cs).try_borrow_mut() else {
+                return;
+            };
             let Some(line) = line.as_mut() else {
                 return;
             };
@@ -725,9 +753,11 @@ pub(crate) mod twin {
     }
 
     pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
-        critical_section::with(|cs| match RNG.borrow_ref_mut(cs).as_mut() {
-            Some(device) => device.0.fill(out),
-            None => Err(EntropyError::Missing),
+        critical_section::with(|cs| match RNG.borrow(cs).try_borrow_mut().as_deref_mut() {
+            Ok(Some(device)) => device.0.fill(out),
+            Ok(None) => Err(EntropyError::Missing),
+            // Held: only by a panic in the middle of `fill`.
+            Err(_) => Err(EntropyError::Failed),
         })
     }
 

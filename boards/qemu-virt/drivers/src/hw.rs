@@ -459,16 +459,30 @@ unsafe impl Send for SendEntropy {}
 pub fn init_entropy() -> Result<(), EntropyError> {
     let (transport, _) = find_virtio(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
     let device = VirtioEntropy::new(transport)?;
-    critical_section::with(|cs| *ENTROPY.borrow_ref_mut(cs) = Some(SendEntropy(device)));
-    Ok(())
+    critical_section::with(|cs| {
+        // `try_borrow_mut`, not `borrow_mut`: no panic path, whose message
+        // would link `core::fmt` into the image. Nothing holds the cell
+        // outside the critical section.
+        let mut slot = ENTROPY
+            .borrow(cs)
+            .try_borrow_mut()
+            .map_err(|_| EntropyError::Failed)?;
+        *slot = Some(SendEntropy(device));
+        Ok(())
+    })
 }
 
 /// The platform's entropy source: 32 bytes from the virtio-rng device.
 pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
-    critical_section::with(|cs| match ENTROPY.borrow_ref_mut(cs).as_mut() {
-        Some(device) => device.0.fill(out),
-        None => Err(EntropyError::Missing),
-    })
+    critical_section::with(
+        |cs| match ENTROPY.borrow(cs).try_borrow_mut().as_deref_mut() {
+            Ok(Some(device)) => device.0.fill(out),
+            Ok(None) => Err(EntropyError::Missing),
+            // Held: only by a panic in the middle of `fill`, whose handler
+            // never asks for entropy.
+            Err(_) => Err(EntropyError::Failed),
+        },
+    )
 }
 
 // ----- emulated host memory ---------------------------------------------
