@@ -222,7 +222,7 @@ impl<H: Hal, const SIZE: usize> VirtQueue<H, SIZE> {
         let mut last = self.free_head;
 
         for (buffer, direction) in InputOutputIter::new(inputs, outputs) {
-            assert_ne!(buffer.len(), 0);
+            assert!(!buffer.is_empty());
 
             // Write to desc_shadow then copy.
             let desc = &mut self.desc_shadow[usize::from(self.free_head)];
@@ -456,9 +456,9 @@ impl<H: Hal, const SIZE: usize> VirtQueue<H, SIZE> {
                 }
 
                 // Unshare the buffers in the indirect descriptor list, and free it.
-                assert_eq!(indirect_list.len(), inputs.len() + outputs.len());
+                assert!(indirect_list.len() == inputs.len() + outputs.len());
                 for (i, (buffer, direction)) in InputOutputIter::new(inputs, outputs).enumerate() {
-                    assert_ne!(buffer.len(), 0);
+                    assert!(!buffer.is_empty());
 
                     // SAFETY: The caller ensures that the buffer is valid and matches the
                     // descriptor from which we got `paddr`.
@@ -474,9 +474,11 @@ impl<H: Hal, const SIZE: usize> VirtQueue<H, SIZE> {
             let mut next = Some(head);
 
             for (buffer, direction) in InputOutputIter::new(inputs, outputs) {
-                assert_ne!(buffer.len(), 0);
+                assert!(!buffer.is_empty());
 
-                let desc_index = next.expect("Descriptor chain was shorter than expected.");
+                let Some(desc_index) = next else {
+                    panic!("Descriptor chain was shorter than expected.");
+                };
                 let desc = &mut self.desc_shadow[usize::from(desc_index)];
 
                 let paddr = desc.addr;
@@ -737,7 +739,10 @@ impl Descriptor {
         unsafe {
             self.addr = H::share(buf, direction);
         }
-        self.len = buf.len().try_into().unwrap();
+        let Ok(len) = buf.len().try_into() else {
+            panic!("Buffer is longer than a descriptor can describe.");
+        };
+        self.len = len;
         self.flags = extra_flags
             | match direction {
                 BufferDirection::DeviceToDriver => DescFlags::WRITE,

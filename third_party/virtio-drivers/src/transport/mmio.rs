@@ -406,20 +406,21 @@ impl Transport for MmioTransport<'_> {
     ) {
         match self.version {
             MmioVersion::Legacy => {
-                assert_eq!(
-                    driver_area - descriptors,
-                    size_of::<Descriptor>() as u64 * u64::from(size)
+                assert!(
+                    driver_area - descriptors == size_of::<Descriptor>() as u64 * u64::from(size)
                 );
-                assert_eq!(
-                    device_area - descriptors,
-                    align_up_phys(
-                        size_of::<Descriptor>() as u64 * u64::from(size)
-                            + size_of::<u16>() as u64 * (u64::from(size) + 3)
-                    )
+                assert!(
+                    device_area - descriptors
+                        == align_up_phys(
+                            size_of::<Descriptor>() as u64 * u64::from(size)
+                                + size_of::<u16>() as u64 * (u64::from(size) + 3)
+                        )
                 );
                 let align = PAGE_SIZE as u32;
-                let pfn = (descriptors / PAGE_SIZE_PHYS).try_into().unwrap();
-                assert_eq!(u64::from(pfn) * PAGE_SIZE_PHYS, descriptors);
+                let Ok(pfn) = (descriptors / PAGE_SIZE_PHYS).try_into() else {
+                    panic!("Legacy queue above the 32-bit page frame numbers.");
+                };
+                assert!(u64::from(pfn) * PAGE_SIZE_PHYS == descriptors);
                 field!(self.header, queue_sel).write(queue.into());
                 field!(self.header, queue_num).write(size);
                 field!(self.header, legacy_queue_align).write(align);
