@@ -19,12 +19,15 @@
 //! call to the board's function: no vtable, no generic code instantiated
 //! in the image crate, nothing added to the code budget.
 //!
+//! The console prints lines built by [`console_line!`] ([`console`]), not
+//! `core::fmt`, whose machinery the code budget has no room for.
+//!
 //! `forbid(unsafe_code)`: the drivers' `unsafe` stays in the board crates.
 
 #![no_std]
 #![forbid(unsafe_code)]
 
-use core::fmt;
+pub mod console;
 
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
@@ -134,9 +137,9 @@ pub trait Board: 'static {
     /// and dispatches frames to the other cores in software.
     const NIC_STEERS: bool;
 
-    /// Writes one line of text to the console; lines from several cores
-    /// never mix.
-    fn write_line(args: fmt::Arguments<'_>);
+    /// Writes `line` and a newline to the console; lines from several
+    /// cores never mix.
+    fn write_line(line: &console::Line<'_>);
     /// Ends the run with `code` (0 ok, 1 failure, 101 panic).
     fn exit(code: u32) -> !;
     /// Writes bytes of the defmt log (the node's global logger hands over

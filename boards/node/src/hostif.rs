@@ -100,6 +100,8 @@ pub fn run(
         if deadline > hw::now() {
             irq.wait(deadline, &mut || device.ack_interrupt());
         }
-        backoff = (backoff * 2).min(POLL_MAX);
+        // Saturating: `Duration`'s `*` panics on overflow, with a
+        // message that links `core::fmt` into the image.
+        backoff = backoff.saturating_mul(2).min(POLL_MAX);
     }
 }

@@ -24,15 +24,18 @@ pub use board_qemu_virt_drivers::hw::{pmu_read, pmu_start};
 
 /// Writes a line to the console (see [`println`](crate::println)).
 #[inline]
-pub fn console_write_line(args: core::fmt::Arguments<'_>) {
-    ThisBoard::write_line(args)
+pub fn console_write_line(line: &metaroce_board::console::Line<'_>) {
+    ThisBoard::write_line(line)
 }
 
 /// `println!` to the board's console; lines from several cores never mix.
+/// The format strings are `console_line!`'s, a subset of `format_args!`'s
+/// with the same output, and no `core::fmt` (its machinery costs about
+/// 5 KB of the code budget): see `metaroce_board::console`.
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write_line(format_args!($($arg)*));
+        $crate::hw::console_write_line(&::metaroce_board::console_line!($($arg)*));
     }};
 }
 

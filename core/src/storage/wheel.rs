@@ -132,7 +132,10 @@ impl TimerWheel {
         entry: impl Fn(&mut T) -> &mut TimerEntry + Copy,
     ) {
         let last = self.elapsed + (1u64 << (LEVEL_BITS * LEVELS as u32)) - 1;
-        let tick = (deadline_ns >> TICK_SHIFT).clamp(self.elapsed, last);
+        // `max` then `min`, as `clamp` (`last` is never below `elapsed`)
+        // without its panic path, whose message links `core::fmt` into
+        // the firmware.
+        let tick = (deadline_ns >> TICK_SHIFT).max(self.elapsed).min(last);
         let level = Self::level_of(self.elapsed, tick).min(LEVELS - 1);
         let slot = ((tick >> (level as u32 * LEVEL_BITS)) as usize) & (SLOTS - 1);
         let bucket = level * SLOTS + slot;

@@ -364,8 +364,7 @@ impl<'a> Workload<'a> {
                 );
             }
         }
-        let targets: heapless::Vec<usize, MAX_PEERS> = self.ping_targets().collect();
-        if targets.iter().all(|&p| self.pinged[p]) {
+        if self.ping_targets().all(|p| self.pinged[p]) {
             self.phase = Phase::Connect;
             return;
         }
@@ -374,7 +373,7 @@ impl<'a> Workload<'a> {
         }
         self.last_ping = Some(now);
         self.ping_seq = self.ping_seq.wrapping_add(1) % 1000;
-        for p in targets {
+        for p in self.ping_targets() {
             if !self.pinged[p] {
                 node.ping(now, p, p as u16 * 1000 + self.ping_seq);
             }

@@ -31,7 +31,7 @@ use crate::board;
 use crate::cores;
 use crate::entropy::{Conduit, Source};
 use crate::shm::{FrameDescriptor, Notify, ShmDoorbell, ShmFrameDevice, ShmRing};
-use crate::uart16550::{Mmio, Uart16550};
+use crate::uart16550::{Mmio, Uart16550, UartError};
 use aarch64_paging::descriptor::El1Attributes as Attributes;
 use aarch64_paging::mair::{Mair, MairAttribute, NormalMemory};
 use aarch64_rt::{exception_handlers, initial_pagetable, ExceptionHandlers, InitialPagetable};
@@ -39,6 +39,7 @@ use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicCpuInterface, GicV3, Group};
 use arm_gic::{IntId, InterruptGroup, Trigger, UniqueMmioPointer};
 use critical_section::Mutex;
+use metaroce_board::console::Line;
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 
@@ -175,12 +176,14 @@ impl embedded_io::Write for Console {
     }
 }
 
-impl core::fmt::Write for Console {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+impl Console {
+    /// Writes text, each `\n` as CR LF; stops at the first byte the
+    /// 16550 fails to send.
+    pub fn write_text(&mut self, text: &[u8]) -> Result<(), UartError> {
         match self {
-            Console::Ns16550(uart) => uart.write_str(s),
+            Console::Ns16550(uart) => uart.write_text(text),
             Console::Pl011(uart) => {
-                for b in s.bytes() {
+                for &b in text {
                     if b == b'\n' {
                         uart.put(b'\r');
                     }
@@ -231,9 +234,7 @@ pub fn init_console() {
         // The PL011 is left as U-Boot (or QEMU) set it up.
         let base = NonNull::new(board::UART_BASE as *mut u32);
         if let Some(base) = base {
-            critical_section::with(|cs| {
-                *CONSOLE.borrow_ref_mut(cs) = Some(Console::Pl011(Pl011 { base }))
-            });
+            set_console(Console::Pl011(Pl011 { base }));
         }
         return;
     }
@@ -245,29 +246,52 @@ pub fn init_console() {
         // A bad clock/baud pair leaves U-Boot's settings, which work.
         let _ = uart.configure(board::UART_CLOCK_HZ, board::UART_BAUD);
     }
-    critical_section::with(|cs| *CONSOLE.borrow_ref_mut(cs) = Some(Console::Ns16550(uart)));
+    set_console(Console::Ns16550(uart));
 }
 
-/// Runs `f` on the console, if it is up.
-pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
-    critical_section::with(|cs| CONSOLE.borrow_ref_mut(cs).as_mut().map(f))
-}
+// The console's cell is reached with `try_borrow_mut`, not `borrow_mut`:
+// no panic path, whose message would link `core::fmt` into the image.
+// Only a panic in the middle of a line holds it while another use comes
+// (the panic handler's line): that line is then not written, where
+// `borrow_mut` would panic again, forever.
 
-/// Writes formatted text and a newline to the console as one line: the
-/// critical section (a lock shared by every core) keeps other cores' lines
-/// out of the middle of it.
-pub fn console_write_line(args: core::fmt::Arguments<'_>) {
-    with_console(|uart| {
-        let _ = core::fmt::Write::write_fmt(uart, args);
-        let _ = core::fmt::Write::write_str(uart, "\n");
+fn set_console(console: Console) {
+    // Nothing holds the cell at boot.
+    critical_section::with(|cs| {
+        if let Ok(mut slot) = CONSOLE.borrow(cs).try_borrow_mut() {
+            *slot = Some(console);
+        }
     });
 }
 
-/// `println!` to the 16550 console.
+/// Runs `f` on the console, if it is up (and not in use by a line a panic
+/// interrupted).
+pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
+    critical_section::with(|cs| CONSOLE.borrow(cs).try_borrow_mut().ok()?.as_mut().map(f))
+}
+
+/// Writes `line` and a newline to the console: the critical section (a
+/// lock shared by every core) keeps other cores' lines out of the middle
+/// of it. A byte the console fails to send ends the line's text; the
+/// newline is still tried.
+pub fn console_write_line(line: &Line<'_>) {
+    with_console(|uart| {
+        let mut failed = false;
+        line.write(&mut |text| {
+            if !failed {
+                failed = uart.write_text(text).is_err();
+            }
+        });
+        let _ = uart.write_text(b"\n");
+    });
+}
+
+/// `println!` to the console. `console_line!`'s format strings, without
+/// `core::fmt` (see `metaroce_board::console`).
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write_line(format_args!($($arg)*));
+        $crate::hw::console_write_line(&::metaroce_board::console_line!($($arg)*));
     }};
 }
 
@@ -621,8 +645,15 @@ pub(crate) mod twin {
     pub fn init_entropy() -> Result<(), EntropyError> {
         let (transport, _) = transport(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
         let device = VirtioEntropy::new(transport)?;
-        critical_section::with(|cs| *RNG.borrow_ref_mut(cs) = Some(Device(device)));
-        Ok(())
+        // `try_borrow_mut`: no panic path (see `set_console`).
+        critical_section::with(|cs| {
+            let mut slot = RNG
+                .borrow(cs)
+                .try_borrow_mut()
+                .map_err(|_| EntropyError::Failed)?;
+            *slot = Some(Device(device));
+            Ok(())
+        })
     }
 
     /// `virt` wires virtio-mmio slot `i` to SPI 16 + `i` (INTID 48 + `i`).
@@ -687,15 +718,22 @@ pub(crate) mod twin {
             token: None,
         };
         line.post();
-        critical_section::with(|cs| *LINE.borrow_ref_mut(cs) = Some(line));
-        Some(VIRTIO_FIRST_INTID + slot as u32)
+        // `try_borrow_mut`: no panic path (see `set_console`); nothing
+        // holds the cell at bring-up.
+        critical_section::with(|cs| {
+            let mut held = LINE.borrow(cs).try_borrow_mut().ok()?;
+            *held = Some(line);
+            Some(VIRTIO_FIRST_INTID + slot as u32)
+        })
     }
 
     /// Lowers the doorbell line (acknowledges the device, takes back and
     /// posts again its buffer); the first time, says so on the console.
     pub fn doorbell_line_ack() {
         critical_section::with(|cs| {
-            let mut line = LINE.borrow_ref_mut(cs);
+            let Ok(mut line) = LINE.borrow(cs).try_borrow_mut() else {
+                return;
+            };
             let Some(line) = line.as_mut() else {
                 return;
             };
@@ -715,9 +753,11 @@ pub(crate) mod twin {
     }
 
     pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
-        critical_section::with(|cs| match RNG.borrow_ref_mut(cs).as_mut() {
-            Some(device) => device.0.fill(out),
-            None => Err(EntropyError::Missing),
+        critical_section::with(|cs| match RNG.borrow(cs).try_borrow_mut().as_deref_mut() {
+            Ok(Some(device)) => device.0.fill(out),
+            Ok(None) => Err(EntropyError::Missing),
+            // Held: only by a panic in the middle of `fill`.
+            Err(_) => Err(EntropyError::Failed),
         })
     }
 

@@ -80,8 +80,8 @@ impl Board for PensandoElba {
     const HOST_MEMORY_IN_IMAGE: bool = false;
     const NIC_STEERS: bool = true;
 
-    fn write_line(args: core::fmt::Arguments<'_>) {
-        hw::console_write_line(args)
+    fn write_line(line: &metaroce_board::console::Line<'_>) {
+        hw::console_write_line(line)
     }
 
     fn exit(code: u32) -> ! {

@@ -148,6 +148,18 @@ impl<R: Registers> Uart16550<R> {
         Ok(())
     }
 
+    /// Sends text: each `\n` as CR LF, which a terminal wants. Stops at
+    /// the first byte that fails.
+    pub fn write_text(&mut self, text: &[u8]) -> Result<(), UartError> {
+        for &b in text {
+            if b == b'\n' {
+                self.write_byte(b'\r')?;
+            }
+            self.write_byte(b)?;
+        }
+        Ok(())
+    }
+
     /// A received byte, if one is waiting.
     pub fn read_byte(&mut self) -> Option<u8> {
         (self.line_status() & LSR_DATA_READY != 0)
@@ -196,14 +208,7 @@ impl<R: Registers> embedded_io::Write for Uart16550<R> {
 
 impl<R: Registers> core::fmt::Write for Uart16550<R> {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        for &b in s.as_bytes() {
-            // A terminal wants CR LF.
-            if b == b'\n' {
-                self.write_byte(b'\r').map_err(|_| core::fmt::Error)?;
-            }
-            self.write_byte(b).map_err(|_| core::fmt::Error)?;
-        }
-        Ok(())
+        self.write_text(s.as_bytes()).map_err(|_| core::fmt::Error)
     }
 }
 
@@ -330,8 +335,9 @@ mod tests {
         let mut uart = Uart16550::new(FakeBlock::default(), 2);
         assert_eq!(uart.write(b"ok"), Ok(2));
         core::fmt::Write::write_str(&mut uart, "a\nb").unwrap();
+        uart.write_text(b"c\n").unwrap();
         uart.flush().unwrap();
-        assert_eq!(uart.registers().transmitted, b"oka\r\nb");
+        assert_eq!(uart.registers().transmitted, b"oka\r\nbc\r\n");
         assert!(uart.registers().writes.iter().all(|&(o, _)| o == 0));
     }
 

@@ -7,7 +7,6 @@
 
 use core::arch::asm;
 use core::cell::RefCell;
-use core::fmt::Write;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -18,6 +17,7 @@ use arm_gic::gicv2::GicV2;
 use arm_gic::{IntId, InterruptGroup, Trigger};
 use arm_pl011_uart::{PL011Registers, Uart, UniqueMmioPointer};
 use critical_section::Mutex;
+use metaroce_board::console::Line;
 use metaroce_core::Instant;
 use metaroce_platform::entropy::{EntropyError, Seed};
 use metaroce_platform::virtio::{PoolHal, VirtioEntropy};
@@ -153,10 +153,10 @@ extern "C" fn exception(entry: u64) -> ! {
 
 // ----- console ---------------------------------------------------------
 
-/// Writes formatted text and a newline to the console as one line: the
-/// critical section (a lock shared by every core) keeps other cores' lines
-/// out of the middle of it.
-pub fn console_write_line(args: core::fmt::Arguments<'_>) {
+/// Writes `line` and a newline to the console: the critical section (a
+/// lock shared by every core) keeps other cores' lines out of the middle
+/// of it.
+pub fn console_write_line(line: &Line<'_>) {
     critical_section::with(|_| {
         // SAFETY: UART0 is mapped as device memory by the identity map, and
         // inside the critical section (which excludes every other core and
@@ -169,9 +169,17 @@ pub fn console_write_line(args: core::fmt::Arguments<'_>) {
             UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers))
         };
         let mut uart = Uart::new(regs);
-        let _ = uart.write_fmt(args);
-        let _ = uart.write_str("\n");
+        line.write(&mut |bytes| uart_write(&mut uart, bytes));
+        uart_write(&mut uart, b"\n");
     });
+}
+
+/// Writes `bytes` to the PL011, waiting for room in its FIFO.
+fn uart_write(uart: &mut Uart<'_>, bytes: &[u8]) {
+    for &b in bytes {
+        while uart.is_tx_fifo_full() {}
+        uart.write_word(b);
+    }
 }
 
 /// The PL011 as an `embedded-io` writer, for node code that writes raw
@@ -192,7 +200,7 @@ impl embedded_io::Write for Console {
             let regs = unsafe {
                 UniqueMmioPointer::new(NonNull::new_unchecked(UART_BASE as *mut PL011Registers))
             };
-            let _ = embedded_io::Write::write_all(&mut Uart::new(regs), buf);
+            uart_write(&mut Uart::new(regs), buf);
         });
         Ok(buf.len())
     }
@@ -203,10 +211,12 @@ impl embedded_io::Write for Console {
 }
 
 /// `println!` to the PL011 console; lines from several cores never mix.
+/// `console_line!`'s format strings, without `core::fmt` (see
+/// `metaroce_board::console`).
 #[macro_export]
 macro_rules! println {
     ($($arg:tt)*) => {{
-        $crate::hw::console_write_line(format_args!($($arg)*));
+        $crate::hw::console_write_line(&::metaroce_board::console_line!($($arg)*));
     }};
 }
 
@@ -449,16 +459,30 @@ unsafe impl Send for SendEntropy {}
 pub fn init_entropy() -> Result<(), EntropyError> {
     let (transport, _) = find_virtio(DeviceType::EntropySource).ok_or(EntropyError::Missing)?;
     let device = VirtioEntropy::new(transport)?;
-    critical_section::with(|cs| *ENTROPY.borrow_ref_mut(cs) = Some(SendEntropy(device)));
-    Ok(())
+    critical_section::with(|cs| {
+        // `try_borrow_mut`, not `borrow_mut`: no panic path, whose message
+        // would link `core::fmt` into the image. Nothing holds the cell
+        // outside the critical section.
+        let mut slot = ENTROPY
+            .borrow(cs)
+            .try_borrow_mut()
+            .map_err(|_| EntropyError::Failed)?;
+        *slot = Some(SendEntropy(device));
+        Ok(())
+    })
 }
 
 /// The platform's entropy source: 32 bytes from the virtio-rng device.
 pub fn entropy(out: &mut Seed) -> Result<(), EntropyError> {
-    critical_section::with(|cs| match ENTROPY.borrow_ref_mut(cs).as_mut() {
-        Some(device) => device.0.fill(out),
-        None => Err(EntropyError::Missing),
-    })
+    critical_section::with(
+        |cs| match ENTROPY.borrow(cs).try_borrow_mut().as_deref_mut() {
+            Ok(Some(device)) => device.0.fill(out),
+            Ok(None) => Err(EntropyError::Missing),
+            // Held: only by a panic in the middle of `fill`, whose handler
+            // never asks for entropy.
+            Err(_) => Err(EntropyError::Failed),
+        },
+    )
 }
 
 // ----- emulated host memory ---------------------------------------------

@@ -97,8 +97,8 @@ impl Board for QemuVirt {
     const NIC_STEERS: bool = false;
 
     #[inline]
-    fn write_line(args: core::fmt::Arguments<'_>) {
-        hw::console_write_line(args)
+    fn write_line(line: &metaroce_board::console::Line<'_>) {
+        hw::console_write_line(line)
     }
 
     #[inline]
