@@ -175,9 +175,10 @@ impl PendingEvents {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Job {
     User(crate::api::WorkRequest),
-    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`.
+    /// Answering a peer's READ_REQUEST: stream `len` bytes from `source`
+    /// (its key kept: each response packet checks the region again).
     ReadResponse {
-        source: u64,
+        source: MemoryTarget,
         sink: MemoryTarget,
     },
 }
@@ -204,7 +205,7 @@ pub struct WorkEntry {
 impl WorkEntry {
     pub const VACANT: WorkEntry = WorkEntry {
         job: Job::ReadResponse {
-            source: 0,
+            source: MemoryTarget { key: 0, addr: 0 },
             sink: MemoryTarget { key: 0, addr: 0 },
         },
         msg_id: 0,

@@ -226,7 +226,7 @@ impl<const P: usize> Connection<P> {
                     u64::from(r.len),
                     Access::REMOTE_READ,
                 )?;
-                if !self.queue_read_response(r.msg_id, r.len, r.source.addr, r.sink, res) {
+                if !self.queue_read_response(r.msg_id, r.len, r.source, r.sink, res) {
                     return Err(NakReason::ReceiverNotReady);
                 }
             }

@@ -88,7 +88,7 @@ impl<const P: usize> Connection<P> {
         &mut self,
         msg_id: u32,
         len: u32,
-        source: u64,
+        source: MemoryTarget,
         sink: MemoryTarget,
         res: &mut Resources<B, P>,
     ) -> bool {
@@ -483,19 +483,39 @@ impl<const P: usize> Connection<P> {
                     src,
                 )
             }
-            Job::ReadResponse { source, sink } => (
-                Body::ReadResponse(ReadResponseRepr {
-                    msg,
-                    target: MemoryTarget {
-                        key: sink.key,
-                        addr: sink.addr.wrapping_add(u64::from(offset)),
-                    },
-                }),
-                Some(PayloadRef {
-                    addr: source + u64::from(offset),
+            Job::ReadResponse { source, sink } => {
+                let src = PayloadRef {
+                    addr: source.addr + u64::from(offset),
                     len: chunk,
-                }),
-            ),
+                };
+                // The source must still be registered for remote reads
+                // (spec 4.8.6): the application may have deregistered it
+                // while the responses stream.
+                if res
+                    .regions
+                    .check(
+                        source.key,
+                        self.pd,
+                        src.addr,
+                        u64::from(chunk),
+                        Access::REMOTE_READ,
+                    )
+                    .is_err()
+                {
+                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), res);
+                    return None;
+                }
+                (
+                    Body::ReadResponse(ReadResponseRepr {
+                        msg,
+                        target: MemoryTarget {
+                            key: sink.key,
+                            addr: sink.addr.wrapping_add(u64::from(offset)),
+                        },
+                    }),
+                    Some(src),
+                )
+            }
         };
         let payload = payload.filter(|p| p.len > 0);
         let payload_len = payload.map_or(0, |p| p.len as u16);
