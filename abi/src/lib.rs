@@ -443,6 +443,18 @@ pub struct QuotaValues {
     pub reserved: [u64; 3],
 }
 
+impl QuotaValues {
+    /// Every limit at [`QUOTA_DEFAULT`]: the device's default share.
+    pub const DEFAULTS: QuotaValues = QuotaValues {
+        connections: QUOTA_DEFAULT,
+        regions: QUOTA_DEFAULT,
+        region_bytes: QUOTA_DEFAULT,
+        work_entries: QUOTA_DEFAULT,
+        commands: QUOTA_DEFAULT,
+        reserved: [0; 3],
+    };
+}
+
 /// A queue set's quota, written by the device next to its counters on
 /// QUERY_COUNTERS (at `QueueSetHeader::quota_offset`).
 #[repr(C)]

@@ -77,6 +77,21 @@ impl Ctx {
         self.skipped = Some(why.to_string());
     }
 
+    /// Whether the target sees the suite's other loopback addresses
+    /// (127.0.0.0/8) as they are: on 127.0.0.1, behind no gateway. If not,
+    /// the running case is marked skipped, saying why.
+    pub(crate) fn sees_other_sources(&mut self) -> bool {
+        if self.single_source {
+            self.skip("the target sees every peer at its gateway's one address");
+            false
+        } else if self.target.ip() != std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
+            self.skip("the target is not on 127.0.0.1, so other loopback sources may not reach it");
+            false
+        } else {
+            true
+        }
+    }
+
     /// A peer that offers protection with the target's key.
     pub(crate) fn protected_peer(&mut self) -> Result<Peer, Fail> {
         let (key_id, psk) = self.psk.ok_or("no pre-shared key (--psk-file)")?;

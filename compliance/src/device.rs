@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metaroce_verbs::abi::{self, QuotaValues};
+use metaroce_verbs::abi::QuotaValues;
 use metaroce_verbs::{Access, Device, Error, OpenOptions, Remote, SendOp, SendWr, Status};
 
 use crate::cases::{ensure, Case};
@@ -314,7 +314,7 @@ fn only_management_sets_quotas(ctx: &mut DeviceCtx) -> Result<(), Fail> {
     let held = tenant.quota().map_err(|e| format!("quota query: {e}"))?;
     let limits = QuotaValues {
         regions: held.used.regions + 1,
-        ..default_limits()
+        ..QuotaValues::DEFAULTS
     };
     let refused = tenant.set_quota(1, &limits);
     ensure(
@@ -327,7 +327,7 @@ fn only_management_sets_quotas(ctx: &mut DeviceCtx) -> Result<(), Fail> {
     let buf = tenant.alloc(REGION, 4096).map_err(|e| e.to_string())?;
     let first = tenant.register(buf, REGION, Access::ALL);
     let second = tenant.register(buf, REGION, Access::ALL);
-    let restored = admin.set_quota(1, &default_limits());
+    let restored = admin.set_quota(1, &QuotaValues::DEFAULTS);
     ensure(first.is_ok(), || {
         format!("the one region the quota left room for was refused: {first:?}")
     })?;
@@ -340,15 +340,4 @@ fn only_management_sets_quotas(ctx: &mut DeviceCtx) -> Result<(), Fail> {
         .register(buf, REGION, Access::ALL)
         .map(|_| ())
         .map_err(|e| format!("back to the default quota, a register was refused: {e}"))
-}
-
-fn default_limits() -> QuotaValues {
-    QuotaValues {
-        connections: abi::QUOTA_DEFAULT,
-        regions: abi::QUOTA_DEFAULT,
-        region_bytes: abi::QUOTA_DEFAULT,
-        work_entries: abi::QUOTA_DEFAULT,
-        commands: abi::QUOTA_DEFAULT,
-        reserved: [0; 3],
-    }
 }

@@ -335,22 +335,9 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64, Vec<Stri
         cmd.args(["--filter", f]);
     }
     let started = Instant::now();
-    let mut counts = None;
-    let mut skipped = Vec::new();
-    util::run_streaming(&mut cmd, |line| {
-        if let Some(skip) = skipped_case(line) {
-            skipped.push(skip);
-        }
-        if let Some(rest) = line.strip_prefix("compliance: ") {
-            let nums: Vec<u64> = rest
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            if nums.len() >= 2 {
-                counts = Some((nums[0], nums[1]));
-            }
-        }
-    })?;
+    let mut report = SuiteReport::default();
+    util::run_streaming(&mut cmd, |line| report.read(line))?;
+    let SuiteReport { counts, skipped } = report;
     println!(
         "compliance against {target}: suite took {}",
         util::fmt_duration(started.elapsed())
@@ -378,6 +365,31 @@ fn run_against(target: &str, filter: Option<&str>) -> Result<(u64, u64, Vec<Stri
     let passed_extra = extra.iter().filter(|c| **c == Some(true)).count() as u64;
     let failed_extra = extra.iter().filter(|c| **c == Some(false)).count() as u64;
     Ok((passed + passed_extra, failed + failed_extra, skipped))
+}
+
+/// What the suite's output says: its closing counts (passed, failed) and
+/// the cases it skipped.
+#[derive(Debug, Default)]
+struct SuiteReport {
+    counts: Option<(u64, u64)>,
+    skipped: Vec<String>,
+}
+
+impl SuiteReport {
+    fn read(&mut self, line: &str) {
+        if let Some(skip) = skipped_case(line) {
+            self.skipped.push(skip);
+        }
+        if let Some(rest) = line.strip_prefix("compliance: ") {
+            let nums: Vec<u64> = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            if nums.len() >= 2 {
+                self.counts = Some((nums[0], nums[1]));
+            }
+        }
+    }
 }
 
 /// `case (sections): reason` from a line of the suite's table whose
@@ -499,22 +511,11 @@ fn run_against_devices() -> Result<(u64, u64, Vec<String>), Error> {
         out.display().to_string(),
     ];
     let started = Instant::now();
-    let mut counts = None;
-    let mut skipped = Vec::new();
+    let mut report = SuiteReport::default();
     let ok = util::run_streaming(&mut crate::qemu::harness(&elf, &args)?, |line| {
-        if let Some(skip) = skipped_case(line) {
-            skipped.push(skip);
-        }
-        if let Some(rest) = line.strip_prefix("compliance: ") {
-            let nums: Vec<u64> = rest
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            if nums.len() >= 2 {
-                counts = Some((nums[0], nums[1]));
-            }
-        }
+        report.read(line)
     })?;
+    let SuiteReport { counts, skipped } = report;
     println!(
         "compliance against the QEMU DPUs' host interfaces: {} ({})",
         if ok { "ok" } else { "FAILED" },

@@ -7,7 +7,7 @@
 //! target on IPv4 loopback that sees each peer's own address (127.0.0.0/8
 //! is all this host's).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use metaroce_core::wire::{
@@ -172,12 +172,7 @@ enum Filler {
 }
 
 fn new_prefix_gets_a_slot(ctx: &mut Ctx, filler: Filler) -> Result<(), Fail> {
-    if ctx.single_source {
-        ctx.skip("the target sees every peer at its gateway's one address");
-        return Ok(());
-    }
-    if ctx.target.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
-        ctx.skip("the target is not on 127.0.0.1, so other loopback sources may not reach it");
+    if !ctx.sees_other_sources() {
         return Ok(());
     }
     let mut socks = Vec::new();
@@ -301,12 +296,7 @@ pub(super) fn half_open_limit_per_prefix(ctx: &mut Ctx) -> Result<(), Fail> {
         ctx.skip("the target's half-open limit per /32 is not declared (--half-open-limit)");
         return Ok(());
     };
-    if ctx.single_source {
-        ctx.skip("the target sees every peer at its gateway's one address");
-        return Ok(());
-    }
-    if ctx.target.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
-        ctx.skip("the target is not on 127.0.0.1, so other loopback sources may not reach it");
+    if !ctx.sees_other_sources() {
         return Ok(());
     }
     let bind = |last: u8| -> Result<UdpSocket, Fail> {

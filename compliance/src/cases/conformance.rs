@@ -10,7 +10,7 @@
 //! * the PSN field of packets without a sequence number (3.2.4).
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use metaroce_core::wire::{Body, Flags, NakReason, Repr};
@@ -168,12 +168,7 @@ pub(super) fn keepalive_not_acknowledged(ctx: &mut Ctx) -> Result<(), Fail> {
 /// from another address than the handshake's is dropped silently and not
 /// placed. Needs a target on IPv4 loopback that sees the peer's address.
 pub(super) fn other_source_address(ctx: &mut Ctx) -> Result<(), Fail> {
-    if ctx.single_source {
-        ctx.skip("the target sees every peer at its gateway's one address");
-        return Ok(());
-    }
-    if ctx.target.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
-        ctx.skip("the target is not on 127.0.0.1, so 127.0.0.2 may not reach it");
+    if !ctx.sees_other_sources() {
         return Ok(());
     }
     let other = match UdpSocket::bind(SocketAddr::from(([127, 0, 0, 2], 0))) {

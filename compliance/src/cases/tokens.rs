@@ -7,7 +7,7 @@
 //! NEW_TOKEN is OPTIONAL: a target that sends none (the firmware, built
 //! without the `tokens` feature) has every case skipped, with the reason.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use metaroce_core::wire::{Body, Flags, Repr, COOKIE_LEN};
@@ -231,12 +231,7 @@ fn connect_with_token(p: &mut Peer, mtu: u16, paths: u16, window: u32) -> Result
 /// (the same CONNECT again draws a RETRY again, not a duplicate's ACCEPT);
 /// the handshake then completes with that RETRY's cookie.
 pub(super) fn token_from_another_address(ctx: &mut Ctx) -> Result<(), Fail> {
-    if ctx.single_source {
-        ctx.skip("the target sees every peer at its gateway's one address");
-        return Ok(());
-    }
-    if ctx.target.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
-        ctx.skip("the target is not on 127.0.0.1, so other loopback sources may not reach it");
+    if !ctx.sees_other_sources() {
         return Ok(());
     }
     let Some(token) = fetch_token(ctx)? else {
