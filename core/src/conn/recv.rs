@@ -194,9 +194,13 @@ impl<const P: usize> Connection<P> {
         let len = payload.len() as u64;
         match repr.body {
             Body::Write(w) => {
-                if let Some(wi) = w.imm {
-                    self.claim_receive(wi.recv_index, w.msg, Some(wi.imm), true, None, res)?;
-                }
+                let receive = match w.imm {
+                    Some(wi) => Some(
+                        self.claim_receive(wi.recv_index, w.msg, Some(wi.imm), true, None, res)?
+                            .1,
+                    ),
+                    None => None,
+                };
                 res.regions.check(
                     w.target.key,
                     self.pd,
@@ -205,18 +209,18 @@ impl<const P: usize> Connection<P> {
                     Access::REMOTE_WRITE,
                 )?;
                 mem.write(w.target.addr, payload);
-                if let Some(wi) = w.imm {
-                    self.credit_receive(wi.recv_index, payload.len() as u32, res);
+                if let Some(i) = receive {
+                    res.recvs.get_mut(i).bytes += payload.len() as u32;
                 }
             }
             Body::Send(s) => {
-                let buf =
+                let (buf, receive) =
                     self.claim_receive(s.recv_index, s.msg, s.imm, false, Some(payload), res)?;
                 let addr = buf.addr + u64::from(s.msg.offset);
                 res.regions
                     .check(buf.key, self.pd, addr, len, Access::LOCAL_WRITE)?;
                 mem.write(addr, payload);
-                self.credit_receive(s.recv_index, payload.len() as u32, res);
+                res.recvs.get_mut(receive).bytes += payload.len() as u32;
             }
             Body::ReadRequest(r) => {
                 res.regions.check(
@@ -268,7 +272,8 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Finds the receive a SEND or WRITE_IMM packet belongs to, claiming it
-    /// for the message on first contact. Returns its buffer.
+    /// for the message on first contact. Returns its buffer and its place
+    /// in the pool (where the packet's bytes are credited once placed).
     fn claim_receive<B: Backing>(
         &mut self,
         recv_index: u32,
@@ -277,7 +282,7 @@ impl<const P: usize> Connection<P> {
         write_imm: bool,
         send_payload: Option<&[u8]>,
         res: &mut Resources<B, P>,
-    ) -> Result<LocalBuf, NakReason> {
+    ) -> Result<(LocalBuf, u32), NakReason> {
         let slot = recv_index.wrapping_sub(self.recv.base) as i32;
         if slot < 0 {
             return Err(NakReason::ProtocolError);
@@ -300,19 +305,7 @@ impl<const P: usize> Connection<P> {
             Some(id) if id == msg.id && entry.msg_len == msg.len => {}
             Some(_) => return Err(NakReason::ProtocolError),
         }
-        Ok(entry.req.local)
-    }
-
-    fn credit_receive<B: Backing>(
-        &mut self,
-        recv_index: u32,
-        bytes: u32,
-        res: &mut Resources<B, P>,
-    ) {
-        let slot = recv_index.wrapping_sub(self.recv.base);
-        if let Some(i) = res.recvs.nth(&self.recv.queue, slot) {
-            res.recvs.get_mut(i).bytes += bytes;
-        }
+        Ok((entry.req.local, i))
     }
 
     /// An ACK now (spec 4.5), carrying `rate_hint_mbps`.
