@@ -60,3 +60,21 @@ pub use types::{
     Access, Conn, Error, Event, MemoryRegion, Opcode, PostError, RecvWr, Remote, SendOp, SendWr,
     Sge, Status, WorkCompletion,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The threading rules of the crate documentation, checked by the
+    /// compiler: every object moves between threads; queue pairs and
+    /// memory handles are shared and cloned across them.
+    #[test]
+    fn the_objects_move_and_share_as_documented() {
+        fn send<T: Send>() {}
+        fn shared<T: Send + Sync + Clone>() {}
+        send::<Device>();
+        send::<CompletionQueue>();
+        shared::<QueuePair>();
+        shared::<Memory>();
+    }
+}
