@@ -20,10 +20,17 @@
 //! It is **not** the protocol that moves these entries: ordering,
 //! validation and the rings' state machines live with each side
 //! (`metaroce_platform::hostif` for the device, `metaroce-verbs` for the
-//! host). `no_std`, no allocation, no `unsafe`.
+//! host). What both sides share beyond the bytes is the accessor of the
+//! shared memory itself, [`shmem::SharedMemory`]: bounds-checked atomic,
+//! volatile and copy accesses, the ordering rules of spec 6.4.
+//!
+//! `no_std`, no allocation; `unsafe` only in [`shmem`] (the crate denies
+//! it elsewhere), each block with its `SAFETY:` comment.
 
 #![no_std]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(target_endian = "big")]
 compile_error!("the MetaRoCE host-interface ABI is little-endian");
@@ -31,6 +38,7 @@ compile_error!("the MetaRoCE host-interface ABI is little-endian");
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 mod layout;
+pub mod shmem;
 pub use layout::{FieldLayout, StructLayout, LAYOUTS};
 
 // ----- identification ---------------------------------------------------

@@ -264,22 +264,23 @@ fn serve_the_other(
         .map_err(|e| format!("device 1 did not see set 0's connection: {e}"))?;
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
     victim.write(src, &data).map_err(|e| e.to_string())?;
+    let mut cq = victim
+        .completion_queue()
+        .map_err(|e| format!("set 0's completion queue: {e}"))?;
     victim
-        .post_send(
-            conn,
-            &SendWr {
-                wr_id: 0x5e7,
-                op: SendOp::Write(Remote {
-                    addr: dst,
-                    key: remote.key,
-                }),
-                local: local.slice(0, 4096),
-            },
-        )
+        .queue_pair(conn)
+        .post_send(&[SendWr {
+            wr_id: 0x5e7,
+            op: SendOp::Write(Remote {
+                addr: dst,
+                key: remote.key,
+            }),
+            local: local.slice(0, 4096),
+        }])
         .map_err(|e| format!("set 0's post: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let c = loop {
-        if let Some(c) = victim.poll_cq() {
+        if let Some(c) = cq.poll_one() {
             break c;
         }
         if Instant::now() > deadline {

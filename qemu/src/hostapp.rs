@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use metaroce_platform::random::{RandomSource, XorShiftRng};
 use metaroce_verbs::{
-    Access, Conn, Device, MemoryRegion, Opcode, OpenOptions, RecvWr, Remote, SendOp, SendWr,
-    Status, WorkCompletion,
+    Access, CompletionQueue, Conn, Device, MemoryRegion, Opcode, OpenOptions, QueuePair, RecvWr,
+    Remote, SendOp, SendWr, Status, WorkCompletion,
 };
 
 /// What one host process does.
@@ -142,9 +142,9 @@ fn ctrl_words(words: [u32; 4]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_be_bytes()).collect()
 }
 
-fn wait(dev: &mut Device, deadline: Instant) -> Result<WorkCompletion, String> {
+fn wait(cq: &mut CompletionQueue, deadline: Instant) -> Result<WorkCompletion, String> {
     loop {
-        if let Some(c) = dev.poll_cq() {
+        if let Some(c) = cq.poll_one() {
             return Ok(c);
         }
         if Instant::now() > deadline {
@@ -174,6 +174,9 @@ pub fn run(o: &HostAppOptions) -> Result<bool, String> {
     let mr = dev
         .register(base, len, Access::ALL)
         .map_err(|e| format!("register: {e}"))?;
+    let mut cq = dev
+        .completion_queue()
+        .map_err(|e| format!("completion queue: {e}"))?;
     let deadline = Instant::now() + o.timeout;
     let mut report = Report::default();
     eprintln!(
@@ -186,10 +189,10 @@ pub fn run(o: &HostAppOptions) -> Result<bool, String> {
         info.window_len
     );
     if o.expect > 0 {
-        receive(&mut dev, o, &l, mr, deadline, &mut report)?;
+        receive(&mut dev, &mut cq, o, &l, mr, deadline, &mut report)?;
     }
     if let Some(target) = o.target {
-        send(&mut dev, o, &l, mr, target, deadline, &mut report)?;
+        send(&mut dev, &mut cq, o, &l, mr, target, deadline, &mut report)?;
     }
     let counters = dev.counters().map_err(|e| format!("counters: {e}"))?;
     let ok = report.errors == 0;
@@ -231,8 +234,10 @@ pub fn run(o: &HostAppOptions) -> Result<bool, String> {
     Ok(ok)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn send(
     dev: &mut Device,
+    cq: &mut CompletionQueue,
     o: &HostAppOptions,
     l: &Layout,
     mr: MemoryRegion,
@@ -247,16 +252,14 @@ fn send(
         let conn = dev
             .connect_start(SocketAddr::new(ip.into(), port))
             .map_err(|e| format!("connect: {e}"))?;
-        dev.post_recv(
-            conn,
-            &RecvWr {
+        dev.queue_pair(conn)
+            .post_recv(&[RecvWr {
                 wr_id: HELLO_WR,
                 local: Sge(mr, l.ctrl, CTRL),
-            },
-        )
-        .map_err(|e| format!("post hello receive: {e}"))?;
+            }])
+            .map_err(|e| format!("post hello receive: {e}"))?;
         let c = loop {
-            let c = wait(dev, deadline)?;
+            let c = wait(cq, deadline)?;
             report.completions += 1;
             if c.wr_id == HELLO_WR {
                 break c;
@@ -291,10 +294,11 @@ fn send(
         let _ = dev.release(conn);
         std::thread::sleep(Duration::from_millis(50));
     };
+    let qp = dev.queue_pair(conn);
     let mut posted_at: Vec<Option<Instant>> = vec![None; o.count as usize];
     let (mut next, mut in_flight, mut completed) = (0u32, 0u32, 0u32);
     while completed < o.count {
-        while next < o.count && in_flight < o.depth && dev.send_free() > 0 {
+        while next < o.count && in_flight < o.depth && qp.send_free() > 0 {
             let i = next;
             let op = op_of(&o.workload, i);
             let local = Sge(mr, l.at(l.src, 0, i), o.size);
@@ -326,7 +330,7 @@ fn send(
                 op,
                 local,
             };
-            if dev.post_send(conn, &wr).is_err() {
+            if qp.post_send(&[wr]).is_err() {
                 break;
             }
             let now = Instant::now();
@@ -335,7 +339,7 @@ fn send(
             next += 1;
             in_flight += 1;
         }
-        let c = wait(dev, deadline)?;
+        let c = wait(cq, deadline)?;
         report.completions += 1;
         let now = Instant::now();
         let Some(Some(at)) = posted_at.get(c.wr_id as usize).copied() else {
@@ -382,10 +386,10 @@ fn send(
         op: SendOp::SendImm(DONE_IMM),
         local: Sge(mr, l.ctrl + 64, CTRL),
     };
-    dev.post_send(conn, &done)
+    qp.post_send(&[done])
         .map_err(|e| format!("post done: {e}"))?;
     loop {
-        let c = wait(dev, deadline)?;
+        let c = wait(cq, deadline)?;
         report.completions += 1;
         if c.wr_id == DONE_WR {
             if !c.status.is_success() {
@@ -408,6 +412,7 @@ fn Sge(mr: MemoryRegion, addr: u64, len: u32) -> metaroce_verbs::Sge {
 
 fn receive(
     dev: &mut Device,
+    cq: &mut CompletionQueue,
     o: &HostAppOptions,
     l: &Layout,
     mr: MemoryRegion,
@@ -428,20 +433,21 @@ fn receive(
         let left = deadline.saturating_duration_since(Instant::now());
         let (conn, peer) = dev.accept(left).map_err(|e| format!("accept: {e}"))?;
         eprintln!("node {}: accepted {peer} as slot {s}", o.node);
-        for i in 0..o.count {
-            if consumes_receive(op_of(&o.workload, i)) {
-                let wr = RecvWr {
-                    wr_id: u64::from(i),
-                    local: Sge(mr, l.at(l.recv_bufs, s, i), o.size),
-                };
-                post_recv_retrying(dev, conn, &wr, deadline, report)?;
-            }
-        }
-        let done = RecvWr {
+        // Every receive of the slot, posted as one list (one doorbell per
+        // batch that fits).
+        let qp = dev.queue_pair(conn);
+        let mut wrs: Vec<RecvWr> = (0..o.count)
+            .filter(|&i| consumes_receive(op_of(&o.workload, i)))
+            .map(|i| RecvWr {
+                wr_id: u64::from(i),
+                local: Sge(mr, l.at(l.recv_bufs, s, i), o.size),
+            })
+            .collect();
+        wrs.push(RecvWr {
             wr_id: DONE_WR,
             local: Sge(mr, l.ctrl + 4096 + 64 * u64::from(s), CTRL),
-        };
-        post_recv_retrying(dev, conn, &done, deadline, report)?;
+        });
+        post_recv_retrying(&qp, cq, &wrs, deadline, report)?;
         let hello_at = l.ctrl + 8192 + 64 * u64::from(s);
         dev.write(
             hello_at,
@@ -453,7 +459,7 @@ fn receive(
             op: SendOp::Send,
             local: Sge(mr, hello_at, CTRL),
         };
-        dev.post_send(conn, &hello)
+        qp.post_send(&[hello])
             .map_err(|e| format!("post hello: {e}"))?;
         conns.push((conn, s, false));
     }
@@ -471,7 +477,7 @@ fn receive(
                 }
             }
         }
-        let Some(c) = dev.poll_cq() else {
+        let Some(c) = cq.poll_one() else {
             if Instant::now() > deadline {
                 return Err("timed out waiting for the senders".into());
             }
@@ -501,19 +507,27 @@ fn receive(
     Ok(())
 }
 
+/// Posts `wrs` in order, as many per doorbell as fit, polling
+/// completions while the ring is full.
 fn post_recv_retrying(
-    dev: &mut Device,
-    conn: Conn,
-    wr: &RecvWr,
+    qp: &QueuePair,
+    cq: &mut CompletionQueue,
+    mut wrs: &[RecvWr],
     deadline: Instant,
     report: &mut Report,
 ) -> Result<(), String> {
     loop {
-        match dev.post_recv(conn, wr) {
+        let error = match qp.post_recv(wrs) {
             Ok(()) => return Ok(()),
-            Err(metaroce_verbs::Error::QueueFull) if Instant::now() < deadline => {
+            Err(e) => {
+                wrs = &wrs[e.posted..];
+                e.error
+            }
+        };
+        match error {
+            metaroce_verbs::Error::QueueFull if Instant::now() < deadline => {
                 // Room comes back as completions are polled.
-                if let Some(c) = dev.poll_cq() {
+                if let Some(c) = cq.poll_one() {
                     report.completions += 1;
                     if !c.status.is_success() {
                         report.errors += 1;
@@ -521,7 +535,7 @@ fn post_recv_retrying(
                 }
                 std::thread::sleep(Duration::from_micros(50));
             }
-            Err(e) => return Err(format!("post receive: {e}")),
+            e => return Err(format!("post receive: {e}")),
         }
     }
 }

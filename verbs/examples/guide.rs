@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use metaroce_verbs::{
-    Access, Device, Error, Opcode, RecvWr, Remote, SendOp, SendWr, WorkCompletion,
+    Access, CompletionQueue, Device, Error, Opcode, RecvWr, Remote, SendOp, SendWr, WorkCompletion,
 };
 
 /// Any failure of the example, as a message.
@@ -27,9 +27,11 @@ pub const MESSAGE: &[u8] = b"hello over MetaRoCE";
 /// WRITEs [`MESSAGE`] with immediate value 7 and returns the bytes DPU 1
 /// received.
 pub fn run(shm0: &str, shm1: &str, addr1: SocketAddr) -> Result<Vec<u8>> {
-    // Claim a queue set on each DPU.
+    // Claim a queue set on each DPU, and take its completion queue (it
+    // could be polled on another thread).
     let mut a = Device::open(shm0)?;
     let mut b = Device::open(shm1)?;
+    let (mut a_cq, mut b_cq) = (a.completion_queue()?, b.completion_queue()?);
 
     // DPU 1 listens, DPU 0 connects, DPU 1 takes the new connection.
     b.listen()?;
@@ -45,15 +47,15 @@ pub fn run(shm0: &str, shm1: &str, addr1: SocketAddr) -> Result<Vec<u8>> {
     let dst_mr = b.register(dst, 4096, Access::ALL)?;
     a.write(src, MESSAGE)?;
 
-    // A WRITE with an immediate value consumes one receive at the target:
-    // post it first (no buffer needed, the data goes where the WRITE says).
-    b.post_recv(
-        cb,
-        &RecvWr {
-            wr_id: 10,
-            local: dst_mr.slice(0, 0),
-        },
-    )?;
+    // A queue pair posts on one connection: lists of work requests, one
+    // doorbell per list. A WRITE with an immediate value consumes one
+    // receive at the target: post it first (no buffer needed, the data
+    // goes where the WRITE says).
+    let (qa, qb) = (a.queue_pair(ca), b.queue_pair(cb));
+    qb.post_recv(&[RecvWr {
+        wr_id: 10,
+        local: dst_mr.slice(0, 0),
+    }])?;
 
     // The target's address and key would travel in a SEND in a real
     // program; here both ends are in one process.
@@ -61,19 +63,16 @@ pub fn run(shm0: &str, shm1: &str, addr1: SocketAddr) -> Result<Vec<u8>> {
         addr: dst_mr.addr,
         key: dst_mr.key,
     };
-    a.post_send(
-        ca,
-        &SendWr {
-            wr_id: 1,
-            op: SendOp::WriteImm(target, 7),
-            local: src_mr.slice(0, len as u32),
-        },
-    )?;
+    qa.post_send(&[SendWr {
+        wr_id: 1,
+        op: SendOp::WriteImm(target, 7),
+        local: src_mr.slice(0, len as u32),
+    }])?;
 
     // Each side gets one completion: the sender's says the WRITE is
     // acknowledged, the target's that the data is in place.
-    let sent = wait(&mut a)?;
-    let received = wait(&mut b)?;
+    let sent = wait(&mut a_cq)?;
+    let received = wait(&mut b_cq)?;
     if !sent.status.is_success() {
         return Err(format!("the WRITE failed: {:?}", sent.status).into());
     }
@@ -87,11 +86,11 @@ pub fn run(shm0: &str, shm1: &str, addr1: SocketAddr) -> Result<Vec<u8>> {
     Ok(got)
 }
 
-/// Polls `dev`'s completion queue until an entry arrives (20 s at most).
-fn wait(dev: &mut Device) -> std::result::Result<WorkCompletion, Error> {
+/// Polls `cq` until an entry arrives (20 s at most).
+fn wait(cq: &mut CompletionQueue) -> std::result::Result<WorkCompletion, Error> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(c) = dev.poll_cq() {
+        if let Some(c) = cq.poll_one() {
             return Ok(c);
         }
         if Instant::now() > deadline {

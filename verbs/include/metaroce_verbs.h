@@ -10,56 +10,68 @@
 #include "metaroce_abi.h"
 
 // Invalid argument: a null pointer, a bad string or opcode.
-#define MR_ERR_INVALID_ARGUMENT -1
+#define METAROCE_ERR_INVALID_ARGUMENT -1
 
 // The shared-memory file could not be opened or mapped.
-#define MR_ERR_IO -2
+#define METAROCE_ERR_IO -2
 
 // The memory is not a MetaRoCE host interface.
-#define MR_ERR_NOT_A_DEVICE -3
+#define METAROCE_ERR_NOT_A_DEVICE -3
 
 // The device speaks another major ABI version.
-#define MR_ERR_VERSION -4
+#define METAROCE_ERR_VERSION -4
 
 // The device did not become ready, or failed.
-#define MR_ERR_NOT_READY -5
+#define METAROCE_ERR_NOT_READY -5
 
 // No free queue set.
-#define MR_ERR_NO_QUEUE_SET -6
+#define METAROCE_ERR_NO_QUEUE_SET -6
 
 // The queue is full: poll completions and retry.
-#define MR_ERR_QUEUE_FULL -7
+#define METAROCE_ERR_QUEUE_FULL -7
 
 // The range is outside this queue set's window.
-#define MR_ERR_OUT_OF_WINDOW -8
+#define METAROCE_ERR_OUT_OF_WINDOW -8
 
 // The device did not answer in time.
-#define MR_ERR_TIMEOUT -9
+#define METAROCE_ERR_TIMEOUT -9
 
 // The connection failed before it was up.
-#define MR_ERR_CONNECTION_FAILED -10
+#define METAROCE_ERR_CONNECTION_FAILED -10
 
 // The device's layout is inconsistent.
-#define MR_ERR_BAD_LAYOUT -11
+#define METAROCE_ERR_BAD_LAYOUT -11
+
+// The device's completion queue is already created (one per device).
+#define METAROCE_ERR_IN_USE -12
 
 // Base of refusals: the device refused with status `s` gives
-// `MR_ERR_REFUSED - s`.
-#define MR_ERR_REFUSED -1000
+// `METAROCE_ERR_REFUSED - s`.
+#define METAROCE_ERR_REFUSED -1000
 
-// Access rights of a region (bit set over `metaroce_abi::ACCESS_*`).
-struct Access;
+// The device's completion queue. Opaque; one thread at a time (any one,
+// not necessarily the device's).
+struct metaroce_cq;
 
-// An open device (one claimed queue set). Opaque.
-struct mr_device;
+// An open device (one claimed queue set): admin calls and memory. Opaque;
+// one thread at a time.
+struct metaroce_device;
+
+// Posting on one connection. Opaque; any number of threads at once
+// (posts take turns on the device's rings).
+struct metaroce_qp;
+
+// Access rights of a region: `MR_ACCESS_*` bits of `metaroce_abi.h`.
+typedef uint32_t metaroce_access_flags;
 
 // A connection handle.
-struct mr_conn {
+struct metaroce_conn {
   uint32_t index;
   uint32_t generation;
 };
 
 // A local buffer: I/O address, length, key.
-struct mr_sge {
+struct metaroce_sge {
   uint64_t addr;
   uint32_t len;
   uint32_t key;
@@ -68,27 +80,27 @@ struct mr_sge {
 // A send-queue work request. `opcode` is `MR_OP_WRITE`, `MR_OP_WRITE_IMM`,
 // `MR_OP_SEND`, `MR_OP_SEND_IMM` or `MR_OP_READ`; `remote_*` count for
 // WRITE and READ, `imm` for the `_IMM` opcodes.
-struct mr_send_wr {
+struct metaroce_send_wr {
   uint64_t wr_id;
   uint8_t opcode;
   uint8_t reserved[3];
   uint32_t imm;
-  struct mr_sge local;
+  struct metaroce_sge local;
   uint64_t remote_addr;
   uint32_t remote_key;
   uint32_t reserved2;
 };
 
 // A receive-queue work request.
-struct mr_recv_wr {
+struct metaroce_recv_wr {
   uint64_t wr_id;
-  struct mr_sge local;
+  struct metaroce_sge local;
 };
 
 // A work completion. `opcode` is an `MR_OP_*`, `status` an `MR_STATUS_*`.
-struct mr_wc {
+struct metaroce_wc {
   uint64_t wr_id;
-  struct mr_conn conn;
+  struct metaroce_conn conn;
   uint32_t byte_len;
   uint32_t imm;
   uint8_t opcode;
@@ -96,14 +108,6 @@ struct mr_wc {
   uint8_t has_imm;
   uint8_t reserved;
 };
-
-
-
-
-
-
-
-
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,107 +117,151 @@ extern "C" {
 //
 // # Safety
 // `path` is null or a NUL-terminated string; `out` is null or writable.
-int mr_open_device(const char *path, struct mr_device **out);
+int metaroce_open_device(const char *path, struct metaroce_device **out);
 
-// Closes a device opened by `mr_open_device` (null is ignored).
+// Closes a device opened by `metaroce_open_device` (null is ignored). Its
+// completion queue and queue pairs stay usable until destroyed.
 //
 // # Safety
 // `dev` is null or a live device, not used afterwards.
-void mr_close_device(struct mr_device *dev);
+void metaroce_close_device(struct metaroce_device *dev);
 
 // This queue set's data window (I/O addresses) and protection domain.
 //
 // # Safety
-// `dev` as in `mr_close_device`; the out pointers null or writable.
-int mr_device_window(struct mr_device *dev, uint64_t *addr, uint64_t *len, uint32_t *pd);
+// `dev` a live device; the out pointers null or writable.
+int metaroce_query_window(struct metaroce_device *dev, uint64_t *addr, uint64_t *len, uint32_t *pd);
 
 // Carves `len` bytes aligned to `align` out of the window.
 //
 // # Safety
 // `dev` a live device; `addr` writable.
-int mr_alloc(struct mr_device *dev, uint64_t len, uint64_t align, uint64_t *addr);
+int metaroce_alloc(struct metaroce_device *dev, uint64_t len, uint64_t align, uint64_t *addr);
 
 // Copies `len` bytes from `src` into the window at `addr`.
 //
 // # Safety
 // `dev` a live device; `src` readable for `len` bytes.
-int mr_write(struct mr_device *dev, uint64_t addr, const void *src, size_t len);
+int metaroce_write(struct metaroce_device *dev, uint64_t addr, const void *src, size_t len);
 
 // Copies `len` bytes of the window at `addr` into `dst`.
 //
 // # Safety
 // `dev` a live device; `dst` writable for `len` bytes.
-int mr_read(struct mr_device *dev, uint64_t addr, void *dst, size_t len);
+int metaroce_read(struct metaroce_device *dev, uint64_t addr, void *dst, size_t len);
 
-// Registers `[addr, addr + len)` with `access` (`MR_ACCESS_*`); the key
-// goes to `*key`.
+// Registers `[addr, addr + len)` with `access` (`MR_ACCESS_*` bits); the
+// key goes to `*key`.
 //
 // # Safety
 // `dev` a live device; `key` writable.
-int mr_reg_mr(struct mr_device *dev, uint64_t addr, uint64_t len, uint32_t access, uint32_t *key);
+int metaroce_reg_mr(struct metaroce_device *dev, uint64_t addr, uint64_t len, metaroce_access_flags access, uint32_t *key);
 
 // Deregisters the region with `key`.
 //
 // # Safety
 // `dev` a live device.
-int mr_dereg_mr(struct mr_device *dev, uint32_t key);
+int metaroce_dereg_mr(struct metaroce_device *dev, uint32_t key);
 
 // Connects to `ip` (dotted IPv4 or IPv6 text) and `port`; waits until the
 // connection is up.
 //
 // # Safety
 // `dev` a live device; `ip` a NUL-terminated string; `out` writable.
-int mr_connect(struct mr_device *dev, const char *ip, uint16_t port, struct mr_conn *out);
+int metaroce_connect(struct metaroce_device *dev, const char *ip, uint16_t port, struct metaroce_conn *out);
 
 // Asks for the device's incoming connections.
 //
 // # Safety
 // `dev` a live device.
-int mr_listen(struct mr_device *dev);
+int metaroce_listen(struct metaroce_device *dev);
 
 // Waits up to `timeout_ms` for an incoming connection and accepts it.
 //
 // # Safety
 // `dev` a live device; `out` writable.
-int mr_accept(struct mr_device *dev, uint32_t timeout_ms, struct mr_conn *out);
+int metaroce_accept(struct metaroce_device *dev, uint32_t timeout_ms, struct metaroce_conn *out);
 
-// Closes a connection gracefully.
+// Closes a connection gracefully (its sends complete first).
 //
 // # Safety
 // `dev` a live device.
-int mr_close_conn(struct mr_device *dev, struct mr_conn c);
+int metaroce_disconnect(struct metaroce_device *dev, struct metaroce_conn c);
 
-// Posts a send-queue work request on `c`.
+// Gives a closed or failed connection's handle back to the device.
 //
 // # Safety
-// `dev` a live device; `wr` readable.
-int mr_post_send(struct mr_device *dev, struct mr_conn c, const struct mr_send_wr *wr);
+// `dev` a live device.
+int metaroce_release_conn(struct metaroce_device *dev, struct metaroce_conn c);
 
-// Posts a receive buffer on `c`.
+// The device's completion queue (one per device: a second while the
+// first lives is `METAROCE_ERR_IN_USE`).
 //
 // # Safety
-// `dev` a live device; `wr` readable.
-int mr_post_recv(struct mr_device *dev, struct mr_conn c, const struct mr_recv_wr *wr);
+// `dev` a live device; `out` writable.
+int metaroce_create_cq(struct metaroce_device *dev, struct metaroce_cq **out);
 
-// Polls up to `max` completions into `out`; returns how many.
+// Destroys a completion queue (null is ignored); the device may create
+// it again, where this one left off.
 //
 // # Safety
-// `dev` a live device; `out` writable for `max` entries.
-int mr_poll_cq(struct mr_device *dev, struct mr_wc *out, int max);
+// `cq` is null or a live completion queue, not used afterwards.
+void metaroce_destroy_cq(struct metaroce_cq *cq);
+
+// A queue pair posting on connection `c`.
+//
+// # Safety
+// `dev` a live device; `out` writable.
+int metaroce_create_qp(struct metaroce_device *dev, struct metaroce_conn c, struct metaroce_qp **out);
+
+// Destroys a queue pair (null is ignored); the connection stays.
+//
+// # Safety
+// `qp` is null or a live queue pair, not used afterwards (by any thread).
+void metaroce_destroy_qp(struct metaroce_qp *qp);
+
+// Posts the `num_wr` send work requests at `wr` in order, with one
+// doorbell. Returns 0 when all were posted; else the error of the first
+// not posted (`METAROCE_ERR_QUEUE_FULL`: poll, then post the rest;
+// `METAROCE_ERR_INVALID_ARGUMENT`: a bad opcode), none after it being
+// posted. `*bad_wr` (if not null), as `ibv_post_send`'s `bad_wr`: the
+// index of the first request not posted, that is how many were
+// (`num_wr` when all were).
+//
+// # Safety
+// `qp` a live queue pair; `wr` readable for `num_wr` entries; `bad_wr`
+// null or writable.
+int metaroce_post_send(struct metaroce_qp *qp, const struct metaroce_send_wr *wr, uint32_t num_wr, uint32_t *bad_wr);
+
+// Posts the `num_wr` receive work requests at `wr` in order, with one
+// doorbell; answers as `metaroce_post_send`.
+//
+// # Safety
+// `qp` a live queue pair; `wr` readable for `num_wr` entries; `bad_wr`
+// null or writable.
+int metaroce_post_recv(struct metaroce_qp *qp, const struct metaroce_recv_wr *wr, uint32_t num_wr, uint32_t *bad_wr);
+
+// Polls up to `num_entries` completions into `wc`, as
+// `ibv_poll_cq(cq, num_entries, wc)`; returns how many (0: none yet).
+//
+// # Safety
+// `cq` a live completion queue, used by one thread at a time; `wc`
+// writable for `num_entries` entries.
+int metaroce_poll_cq(struct metaroce_cq *cq, int num_entries, struct metaroce_wc *wc);
 
 // This queue set's counters (`struct mr_set_counters` of
 // `metaroce_abi.h`).
 //
 // # Safety
 // `dev` a live device; `out` writable.
-int mr_query_counters(struct mr_device *dev, struct mr_set_counters *out);
+int metaroce_query_counters(struct metaroce_device *dev, struct mr_set_counters *out);
 
 // This queue set's quota: limits in force, what it holds, refusals by
 // resource (`struct mr_set_quota` of `metaroce_abi.h`; spec 6.10).
 //
 // # Safety
 // `dev` a live device; `out` writable.
-int mr_query_quota(struct mr_device *dev, struct mr_set_quota *out);
+int metaroce_query_quota(struct metaroce_device *dev, struct mr_set_quota *out);
 
 // Sets queue set `set`'s quota (only the management set, the device's
 // last, may): `limits` in the order of `struct mr_quota_values`
@@ -221,10 +269,10 @@ int mr_query_quota(struct mr_device *dev, struct mr_set_quota *out);
 //
 // # Safety
 // `dev` a live device; `limits` readable.
-int mr_set_quota(struct mr_device *dev, uint32_t set, const struct mr_quota_values *limits);
+int metaroce_set_quota(struct metaroce_device *dev, uint32_t set, const struct mr_quota_values *limits);
 
 // A static description of a return code.
-const char *mr_strerror(int code);
+const char *metaroce_strerror(int code);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,21 +1,22 @@
 //! [`Device`]: one queue set of a DPU's host interface, claimed by this
-//! process. The host's side of the ring protocol of spec 6.4: produce work
-//! entries and publish them through doorbell records (Release), consume
-//! completions by their phase bit (Acquire), publish the consumer index.
+//! process, as libibverbs' `ibv_context`: the admin queue (memory
+//! registration, connections, counters, quotas) and connection events,
+//! the set's memory window, and the handles of the work path
+//! ([`CompletionQueue`], [`QueuePair`], [`Memory`]) it hands out.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metaroce_abi as abi;
-use metaroce_platform::shmem::SharedMemory;
-use zerocopy::{FromBytes, IntoBytes};
+use metaroce_abi::shmem::SharedMemory;
 
 use crate::mapping::SharedFile;
-use crate::types::{
-    Access, Conn, Error, Event, MemoryRegion, RecvWr, SendWr, Status, WorkCompletion,
-};
+use crate::queues::{CompletionQueue, QueuePair, Ring, Shared};
+use crate::types::{Access, Conn, Error, Event, MemoryRegion, Status};
 
 /// How [`Device::open_with`] finds and claims a queue set.
 #[derive(Debug, Clone, Copy)]
@@ -63,27 +64,8 @@ pub struct DeviceInfo {
     pub max_message: u32,
 }
 
-/// A ring this process produces.
-#[derive(Debug, Clone, Copy)]
-struct Ring {
-    /// Absolute offset of slot 0.
-    base: u64,
-    depth: u32,
-    entry: u32,
-    /// Absolute offset of the doorbell record.
-    bell: u64,
-    /// Free-running producer (or, for completion rings, consumer) index.
-    index: u32,
-    rings: u32,
-}
-
-impl Ring {
-    fn slot(&self, index: u32) -> u64 {
-        self.base + u64::from(index & (self.depth - 1)) * u64::from(self.entry)
-    }
-}
-
 /// Which host-written doorbell [`Device::ring_doorbell_raw`] writes.
+#[cfg(feature = "testing")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
     Send,
@@ -91,25 +73,27 @@ pub enum Queue {
     Admin,
 }
 
-/// One claimed queue set (see the module documentation). Dropping it
-/// unmaps the memory; the set stays claimed until the device restarts.
+/// One claimed queue set (see the module documentation).
+///
+/// **Threads.** A `Device` is `Send`: its admin calls take `&mut self`
+/// and run on one thread at a time (the admin queue has one producer).
+/// The work path is handed out as separate objects that other threads
+/// may own: one [`CompletionQueue`] ([`Device::completion_queue`]), any
+/// number of [`QueuePair`]s ([`Device::queue_pair`], one per connection,
+/// cloneable) and [`Memory`] handles ([`Device::memory`]). They share the
+/// mapping (an `Arc`), so the last one dropped unmaps it; the set stays
+/// claimed until the device formats the memory again.
 #[derive(Debug)]
 pub struct Device {
-    map: SharedFile,
-    info: DeviceInfo,
+    shared: Arc<Shared>,
+    /// The queue set's first byte (read by the test hooks only).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     set_base: u64,
-    sq: Ring,
-    rq: Ring,
-    cq: Ring,
     aq: Ring,
     acq: Ring,
-    indices: u64,
     counters_at: u64,
     /// The quota block, if the device has quotas (ABI 1.1).
     quota_at: Option<u64>,
-    /// Work entries posted whose completion has not been polled: kept
-    /// below the completion queue's depth so the device never overflows it.
-    outstanding: u32,
     next_tag: u64,
     events: VecDeque<Event>,
     /// Next free byte of the window for [`Device::alloc`].
@@ -205,54 +189,98 @@ impl Device {
                 rings: 0,
             })
         };
-        let device = Device {
-            info: DeviceInfo {
-                abi_major: header.abi_major,
-                abi_minor: header.abi_minor,
-                features: header.features,
-                node: header.node,
-                ipv4: Ipv4Addr::from(header.ipv4),
-                udp_port: header.udp_port,
-                queue_sets: header.queue_sets,
-                queue_set: set.index,
-                pd: set.pd,
-                window_addr: set.window_offset,
-                window_len: set.window_len,
-                max_message: header.max_message,
-            },
+        let info = DeviceInfo {
+            abi_major: header.abi_major,
+            abi_minor: header.abi_minor,
+            features: header.features,
+            node: header.node,
+            ipv4: Ipv4Addr::from(header.ipv4),
+            udp_port: header.udp_port,
+            queue_sets: header.queue_sets,
+            queue_set: set.index,
+            pd: set.pd,
+            window_addr: set.window_offset,
+            window_len: set.window_len,
+            max_message: header.max_message,
+        };
+        let (sq, rq, cq) = (
+            ring(set.sq_offset, set.sq_depth, 64, 0)?,
+            ring(set.rq_offset, set.rq_depth, 32, 1)?,
+            ring(set.cq_offset, set.cq_depth, 32, 2)?,
+        );
+        let (aq, acq) = (
+            ring(set.aq_offset, set.aq_depth, 64, 3)?,
+            ring(set.acq_offset, set.acq_depth, 64, 4)?,
+        );
+        let len = map.len() as u64;
+        let rings_end = [sq, rq, cq, aq, acq]
+            .iter()
+            .map(|r| r.slot(r.depth - 1) + u64::from(r.entry))
+            .max()
+            .unwrap_or(0);
+        if rings_end > len || set.window_offset.saturating_add(set.window_len) > len {
+            return Err(Error::BadLayout("queue set or window beyond the memory"));
+        }
+        Ok(Device {
+            shared: Arc::new(Shared {
+                map,
+                info,
+                indices: set_base + u64::from(set.indices_offset),
+                sq: Mutex::new(sq),
+                rq: Mutex::new(rq),
+                cq: Mutex::new(Some(cq)),
+                cq_depth: cq.depth,
+                outstanding: AtomicU32::new(0),
+            }),
             set_base,
-            sq: ring(set.sq_offset, set.sq_depth, 64, 0)?,
-            rq: ring(set.rq_offset, set.rq_depth, 32, 1)?,
-            cq: ring(set.cq_offset, set.cq_depth, 32, 2)?,
-            aq: ring(set.aq_offset, set.aq_depth, 64, 3)?,
-            acq: ring(set.acq_offset, set.acq_depth, 64, 4)?,
-            indices: set_base + u64::from(set.indices_offset),
+            aq,
+            acq,
             counters_at: set_base + u64::from(set.counters_offset),
             quota_at: (header.features & abi::FEATURE_QUOTAS != 0 && set.quota_offset != 0)
                 .then(|| set_base + u64::from(set.quota_offset)),
-            outstanding: 0,
             next_tag: 1,
             events: VecDeque::new(),
             alloc_next: set.window_offset,
             command_timeout: options.command_timeout,
-            map,
-        };
-        let end = device.acq.slot(device.acq.depth - 1) + 64;
-        if end > device.map.len() as u64
-            || set.window_offset.saturating_add(set.window_len) > device.map.len() as u64
-        {
-            return Err(Error::BadLayout("queue set or window beyond the memory"));
-        }
-        Ok(device)
+        })
     }
 
     fn shm(&self) -> SharedMemory<'_> {
-        self.map.view()
+        self.shared.shm()
     }
 
     /// The device and this queue set.
     pub fn info(&self) -> DeviceInfo {
-        self.info
+        self.shared.info
+    }
+
+    // ----- the work path's handles -----------------------------------------
+
+    /// The queue set's completion queue. There is one: a second call while
+    /// the first handle lives is `Err(Error::InUse)`; dropping the handle
+    /// gives it back (with its position).
+    pub fn completion_queue(&mut self) -> Result<CompletionQueue, Error> {
+        CompletionQueue::take(&self.shared)
+    }
+
+    /// A handle to post work on `conn` (from [`Device::connect`],
+    /// [`Device::accept`] or an accepted [`Event::Incoming`]); any number
+    /// may exist. The device checks the connection when it takes the
+    /// entries (a stale or foreign one completes with `BadConnection`).
+    pub fn queue_pair(&self, conn: Conn) -> QueuePair {
+        QueuePair {
+            shared: self.shared.clone(),
+            conn,
+        }
+    }
+
+    /// A handle to copy data in and out of this queue set's window from
+    /// any thread ([`Device::write`] and [`Device::read`] without the
+    /// device).
+    pub fn memory(&self) -> Memory {
+        Memory {
+            shared: self.shared.clone(),
+        }
     }
 
     /// The device's heartbeat: it advances while the firmware serves.
@@ -263,12 +291,7 @@ impl Device {
     // ----- memory ----------------------------------------------------------
 
     fn check_window(&self, addr: u64, len: u64) -> Result<u64, Error> {
-        let (start, size) = (self.info.window_addr, self.info.window_len);
-        if addr >= start && len <= size && addr - start <= size - len {
-            Ok(addr)
-        } else {
-            Err(Error::OutOfWindow { addr, len })
-        }
+        check_window(&self.shared.info, addr, len)
     }
 
     /// Carves `len` bytes (aligned to `align`, a power of two) out of this
@@ -287,31 +310,19 @@ impl Device {
 
     /// Copies `data` into this queue set's memory at I/O address `addr`.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
-        self.check_window(addr, data.len() as u64)?;
-        self.shm()
-            .copy_in(addr, data)
-            .map_err(|_| Error::OutOfWindow {
-                addr,
-                len: data.len() as u64,
-            })
+        copy_in(&self.shared, addr, data)
     }
 
     /// Copies this queue set's memory at I/O address `addr` into `out`.
     pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
-        self.check_window(addr, out.len() as u64)?;
-        self.shm()
-            .copy_out(addr, out)
-            .map_err(|_| Error::OutOfWindow {
-                addr,
-                len: out.len() as u64,
-            })
+        copy_out(&self.shared, addr, out)
     }
 
     /// Registers `[addr, addr + len)` with `access`.
     pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MemoryRegion, Error> {
         let answer = self.command(abi::AdminCmd {
             opcode: abi::ADMIN_REGISTER_REGION,
-            access: access.0,
+            access: access.bits(),
             addr,
             len,
             ..abi::AdminCmd::default()
@@ -489,130 +500,17 @@ impl Device {
         self.command(zerocopy::transmute!(cmd)).map(|_| ())
     }
 
-    // ----- work ------------------------------------------------------------
-
-    /// Posts a send-queue work request on `conn` and rings the doorbell.
-    pub fn post_send(&mut self, conn: Conn, wr: &SendWr) -> Result<(), Error> {
-        self.post_send_entry(&wr.entry(conn))
-    }
-
-    /// Posts a raw send-queue entry (the device validates every field;
-    /// this is how a test plays a buggy or hostile host).
-    pub fn post_send_entry(&mut self, entry: &abi::SendWqe) -> Result<(), Error> {
-        let consumer = self.shm().load_u32(self.indices).unwrap_or(0);
-        let mut ring = self.sq;
-        self.produce(&mut ring, consumer, entry.as_bytes())?;
-        self.sq = ring;
-        Ok(())
-    }
-
-    /// Posts a receive buffer on `conn` and rings the doorbell.
-    pub fn post_recv(&mut self, conn: Conn, wr: &RecvWr) -> Result<(), Error> {
-        self.post_recv_entry(&abi::RecvWqe {
-            wr_id: wr.wr_id,
-            conn_index: conn.index,
-            conn_generation: conn.generation,
-            lkey: wr.local.key,
-            length: wr.local.len,
-            laddr: wr.local.addr,
-        })
-    }
-
-    /// Posts a raw receive-queue entry.
-    pub fn post_recv_entry(&mut self, entry: &abi::RecvWqe) -> Result<(), Error> {
-        let consumer = self.shm().load_u32(self.indices + 4).unwrap_or(0);
-        let mut ring = self.rq;
-        self.produce(&mut ring, consumer, entry.as_bytes())?;
-        self.rq = ring;
-        Ok(())
-    }
-
-    /// Free send-queue slots (and completion room) right now.
-    pub fn send_free(&self) -> u32 {
-        let consumer = self.shm().load_u32(self.indices).unwrap_or(0);
-        let ring_free = self.sq.depth - self.sq.index.wrapping_sub(consumer).min(self.sq.depth);
-        ring_free.min(self.cq.depth - self.outstanding.min(self.cq.depth))
-    }
-
-    /// Writes one work entry and publishes it: entry, then the producer
-    /// index (Release), then the ring count.
-    fn produce(&mut self, ring: &mut Ring, consumer: u32, bytes: &[u8]) -> Result<(), Error> {
-        if ring.index.wrapping_sub(consumer) >= ring.depth || self.outstanding >= self.cq.depth {
-            return Err(Error::QueueFull);
-        }
-        let shm = self.map.view();
-        shm.write_words(ring.slot(ring.index), bytes)
-            .map_err(|_| Error::BadLayout("ring beyond the memory"))?;
-        ring.index = ring.index.wrapping_add(1);
-        ring.rings = ring.rings.wrapping_add(1);
-        let _ = shm.store_u32(ring.bell, ring.index);
-        let _ = shm.store_u32(ring.bell + 4, ring.rings);
-        self.outstanding += 1;
-        Ok(())
-    }
-
-    /// Writes a doorbell record as given, without an entry: how a test
-    /// plays a doorbell storm or a producer index past the ring.
-    pub fn ring_doorbell_raw(&mut self, queue: Queue, index: u32) {
-        let ring = match queue {
-            Queue::Send => &mut self.sq,
-            Queue::Recv => &mut self.rq,
-            Queue::Admin => &mut self.aq,
-        };
-        ring.rings = ring.rings.wrapping_add(1);
-        let (bell, rings) = (ring.bell, ring.rings);
-        let shm = self.map.view();
-        let _ = shm.store_u32(bell, index);
-        let _ = shm.store_u32(bell + 4, rings);
-    }
-
-    /// The producer index this process last published on `queue`.
-    pub fn producer_index(&self, queue: Queue) -> u32 {
-        match queue {
-            Queue::Send => self.sq.index,
-            Queue::Recv => self.rq.index,
-            Queue::Admin => self.aq.index,
-        }
-    }
-
-    /// The next completion, if any.
-    pub fn poll_cq(&mut self) -> Option<WorkCompletion> {
-        let shm = self.map.view();
-        let slot = self.cq.slot(self.cq.index);
-        let last = shm.load_u32(slot + abi::CQE_LAST_WORD as u64).ok()?;
-        if (last >> 24) as u8 != abi::phase_of(self.cq.index, self.cq.depth) {
-            return None;
-        }
-        let entry: abi::Cqe = shm.read(slot).ok()?;
-        self.cq.index = self.cq.index.wrapping_add(1);
-        let _ = shm.store_u32(self.cq.bell, self.cq.index);
-        self.outstanding = self.outstanding.saturating_sub(1);
-        Some(WorkCompletion::from_entry(&entry))
-    }
-
-    /// Polls completions into `out` until it holds `max` or none is left;
-    /// returns how many were added.
-    pub fn poll_cq_into(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
-        let before = out.len();
-        while out.len() - before < max {
-            match self.poll_cq() {
-                Some(c) => out.push(c),
-                None => break,
-            }
-        }
-        out.len() - before
-    }
-
     // ----- admin -----------------------------------------------------------
 
-    /// Sends a raw admin command and waits for its answer (events seen
+    /// Sends an admin command and waits for its answer (events seen
     /// meanwhile are kept for [`Device::poll_event`]). A refused command is
     /// `Err(Error::Refused(status))`.
-    pub fn command(&mut self, mut cmd: abi::AdminCmd) -> Result<abi::AdminCqe, Error> {
+    fn command(&mut self, mut cmd: abi::AdminCmd) -> Result<abi::AdminCqe, Error> {
         cmd.tag = self.next_tag;
         self.next_tag += 1;
-        let shm = self.map.view();
-        let consumer = shm.load_u32(self.indices + 8).unwrap_or(0);
+        let shared = self.shared.clone();
+        let shm = shared.shm();
+        let consumer = shm.load_u32(shared.indices + 8).unwrap_or(0);
         let deadline = Instant::now() + self.command_timeout;
         let mut backoff = Backoff::default();
         while self.aq.index.wrapping_sub(consumer) >= self.aq.depth {
@@ -624,9 +522,7 @@ impl Device {
         shm.write(self.aq.slot(self.aq.index), &cmd)
             .map_err(|_| Error::BadLayout("admin queue beyond the memory"))?;
         self.aq.index = self.aq.index.wrapping_add(1);
-        self.aq.rings = self.aq.rings.wrapping_add(1);
-        let _ = shm.store_u32(self.aq.bell, self.aq.index);
-        let _ = shm.store_u32(self.aq.bell + 4, self.aq.rings);
+        self.aq.ring_doorbell(&shm);
         let mut backoff = Backoff::default();
         loop {
             if let Some(answer) = self.next_admin_entry() {
@@ -690,7 +586,8 @@ impl Device {
 
     /// The next admin completion or event, if its phase says it is ours.
     fn next_admin_entry(&mut self) -> Option<abi::AdminCqe> {
-        let shm = self.map.view();
+        let shared = self.shared.clone();
+        let shm = shared.shm();
         let slot = self.acq.slot(self.acq.index);
         let last = shm.load_u32(slot + abi::ADMIN_CQE_LAST_WORD as u64).ok()?;
         if (last >> 24) as u8 != abi::phase_of(self.acq.index, self.acq.depth) {
@@ -701,15 +598,108 @@ impl Device {
         let _ = shm.store_u32(self.acq.bell, self.acq.index);
         Some(entry)
     }
+}
 
-    /// The queue set's first byte (for tests that inspect the layout).
+/// Test hooks: a host that breaks the rules of spec 6.8 on purpose (raw
+/// entries, doorbells and commands the typed calls never produce), so
+/// the tests can check that the device refuses and counts it. Only with
+/// the `testing` feature.
+#[cfg(feature = "testing")]
+impl Device {
+    /// Posts a raw send-queue entry (the device validates every field).
+    pub fn post_send_raw(&self, entry: &abi::SendWqe) -> Result<(), Error> {
+        Ok(self.shared.post_send_with(1, |_| *entry)?)
+    }
+
+    /// Posts a raw receive-queue entry.
+    pub fn post_recv_raw(&self, entry: &abi::RecvWqe) -> Result<(), Error> {
+        Ok(self.shared.post_recv_with(1, |_| *entry)?)
+    }
+
+    /// Sends a raw admin command and waits for its answer.
+    pub fn command_raw(&mut self, cmd: abi::AdminCmd) -> Result<abi::AdminCqe, Error> {
+        self.command(cmd)
+    }
+
+    /// Writes a doorbell record as given, without an entry: a doorbell
+    /// storm, or a producer index past the ring.
+    pub fn ring_doorbell_raw(&mut self, queue: Queue, index: u32) {
+        let shared = self.shared.clone();
+        let shm = shared.shm();
+        let ring = |r: &mut Ring| {
+            r.rings = r.rings.wrapping_add(1);
+            let _ = shm.store_u32(r.bell, index);
+            let _ = shm.store_u32(r.bell + 4, r.rings);
+        };
+        match queue {
+            Queue::Send => ring(&mut crate::queues::lock(&shared.sq)),
+            Queue::Recv => ring(&mut crate::queues::lock(&shared.rq)),
+            Queue::Admin => ring(&mut self.aq),
+        }
+    }
+
+    /// The producer index this process last published on `queue`.
+    pub fn producer_index(&self, queue: Queue) -> u32 {
+        match queue {
+            Queue::Send => crate::queues::lock(&self.shared.sq).index,
+            Queue::Recv => crate::queues::lock(&self.shared.rq).index,
+            Queue::Admin => self.aq.index,
+        }
+    }
+
+    /// The queue set's first byte (to inspect the layout).
     pub fn queue_set_offset(&self) -> u64 {
         self.set_base
     }
 }
 
-/// Reads any ABI structure at `offset` of a mapped device (for tools that
-/// inspect a device without claiming a queue set).
-pub fn read_struct<T: FromBytes + IntoBytes>(file: &SharedFile, offset: u64) -> Option<T> {
-    file.view().read(offset).ok()
+fn check_window(info: &DeviceInfo, addr: u64, len: u64) -> Result<u64, Error> {
+    let (start, size) = (info.window_addr, info.window_len);
+    if addr >= start && len <= size && addr - start <= size - len {
+        Ok(addr)
+    } else {
+        Err(Error::OutOfWindow { addr, len })
+    }
+}
+
+fn copy_in(shared: &Shared, addr: u64, data: &[u8]) -> Result<(), Error> {
+    check_window(&shared.info, addr, data.len() as u64)?;
+    shared
+        .shm()
+        .copy_in(addr, data)
+        .map_err(|_| Error::OutOfWindow {
+            addr,
+            len: data.len() as u64,
+        })
+}
+
+fn copy_out(shared: &Shared, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+    check_window(&shared.info, addr, out.len() as u64)?;
+    shared
+        .shm()
+        .copy_out(addr, out)
+        .map_err(|_| Error::OutOfWindow {
+            addr,
+            len: out.len() as u64,
+        })
+}
+
+/// Copies in and out of a queue set's window, from any thread: cheap to
+/// clone, `Send` and `Sync` (copies are plain byte copies of shared
+/// memory; spec 6.8 says which buffers the host may touch when).
+#[derive(Debug, Clone)]
+pub struct Memory {
+    shared: Arc<Shared>,
+}
+
+impl Memory {
+    /// Copies `data` into the window at I/O address `addr`.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        copy_in(&self.shared, addr, data)
+    }
+
+    /// Copies the window at I/O address `addr` into `out`.
+    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        copy_out(&self.shared, addr, out)
+    }
 }

@@ -16,7 +16,7 @@ use std::os::raw::c_void;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use metaroce_platform::shmem::SharedMemory;
+use metaroce_abi::shmem::SharedMemory;
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 
 /// A file mapped shared, read-write, for as long as this value lives.

@@ -35,15 +35,43 @@ impl MemoryRegion {
     }
 }
 
-/// Access rights of a region (bit set over `metaroce_abi::ACCESS_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Access(pub u32);
+/// Access rights of a region: a bit set over `metaroce_abi::ACCESS_*`
+/// (in C, a plain `metaroce_access_flags` integer of `MR_ACCESS_*` bits).
+/// Combine with `|`.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u32);
 
 impl Access {
+    /// No right beyond local reads (the device's sends and WRITE sources).
+    pub const NONE: Access = Access(0);
     pub const LOCAL_WRITE: Access = Access(abi::ACCESS_LOCAL_WRITE);
     pub const REMOTE_WRITE: Access = Access(abi::ACCESS_REMOTE_WRITE);
     pub const REMOTE_READ: Access = Access(abi::ACCESS_REMOTE_READ);
     pub const ALL: Access = Access(abi::ACCESS_ALL);
+
+    /// The rights of the ABI bits `bits` (unknown bits are passed on: the
+    /// device refuses them).
+    pub const fn from_bits(bits: u32) -> Access {
+        Access(bits)
+    }
+
+    /// The ABI bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every right of `other` is in `self`.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
 }
 
 /// A local buffer: I/O address, length, key ("scatter-gather element").
@@ -81,7 +109,7 @@ pub struct SendWr {
 
 impl SendWr {
     /// The ABI entry for connection `conn`.
-    pub fn entry(&self, conn: Conn) -> abi::SendWqe {
+    pub(crate) fn entry(&self, conn: Conn) -> abi::SendWqe {
         let (opcode, remote, imm) = match self.op {
             SendOp::Write(r) => (abi::OP_WRITE, Some(r), 0),
             SendOp::WriteImm(r, imm) => (abi::OP_WRITE_IMM, Some(r), imm),
@@ -112,8 +140,23 @@ pub struct RecvWr {
     pub local: Sge,
 }
 
+impl RecvWr {
+    /// The ABI entry for connection `conn`.
+    pub(crate) fn entry(&self, conn: Conn) -> abi::RecvWqe {
+        abi::RecvWqe {
+            wr_id: self.wr_id,
+            conn_index: conn.index,
+            conn_generation: conn.generation,
+            lkey: self.local.key,
+            length: self.local.len,
+            laddr: self.local.addr,
+        }
+    }
+}
+
 /// What a completion reports on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Opcode {
     Write,
     WriteImm,
@@ -138,10 +181,28 @@ impl Opcode {
             other => Opcode::Unknown(other),
         }
     }
+
+    /// The ABI number (`metaroce_abi::OP_*`; `SEND_IMM` completes as
+    /// `SEND`).
+    pub fn code(self) -> u8 {
+        match self {
+            Opcode::Write => abi::OP_WRITE,
+            Opcode::WriteImm => abi::OP_WRITE_IMM,
+            Opcode::Send => abi::OP_SEND,
+            Opcode::Read => abi::OP_READ,
+            Opcode::Recv => abi::OP_RECV,
+            Opcode::RecvWriteImm => abi::OP_RECV_WRITE_IMM,
+            Opcode::Unknown(code) => code,
+        }
+    }
 }
 
-/// A completion or refusal status (`metaroce_abi::STATUS_*`).
+/// A completion or refusal status (`metaroce_abi::STATUS_*`, spec 6.7):
+/// the one status type of the library, in completions, events and
+/// refusals ([`Error::Refused`]), and, through [`Status::code`], the C
+/// API's `MR_STATUS_*` numbers. New codes may come with new ABI minors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Status {
     Success,
     LocalProtection,
@@ -193,6 +254,33 @@ impl Status {
         }
     }
 
+    /// The ABI number (`metaroce_abi::STATUS_*`): the inverse of
+    /// [`Status::from_code`].
+    pub fn code(self) -> u8 {
+        match self {
+            Status::Success => abi::STATUS_SUCCESS,
+            Status::LocalProtection => abi::STATUS_LOCAL_PROTECTION,
+            Status::RemoteInvalidKey => abi::STATUS_REMOTE_INVALID_KEY,
+            Status::RemoteAccess => abi::STATUS_REMOTE_ACCESS,
+            Status::RemoteBounds => abi::STATUS_REMOTE_BOUNDS,
+            Status::RemoteProtocol => abi::STATUS_REMOTE_PROTOCOL,
+            Status::ReceiveTooSmall => abi::STATUS_RECEIVE_TOO_SMALL,
+            Status::RetryExceeded => abi::STATUS_RETRY_EXCEEDED,
+            Status::RnrExceeded => abi::STATUS_RNR_EXCEEDED,
+            Status::Flushed => abi::STATUS_FLUSHED,
+            Status::BadOpcode => abi::STATUS_BAD_OPCODE,
+            Status::BadLength => abi::STATUS_BAD_LENGTH,
+            Status::BadConnection => abi::STATUS_BAD_CONNECTION,
+            Status::BadAddress => abi::STATUS_BAD_ADDRESS,
+            Status::NoResources => abi::STATUS_NO_RESOURCES,
+            Status::InvalidRequest => abi::STATUS_INVALID_REQUEST,
+            Status::NotPermitted => abi::STATUS_NOT_PERMITTED,
+            Status::BadKey => abi::STATUS_BAD_KEY,
+            Status::QuotaExceeded => abi::STATUS_QUOTA_EXCEEDED,
+            Status::Unknown(code) => code,
+        }
+    }
+
     pub fn is_success(self) -> bool {
         self == Status::Success
     }
@@ -208,6 +296,23 @@ pub struct WorkCompletion {
     /// Bytes transferred (receives: bytes placed).
     pub byte_len: u32,
     pub imm: Option<u32>,
+}
+
+impl Default for WorkCompletion {
+    /// A placeholder for arrays [`crate::CompletionQueue::poll`] fills.
+    fn default() -> Self {
+        WorkCompletion {
+            wr_id: 0,
+            conn: Conn {
+                index: 0,
+                generation: 0,
+            },
+            opcode: Opcode::Unknown(0),
+            status: Status::Success,
+            byte_len: 0,
+            imm: None,
+        }
+    }
 }
 
 impl WorkCompletion {
@@ -248,6 +353,7 @@ pub enum Event {
 
 /// Why a library call failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// The file could not be opened or mapped.
     Io(std::io::Error),
@@ -273,6 +379,9 @@ pub enum Error {
     Timeout,
     /// The connection failed or closed before it was up.
     ConnectionFailed(Status),
+    /// The queue set's completion queue is already handed out
+    /// ([`crate::Device::completion_queue`]): one consumer at a time.
+    InUse,
 }
 
 impl fmt::Display for Error {
@@ -298,6 +407,7 @@ impl fmt::Display for Error {
             Error::Refused(s) => write!(f, "refused by the device: {s:?}"),
             Error::Timeout => write!(f, "the device did not answer in time"),
             Error::ConnectionFailed(s) => write!(f, "connection failed: {s:?}"),
+            Error::InUse => write!(f, "the completion queue is already in use"),
         }
     }
 }
@@ -307,5 +417,43 @@ impl std::error::Error for Error {}
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Io(e)
+    }
+}
+
+/// Why a batch of work requests was not posted whole (`ibv_post_send`'s
+/// `bad_wr`): the first `posted` requests were posted (under one
+/// doorbell), the one at index `posted` was not, for `error`, and none
+/// after it.
+#[derive(Debug)]
+pub struct PostError {
+    /// How many requests of the batch were posted: the index of the first
+    /// that was not.
+    pub posted: usize,
+    /// Why that one was not: [`Error::QueueFull`] when the ring or the
+    /// completion queue's room ran out (poll, then post the rest).
+    pub error: Error,
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "work request {} not posted ({} were): {}",
+            self.posted, self.posted, self.error
+        )
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PostError> for Error {
+    /// The error of the first request not posted (for callers that post
+    /// one request at a time).
+    fn from(e: PostError) -> Self {
+        e.error
     }
 }

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use common::{dpu_addr, FakeDpus};
 use metaroce_verbs::abi;
 use metaroce_verbs::{
-    Access, Conn, Device, Error, OpenOptions, Queue, RecvWr, Remote, SendOp, SendWr, Status,
-    WorkCompletion,
+    Access, CompletionQueue, Conn, Device, Error, OpenOptions, Queue, RecvWr, Remote, SendOp,
+    SendWr, Status, WorkCompletion,
 };
 
-fn wait_completion(dev: &mut Device) -> WorkCompletion {
+fn wait_completion(cq: &mut CompletionQueue) -> WorkCompletion {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(c) = dev.poll_cq() {
+        if let Some(c) = cq.poll_one() {
             return c;
         }
         assert!(Instant::now() < deadline, "no completion within 20 s");
@@ -38,6 +38,7 @@ fn open_set(path: &std::path::Path, set: u32) -> Device {
 
 /// Runs `rounds` WRITEs of 4 KiB from `a` to `b` and checks each arrived.
 fn good_traffic(a: &mut Device, ca: Conn, b: &mut Device, rounds: u8) {
+    let mut cq = a.completion_queue().unwrap();
     let src = a.alloc(4096, 4096).unwrap();
     let dst = b.alloc(4096, 4096).unwrap();
     let ra = a.register(src, 4096, Access::ALL).unwrap();
@@ -45,19 +46,17 @@ fn good_traffic(a: &mut Device, ca: Conn, b: &mut Device, rounds: u8) {
     for round in 0..rounds {
         let data = vec![round ^ 0x5a; 4096];
         a.write(src, &data).unwrap();
-        a.post_send(
-            ca,
-            &SendWr {
+        a.queue_pair(ca)
+            .post_send(&[SendWr {
                 wr_id: u64::from(round),
                 op: SendOp::Write(Remote {
                     addr: dst,
                     key: rb.key,
                 }),
                 local: ra.slice(0, 4096),
-            },
-        )
-        .unwrap();
-        let c = wait_completion(a);
+            }])
+            .unwrap();
+        let c = wait_completion(&mut cq);
         assert_eq!(c.status, Status::Success);
         let mut out = vec![0; 4096];
         b.read(dst, &mut out).unwrap();
@@ -79,6 +78,7 @@ fn bad_host_input_is_refused_and_counted_while_another_set_is_served() {
     assert_ne!(c_peer, c_peer2);
     let buf = bad.alloc(8192, 4096).unwrap();
     let mr = bad.register(buf, 8192, Access::ALL).unwrap();
+    let mut bad_cq = bad.completion_queue().unwrap();
 
     let entry = |opcode: u8, lkey: u32, length: u32, conn: Conn| abi::SendWqe {
         wr_id: 0,
@@ -130,17 +130,17 @@ fn bad_host_input_is_refused_and_counted_while_another_set_is_served() {
             wr_id: i as u64,
             ..*e
         };
-        bad.post_send_entry(&e).unwrap();
+        bad.post_send_raw(&e).unwrap();
     }
     // The device's own refusals complete at once, the endpoint's (the
     // key) after its turn: match by id.
-    let mut got: Vec<WorkCompletion> = cases.iter().map(|_| wait_completion(&mut bad)).collect();
+    let mut got: Vec<WorkCompletion> = cases.iter().map(|_| wait_completion(&mut bad_cq)).collect();
     got.sort_by_key(|c| c.wr_id);
     for (c, (_, want)) in got.iter().zip(&cases) {
         assert_eq!(c.status, *want, "case {}", c.wr_id);
     }
     // A receive with a bad length and one on another set's connection.
-    bad.post_recv_entry(&abi::RecvWqe {
+    bad.post_recv_raw(&abi::RecvWqe {
         wr_id: 0xbad1,
         conn_index: c_bad.index,
         conn_generation: c_bad.generation,
@@ -149,16 +149,14 @@ fn bad_host_input_is_refused_and_counted_while_another_set_is_served() {
         laddr: buf,
     })
     .unwrap();
-    bad.post_recv(
-        c_good,
-        &RecvWr {
+    bad.queue_pair(c_good)
+        .post_recv(&[RecvWr {
             wr_id: 0xbad2,
             local: mr.slice(0, 64),
-        },
-    )
-    .unwrap();
-    assert_eq!(wait_completion(&mut bad).status, Status::BadLength);
-    assert_eq!(wait_completion(&mut bad).status, Status::BadConnection);
+        }])
+        .unwrap();
+    assert_eq!(wait_completion(&mut bad_cq).status, Status::BadLength);
+    assert_eq!(wait_completion(&mut bad_cq).status, Status::BadConnection);
     // A producer index past the ring, then a doorbell storm: counted,
     // ignored, and the set still works afterwards.
     let pi = bad.producer_index(Queue::Send);
@@ -180,7 +178,7 @@ fn bad_host_input_is_refused_and_counted_while_another_set_is_served() {
         Err(Error::Refused(Status::NotPermitted))
     ));
     assert!(matches!(
-        bad.command(abi::AdminCmd {
+        bad.command_raw(abi::AdminCmd {
             opcode: 0x55,
             ..abi::AdminCmd::default()
         }),
@@ -205,18 +203,16 @@ fn bad_host_input_is_refused_and_counted_while_another_set_is_served() {
     );
     // The bad set still works once its doorbell is sane again.
     bad.ring_doorbell_raw(Queue::Send, pi);
-    bad.post_send(
-        c_bad,
-        &SendWr {
+    bad.queue_pair(c_bad)
+        .post_send(&[SendWr {
             wr_id: 9,
             op: SendOp::Write(Remote { addr: 0, key: 0 }),
             local: mr.slice(0, 64),
-        },
-    )
-    .unwrap();
+        }])
+        .unwrap();
     // (The peer has no region at address 0: the peer refuses it, which
     // proves the entry reached the transport and back.)
-    let c = wait_completion(&mut bad);
+    let c = wait_completion(&mut bad_cq);
     assert_eq!((c.wr_id, c.status), (9, Status::RemoteInvalidKey));
     good_traffic(&mut good, c_good, &mut peer, 2);
 }
@@ -244,11 +240,14 @@ fn two_tenants_on_one_dpu_cannot_use_each_others_regions() {
     let b_mr = bob.register(b_buf, 4096, Access::ALL).unwrap();
     let p_buf = peer.alloc(4096, 4096).unwrap();
     let p_mr = peer.register(p_buf, 4096, Access::ALL).unwrap();
+    let (mut bob_cq, mut peer_cq) = (
+        bob.completion_queue().unwrap(),
+        peer.completion_queue().unwrap(),
+    );
 
     // Bob names Alice's key for his local buffer: refused by the domain.
-    bob.post_send(
-        c_bob,
-        &SendWr {
+    bob.queue_pair(c_bob)
+        .post_send(&[SendWr {
             wr_id: 1,
             op: SendOp::Write(Remote {
                 addr: p_buf,
@@ -259,10 +258,9 @@ fn two_tenants_on_one_dpu_cannot_use_each_others_regions() {
                 len: 64,
                 key: a_mr.key,
             },
-        },
-    )
-    .unwrap();
-    assert_eq!(wait_completion(&mut bob).status, Status::LocalProtection);
+        }])
+        .unwrap();
+    assert_eq!(wait_completion(&mut bob_cq).status, Status::LocalProtection);
     // Bob cannot deregister Alice's region, nor register inside her window.
     assert!(matches!(
         bob.deregister_key(a_mr.key),
@@ -274,50 +272,47 @@ fn two_tenants_on_one_dpu_cannot_use_each_others_regions() {
     ));
     // The peer reaches Bob's region through Bob's connection and Alice's
     // through Alice's...
-    peer.post_send(
-        p_bob,
-        &SendWr {
+    peer.queue_pair(p_bob)
+        .post_send(&[SendWr {
             wr_id: 4,
             op: SendOp::Write(Remote {
                 addr: b_buf,
                 key: b_mr.key,
             }),
             local: p_mr.slice(0, 64),
-        },
-    )
-    .unwrap();
-    assert_eq!(wait_completion(&mut peer).status, Status::Success);
-    peer.post_send(
-        p_alice,
-        &SendWr {
+        }])
+        .unwrap();
+    assert_eq!(wait_completion(&mut peer_cq).status, Status::Success);
+    peer.queue_pair(p_alice)
+        .post_send(&[SendWr {
             wr_id: 3,
             op: SendOp::Read(Remote {
                 addr: a_buf,
                 key: a_mr.key,
             }),
             local: p_mr.slice(0, 64),
-        },
-    )
-    .unwrap();
-    assert_eq!(wait_completion(&mut peer).status, Status::Success);
+        }])
+        .unwrap();
+    assert_eq!(wait_completion(&mut peer_cq).status, Status::Success);
     let mut out = [0u8; 64];
     peer.read(p_buf, &mut out).unwrap();
     assert_eq!(out, [0xa1; 64]);
     // ... but not Alice's memory through Bob's connection (which, as any
     // RDMA connection after a remote access error, then fails).
-    peer.post_send(
-        p_bob,
-        &SendWr {
+    peer.queue_pair(p_bob)
+        .post_send(&[SendWr {
             wr_id: 2,
             op: SendOp::Read(Remote {
                 addr: a_buf,
                 key: a_mr.key,
             }),
             local: p_mr.slice(0, 64),
-        },
-    )
-    .unwrap();
-    assert_eq!(wait_completion(&mut peer).status, Status::RemoteInvalidKey);
+        }])
+        .unwrap();
+    assert_eq!(
+        wait_completion(&mut peer_cq).status,
+        Status::RemoteInvalidKey
+    );
     // Alice's memory was never written by anyone but Alice.
     let mut mine = vec![0u8; 4096];
     alice.read(a_buf, &mut mine).unwrap();

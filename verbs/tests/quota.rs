@@ -114,26 +114,23 @@ fn a_tenant_filling_the_tables_is_held_at_its_share_while_the_other_is_served() 
     let (accepted, took) = timed("accept", || peer.accept(Duration::from_secs(5)));
     accepted.expect("the peer accepts");
     slowest = slowest.max(took);
+    let (qp, mut cq) = (victim.queue_pair(conn), victim.completion_queue().unwrap());
     for round in 0..8u8 {
         let data = vec![round ^ 0xa5; 4096];
         victim.write(src, &data).unwrap();
         let (c, took) = timed("a WRITE", || {
-            victim
-                .post_send(
-                    conn,
-                    &SendWr {
-                        wr_id: u64::from(round),
-                        op: SendOp::Write(Remote {
-                            addr: dst,
-                            key: rb.key,
-                        }),
-                        local: ra.slice(0, 4096),
-                    },
-                )
-                .unwrap();
+            qp.post_send(&[SendWr {
+                wr_id: u64::from(round),
+                op: SendOp::Write(Remote {
+                    addr: dst,
+                    key: rb.key,
+                }),
+                local: ra.slice(0, 4096),
+            }])
+            .unwrap();
             let deadline = Instant::now() + Duration::from_secs(5);
             loop {
-                if let Some(c) = victim.poll_cq() {
+                if let Some(c) = cq.poll_one() {
                     break c;
                 }
                 assert!(Instant::now() < deadline, "no completion");

@@ -28,5 +28,13 @@ pub const ALLOCATION_FREE_CRATES: &[&str] = &["metaroce-core", "metaroce-platfor
 /// `platform/` and `boards/` only.
 pub const SAFE_NO_ALLOC_CRATE_DIRS: &[&str] = &["core", "abi", "boards/hal", "boards/node/engine"];
 
+/// The one module of a safe crate allowed `unsafe`, each block with its
+/// `SAFETY:` comment: the shared-memory accessor both the firmware and the
+/// host library use (`metaroce_abi::shmem`). Its crate root says
+/// `#![deny(unsafe_code)]` (so the module can allow it) and
+/// `#![deny(clippy::undocumented_unsafe_blocks)]` instead of
+/// `#![forbid(unsafe_code)]`.
+pub const UNSAFE_MODULES: &[&str] = &["abi/src/shmem.rs"];
+
 /// Folders the tidy step never reads (build output, fuzzing state).
 pub const TIDY_SKIP_DIRS: &[&str] = &["target", "fuzz/target", "fuzz/corpus", "fuzz/artifacts"];

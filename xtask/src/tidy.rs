@@ -4,14 +4,17 @@
 //!
 //! * in the safe, allocation-free crates ([`SAFE_NO_ALLOC_CRATE_DIRS`]):
 //!   no `unsafe` and no `extern crate alloc` under `src/`, and `src/lib.rs`
-//!   declares `#![no_std]` and `#![forbid(unsafe_code)]`;
+//!   declares `#![no_std]` and `#![forbid(unsafe_code)]`; the one
+//!   exception, [`UNSAFE_MODULES`] (the shared-memory accessor in `abi/`),
+//!   may hold `unsafe`, and its crate root then says
+//!   `#![deny(unsafe_code)]` and `#![deny(clippy::undocumented_unsafe_blocks)]`;
 //! * everywhere: no `todo!`, `unimplemented!` or `#[ignore]`.
 
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::project::{SAFE_NO_ALLOC_CRATE_DIRS, TIDY_SKIP_DIRS};
+use crate::project::{SAFE_NO_ALLOC_CRATE_DIRS, TIDY_SKIP_DIRS, UNSAFE_MODULES};
 use crate::util::{project_root, Error};
 
 /// One broken rule at a place in a file.
@@ -44,17 +47,26 @@ pub fn run() -> Result<(), Error> {
         let must_be_safe = SAFE_NO_ALLOC_CRATE_DIRS
             .iter()
             .any(|dir| rel.starts_with(Path::new(dir).join("src")));
+        let unsafe_module = UNSAFE_MODULES.iter().any(|m| rel == Path::new(m));
         if must_be_safe {
-            violations.extend(check_safe_no_alloc(&rel, &code));
+            violations.extend(
+                check_safe_no_alloc(&rel, &code)
+                    .into_iter()
+                    .filter(|v| !(unsafe_module && v.rule == UNSAFE_RULE)),
+            );
         }
     }
     for dir in SAFE_NO_ALLOC_CRATE_DIRS {
         let lib = Path::new(dir).join("src/lib.rs");
         let text = fs::read_to_string(root.join(&lib))
             .map_err(|e| Error::new(format!("cannot read {}: {e}", lib.display())))?;
+        let has_unsafe_module = UNSAFE_MODULES
+            .iter()
+            .any(|m| Path::new(m).starts_with(Path::new(dir).join("src")));
         violations.extend(check_crate_attributes(
             &lib,
             &strip_comments_and_strings(&text),
+            has_unsafe_module,
         ));
     }
     println!(
@@ -149,7 +161,7 @@ pub fn check_safe_no_alloc(path: &Path, code: &str) -> Vec<Violation> {
             })
         };
         if words.contains(&"unsafe") {
-            report("`unsafe` in a crate that must be safe (it belongs in platform/ or boards/)");
+            report(UNSAFE_RULE);
         }
         if words.windows(3).any(|w| w == ["extern", "crate", "alloc"]) && !gated {
             report("`extern crate alloc` in a crate that must not allocate");
@@ -158,18 +170,35 @@ pub fn check_safe_no_alloc(path: &Path, code: &str) -> Vec<Violation> {
     out
 }
 
-/// The crate root of a safe, allocation-free crate states both promises.
-pub fn check_crate_attributes(path: &Path, code: &str) -> Vec<Violation> {
+/// What `check_safe_no_alloc` reports for `unsafe`.
+const UNSAFE_RULE: &str =
+    "`unsafe` in a crate that must be safe (it belongs in platform/ or boards/)";
+
+/// The crate root of a safe, allocation-free crate states both promises;
+/// one with an [`UNSAFE_MODULES`] entry denies `unsafe` (which that module
+/// allows) and undocumented `unsafe` blocks instead of forbidding it.
+pub fn check_crate_attributes(path: &Path, code: &str, unsafe_module: bool) -> Vec<Violation> {
     let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
     let mut out = Vec::new();
-    let required = [
-        ("#![no_std]", "crate root lacks `#![no_std]`"),
-        (
+    let safe: &[(&str, &'static str)] = if unsafe_module {
+        &[
+            (
+                "#![deny(unsafe_code)]",
+                "crate root lacks `#![deny(unsafe_code)]`",
+            ),
+            (
+                "#![deny(clippy::undocumented_unsafe_blocks)]",
+                "crate root lacks `#![deny(clippy::undocumented_unsafe_blocks)]`",
+            ),
+        ]
+    } else {
+        &[(
             "#![forbid(unsafe_code)]",
             "crate root lacks `#![forbid(unsafe_code)]`",
-        ),
-    ];
-    for (attribute, rule) in required {
+        )]
+    };
+    let required = std::iter::once(&("#![no_std]", "crate root lacks `#![no_std]`")).chain(safe);
+    for &(attribute, rule) in required {
         if !squeezed.contains(attribute) {
             out.push(Violation {
                 path: path.to_path_buf(),
@@ -413,8 +442,18 @@ mod tests {
     fn crate_attributes_are_required() {
         let path = Path::new("core/src/lib.rs");
         let good = strip("//! doc\n#![no_std]\n#![forbid( unsafe_code )]\n");
-        assert!(check_crate_attributes(path, &good).is_empty());
+        assert!(check_crate_attributes(path, &good, false).is_empty());
         let commented = strip("// #![no_std]\n#![forbid(unsafe_code)]\n");
-        assert_eq!(check_crate_attributes(path, &commented).len(), 1);
+        assert_eq!(check_crate_attributes(path, &commented, false).len(), 1);
+        // A crate with the one unsafe module denies instead of forbidding,
+        // and denies undocumented unsafe blocks.
+        let path = Path::new("abi/src/lib.rs");
+        let denied = strip(
+            "#![no_std]\n#![deny(unsafe_code)]\n#![deny(clippy::undocumented_unsafe_blocks)]\n",
+        );
+        assert!(check_crate_attributes(path, &denied, true).is_empty());
+        assert_eq!(check_crate_attributes(path, &good, true).len(), 2);
+        let undocumented = strip("#![no_std]\n#![deny(unsafe_code)]\n");
+        assert_eq!(check_crate_attributes(path, &undocumented, true).len(), 1);
     }
 }

@@ -149,7 +149,7 @@ impl Backend {
             }
             Backend::Dpu(b) => b
                 .device
-                .register(base, len, verbs::Access(u32::from(access.0)))
+                .register(base, len, verbs::Access::from_bits(u32::from(access.0)))
                 .map(|r| r.key)
                 .map_err(|e| match e {
                     verbs::Error::OutOfWindow { .. } => errno::EINVAL,
@@ -245,8 +245,9 @@ impl Backend {
             Backend::Udp(b) => b.node.post_send(h, wr),
             Backend::Dpu(b) => b
                 .device
-                .post_send(conn_of(h), &send_wr(&wr))
-                .map_err(command_error),
+                .queue_pair(conn_of(h))
+                .post_send(&[send_wr(&wr)])
+                .map_err(|e| command_error(e.error)),
         }
     }
 
@@ -263,7 +264,10 @@ impl Backend {
                         key: rr.local.key,
                     },
                 };
-                b.device.post_recv(conn_of(h), &wr).map_err(command_error)
+                b.device
+                    .queue_pair(conn_of(h))
+                    .post_recv(&[wr])
+                    .map_err(|e| command_error(e.error))
             }
         }
     }
@@ -418,11 +422,13 @@ impl UdpBackend {
 #[derive(Debug)]
 pub struct DpuBackend {
     device: verbs::Device,
+    /// The queue set's completion queue (polled on the domain's progress
+    /// thread, like the device).
+    cq: verbs::CompletionQueue,
     local: SocketAddr,
     window: WindowAllocator,
     completions: VecDeque<Completion>,
     events: VecDeque<Event>,
-    polled: Vec<verbs::WorkCompletion>,
 }
 
 impl DpuBackend {
@@ -439,14 +445,17 @@ impl DpuBackend {
         device
             .listen()
             .map_err(|e| format!("the DPU refused to listen: {e}"))?;
+        let cq = device
+            .completion_queue()
+            .map_err(|e| format!("the DPU's completion queue: {e}"))?;
         let _ = settings;
         Ok(DpuBackend {
             local: SocketAddr::new(info.ipv4.into(), info.udp_port),
             device,
+            cq,
             window,
             completions: VecDeque::new(),
             events: VecDeque::new(),
-            polled: Vec::new(),
         })
     }
 
@@ -468,9 +477,9 @@ impl DpuBackend {
                 },
             });
         }
-        self.polled.clear();
-        self.device.poll_cq_into(&mut self.polled, 64);
-        for wc in self.polled.drain(..) {
+        let mut polled = [verbs::WorkCompletion::default(); 64];
+        let n = self.cq.poll(&mut polled);
+        for wc in &polled[..n] {
             self.completions.push_back(Completion {
                 conn: handle_of(wc.conn),
                 wr_id: wc.wr_id,
@@ -480,7 +489,7 @@ impl DpuBackend {
                     verbs::Opcode::Send => Opcode::Send,
                     verbs::Opcode::Read => Opcode::Read,
                     verbs::Opcode::RecvWriteImm => Opcode::RecvWriteImm,
-                    verbs::Opcode::Recv | verbs::Opcode::Unknown(_) => Opcode::Recv,
+                    _ => Opcode::Recv,
                 },
                 status: status_of(wc.status),
                 byte_len: wc.byte_len,

@@ -34,7 +34,7 @@ use clap::Parser;
 use metaroce_core::Shard;
 use metaroce_platform::shard::{Dispatcher, ShardMap, Steer};
 use metaroce_platform::shmem::SharedMemory;
-use metaroce_verbs::mapping::SharedFile;
+use metaroce_verbs::SharedFile;
 
 #[derive(Debug, Parser)]
 #[command(
