@@ -183,11 +183,6 @@ impl ReceiveWindow {
         self.held != 0 && (d == 0 || p.offset_from(self.highest) < 0)
     }
 
-    /// Whether anything beyond C has arrived (a gap is open).
-    pub fn has_gap(&self) -> bool {
-        self.held != 0
-    }
-
     /// Whether a bitmap is held from the pool.
     #[cfg(test)]
     pub fn holds_bitmap(&self) -> bool {
