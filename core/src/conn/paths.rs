@@ -111,7 +111,9 @@ pub(crate) fn scan(paths: &[PathSender], n: usize, base: u64, start: usize) -> u
 #[inline]
 fn leaf(p: &PathSender, base: u64) -> (u64, u16) {
     let q = if p.loss_frac < ONE / 16 {
-        u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
+        u64::from(p.rtt.srtt_ns())
+            .saturating_sub(base)
+            .min(2 * base)
     } else {
         0
     };
@@ -536,7 +538,9 @@ mod tests {
         for _ in 0..n {
             let p = &st.paths[i];
             let q = if p.loss_frac < ONE / 16 {
-                u64::from(p.rtt.srtt_ns()).saturating_sub(base).min(base)
+                u64::from(p.rtt.srtt_ns())
+                    .saturating_sub(base)
+                    .min(2 * base)
             } else {
                 0
             };

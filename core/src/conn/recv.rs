@@ -115,6 +115,8 @@ impl<const P: usize> Connection<P> {
             }
             return ReliableOutcome::Refused;
         }
+        // Whether it fills a gap (something sent after it came first).
+        let late = self.recv.win.fills_gap(d, psn);
         // Accepted: record it (spec 4.3); room was reserved above.
         let _ = self.recv.win.record(&mut res.reorder, psn, d as u32);
         self.counters.packets_received += 1;
@@ -122,9 +124,18 @@ impl<const P: usize> Connection<P> {
         self.recv.last_data_rx = MaybeInstant::some(now);
         self.note_echo(h);
         self.recv.ack_pending = self.recv.ack_pending.saturating_add(1);
-        if d != 0
-            || self.recv.win.has_gap()
-            || ce
+        // Out of order, a packet that fills a gap is acknowledged at once
+        // (it came by a slower path, whose round-trip estimate the sender
+        // needs before it judges that path's packets lost), one that opens
+        // or widens a gap every second packet. Sprayed over 16 paths nearly
+        // every packet arrives out of order: an ACK for each took 3-4 % of
+        // the receiving host's own sending line (loss-free permutation:
+        // p50 1.116x -> 1.101x, p99 1.185x -> 1.176x of the floor, keyed;
+        // every fourth instead drew spurious retransmissions from stale
+        // path estimates, and at 10 % loss a longer p99).
+        if ce
+            || late
+            || (d != 0 && self.recv.ack_pending >= 2)
             || h.flags.contains(Flags::ACK_REQUEST)
             || self.recv.ack_pending >= config.ack_every
             // Quick ACKs (spec 4.5): each of a connection's first

@@ -178,9 +178,9 @@ impl ReceiveWindow {
         ReceiveWindow { cum, ..Self::EMPTY }
     }
 
-    /// Whether anything beyond C has arrived (a gap is open).
-    pub fn has_gap(&self) -> bool {
-        self.held != 0
+    /// Whether `p` (beyond C) fills a gap: something after it has arrived.
+    pub fn fills_gap(&self, d: i32, p: Psn) -> bool {
+        self.held != 0 && (d == 0 || p.offset_from(self.highest) < 0)
     }
 
     /// Whether a bitmap is held from the pool.

@@ -295,9 +295,11 @@ impl<const P: usize> SenderState<P> {
     /// rate inverse to its RTT, too weak a pull off a shared queue:
     /// entropies that hash onto the same spine overload it while others
     /// idle (loss-free permutation: p99 1.26x -> 1.22x of the floor). The
-    /// queueing counts up to one minimum RTT, so a path steered off still
+    /// queueing counts up to two minimum RTTs, so a path steered off still
     /// gets packets and its estimate stays current (uncapped, starved
-    /// paths kept stale estimates: at 10 % loss p99 reached 2.7x p50).
+    /// paths kept stale estimates: at 10 % loss p99 reached 2.7x p50; a
+    /// cap of one let a hot spine keep more than its share: keyed loss-free
+    /// permutation p99 1.151x -> 1.131x of the floor with two).
     /// Only on a path losing under 1/16 of its packets: under heavy loss,
     /// steering by noisy RTTs starves paths of the later packets their
     /// losses are detected by and ends more flows on probes (10 % loss, 16
@@ -587,11 +589,11 @@ mod tests {
         // the queued path's delay is 15 us against 6 us.
         assert!(sent[0] <= 10, "{sent:?}");
         assert!(sent[1..].iter().all(|&c| c >= 17), "{sent:?}");
-        // A path that looked badly queued (60 us) counts its queue as one
-        // minimum RTT at most: it still gets packets, so a stale estimate
-        // is renewed (uncapped, its delay would be 168 us, not 24 us).
+        // A path that looked badly queued (60 us) counts its queue as two
+        // minimum RTTs at most: it still gets packets, so a stale estimate
+        // is renewed (uncapped, its delay would be 168 us, not 42 us).
         let sent = spray(&mut sender_with_rtts(60_000, 6_000, 0), 6_000);
-        assert!(sent[0] >= 4, "{sent:?}");
+        assert!(sent[0] >= 3, "{sent:?}");
         // On paths losing 1/16 or more, RTTs do not steer: all lose 10 %
         // here and path 0's queue is ignored, so the spray stays even.
         let sent = spray(&mut sender_with_rtts(9_000, 6_000, ONE / 10), 6_000);
