@@ -5,11 +5,12 @@
 //! table looks like: most connections quiet at any moment).
 //!
 //! One round: the sender emits everything it may (up to a ring of transmit
-//! buffers), the receiver takes each packet in and sends its replies after
-//! each one, the sender takes the replies in and yields completions, then
-//! both answer `poll_timeout` and run any timer that is due. This follows
-//! the call order of the `Endpoint` doc comment and keeps the send queue
-//! full, so several packets are in flight as in a real pipeline.
+//! buffers), the receiver takes them in as one receive batch and then
+//! sends its replies, the sender takes the replies in and yields
+//! completions, then both answer `poll_timeout` and run any timer that is
+//! due. This follows the call order of the platform's engine loop (a
+//! receive burst, then transmit) and keeps the send queue full, so several
+//! packets are in flight as in a real pipeline.
 //!
 //! With [`Pair::set_crc_offload`] the CRC trailer is left to a device, as
 //! the platform's engine does behind a device with CRC offload: the sender
@@ -539,7 +540,7 @@ impl Pair {
         }
         lap(|p| &mut p.sender_tx, &mut phases);
 
-        // Receiver: each packet in, its replies out right after it.
+        // Receiver: the packets in as one batch, then its replies out.
         self.reply_queued.clear();
         for i in 0..self.tx_queued.len() {
             let q = self.tx_queued[i];
@@ -550,28 +551,28 @@ impl Pair {
                 verdict(self.crc_offload),
                 &mut self.receiver_mem,
             );
-            loop {
-                if self.reply_queued.len() == self.reply_ring.len() {
-                    self.reply_ring.push(vec![0u8; PACKET_BUF]);
-                }
-                let buf = &mut self.reply_ring[self.reply_queued.len()];
-                let Some(t) = self.receiver.poll_transmit(self.now, buf) else {
-                    break;
-                };
-                let len = finish(
-                    self.crc_offload,
-                    &self.receiver,
-                    &t,
-                    buf,
-                    &mut self.receiver_mem,
-                );
-                self.reply_queued.push(Queued {
-                    len,
-                    meta: meta(RECEIVER_IP, t.src_port),
-                });
-                self.counts.replies += 1;
-                self.last_reply_len = len;
+        }
+        loop {
+            if self.reply_queued.len() == self.reply_ring.len() {
+                self.reply_ring.push(vec![0u8; PACKET_BUF]);
             }
+            let buf = &mut self.reply_ring[self.reply_queued.len()];
+            let Some(t) = self.receiver.poll_transmit(self.now, buf) else {
+                break;
+            };
+            let len = finish(
+                self.crc_offload,
+                &self.receiver,
+                &t,
+                buf,
+                &mut self.receiver_mem,
+            );
+            self.reply_queued.push(Queued {
+                len,
+                meta: meta(RECEIVER_IP, t.src_port),
+            });
+            self.counts.replies += 1;
+            self.last_reply_len = len;
         }
         // WRITEs complete nothing at the receiver; drained all the same.
         while self.receiver.poll_completion().is_some() {}

@@ -152,7 +152,21 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             self.active
                 .push_back(&mut self.slots, i, ConnSlot::active_link);
         }
-        self.refresh(i as u32, now, false);
+        // An open connection is refreshed once for all the packets of a
+        // receive batch, before anything reads what refresh files (the
+        // ready and completion lists, the wheel). One whose handshake or
+        // life changed is refreshed at once: refresh moves it between the
+        // endpoint's counts and frees its slot.
+        let s = &mut self.slots[i];
+        if s.conn.state != ConnState::Established || s.released || s.half_open {
+            self.refresh(i as u32, now, false);
+        } else if !s.has(super::table::TOUCHED) {
+            if self.touched.push(i as u32).is_ok() {
+                s.set(super::table::TOUCHED, true);
+            } else {
+                self.refresh(i as u32, now, false);
+            }
+        }
     }
 
     /// A CONNECT (spec 4.2 step 3): a repeat of one that created a
@@ -471,6 +485,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// that are due, taken from the timing wheel.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
+        self.refresh_touched();
         while let Some(i) =
             self.wheel
                 .pop_expired(&mut self.slots, now.as_nanos(), ConnSlot::timer_entry)

@@ -235,6 +235,10 @@ struct StatelessReply {
 /// more answers than the queue holds per poll.
 const STATELESS_QUEUE: usize = 32;
 
+/// Connections a receive batch may touch before they are refreshed: the
+/// engine loop's receive budget.
+const TOUCHED_BATCH: usize = 32;
+
 /// A MetaRoCE endpoint with connections of up to `P` paths, over storage
 /// of backing `B`.
 pub struct Endpoint<B: Backing, const P: usize> {
@@ -252,6 +256,10 @@ pub struct Endpoint<B: Backing, const P: usize> {
     completions: Fifo,
     events: Fifo,
     waiting: Fifo,
+    /// Connections a received packet touched, refreshed before the lists
+    /// above or the wheel are next read ([`Endpoint::refresh_touched`]);
+    /// as many as a receive batch touches (more are refreshed at once).
+    touched: heapless::Vec<u32, TOUCHED_BATCH>,
     active: List,
     stateless: Deque<StatelessReply, STATELESS_QUEUE>,
     hash_key: (u64, u64),
@@ -400,6 +408,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             completions: Fifo::EMPTY,
             events: Fifo::EMPTY,
             waiting: Fifo::EMPTY,
+            touched: heapless::Vec::new(),
             active: List::EMPTY,
             stateless: Deque::new(),
             hash_key,

@@ -113,6 +113,24 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
     }
 
+    /// Refreshes the connections received packets touched since the last
+    /// call, each once. Every call that reads what refresh files (the
+    /// `poll_*` calls, `handle_timeout`) makes it first; a platform calls
+    /// it at the end of a receive batch only to have the lists current
+    /// early.
+    pub fn refresh_touched(&mut self) {
+        let now = self.now;
+        for k in 0..self.touched.len() {
+            let i = self.touched[k];
+            let s = &mut self.slots[i as usize];
+            s.set(super::table::TOUCHED, false);
+            if s.live {
+                self.refresh(i, now, false);
+            }
+        }
+        self.touched.clear();
+    }
+
     /// Pool space came back: let `count` starved connections try again.
     pub(super) fn wake_waiters(&mut self, count: usize) {
         let now = self.now;
@@ -208,6 +226,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.now = self.now.max(now);
+        self.refresh_touched();
         if let Some(r) = self.stateless.pop_front() {
             let repr = Repr {
                 header: Header {
@@ -302,6 +321,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// The next completion: connections with completions take turns, each
     /// in its own post order.
     pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.refresh_touched();
         let now = self.now;
         for _ in 0..=self.completions.len() {
             let i = self
@@ -334,6 +354,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// The next connection event. Each connection keeps its own pending
     /// events, so none is ever lost.
     pub fn poll_event(&mut self) -> Option<Event> {
+        self.refresh_touched();
         loop {
             let i = self
                 .events
@@ -372,11 +393,16 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     }
 
     /// When to call [`Endpoint::handle_timeout`] (or poll again) next:
-    /// `Instant::ZERO` when a packet is ready now. Exact when the next
+    /// `Instant::ZERO` when a packet is ready now, or connections touched
+    /// by received packets wait for their refresh. Exact when the next
     /// deadline is within 64 us, otherwise possibly early (a wake-up that
     /// finds nothing due costs one empty `handle_timeout`).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if !self.ready.is_empty() || !self.stateless.is_empty() || !self.res.naks.is_empty() {
+        if !self.ready.is_empty()
+            || !self.touched.is_empty()
+            || !self.stateless.is_empty()
+            || !self.res.naks.is_empty()
+        {
             return Some(Instant::ZERO);
         }
         self.wheel

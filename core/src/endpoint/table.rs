@@ -24,6 +24,10 @@ pub(crate) const IDLE: u8 = 2;
 /// also as a sender about to start.
 pub(crate) const SENDING_HALF_OPEN: u8 = 4;
 
+/// A mark of a slot: a received packet touched it since its last refresh
+/// (it is in the endpoint's touched list).
+pub(crate) const TOUCHED: u8 = 8;
+
 /// [`ConnSlot::prefix`] of a connection counted in no source prefix.
 pub(crate) const NOT_COUNTED: u32 = u32::MAX;
 
