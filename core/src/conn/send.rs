@@ -167,13 +167,9 @@ impl<const P: usize> Connection<P> {
         at
     }
 
-    /// Whether new or lost data waits to be sent (pacing aside).
-    pub(crate) fn has_data_to_send<B: Backing>(&mut self, res: &Resources<B, P>) -> bool {
-        self.data_waiting(res, None)
-    }
-
-    /// [`Connection::has_data_to_send`], with whether an entry has unsent
-    /// packets (`first_unsent`) already known if `unsent` says.
+    /// Whether new or lost data waits to be sent (pacing aside), with
+    /// whether an entry has unsent packets (`first_unsent`) already known
+    /// if `unsent` says.
     pub(crate) fn data_waiting<B: Backing>(
         &mut self,
         res: &Resources<B, P>,
@@ -380,18 +376,28 @@ impl<const P: usize> Connection<P> {
         res: &mut Resources<B, P>,
         config: &Config,
     ) -> Option<Transmit> {
-        if !self.has_data_to_send(res) {
+        if !self.may_send_data() {
             return None;
         }
+        // Retransmissions before new data, in the order they were declared
+        // lost (spec 4.6.3); new data from the first entry with unsent
+        // packets, found once.
+        let lost = self
+            .send
+            .state
+            .get()
+            .and_then(|s| res.senders.get(s).lost.front());
+        let unsent = match lost {
+            Some(_) => None,
+            None => Some(self.first_unsent(res)?),
+        };
         let s = self.ensure_sender(now, res, config)?;
         // A reference, not a copy: the state holds every path's telemetry.
         let st = res.senders.get(s);
         if now < st.rnr_until || now < st.next_send_at {
             return None;
         }
-        // Retransmissions before new data, in the order they were declared
-        // lost (spec 4.6.3).
-        let (psn, retransmission) = if let Some(psn) = st.lost.front() {
+        let (psn, retransmission) = if let Some(psn) = lost {
             (psn, true)
         } else {
             if !self.may_send_new(st) {
@@ -424,7 +430,7 @@ impl<const P: usize> Connection<P> {
                 }
             }
         } else {
-            let i = self.first_unsent(res)?;
+            let i = unsent?;
             let e = res.work.get_mut(i);
             if e.started == 0 {
                 e.first_psn = psn;

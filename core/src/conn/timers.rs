@@ -43,7 +43,7 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Whether a packet is ready to go right now; `has_data`: whether
-    /// data waits ([`Connection::has_data_to_send`]).
+    /// data waits ([`Connection::data_waiting`]).
     fn wants_transmit<B: Backing>(
         &self,
         now: Instant,
@@ -86,7 +86,7 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The next instant something must happen that is not ready now;
-    /// `has_data`: whether data waits ([`Connection::has_data_to_send`]).
+    /// `has_data`: whether data waits ([`Connection::data_waiting`]).
     fn next_timer<B: Backing>(
         &self,
         now: Instant,
