@@ -27,6 +27,21 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// at or before `now` is filed just after it (it was acted on; filing
     /// it at `now` would expire it again in the same call).
     pub(super) fn refresh(&mut self, i: u32, now: Instant, in_timeout: bool) {
+        self.refresh_with(i, now, in_timeout, true);
+    }
+
+    /// [`Endpoint::refresh`]; `completions_may_change`: false when only a
+    /// packet went out and the connection's state and events stayed as
+    /// they were, so no completion became ready (they become ready when
+    /// packets are acknowledged, or all at once when the connection fails
+    /// or closes) and the completion list is as the last refresh left it.
+    fn refresh_with(
+        &mut self,
+        i: u32,
+        now: Instant,
+        in_timeout: bool,
+        completions_may_change: bool,
+    ) {
         let s = &self.slots[i as usize];
         if !s.live {
             return;
@@ -67,7 +82,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let (wants, timer) = conn.outlook(now, &mut self.res, config, open);
         let urgent = conn.wants_control_or_ack();
         let starved = conn.send.starved;
-        let has_completion = conn.has_completion(&self.res);
+        let has_completion = completions_may_change && conn.has_completion(&self.res);
         let has_event = conn.events.any();
         let released = s.released;
         if wants {
@@ -304,13 +319,15 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if !s.live {
                 continue;
             }
+            let before = (s.conn.state, s.conn.events);
             let t = s
                 .conn
                 .poll_transmit(now, buf, hint, &mut self.res, &self.config);
             // Spec 5.3: a keyed connection's packets get the security
             // extension and are sealed when finished.
             let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
-            self.refresh(i, now, false);
+            let changed = (s.conn.state, s.conn.events) != before;
+            self.refresh_with(i, now, false, changed);
             if t.is_some() {
                 return t;
             }
