@@ -10,16 +10,17 @@
 //! per frame as NICs report it in their receive descriptors and Linux
 //! keeps it in `ip_summed`: [`FrameDevice::receive_with_verdict`] says of
 //! each received frame whether its IPv4 header and UDP checksums were
-//! verified already ([`ChecksumVerdict::Verified`]: by the device, by
-//! whoever took it off the wire before it reached an in-memory ring, or
-//! never needed, the frame never having left memory since its sender
-//! computed them, Linux's `CHECKSUM_UNNECESSARY` on loopback and veth), and
-//! the engine verifies them only otherwise
+//! verified already ([`ChecksumVerdict`]: by the device, both or the UDP
+//! checksum only, or never needed, the frame never having left memory
+//! since its sender computed them, Linux's `CHECKSUM_UNNECESSARY` on
+//! loopback and veth), and the engine verifies what is left
 //! ([`ChecksumVerdict::capabilities`], handed to
 //! `metaroce_core::wire::encap::parse_frame_with`). So each frame is
-//! verified once on a node (spec 3.1.5), by the first that takes it off
-//! the wire. A device without the feature keeps the default
-//! (`NotChecked`, a constant the engine's branch folds away). On transmit
+//! verified once on a node (spec 3.1.5): by the device that takes it off
+//! the wire, or else by the engine that handles it, also behind a
+//! software dispatcher, which copies frames into a core's ring with the
+//! device's verdicts ([`MemFrameDevice::send_frame_with_verdict`]). A
+//! device without the feature keeps the default (`NotChecked`). On transmit
 //! every device here leaves the checksums to the engine: a [`MemLink`]
 //! frame may leave the node through another device (a multi-core node's
 //! frames leave through core 0's virtio-net), and the virtio-net device
@@ -120,8 +121,8 @@ pub trait FrameDevice {
     /// buffer afterwards.
     fn receive<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R>;
     /// [`FrameDevice::receive`] with the device's verdicts on the frame
-    /// ([`RxVerdict`]). On its checksums: [`ChecksumVerdict::Verified`]
-    /// and the engine does not verify them. On its CRC trailer:
+    /// ([`RxVerdict`]). On its checksums: the engine does not verify again
+    /// what the device did ([`ChecksumVerdict`]). On its CRC trailer:
     /// [`CrcVerdict::Good`] or [`CrcVerdict::Bad`] for a transport frame it
     /// checked, [`CrcVerdict::NotChecked`] otherwise; the engine hands it
     /// to the transport, which skips its own check on `Good` and drops (and
