@@ -595,6 +595,27 @@ fn check_frame(v: &Vector) -> Check<()> {
             hex(&frame)
         ));
     }
+    // A device that vouches for received checksums changes neither what
+    // is sent nor what is read.
+    let mut vouched = vec![0xa5u8; e.frame_len(bytes.len())];
+    e.emit_with(
+        &mut vouched,
+        bytes.len(),
+        &encap::rx_verified_checksums(),
+        |udp_payload| udp_payload.copy_from_slice(&bytes),
+    )
+    .map_err(|err| format!("{}: emit_with: {err:?}", v.name))?;
+    if vouched != frame {
+        return Err(format!("{}: emit_with (rx verified) differs", v.name));
+    }
+    if encap::parse_frame_with(&frame, e.dst_port, &encap::rx_verified_checksums())
+        != Ok((info, transport))
+    {
+        return Err(format!(
+            "{}: parse_frame_with (rx verified) differs",
+            v.name
+        ));
+    }
     Ok(())
 }
 

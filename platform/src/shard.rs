@@ -175,7 +175,8 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
 
 /// Classifies a received Ethernet frame for MetaRoCE on UDP port
 /// `udp_port`. Reads only the headers it needs (no checksums: the owning
-/// core's engine checks everything) and never panics.
+/// core's engine verifies them, unless the device did, see
+/// [`Dispatcher::receive`]) and never panics.
 pub fn classify(frame: &[u8], udp_port: u16, cores: usize) -> FrameClass {
     classify_inner(frame, udp_port, cores).unwrap_or(FrameClass::Control)
 }
@@ -391,6 +392,13 @@ impl<O: ConnOwner> Dispatcher<O> {
     /// receive rings (`rings[c]` is the dispatcher's end of core `c`'s
     /// link). A frame whose ring is full is dropped and counted, as a NIC
     /// drops on a full queue: the transport recovers it.
+    ///
+    /// Each frame goes with the device's verdicts on it
+    /// ([`crate::device::RxVerdict`]): what the device verified, the core's
+    /// engine does not verify again; what it did not (QEMU's virtio-net:
+    /// nothing), that engine verifies. So every frame's checksums are
+    /// verified once on the node (spec 3.1.5), and the work stays on the
+    /// cores rather than on this one.
     pub fn receive<D: FrameDevice, const N: usize>(
         &mut self,
         device: &mut D,
@@ -400,7 +408,7 @@ impl<O: ConnOwner> Dispatcher<O> {
         let mut round = Round::default();
         let cores = self.cores.min(rings.len());
         for _ in 0..budget {
-            let Some(()) = device.receive(|frame| {
+            let Some(()) = device.receive_with_verdict(|frame, verdict| {
                 self.stats.rx_frames += 1;
                 let (first, last) = match self.steer(frame) {
                     Steer::Core(c) => (c, c + 1),
@@ -409,7 +417,7 @@ impl<O: ConnOwner> Dispatcher<O> {
                 };
                 let targets = rings.iter_mut().enumerate().take(last.min(cores));
                 for (c, ring) in targets.skip(first) {
-                    if ring.send_frame(frame) {
+                    if ring.send_frame_with_verdict(frame, verdict) {
                         self.delivered[c] += 1;
                         round.cores_fed |= 1 << c;
                     } else {

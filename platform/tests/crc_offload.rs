@@ -16,7 +16,7 @@ use metaroce_core::api::{Access, LocalBuf, Op, Opcode, PeerAddr, Region, Status,
 use metaroce_core::stats::DropStats;
 use metaroce_core::wire::{MemoryTarget, CRC_LEN, DEFAULT_UDP_PORT};
 use metaroce_core::{Config, Endpoint, Heap, Instant, Layout};
-use metaroce_platform::device::{CrcVerdict, MemFrameDevice, MemLink};
+use metaroce_platform::device::{CrcVerdict, MemFrameDevice, MemLink, RxVerdict};
 use metaroce_platform::dma::HostWindow;
 use metaroce_platform::net::NetConfig;
 use metaroce_platform::random::{RandomSource, XorShiftRng};
@@ -165,9 +165,12 @@ impl FrameDevice for OffloadDevice<'_> {
         self.ring.receive(f)
     }
 
-    fn receive_with_verdict<R>(&mut self, f: impl FnOnce(&[u8], CrcVerdict) -> R) -> Option<R> {
+    fn receive_with_verdict<R>(&mut self, f: impl FnOnce(&[u8], RxVerdict) -> R) -> Option<R> {
         let (port, check, counts) = (self.port, self.rx_check, &mut self.counts);
-        self.ring.receive(|frame| {
+        // The ring's own verdict on the checksums (the test's wire copies
+        // every frame in: not checked), the device's on the trailer.
+        self.ring.receive_with_verdict(|frame, ring| {
+            let f = |frame, crc| f(frame, RxVerdict { crc, ..ring });
             let Some((span, ..)) = transport_span(frame, port) else {
                 return f(frame, CrcVerdict::NotChecked);
             };

@@ -240,6 +240,63 @@ fn malformed_and_foreign_frames_are_counted_not_fatal() {
     );
 }
 
+/// A transport frame from node 2 to node 1 (its UDP payload arbitrary
+/// bytes), with one payload byte flipped after the checksums were
+/// computed when `corrupt`.
+fn transport_frame(corrupt: bool) -> Vec<u8> {
+    use metaroce_core::wire::encap::{ecn, EncapRepr, IpPair};
+    let encap = EncapRepr {
+        src_mac: mac(2),
+        dst_mac: mac(1),
+        ip: IpPair::V4 {
+            src: ip(2),
+            dst: ip(1),
+        },
+        src_port: 0xc001,
+        dst_port: PORT,
+        dscp: 0,
+        ecn: ecn::ECT0,
+        hop_limit: 64,
+    };
+    let payload: Vec<u8> = (0..96u8).collect();
+    let mut frame = vec![0u8; encap.frame_len(payload.len())];
+    encap
+        .emit(&mut frame, payload.len(), |p| p.copy_from_slice(&payload))
+        .unwrap();
+    if corrupt {
+        *frame.last_mut().unwrap() ^= 0x10;
+    }
+    frame
+}
+
+/// A frame whose UDP checksum is wrong is dropped and counted when it
+/// comes from a device that did not verify it (a copy from a wire); one an
+/// engine wrote into the in-memory link is not verified again (it cannot
+/// have been corrupted in memory), so the same bytes go through.
+#[test]
+fn checksums_are_verified_unless_the_device_vouches() {
+    let link: MemLink<64> = MemLink::new();
+    let (dev, mut wire) = link.ends().unwrap();
+    let mut n = Node::new(1, 2, dev);
+    let queues = Queues::new();
+    let (_host, mut port) = queues.split().unwrap();
+    let (good, bad) = (transport_frame(false), transport_frame(true));
+    assert!(metaroce_core::wire::encap::parse_frame(&bad, PORT).is_err());
+
+    assert!(wire.send_frame(&good));
+    assert!(wire.send_frame(&bad));
+    n.poll(Instant::from_micros(1), &mut port);
+    let stats = n.engine.stats();
+    assert_eq!((stats.rx_transport, stats.rx_malformed), (1, 1));
+
+    // Written in place by the other end, as another engine does.
+    wire.transmit(bad.len(), |slot| slot.copy_from_slice(&bad))
+        .unwrap();
+    n.poll(Instant::from_micros(2), &mut port);
+    let stats = n.engine.stats();
+    assert_eq!((stats.rx_transport, stats.rx_malformed), (2, 1));
+}
+
 /// A fake device on another thread pings the engine and resolves it by ARP
 /// while this thread runs the loop.
 #[test]

@@ -4,8 +4,16 @@
 //! hash the 5-tuple spread paths over their ECMP next hops. Data packets are
 //! sent ECN-capable (ECT(0)); the fabric may rewrite that to CE, which the
 //! receiver reads here and echoes per path in its ACKs.
+//!
+//! **Checksums** (spec 3.1.5) are taken from the device, as smoltcp's
+//! interface takes them: [`EncapRepr::emit_with`] and [`parse_frame_with`]
+//! take a [`ChecksumCapabilities`] saying which of the IPv4 header and UDP
+//! checksums software computes on transmit (`tx`) and verifies on receive
+//! (`rx`); the rest the device does, or, on receive, has done for this
+//! frame. [`EncapRepr::emit`] and [`parse_frame`] do everything in
+//! software ([`software_checksums`]).
 
-use smoltcp::phy::ChecksumCapabilities;
+pub use smoltcp::phy::{Checksum, ChecksumCapabilities};
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
     Ipv4Address, Ipv4Packet, Ipv4Repr, Ipv6Address, Ipv6Packet, Ipv6Repr, UdpPacket, UdpRepr,
@@ -131,8 +139,39 @@ impl FrameInfo {
     }
 }
 
-fn checksums() -> ChecksumCapabilities {
+/// The same [`Checksum`] for the IPv4 header and UDP, the two checksums
+/// of a MetaRoCE frame.
+fn ip_and_udp(checksum: Checksum) -> ChecksumCapabilities {
+    let mut caps = ChecksumCapabilities::default();
+    caps.ipv4 = checksum;
+    caps.udp = checksum;
+    caps
+}
+
+/// Every checksum computed on transmit and verified on receive in
+/// software (smoltcp's default): what a device without checksum offload
+/// leaves to the engine, and what [`EncapRepr::emit`] and [`parse_frame`]
+/// do.
+pub fn software_checksums() -> ChecksumCapabilities {
     ChecksumCapabilities::default()
+}
+
+/// The IPv4 header and UDP checksums computed on transmit but not verified
+/// on receive: for a received frame whose checksums were verified already,
+/// or that never left memory since its sender computed them (as Linux's
+/// loopback and veth hand on their frames).
+pub fn rx_verified_checksums() -> ChecksumCapabilities {
+    ip_and_udp(Checksum::Tx)
+}
+
+/// Every checksum computed on transmit; on receive the IPv4 header's
+/// verified, the UDP checksum not: for a frame whose UDP checksum a device
+/// validated (checksum offload, Linux's `CHECKSUM_UNNECESSARY`, virtio's
+/// `DATA_VALID`), which says nothing of the IP header's.
+pub fn rx_udp_verified_checksums() -> ChecksumCapabilities {
+    let mut caps = software_checksums();
+    caps.udp = Checksum::Tx;
+    caps
 }
 
 impl EncapRepr {
@@ -157,13 +196,25 @@ impl EncapRepr {
         transport_len: usize,
         fill_transport: impl FnOnce(&mut [u8]),
     ) -> Result<usize> {
+        self.emit_with(frame, transport_len, &software_checksums(), fill_transport)
+    }
+
+    /// [`EncapRepr::emit`] for a device that computes some checksums
+    /// itself: those `caps` does not mark `tx` are left zero, for the
+    /// device to fill.
+    pub fn emit_with(
+        &self,
+        frame: &mut [u8],
+        transport_len: usize,
+        caps: &ChecksumCapabilities,
+        fill_transport: impl FnOnce(&mut [u8]),
+    ) -> Result<usize> {
         let total = self.frame_len(transport_len);
         let udp_len = UDP_HEADER_LEN + transport_len;
         if total > frame.len() || udp_len > usize::from(u16::MAX) - IPV6_HEADER_LEN {
             return Err(Error::BadLength);
         }
         let frame = &mut frame[..total];
-        let caps = checksums();
         let ethertype = match self.ip {
             IpPair::V4 { .. } => EthernetProtocol::Ipv4,
             IpPair::V6 { .. } => EthernetProtocol::Ipv6,
@@ -184,6 +235,9 @@ impl EncapRepr {
         match self.ip {
             IpPair::V4 { src: s, dst: d } => {
                 let mut ip = Ipv4Packet::new_unchecked(&mut *ip_bytes);
+                // Don't fragment (MetaRoCE sizes packets to the path MTU):
+                // smoltcp's emitter sets it. The header checksum once, below,
+                // after DSCP and ECN.
                 Ipv4Repr {
                     src_addr: s,
                     dst_addr: d,
@@ -191,14 +245,14 @@ impl EncapRepr {
                     payload_len: udp_len,
                     hop_limit: self.hop_limit,
                 }
-                .emit(&mut ip, &caps);
+                .emit(&mut ip, &ip_and_udp(Checksum::None));
                 ip.set_dscp(self.dscp & 0x3f);
                 ip.set_ecn(self.ecn & 0b11);
-                // Don't fragment: MetaRoCE sizes packets to the path MTU.
-                ip.set_dont_frag(true);
-                ip.fill_checksum();
+                if caps.ipv4.tx() {
+                    ip.fill_checksum();
+                }
                 let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
-                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, &caps);
+                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, caps);
             }
             IpPair::V6 { src: s, dst: d } => {
                 let mut ip = Ipv6Packet::new_unchecked(&mut *ip_bytes);
@@ -212,7 +266,7 @@ impl EncapRepr {
                 .emit(&mut ip);
                 ip.set_traffic_class(((self.dscp & 0x3f) << 2) | (self.ecn & 0b11));
                 let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
-                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, &caps);
+                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, caps);
             }
         }
         Ok(total)
@@ -224,14 +278,25 @@ impl EncapRepr {
 /// the encapsulation says plus the UDP payload (the MetaRoCE packet).
 /// Ethernet padding after the IP packet is ignored.
 pub fn parse_frame(frame: &[u8], udp_port: u16) -> Result<(FrameInfo, &[u8])> {
-    let caps = checksums();
+    parse_frame_with(frame, udp_port, &software_checksums())
+}
+
+/// [`parse_frame`], verifying only the checksums `caps` marks `rx`
+/// (spec 3.1.5: a receiver verifies each frame's checksums once; a device
+/// or an earlier stage that did vouches for the frame with
+/// [`rx_verified_checksums`]). Every other check of spec 3.1.6 is made.
+pub fn parse_frame_with<'a>(
+    frame: &'a [u8],
+    udp_port: u16,
+    caps: &ChecksumCapabilities,
+) -> Result<(FrameInfo, &'a [u8])> {
     let eth = EthernetFrame::new_checked(frame).map_err(|_| Error::Truncated)?;
     let eth_repr = EthernetRepr::parse(&eth).map_err(|_| Error::Truncated)?;
     let ip_bytes = &frame[ETHERNET_HEADER_LEN..];
     let (ip, dscp, ecn_bits, hop_limit, udp_bytes) = match eth_repr.ethertype {
         EthernetProtocol::Ipv4 => {
             let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|_| Error::Encapsulation)?;
-            let repr = Ipv4Repr::parse(&ip, &caps).map_err(|_| Error::Encapsulation)?;
+            let repr = Ipv4Repr::parse(&ip, caps).map_err(|_| Error::Encapsulation)?;
             if repr.next_header != IpProtocol::Udp {
                 return Err(Error::NotMetaRoce);
             }
@@ -273,7 +338,7 @@ pub fn parse_frame(frame: &[u8], udp_port: u16) -> Result<(FrameInfo, &[u8])> {
     };
     let udp = UdpPacket::new_checked(udp_bytes).map_err(|_| Error::Encapsulation)?;
     let udp_repr =
-        UdpRepr::parse(&udp, &ip.src(), &ip.dst(), &caps).map_err(|_| Error::Encapsulation)?;
+        UdpRepr::parse(&udp, &ip.src(), &ip.dst(), caps).map_err(|_| Error::Encapsulation)?;
     // smoltcp treats a zero UDP checksum as "none" for both families; over
     // IPv6 a zero checksum is invalid (RFC 8200 section 8.1, spec 3.1.5).
     if matches!(ip, IpPair::V6 { .. }) && udp.checksum() == 0 {
@@ -328,5 +393,140 @@ pub fn mark_ce(frame: &mut [u8]) -> bool {
             true
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4() -> EncapRepr {
+        EncapRepr {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ip: IpPair::V4 {
+                src: Ipv4Address::new(10, 0, 0, 1),
+                dst: Ipv4Address::new(10, 0, 0, 2),
+            },
+            src_port: 0xc123,
+            dst_port: super::super::DEFAULT_UDP_PORT,
+            dscp: 26,
+            ecn: ecn::ECT0,
+            hop_limit: 64,
+        }
+    }
+
+    fn v6() -> EncapRepr {
+        EncapRepr {
+            ip: IpPair::V6 {
+                src: Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+                dst: Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+            },
+            ..v4()
+        }
+    }
+
+    fn frame(e: &EncapRepr, caps: &ChecksumCapabilities) -> ([u8; 256], usize) {
+        let mut out = [0xa5u8; 256];
+        let payload: [u8; 77] = core::array::from_fn(|i| i as u8 ^ 0x5a);
+        let n = e
+            .emit_with(&mut out, payload.len(), caps, |p| {
+                p.copy_from_slice(&payload)
+            })
+            .unwrap();
+        (out, n)
+    }
+
+    const UDP_CHECKSUM_V4: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + 6;
+    const IP_CHECKSUM: usize = ETHERNET_HEADER_LEN + 10;
+
+    /// `emit` is `emit_with` in software, and a device that verifies
+    /// received checksums still has them computed on transmit.
+    #[test]
+    fn emit_computes_what_the_capabilities_leave_to_software() {
+        for e in [v4(), v6()] {
+            let (software, n) = frame(&e, &software_checksums());
+            let mut plain = [0xa5u8; 256];
+            let payload: [u8; 77] = core::array::from_fn(|i| i as u8 ^ 0x5a);
+            assert_eq!(
+                e.emit(&mut plain, 77, |p| p.copy_from_slice(&payload)),
+                Ok(n)
+            );
+            assert_eq!(software[..n], plain[..n]);
+            let (rx_verified, m) = frame(&e, &rx_verified_checksums());
+            assert_eq!(software[..n], rx_verified[..m]);
+            assert!(parse_frame(&software[..n], e.dst_port).is_ok());
+        }
+        // A device that computes them on transmit: left zero for it.
+        let (offloaded, n) = frame(&v4(), &ip_and_udp(Checksum::Rx));
+        assert_eq!(offloaded[IP_CHECKSUM..IP_CHECKSUM + 2], [0, 0]);
+        assert_eq!(offloaded[UDP_CHECKSUM_V4..UDP_CHECKSUM_V4 + 2], [0, 0]);
+        let (software, _) = frame(&v4(), &software_checksums());
+        assert_ne!(software[UDP_CHECKSUM_V4..UDP_CHECKSUM_V4 + 2], [0, 0]);
+        assert_eq!(
+            parse_frame(&offloaded[..n], v4().dst_port),
+            Err(Error::Encapsulation)
+        );
+    }
+
+    /// A corrupted checksum fails the software check and passes where the
+    /// frame was vouched for; every other check stays.
+    #[test]
+    fn parse_verifies_only_what_the_capabilities_ask() {
+        let e = v4();
+        let (good, n) = frame(&e, &software_checksums());
+        for at in [UDP_CHECKSUM_V4, IP_CHECKSUM] {
+            let mut bad = good;
+            bad[at] ^= 0x40;
+            let bad = &bad[..n];
+            assert_eq!(parse_frame(bad, e.dst_port), Err(Error::Encapsulation));
+            assert_eq!(
+                parse_frame_with(bad, e.dst_port, &software_checksums()),
+                Err(Error::Encapsulation)
+            );
+            let (info, packet) =
+                parse_frame_with(bad, e.dst_port, &rx_verified_checksums()).unwrap();
+            assert_eq!((info, packet), parse_frame(&good[..n], e.dst_port).unwrap());
+        }
+        // A device that validated the UDP checksum only: the IPv4
+        // header's is still verified.
+        let udp_only = rx_udp_verified_checksums();
+        let mut bad = good;
+        bad[UDP_CHECKSUM_V4] ^= 0x40;
+        assert!(parse_frame_with(&bad[..n], e.dst_port, &udp_only).is_ok());
+        let mut bad = good;
+        bad[IP_CHECKSUM] ^= 0x40;
+        assert_eq!(
+            parse_frame_with(&bad[..n], e.dst_port, &udp_only),
+            Err(Error::Encapsulation)
+        );
+        // A payload byte: the UDP checksum no longer matches.
+        let mut bad = good;
+        bad[n - 1] ^= 1;
+        assert_eq!(
+            parse_frame(&bad[..n], e.dst_port),
+            Err(Error::Encapsulation)
+        );
+        assert!(parse_frame_with(&bad[..n], e.dst_port, &rx_verified_checksums()).is_ok());
+        // The port and the other headers are still checked.
+        assert_eq!(
+            parse_frame_with(&good[..n], e.dst_port + 1, &rx_verified_checksums()),
+            Err(Error::NotMetaRoce)
+        );
+        let mut fragment = good;
+        fragment[ETHERNET_HEADER_LEN + 6] |= 0x20;
+        assert_eq!(
+            parse_frame_with(&fragment[..n], e.dst_port, &rx_verified_checksums()),
+            Err(Error::Encapsulation)
+        );
+        // Over IPv6 a zero UDP checksum is invalid whoever vouches.
+        let e = v6();
+        let (mut zero, n) = frame(&e, &software_checksums());
+        let at = ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + 6;
+        zero[at..at + 2].fill(0);
+        assert_eq!(
+            parse_frame_with(&zero[..n], e.dst_port, &rx_verified_checksums()),
+            Err(Error::Encapsulation)
+        );
     }
 }

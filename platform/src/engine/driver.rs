@@ -84,8 +84,8 @@ impl<D: FrameDevice, const N: usize> PacketLink for Frames<'_, D, N> {
         deliver: impl FnOnce(&mut EngineStats, &RxMeta, &[u8], CrcVerdict),
     ) -> bool {
         let iface = &mut *self.iface;
-        let received = self.device.receive_with_verdict(|frame, crc| {
-            iface.accept(now, frame, crc, udp_port, stats, deliver)
+        let received = self.device.receive_with_verdict(|frame, verdict| {
+            iface.accept(now, frame, verdict, udp_port, stats, deliver)
         });
         let Some(control) = received else {
             return false;

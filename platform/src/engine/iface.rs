@@ -15,7 +15,7 @@ use smoltcp::wire::{
 };
 
 use super::EngineStats;
-use crate::device::{FrameDevice, FRAME_SLOT_LEN};
+use crate::device::{FrameDevice, RxVerdict, FRAME_SLOT_LEN};
 use crate::net::{self, Control, NeighborCache, NetConfig};
 use crate::probe;
 
@@ -84,14 +84,16 @@ impl<const NEIGHBORS: usize> Interface<NEIGHBORS> {
     /// left to do once the RX slot is released ([`Interface::settle`]).
     ///
     /// A transport frame's headers are parsed once
-    /// (`encap::parse_frame`, after the Ethernet destination and type);
+    /// (`encap::parse_frame_with`, after the Ethernet destination and
+    /// type), its IPv4 header and UDP checksums verified unless the device
+    /// vouched for them (`verdict.checksums`, spec 3.1.5: once per frame);
     /// only an IP frame that is not one is looked at again, as ICMP or
     /// someone else's.
     pub(super) fn accept(
         &mut self,
         now: Instant,
         frame: &[u8],
-        crc: CrcVerdict,
+        verdict: RxVerdict,
         udp_port: u16,
         stats: &mut EngineStats,
         deliver: impl FnOnce(&mut EngineStats, &RxMeta, &[u8], CrcVerdict),
@@ -118,7 +120,7 @@ impl<const NEIGHBORS: usize> Interface<NEIGHBORS> {
             );
         }
         // The one parse of a transport frame's Ethernet, IP and UDP.
-        let parsed = encap::parse_frame(frame, udp_port);
+        let parsed = encap::parse_frame_with(frame, udp_port, &verdict.checksums.capabilities());
         probe::count(|p| p.rx_parses += 1);
         if let Ok((info, packet)) = parsed {
             if let IpPair::V4 { src, dst } = info.ip {
@@ -134,7 +136,7 @@ impl<const NEIGHBORS: usize> Interface<NEIGHBORS> {
                 },
                 ce: info.is_ce(),
             };
-            deliver(stats, &meta, packet, crc);
+            deliver(stats, &meta, packet, verdict.crc);
             return Control::Consumed;
         }
         // Not a transport frame: ICMP, someone else's, or malformed.

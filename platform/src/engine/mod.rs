@@ -24,13 +24,15 @@
 //!    in order per connection) rather than holding up the others.
 //! 2. **RX**: transport packets from the link. On a frame device,
 //!    Ethernet/IP/UDP is parsed once, by
-//!    `metaroce_core::wire::encap::parse_frame` (CE mark and the UDP source
-//!    port, the sender's path entropy, go into [`RxMeta`](metaroce_core::api::RxMeta));
+//!    `metaroce_core::wire::encap::parse_frame_with` (CE mark and the UDP source
+//!    port, the sender's path entropy, go into [`RxMeta`](metaroce_core::api::RxMeta)),
+//!    which verifies the IPv4 header and UDP checksums unless the device
+//!    vouched for them ([`FrameDevice::receive_with_verdict`]: checksum
+//!    offload, or a frame that never left memory);
 //!    ARP and ICMP echo are answered by the interface. Each transport
 //!    packet goes to [`Transport::handle_packet`] with a
 //!    [`DmaMemory`](crate::dma::DmaMemory) that places payload by DMA, and
-//!    with the device's verdict on its CRC trailer
-//!    ([`FrameDevice::receive_with_verdict`]).
+//!    with the device's verdict on its CRC trailer.
 //! 3. **Timers**: [`Transport::handle_timeout`] once its deadline passed;
 //!    then **entropy**: when the transport's policy says fresh entropy is
 //!    due ([`Transport::reseed_due`], spec 5.1.6), 32 bytes from the

@@ -361,6 +361,32 @@ fn a_full_ring_drops_and_counts() {
     assert_eq!(d.delivered(0), 4);
 }
 
+/// A frame reaches its core with the device's verdicts on it: unverified
+/// off the wire (the core's engine verifies its checksums, once), or
+/// vouched for by a device that verified it (not verified again).
+#[test]
+fn frames_keep_the_devices_verdicts_through_the_dispatcher() {
+    use crate::device::{ChecksumVerdict, CrcVerdict, RxVerdict};
+    let wire: MemLink<64> = MemLink::new();
+    let (mut nic, mut peer) = wire.ends().unwrap();
+    let link: MemLink<8> = MemLink::new();
+    let (mut core, ring) = link.ends().unwrap();
+    let mut rings = [ring];
+    let mut d = Dispatcher::new(ShardMap::new(8, 4, 1).unwrap(), 1, PORT);
+    let offloaded = RxVerdict {
+        checksums: ChecksumVerdict::Verified,
+        crc: CrcVerdict::Good,
+    };
+    assert!(peer.send_frame(&ack_frame(1)));
+    assert!(peer.send_frame_with_verdict(&ack_frame(2), offloaded));
+    assert_eq!(d.receive(&mut nic, &mut rings, 32).frames, 2);
+    let mut got = Vec::new();
+    while let Some(verdict) = core.receive_with_verdict(|_, verdict| verdict) {
+        got.push(verdict);
+    }
+    assert_eq!(got, [RxVerdict::NOT_CHECKED, offloaded]);
+}
+
 /// Four core threads and a dispatcher thread: every frame a peer sends
 /// to a connection reaches exactly its owner, and every frame a core
 /// sends reaches the wire exactly once.

@@ -33,7 +33,7 @@ use metaroce_core::storage::Storage;
 use metaroce_core::wire::CloseReason;
 use metaroce_core::{Borrowed, CommandError, Endpoint, Event, Instant};
 use metaroce_platform::control::{ConnCounters, ControlError, ControlEvent, HostControl};
-use metaroce_platform::device::{MemFrameDevice, MAX_FRAME_LEN};
+use metaroce_platform::device::{MemFrameDevice, RxVerdict, MAX_FRAME_LEN};
 use metaroce_platform::dma::{DmaCopy, DmaError, HostWindow};
 use metaroce_platform::shard::{Dispatcher, Round, ShardMap};
 use metaroce_platform::shmem::SharedMemory;
@@ -115,6 +115,16 @@ impl FrameDevice for NodeDevice {
         match self {
             NodeDevice::Net(net) => net.receive(f),
             NodeDevice::Link(link) => link.receive(f),
+        }
+    }
+
+    /// Each device's own verdicts: a link's frame written by another
+    /// engine needs no checksum verification, one the dispatcher took off
+    /// the wire carries the wire device's.
+    fn receive_with_verdict<R>(&mut self, f: impl FnOnce(&[u8], RxVerdict) -> R) -> Option<R> {
+        match self {
+            NodeDevice::Net(net) => net.receive_with_verdict(f),
+            NodeDevice::Link(link) => link.receive_with_verdict(f),
         }
     }
 

@@ -28,8 +28,22 @@ pub struct VirtIONetRaw<H: Hal, T: Transport, const QUEUE_SIZE: usize> {
 
 impl<H: Hal, T: Transport, const QUEUE_SIZE: usize> VirtIONetRaw<H, T, QUEUE_SIZE> {
     /// Create a new VirtIO-Net driver.
-    pub fn new(mut transport: T) -> Result<Self> {
-        let negotiated_features = transport.begin_init(SUPPORTED_FEATURES);
+    pub fn new(transport: T) -> Result<Self> {
+        Self::new_with_features(transport, SUPPORTED_FEATURES)
+    }
+
+    /// [`Self::new`], also offering `VIRTIO_NET_F_GUEST_CSUM` (a MetaRoCE
+    /// change): the caller handles received packets whose header says
+    /// `NEEDS_CSUM` (checksum partial, the packet valid) or `DATA_VALID`
+    /// (checksum validated by the device), reading the header's `flags`
+    /// (its first byte) in each receive buffer. Negotiated only if the
+    /// device offers it; if not, the device leaves `flags` zero.
+    pub fn new_with_guest_csum(transport: T) -> Result<Self> {
+        Self::new_with_features(transport, SUPPORTED_FEATURES.union(Features::GUEST_CSUM))
+    }
+
+    fn new_with_features(mut transport: T, supported: Features) -> Result<Self> {
+        let negotiated_features = transport.begin_init(supported);
         info!("negotiated_features {:?}", negotiated_features);
 
         // Read configuration space.
