@@ -8,6 +8,11 @@
 //! engine rings the completion doorbell after producing completions or admin
 //! results. [`HostQueues::split`] hands the host half ([`HostPort`]) and the
 //! engine half ([`EnginePort`]) out once.
+//!
+//! The engine loop reaches the host through [`HostSide`]: these rings, or
+//! the shared-memory host interface read and written directly
+//! ([`crate::hostif::HostInterface`]), so a work entry and a completion
+//! each pass one queue between the host and the transport.
 
 use metaroce_core::api::{Completion, ConnHandle, RecvRequest, Region, Status, WorkRequest};
 
@@ -253,6 +258,87 @@ impl<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>
     /// Whether the engine rang the completion doorbell since the last call.
     pub fn take_completion_doorbell(&self) -> bool {
         self.bells.completion.take()
+    }
+}
+
+/// What the engine loop needs of the host: work to take and a place for
+/// completions. A trait object in the loop, so a firmware that serves both
+/// its own tasks ([`EnginePort`]) and host processes
+/// ([`crate::hostif::HostInterface`]) holds one copy of the loop.
+///
+/// Peeking and popping are separate because the loop may have to leave an
+/// entry where it is (its connection's queue is full and the parked list
+/// too): `pop_*` takes the entry the last `peek_*` of that queue returned.
+pub trait HostSide {
+    /// Starts a poll: consumes the doorbells (the rings are the truth; a
+    /// doorbell only wakes a sleeping engine) and resets per-poll shares.
+    fn begin_poll(&mut self);
+    /// The next admin command, if there is one and room for its answer.
+    fn admin(&mut self) -> Option<AdminCommand>;
+    /// The answer to the command [`HostSide::admin`] returned.
+    fn answer(&mut self, result: AdminResult);
+    /// The oldest receive buffer not yet taken.
+    fn peek_recv(&mut self) -> Option<RecvQueueEntry>;
+    /// Takes the entry the last [`HostSide::peek_recv`] returned.
+    fn pop_recv(&mut self);
+    /// The oldest work request not yet taken.
+    fn peek_send(&mut self) -> Option<SendQueueEntry>;
+    /// Takes the entry the last [`HostSide::peek_send`] returned.
+    fn pop_send(&mut self);
+    /// Whether one more completion can be written now.
+    fn completion_room(&self) -> bool;
+    /// Writes a completion (after [`HostSide::completion_room`] said yes).
+    fn complete(&mut self, completion: Completion);
+    /// Tells the host that completions or answers were written.
+    fn ring_completions(&mut self);
+}
+
+impl<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize> HostSide
+    for EnginePort<'_, SQ, RQ, CQ, AQ>
+{
+    fn begin_poll(&mut self) {
+        let _ = self.take_doorbells();
+    }
+
+    fn admin(&mut self) -> Option<AdminCommand> {
+        if self.admin_result.is_full() {
+            return None;
+        }
+        self.admin.pop()
+    }
+
+    fn answer(&mut self, result: AdminResult) {
+        // Room was checked when the command was taken.
+        let _ = self.admin_result.push(result);
+    }
+
+    fn peek_recv(&mut self) -> Option<RecvQueueEntry> {
+        self.recv.peek()
+    }
+
+    fn pop_recv(&mut self) {
+        let _ = self.recv.pop();
+    }
+
+    fn peek_send(&mut self) -> Option<SendQueueEntry> {
+        self.send.peek()
+    }
+
+    fn pop_send(&mut self) {
+        let _ = self.send.pop();
+    }
+
+    fn completion_room(&self) -> bool {
+        !self.completion.is_full()
+    }
+
+    fn complete(&mut self, completion: Completion) {
+        // Room was checked by the caller; the engine is the only producer.
+        let _ = self.completion.push(completion);
+    }
+
+    fn ring_completions(&mut self) {
+        self.bells.completion.ring();
     }
 }
 

@@ -16,10 +16,11 @@ pub struct Probes {
     /// Full Ethernet/IP/UDP parses of received frames.
     pub rx_parses: u64,
     /// Completions that reached a host completion queue (the engine's
-    /// completion ring), from the transport or refused at post.
+    /// completion ring, or a set's completion queue in shared memory),
+    /// from the transport or refused at post.
     pub completions: u64,
-    /// Queue-to-queue moves those completions made to get there and
-    /// beyond (into a shared-memory completion queue).
+    /// Queue-to-queue moves those completions made to get there: one each
+    /// since the engine writes the shared-memory queues directly.
     pub completion_hops: u64,
 }
 

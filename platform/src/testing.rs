@@ -29,9 +29,8 @@ use zerocopy::IntoBytes;
 
 use crate::control::{ConnCounters, ControlError, ControlEvent, HostControl};
 use crate::engine::EngineStats;
-use crate::host::HostQueues;
+use crate::host::HostSide;
 use crate::hostif::{DeviceInfo, HostInterface};
-use crate::ring::RingConsumer;
 use crate::shmem::SharedMemory;
 
 /// Queue sets (tenants) and the shared memory: the header and queue sets,
@@ -208,7 +207,6 @@ pub fn host_interface(data: &[u8]) -> Outcome {
         owner: Vec::new(),
         regions: 0,
     };
-    let mut queues: HostQueues<64, 64, 128, 4> = HostQueues::new();
     let engine = EngineStats::default();
     let mut now = Instant::from_micros(1);
     let mut producers = [[0u32; 3]; SETS as usize];
@@ -311,18 +309,20 @@ pub fn host_interface(data: &[u8]) -> Outcome {
                 now = now.plus_nanos(u64::from(input.u16()) * 100);
             }
         }
-        // The device's turn, then the engine half is drained and checked.
-        let (mut host_port, mut engine_port) = queues.ports();
-        hostif.fetch(now, &mut control, &mut host_port, &engine);
-        while let Some(e) = engine_port.send.pop() {
+        // The device's turn, then the engine's: every entry it is handed
+        // is checked.
+        hostif.poll_control(now, &mut control, &engine);
+        hostif.begin_poll();
+        while let Some(e) = hostif.peek_send() {
             out.work_reaching_the_engine += 1;
             check_work(&control, e.conn, e.wr.local.addr, u64::from(e.wr.local.len));
+            hostif.pop_send();
         }
-        while let Some(e) = engine_port.recv.pop() {
+        while let Some(e) = hostif.peek_recv() {
             out.work_reaching_the_engine += 1;
             check_work(&control, e.conn, e.rr.local.addr, u64::from(e.rr.local.len));
+            hostif.pop_recv();
         }
-        hostif.deliver(&control, &mut host_port);
         for (i, seen) in refusals_seen.iter_mut().enumerate() {
             let c = hostif.set_counters(i).expect("a set the device formatted");
             let total = refusals(&c);

@@ -1,9 +1,10 @@
 //! The host role (`role=host`): the node is driven by host processes
 //! through the shared-memory host interface (spec chapter 6) in the
 //! ivshmem BAR2, instead of a task compiled into the firmware. The loop is
-//! the platform's: [`HostInterface::fetch`] (admin, events, work entries
-//! into the engine's host queues), [`Engine::poll`] with the BAR as the
-//! DMA target, [`HostInterface::deliver`] (completions back), then a sleep
+//! the platform's: [`HostInterface::poll_control`] (admin commands and
+//! events), [`Engine::poll`] with the interface as its host side (work
+//! entries read from the sets' queues, completions written into them) and
+//! the BAR as the DMA target, then a sleep
 //! that backs off from 20 us to 200 us while no host rings a doorbell
 //! (doorbells are polled; the timer and the NIC interrupt end a sleep).
 //! It runs until the harness stops QEMU.
@@ -51,10 +52,6 @@ pub fn run(
             crate::node::fail("the host interface does not fit the shared memory")
         }
     };
-    let queues = crate::node::host_queues();
-    let Some((mut host, mut port)) = queues.split() else {
-        crate::node::fail("host queues split twice")
-    };
     let [a, b, c, d] = cfg.ip.octets();
     println!(
         "METAROCE-HOSTIF node={} shm={} sets={} ip={}.{}.{}.{} port={}",
@@ -73,23 +70,22 @@ pub fn run(
     loop {
         let now = hw::now();
         let stats = engine.stats();
-        let mut busy = hostif.fetch(now, &mut NodeControl(endpoint), &mut host, &stats);
+        let mut busy = hostif.poll_control(now, &mut NodeControl(endpoint), &stats);
         let polled = engine::poll(
             &mut engine,
             now,
             endpoint,
             &mut device,
-            &mut port,
+            &mut hostif,
             NodeMemory::Shared(shm),
         );
         busy |= polled.busy;
-        busy |= hostif.deliver(&NodeControl(endpoint), &mut host);
         if now >= next_stats {
             next_stats = now + STATS_PERIOD;
             defmt::info!("engine: {}", engine.stats());
             defmt::info!("host interface: {}", hostif.stats());
         }
-        if busy || hostif.has_work() || port.has_work() {
+        if busy || hostif.has_work() {
             backoff = POLL_MIN;
             continue;
         }

@@ -7,9 +7,11 @@
 //! - `iface`: the node's network interface on a frame device: addresses,
 //!   neighbour (ARP) cache, ARP and ICMP echo, and the Ethernet/IP/UDP
 //!   addressing of transport packets;
-//! - `pump`: the host-queue pump: admin, receive and send rings into the
-//!   transport, and the transport's completions into the completion ring
-//!   (the one place they are drained);
+//! - `pump`: the host-queue pump: admin, receive and send queues into the
+//!   transport, and the transport's completions into the host's completion
+//!   queue (the one place they are drained), over a [`HostSide`]: the
+//!   firmware's in-memory rings or the shared-memory host interface itself,
+//!   so each work entry and each completion passes one queue;
 //! - `driver`: receive and transmit, written once over one link
 //!   abstraction (`PacketLink`) that a frame device with its interface
 //!   and a [`DatagramLink`] both are.
@@ -39,7 +41,9 @@
 //!    platform's source ([`Engine::set_entropy_source`]) go to
 //!    [`Transport::reseed`]. The same step on every platform; only the
 //!    source differs.
-//! 4. **Completions** into the completion ring, then its doorbell.
+//! 4. **Completions** into the host's completion queue (converted once,
+//!    into the ABI's entry when the host side is shared memory), then its
+//!    doorbell.
 //! 5. **TX**: [`Transport::poll_transmit`] until the link is full; the
 //!    headers are written directly in the link's buffer (on a frame
 //!    device, wrapped in Ethernet/IP/UDP by `EncapRepr::emit`), the
@@ -62,7 +66,7 @@ use smoltcp::wire::{EthernetAddress, Ipv4Address};
 use crate::device::FrameDevice;
 use crate::dma::DmaCopy;
 use crate::entropy::{EntropySource, EntropyStep};
-use crate::host::EnginePort;
+use crate::host::HostSide;
 use crate::link::DatagramLink;
 use crate::net::NetConfig;
 use crate::transport::Transport;
@@ -267,12 +271,12 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
 
     /// One bounded round of the loop; see the module documentation.
     #[inline]
-    pub fn poll<T, D, M, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+    pub fn poll<T, D, M>(
         &mut self,
         now: Instant,
         transport: &mut T,
         device: &mut D,
-        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        host: &mut dyn HostSide,
         dma: &mut M,
     ) -> PollOutcome
     where
@@ -284,27 +288,19 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
             device,
             iface: &mut self.iface,
         };
-        self.rounds.round(now, transport, &mut link, port, dma)
+        self.rounds.round(now, transport, &mut link, host, dma)
     }
 
     /// One bounded round of the loop over a [`DatagramLink`]: the steps of
     /// [`Engine::poll`], with the link carrying transport packets instead of
     /// frames (no Ethernet, IP, ARP or ICMP here: the link's owner has them).
     #[inline]
-    pub fn poll_datagrams<
-        T,
-        L,
-        M,
-        const SQ: usize,
-        const RQ: usize,
-        const CQ: usize,
-        const AQ: usize,
-    >(
+    pub fn poll_datagrams<T, L, M>(
         &mut self,
         now: Instant,
         transport: &mut T,
         link: &mut L,
-        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        host: &mut dyn HostSide,
         dma: &mut M,
     ) -> PollOutcome
     where
@@ -313,18 +309,18 @@ impl<const NEIGHBORS: usize> Engine<NEIGHBORS> {
         M: DmaCopy,
     {
         self.rounds
-            .round(now, transport, &mut Datagrams(link), port, dma)
+            .round(now, transport, &mut Datagrams(link), host, dma)
     }
 }
 
 impl Rounds {
     /// The five steps over any link (see the module documentation).
-    fn round<T, L, M, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+    fn round<T, L, M>(
         &mut self,
         now: Instant,
         transport: &mut T,
         link: &mut L,
-        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        host: &mut dyn HostSide,
         dma: &mut M,
     ) -> PollOutcome
     where
@@ -334,7 +330,7 @@ impl Rounds {
     {
         let budget = self.budget;
         let stats = &mut self.stats;
-        let mut busy = self.pump.take(transport, port, budget.work_requests, stats);
+        let mut busy = self.pump.take(transport, host, budget.work_requests, stats);
         busy |= driver::receive(link, now, budget.rx_frames, stats, transport, dma);
         if self.deadline.is_some_and(|t| t <= now) {
             transport.handle_timeout(now);
@@ -344,7 +340,7 @@ impl Rounds {
         self.entropy.refresh(now, transport, stats);
         busy |= self
             .pump
-            .complete(transport, port, budget.completions, stats);
+            .complete(transport, host, budget.completions, stats);
         busy |= driver::transmit(
             link,
             now,

@@ -8,13 +8,11 @@
 //! moved once, as the transport made it, and its doorbell rung.
 
 use heapless::Deque;
-use metaroce_core::api::{Completion, ConnHandle, Opcode};
+use metaroce_core::api::{Completion, ConnHandle, Opcode, Status};
 
 use super::EngineStats;
-use crate::doorbell::Doorbell;
-use crate::host::{AdminCommand, AdminResult, EnginePort, RecvQueueEntry, SendQueueEntry};
+use crate::host::{AdminCommand, AdminResult, HostSide, RecvQueueEntry, SendQueueEntry};
 use crate::probe;
-use crate::ring::{RingConsumer, RingProducer};
 use crate::transport::{opcode_of, PostError, Transport};
 
 /// Requests refused for now, held aside until their connection's queue
@@ -34,27 +32,16 @@ impl HostPump {
     }
 
     /// Drains the admin, receive and send queues into the transport.
-    pub(super) fn take<
-        T: Transport,
-        const SQ: usize,
-        const RQ: usize,
-        const CQ: usize,
-        const AQ: usize,
-    >(
+    pub(super) fn take<T: Transport>(
         &mut self,
         transport: &mut T,
-        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        host: &mut dyn HostSide,
         work_requests: u32,
         stats: &mut EngineStats,
     ) -> bool {
-        // The rings are the truth; doorbells only wake a sleeping engine.
-        let _ = port.take_doorbells();
-        let mut any = false;
+        host.begin_poll();
         let mut answered = false;
-        while !port.admin_result.is_full() {
-            let Some(command) = port.admin.pop() else {
-                break;
-            };
+        while let Some(command) = host.admin() {
             stats.admin_commands += 1;
             let (tag, result) = match command {
                 AdminCommand::RegisterRegion { tag, region } => (
@@ -69,46 +56,40 @@ impl HostPump {
                         .map_err(|e| e.status()),
                 ),
             };
-            let _ = port.admin_result.push(AdminResult { tag, result });
+            host.answer(AdminResult { tag, result });
             answered = true;
         }
         let budget = work_requests;
         let recvs = drain_work(
-            &mut port.recv,
+            host,
             &mut self.parked_recvs,
-            &mut port.completion,
             budget,
-            |e: &RecvQueueEntry| e.conn,
-            |e| match transport.post_recv(e.conn, e.rr) {
-                Ok(()) => Post::Taken,
-                Err(err) if err.is_retryable() => Post::Later,
-                Err(err) => Post::Refused(Completion {
+            |e: &RecvQueueEntry| {
+                let refused = |status| Completion {
                     conn: e.conn,
                     wr_id: e.rr.id,
                     opcode: Opcode::Recv,
-                    status: err.status(),
+                    status,
                     byte_len: 0,
                     imm: None,
-                }),
+                };
+                verdict(transport.post_recv(e.conn, e.rr), refused)
             },
         );
         let sends = drain_work(
-            &mut port.send,
+            host,
             &mut self.parked_sends,
-            &mut port.completion,
             budget,
-            |e: &SendQueueEntry| e.conn,
-            |e| match transport.post_send(e.conn, e.wr) {
-                Ok(()) => Post::Taken,
-                Err(err) if err.is_retryable() => Post::Later,
-                Err(err) => Post::Refused(Completion {
+            |e: &SendQueueEntry| {
+                let refused = |status| Completion {
                     conn: e.conn,
                     wr_id: e.wr.id,
                     opcode: opcode_of(&e.wr.op),
-                    status: err.status(),
+                    status,
                     byte_len: 0,
                     imm: None,
-                }),
+                };
+                verdict(transport.post_send(e.conn, e.wr), refused)
             },
         );
         stats.posted_recvs += u64::from(recvs.taken);
@@ -116,40 +97,32 @@ impl HostPump {
         stats.post_retries += u64::from(recvs.later + sends.later);
         stats.post_errors += u64::from(recvs.refused + sends.refused);
         answered |= recvs.refused + sends.refused > 0;
-        any |= recvs.moved || sends.moved;
         if answered {
-            port.bells.completion.ring();
+            host.ring_completions();
         }
-        any || answered
+        recvs.moved || sends.moved || answered
     }
 
-    /// Moves up to `budget` completions from the transport to the
-    /// completion ring, then rings its doorbell: the only path from the
-    /// transport's completions to the host.
-    pub(super) fn complete<
-        T: Transport,
-        const SQ: usize,
-        const RQ: usize,
-        const CQ: usize,
-        const AQ: usize,
-    >(
+    /// Moves up to `budget` completions from the transport to the host's
+    /// completion queue, then rings its doorbell: the only path from the
+    /// transport's completions to the host, one move each.
+    pub(super) fn complete<T: Transport>(
         &self,
         transport: &mut T,
-        port: &mut EnginePort<'_, SQ, RQ, CQ, AQ>,
+        host: &mut dyn HostSide,
         budget: u32,
         stats: &mut EngineStats,
     ) -> bool {
         let mut written = 0;
         while written < budget {
-            if port.completion.is_full() {
+            if !host.completion_room() {
                 stats.cq_full += 1;
                 break;
             }
             let Some(completion) = transport.poll_completion() else {
                 break;
             };
-            // Cannot fail: the ring had a free slot and we are its only producer.
-            let _ = port.completion.push(completion);
+            host.complete(completion);
             probe::count(|p| {
                 p.completions += 1;
                 p.completion_hops += 1;
@@ -158,7 +131,7 @@ impl HostPump {
         }
         stats.completions += u64::from(written);
         if written > 0 {
-            port.bells.completion.ring();
+            host.ring_completions();
         }
         written > 0
     }
@@ -175,6 +148,19 @@ enum Post {
     Later,
     /// Refused for good: this error completion goes to the host.
     Refused(Completion),
+}
+
+/// A post's result as a [`Post`], `refused` making the error completion
+/// from its status.
+fn verdict<E: PostError>(
+    result: Result<(), E>,
+    refused: impl FnOnce(Status) -> Completion,
+) -> Post {
+    match result {
+        Ok(()) => Post::Taken,
+        Err(err) if err.is_retryable() => Post::Later,
+        Err(err) => Post::Refused(refused(err.status())),
+    }
 }
 
 /// Counts of one [`drain_work`] call.
@@ -205,55 +191,85 @@ impl Blocked {
     }
 }
 
-/// Moves requests from a shared host ring into the transport. The host
-/// has one send and one receive ring for every connection, so a request
+/// One of the host's two work queues, as [`drain_work`] reads it.
+trait WorkEntry: Copy {
+    fn conn(&self) -> ConnHandle;
+    fn peek(host: &mut dyn HostSide) -> Option<Self>;
+    fn pop(host: &mut dyn HostSide);
+}
+
+impl WorkEntry for RecvQueueEntry {
+    fn conn(&self) -> ConnHandle {
+        self.conn
+    }
+    fn peek(host: &mut dyn HostSide) -> Option<Self> {
+        host.peek_recv()
+    }
+    fn pop(host: &mut dyn HostSide) {
+        host.pop_recv();
+    }
+}
+
+impl WorkEntry for SendQueueEntry {
+    fn conn(&self) -> ConnHandle {
+        self.conn
+    }
+    fn peek(host: &mut dyn HostSide) -> Option<Self> {
+        host.peek_send()
+    }
+    fn pop(host: &mut dyn HostSide) {
+        host.pop_send();
+    }
+}
+
+/// Moves requests from a shared host queue into the transport. The host
+/// has one send and one receive queue for every connection, so a request
 /// the transport refuses for now (its connection's queue is full) must
 /// not hold up the other connections behind it: it is parked (bounded),
 /// with its connection's later requests behind it in order, and retried
 /// first on the next poll. Only when the parked list is full does the
-/// ring wait. Each request refused for good becomes an error completion.
-fn drain_work<E: Copy, R: RingConsumer<E>, C: RingProducer<Completion>, const N: usize>(
-    ring: &mut R,
+/// queue wait. Each request refused for good becomes an error completion.
+fn drain_work<E: WorkEntry, const N: usize>(
+    host: &mut dyn HostSide,
     parked: &mut Deque<E, N>,
-    completions: &mut C,
     budget: u32,
-    conn_of: impl Fn(&E) -> ConnHandle,
     mut post: impl FnMut(&E) -> Post,
 ) -> Drained {
     let mut out = Drained::default();
     let mut blocked = Blocked(heapless::Vec::new());
-    let mut attempt = |entry: &E, blocked: &mut Blocked, out: &mut Drained, completions: &mut C| {
-        if blocked.contains(conn_of(entry)) {
-            return false;
-        }
-        match post(entry) {
-            Post::Taken => out.taken += 1,
-            Post::Later => {
-                out.later += 1;
-                blocked.insert(conn_of(entry));
+    let mut attempt =
+        |entry: &E, blocked: &mut Blocked, out: &mut Drained, host: &mut dyn HostSide| {
+            if blocked.contains(entry.conn()) {
                 return false;
             }
-            Post::Refused(c) => {
-                out.refused += 1;
-                // `completions` had room: checked before every attempt.
-                let _ = completions.push(c);
-                probe::count(|p| {
-                    p.completions += 1;
-                    p.completion_hops += 1;
-                });
+            match post(entry) {
+                Post::Taken => out.taken += 1,
+                Post::Later => {
+                    out.later += 1;
+                    blocked.insert(entry.conn());
+                    return false;
+                }
+                Post::Refused(c) => {
+                    out.refused += 1;
+                    // The host had room: checked before every attempt.
+                    host.complete(c);
+                    probe::count(|p| {
+                        p.completions += 1;
+                        p.completion_hops += 1;
+                    });
+                }
             }
-        }
-        true
-    };
-    // Parked requests first: they are older than anything on the ring.
+            true
+        };
+    // Parked requests first: they are older than anything on the queue.
     for _ in 0..parked.len() {
-        if completions.is_full() {
+        if !host.completion_room() {
             return out;
         }
         let Some(entry) = parked.pop_front() else {
             break;
         };
-        if attempt(&entry, &mut blocked, &mut out, completions) {
+        if attempt(&entry, &mut blocked, &mut out, host) {
             out.moved = true;
         } else {
             // Same capacity it was just taken from.
@@ -261,15 +277,14 @@ fn drain_work<E: Copy, R: RingConsumer<E>, C: RingProducer<Completion>, const N:
         }
     }
     let mut budget = budget;
-    while budget > 0 && !completions.is_full() {
-        let Some(entry) = ring.peek() else { break };
+    while budget > 0 && host.completion_room() {
+        let Some(entry) = E::peek(host) else { break };
         budget -= 1;
-        // Parked list full: the ring waits (back-pressure).
-        if !attempt(&entry, &mut blocked, &mut out, completions) && parked.push_back(entry).is_err()
-        {
+        // Parked list full: the queue waits (back-pressure).
+        if !attempt(&entry, &mut blocked, &mut out, host) && parked.push_back(entry).is_err() {
             break;
         }
-        let _ = ring.pop();
+        E::pop(host);
         out.moved = true;
     }
     out
@@ -278,11 +293,10 @@ fn drain_work<E: Copy, R: RingConsumer<E>, C: RingProducer<Completion>, const N:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::SpscRing;
+    use crate::host::HostQueues;
     use core::cell::Cell;
+    use metaroce_core::api::{LocalBuf, RecvRequest};
     use std::vec::Vec;
-
-    type Item = (ConnHandle, u32);
 
     fn conn(index: u32) -> ConnHandle {
         ConnHandle {
@@ -291,11 +305,25 @@ mod tests {
         }
     }
 
-    fn error(conn: ConnHandle, id: u32) -> Completion {
-        Completion {
+    fn entry(conn: ConnHandle, id: u64) -> RecvQueueEntry {
+        RecvQueueEntry {
             conn,
-            wr_id: u64::from(id),
-            opcode: Opcode::Send,
+            rr: RecvRequest {
+                id,
+                local: LocalBuf {
+                    key: 1,
+                    addr: 0,
+                    len: 64,
+                },
+            },
+        }
+    }
+
+    fn error(e: &RecvQueueEntry) -> Completion {
+        Completion {
+            conn: e.conn,
+            wr_id: e.rr.id,
+            opcode: Opcode::Recv,
             status: metaroce_core::api::Status::LocalProtection,
             byte_len: 0,
             imm: None,
@@ -304,64 +332,60 @@ mod tests {
 
     #[test]
     fn a_full_connection_does_not_hold_up_the_others_and_keeps_its_order() {
-        let ring: SpscRing<Item, 16> = SpscRing::new();
-        let done: SpscRing<Completion, 16> = SpscRing::new();
-        let (mut host, mut work) = ring.split().unwrap();
-        let (mut cq, mut cq_host) = done.split().unwrap();
+        let mut queues: HostQueues<16, 16, 16, 4> = HostQueues::default();
+        let (mut host, mut engine) = queues.ports();
         let (a, b) = (conn(0), conn(1));
-        for item in [(a, 1), (a, 2), (b, 3), (a, 4), (b, 5), (b, 6)] {
-            host.push(item).unwrap();
+        for (c, id) in [(a, 1), (a, 2), (b, 3), (a, 4), (b, 5), (b, 6)] {
+            host.post_recv(c, entry(c, id).rr).unwrap();
         }
-        let mut parked: Deque<Item, 4> = Deque::new();
+        let mut parked: Deque<RecvQueueEntry, 4> = Deque::new();
         let a_full = Cell::new(true);
         let taken = core::cell::RefCell::new(Vec::new());
-        let post = |e: &Item| {
-            if e.0 == a && a_full.get() {
+        let post = |e: &RecvQueueEntry| {
+            if e.conn == a && a_full.get() {
                 Post::Later
-            } else if e.1 == 6 {
-                Post::Refused(error(e.0, e.1))
+            } else if e.rr.id == 6 {
+                Post::Refused(error(e))
             } else {
-                taken.borrow_mut().push(e.1);
+                taken.borrow_mut().push(e.rr.id);
                 Post::Taken
             }
         };
-        let d = drain_work(&mut work, &mut parked, &mut cq, 32, |e| e.0, post);
+        let d = drain_work(&mut engine, &mut parked, 32, post);
         assert_eq!(*taken.borrow(), [3, 5], "b's requests went past a's");
         assert_eq!((d.taken, d.refused), (2, 1));
-        assert_eq!(cq_host.pop().map(|c| c.wr_id), Some(6));
-        assert_eq!(parked.iter().map(|e| e.1).collect::<Vec<_>>(), [1, 2, 4]);
+        assert_eq!(host.poll_completion().map(|c| c.wr_id), Some(6));
+        assert_eq!(
+            parked.iter().map(|e| e.rr.id).collect::<Vec<_>>(),
+            [1, 2, 4]
+        );
         // a's queue drains: its parked requests go first, in order.
         a_full.set(false);
-        host.push((a, 7)).unwrap();
-        let post = |e: &Item| {
-            taken.borrow_mut().push(e.1);
+        host.post_recv(a, entry(a, 7).rr).unwrap();
+        let post = |e: &RecvQueueEntry| {
+            taken.borrow_mut().push(e.rr.id);
             Post::Taken
         };
-        drain_work(&mut work, &mut parked, &mut cq, 32, |e| e.0, post);
+        drain_work(&mut engine, &mut parked, 32, post);
         assert_eq!(*taken.borrow(), [3, 5, 1, 2, 4, 7]);
-        assert!(parked.is_empty() && work.is_empty());
+        assert!(parked.is_empty() && !engine.has_work());
     }
 
     #[test]
-    fn the_ring_waits_when_the_parked_list_is_full() {
-        let ring: SpscRing<Item, 16> = SpscRing::new();
-        let done: SpscRing<Completion, 16> = SpscRing::new();
-        let (mut host, mut work) = ring.split().unwrap();
-        let (mut cq, _) = done.split().unwrap();
+    fn the_queue_waits_when_the_parked_list_is_full() {
+        let mut queues: HostQueues<16, 16, 16, 4> = HostQueues::default();
+        let (mut host, mut engine) = queues.ports();
         for id in 0..6 {
-            host.push((conn(0), id)).unwrap();
+            host.post_recv(conn(0), entry(conn(0), id).rr).unwrap();
         }
-        let mut parked: Deque<Item, 4> = Deque::new();
-        let d = drain_work(
-            &mut work,
-            &mut parked,
-            &mut cq,
-            32,
-            |e| e.0,
-            |_| Post::Later,
-        );
+        let mut parked: Deque<RecvQueueEntry, 4> = Deque::new();
+        let d = drain_work(&mut engine, &mut parked, 32, |_| Post::Later);
         assert_eq!(parked.len(), 4);
-        assert_eq!(work.len(), 2, "nothing dropped: the rest stays on the ring");
+        assert_eq!(
+            host.recv_free(),
+            16 - 2,
+            "nothing dropped: the rest stays on the queue"
+        );
         assert_eq!(
             d.later, 1,
             "only the first was tried; the rest queued behind it"

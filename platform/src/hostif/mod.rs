@@ -2,20 +2,21 @@
 //! what lets host processes outside the firmware drive the engine.
 //!
 //! [`HostInterface::format`] lays out the shared memory (device header,
-//! queue sets, data windows) and marks it ready. Then, around each
-//! [`crate::Engine::poll`], the firmware calls:
+//! queue sets, data windows) and marks it ready. Then, in the firmware's
+//! loop:
 //!
-//! - [`HostInterface::fetch`]: for each claimed queue set in turn (bounded
-//!   per set, so a flooding host cannot starve the others), execute admin
-//!   commands through [`HostControl`], route connection events to the
-//!   owning set, and move valid send and receive entries into the engine's
-//!   host queues (the same [`HostPort`] rings a firmware task uses: the
-//!   engine loop does not change). Invalid entries (unknown opcode, bad
-//!   length, a connection that is stale or another set's, an address
-//!   outside the set's window) become error completions at once and are
-//!   counted;
-//! - [`HostInterface::deliver`]: completions from the engine's completion
-//!   ring to the completion queue of the set owning their connection.
+//! - [`HostInterface::poll_control`], before each [`crate::Engine::poll`]:
+//!   for each claimed queue set in turn (bounded per set, so a flooding
+//!   host cannot starve the others), execute admin commands through
+//!   [`HostControl`] and route connection events to the owning set;
+//! - [`crate::Engine::poll`] with the interface as its
+//!   [`HostSide`](crate::host::HostSide): the
+//!   engine reads the sets' send and receive queues where the hosts wrote
+//!   them and writes completions into the owning set's completion queue,
+//!   one conversion each, with no ring in between. Invalid entries
+//!   (unknown opcode, bad length, a connection that is stale or another
+//!   set's, an address outside the set's window) become error completions
+//!   at once and are counted.
 //!
 //! Each set has its own protection domain (its index) and data window;
 //! regions may only lie in the set's window and only the set that
@@ -46,7 +47,6 @@ use metaroce_core::Instant;
 
 use crate::control::HostControl;
 use crate::engine::EngineStats;
-use crate::host::HostPort;
 use crate::shmem::SharedMemory;
 use rings::{Bell, Consumed, Produced, RingGeometry};
 use work::WorkQueue;
@@ -314,6 +314,8 @@ struct SetState {
     refused: Quota,
     /// Work entries in the engine (the sum of its connections').
     outstanding: u64,
+    /// Work entries taken from each work queue this poll (send, receive).
+    share: [u32; 2],
 }
 
 impl SetState {
@@ -448,6 +450,11 @@ pub struct HostInterface<'m, const CONNS: usize> {
     listener: Option<u8>,
     /// The set served first in the next poll (round robin).
     next_set: usize,
+    /// The set each work queue (send, receive) is read from now.
+    cursor: [usize; 2],
+    /// Where the entry the engine last peeked at in each work queue lies:
+    /// its set and connection slot.
+    peeked: [Option<(usize, u32)>; 2],
     heartbeat: u64,
     stats: HostIfStats,
 }
@@ -511,6 +518,7 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
                 limit: [abi::QUOTA_DEFAULT; 8],
                 refused: [0; 8],
                 outstanding: 0,
+                share: [0; 2],
             });
         }
         let header = abi::DeviceHeader {
@@ -536,6 +544,8 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
             region_cap: u64::from(max_regions).min(MAX_OWNED_REGIONS as u64),
             listener: None,
             next_set: 0,
+            cursor: [0; 2],
+            peeked: [None; 2],
             heartbeat: 0,
             stats: HostIfStats::default(),
         })
@@ -664,19 +674,15 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         })
     }
 
-    /// Step before the engine poll: events, admin commands and work entries
-    /// of every claimed set (see the module documentation). Returns whether
-    /// anything moved.
-    pub fn fetch<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+    /// Step before the engine poll: claims, events and admin commands of
+    /// every set (see the module documentation). Returns whether anything
+    /// moved.
+    pub fn poll_control<C: HostControl>(
         &mut self,
         now: Instant,
         control: &mut C,
-        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
         engine: &EngineStats,
-    ) -> bool
-    where
-        C: HostControl,
-    {
+    ) -> bool {
         self.heartbeat = self.heartbeat.wrapping_add(1);
         if self.shm.store_u64(64, self.heartbeat).is_err() {
             self.stats.shm_faults += 1;
@@ -685,55 +691,20 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         let n = self.sets.len();
         for k in 0..n {
             let i = (self.next_set + k) % n;
-            busy |= self.serve_set(i, now, control, port, engine);
+            busy |= self.serve_set(i, now, control, engine);
         }
-        self.next_set = (self.next_set + 1) % n.max(1);
         busy
     }
 
-    /// Step after the engine poll: completions to their sets. Returns
-    /// whether any moved.
-    pub fn deliver<const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
-        &mut self,
-        control: &impl HostControl,
-        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
-    ) -> bool {
-        let mut any = false;
-        let _ = port.take_completion_doorbell();
-        while let Some(c) = port.poll_completion() {
-            any = true;
-            crate::probe::count(|p| p.completion_hops += 1);
-            let slot = control.slot(c.conn);
-            match self.conns.get_mut(slot) {
-                Some(Some(e)) if e.handle == c.conn => {
-                    let cqe = convert::cqe(&c, slot as u32, e.generation);
-                    self.stats.completions += 1;
-                    let done = e.outstanding > 0;
-                    e.outstanding -= u32::from(done);
-                    if let Some(set) = self.sets.get_mut(usize::from(e.set)) {
-                        set.outstanding -= u64::from(done);
-                        set.complete(&self.shm, cqe);
-                    }
-                }
-                _ => self.stats.orphan_completions += 1,
-            }
-        }
-        any
-    }
-
-    /// One set's turn: claim check, waiting answers, admin, receives, sends.
+    /// One set's turn: claim check, waiting answers, admin commands.
     #[inline(never)]
-    fn serve_set<C, const SQ: usize, const RQ: usize, const CQ: usize, const AQ: usize>(
+    fn serve_set<C: HostControl>(
         &mut self,
         i: usize,
         now: Instant,
         control: &mut C,
-        port: &mut HostPort<'_, SQ, RQ, CQ, AQ>,
         engine: &EngineStats,
-    ) -> bool
-    where
-        C: HostControl,
-    {
+    ) -> bool {
         let shm = self.shm;
         let Some(set) = self.sets.get_mut(i) else {
             return false;
@@ -751,11 +722,6 @@ impl<'m, const CONNS: usize> HostInterface<'m, CONNS> {
         }
         let mut busy = set.flush(&shm);
         busy |= self.serve_admin(i, now, control, engine);
-        busy |= self.serve_work(i, WorkQueue::Recv, port);
-        if self.serve_work(i, WorkQueue::Send, port) {
-            port.ring_send();
-            busy = true;
-        }
         if let Some(set) = self.sets.get(i) {
             set.publish_consumers(&shm);
         }

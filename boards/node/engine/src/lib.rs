@@ -35,6 +35,7 @@ use metaroce_core::{Borrowed, CommandError, Endpoint, Event, Instant};
 use metaroce_platform::control::{ConnCounters, ControlError, ControlEvent, HostControl};
 use metaroce_platform::device::{MemFrameDevice, RxVerdict, MAX_FRAME_LEN};
 use metaroce_platform::dma::{DmaCopy, DmaError, HostWindow};
+use metaroce_platform::host::HostSide;
 use metaroce_platform::shard::{Dispatcher, Round, ShardMap};
 use metaroce_platform::shmem::SharedMemory;
 use metaroce_platform::{Engine, EnginePort, FrameDevice, HostPort, HostQueues, PollOutcome};
@@ -176,10 +177,10 @@ pub fn poll(
     now: Instant,
     endpoint: &mut NodeEndpoint,
     device: &mut NodeDevice,
-    port: &mut NodeEnginePort<'_>,
+    host: &mut dyn HostSide,
     mut memory: NodeMemory<'_>,
 ) -> PollOutcome {
-    engine.poll(now, endpoint, device, port, &mut memory)
+    engine.poll(now, endpoint, device, host, &mut memory)
 }
 
 /// Sends an ICMP echo request (the workload's pings); its reply shows in
