@@ -28,7 +28,7 @@ use std::process::Command;
 
 use crate::firmware::{self, Cpu, CORTEX_A72};
 use crate::no_alloc;
-use crate::project::{FIRMWARE_PROFILE, FIRMWARE_TARGET};
+use crate::project::{FIRMWARE_PROFILE, FIRMWARE_SPEED_PROFILE, FIRMWARE_TARGET};
 use crate::system;
 use crate::test::Context;
 use crate::util::{self, Error};
@@ -57,6 +57,10 @@ pub struct Board {
     /// Cargo features of its package (a configuration of another board's
     /// image, such as the Elba's twin).
     pub features: &'static [&'static str],
+    /// The cargo profile it is built with ([`FIRMWARE_PROFILE`], or
+    /// [`FIRMWARE_SPEED_PROFILE`] where the code budget allows the engine
+    /// loop compiled for speed).
+    pub profile: &'static str,
 }
 
 /// Every board with an image.
@@ -67,8 +71,9 @@ pub const BOARDS: &[Board] = &[
         board_toml: Some("boards/pensando-elba/board.toml"),
         description: "MetaRoCE firmware for the AMD Pensando Elba ARM complex",
         cpu: CORTEX_A72,
-        text_budget: firmware::TEXT_BUDGET,
+        text_budget: firmware::SPEED_TEXT_BUDGET,
         features: &[],
+        profile: FIRMWARE_SPEED_PROFILE,
     },
     Board {
         name: "qemu-virt",
@@ -79,6 +84,7 @@ pub const BOARDS: &[Board] = &[
         cpu: CORTEX_A72,
         text_budget: firmware::TEXT_BUDGET,
         features: &[],
+        profile: FIRMWARE_PROFILE,
     },
     // A Salina board (16 x Neoverse N1) is one more entry here with
     // `cpu: Cpu { target_cpu: "neoverse-n1", .. }`; see `firmware::Cpu`.
@@ -137,8 +143,9 @@ pub const ELBA_TWIN: Board = Board {
     description:
         "MetaRoCE firmware for the Pensando Elba, configured for QEMU virt standing in for it",
     cpu: CORTEX_A72,
-    text_budget: firmware::TEXT_BUDGET,
+    text_budget: firmware::SPEED_TEXT_BUDGET,
     features: &["elba-twin"],
+    profile: FIRMWARE_SPEED_PROFILE,
 };
 
 pub fn find_board(name: &str) -> Option<&'static Board> {

@@ -3,10 +3,14 @@
 /// The bare-metal target of the DPU firmware and of QEMU `virt`.
 pub const FIRMWARE_TARGET: &str = "aarch64-unknown-none";
 
-/// The cargo profile every board's firmware is built with (root
-/// `Cargo.toml`: release without LTO, opt-level per crate), and the
-/// folder under `target/aarch64-unknown-none/` it lands in.
+/// The cargo profile board firmware is built with (root `Cargo.toml`:
+/// fat LTO, opt-level per crate, the engine loop for size), and the folder
+/// under `target/aarch64-unknown-none/` it lands in.
 pub const FIRMWARE_PROFILE: &str = "firmware";
+
+/// [`FIRMWARE_PROFILE`] with the engine loop compiled for speed: for a
+/// board whose code budget allows it (the Elba's).
+pub const FIRMWARE_SPEED_PROFILE: &str = "firmware-speed";
 
 /// Library crates that are `no_std` and must build for [`FIRMWARE_TARGET`]:
 /// each is linted for that target. Add `metaroce-platform` etc. here.

@@ -411,7 +411,7 @@ fn run_scenarios(
     dir_prefix: &str,
 ) -> Result<(), Error> {
     ensure_qemu()?;
-    let elf = firmware::elf_path(BOARD);
+    let elf = firmware::elf_path(BOARD, FIRMWARE_PROFILE);
     if !elf.exists() {
         build_firmware()?;
     }
