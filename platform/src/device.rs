@@ -131,6 +131,14 @@ pub trait FrameDevice {
     fn receive_with_verdict<R>(&mut self, f: impl FnOnce(&[u8], RxVerdict) -> R) -> Option<R> {
         self.receive(|frame| f(frame, RxVerdict::NOT_CHECKED))
     }
+    /// The device computes the UDP checksum of every UDP frame it
+    /// transmits, IPv4 and IPv6 (checksum offload, as a NIC does): the
+    /// engine leaves the field zero (spec 3.1.5). Asked per device value,
+    /// not per type, because one type may stand for several links.
+    /// Default: no.
+    fn computes_udp_checksum(&self) -> bool {
+        false
+    }
     /// Whether `transmit` has a free slot now.
     fn transmit_ready(&mut self) -> bool;
     /// Calls `f` to fill a `len`-byte frame in a TX slot, then sends it.
@@ -235,10 +243,12 @@ impl<const N: usize> MemLink<N> {
             MemFrameDevice {
                 rx: ba_rx,
                 tx: ab_tx,
+                nic_udp_checksums: false,
             },
             MemFrameDevice {
                 rx: ab_rx,
                 tx: ba_tx,
+                nic_udp_checksums: false,
             },
         ))
     }
@@ -249,9 +259,20 @@ impl<const N: usize> MemLink<N> {
 pub struct MemFrameDevice<'a, const N: usize> {
     rx: Consumer<'a, Frame, N>,
     tx: Producer<'a, Frame, N>,
+    /// See [`MemFrameDevice::set_nic_udp_checksums`].
+    nic_udp_checksums: bool,
 }
 
 impl<const N: usize> MemFrameDevice<'_, N> {
+    /// Says that frames sent on this end leave the node through a NIC
+    /// that computes their UDP checksums ([`FrameDevice::computes_udp_checksum`]),
+    /// as a core's rings to the Elba's NIC do: the engine leaves the
+    /// field zero. Off by default: a core's rings to a dispatcher that
+    /// hands frames to a device without that offload.
+    pub fn set_nic_udp_checksums(&mut self, on: bool) {
+        self.nic_udp_checksums = on;
+    }
+
     /// Sends a copy of a whole frame from elsewhere (a wire, a test),
     /// nothing known of it: the receiving engine checks everything.
     /// `false` if the ring is full or the frame too long.
@@ -295,10 +316,16 @@ impl<const N: usize> MemFrameDevice<'_, N> {
 /// verdicts ([`MemFrameDevice::send_frame_with_verdict`]), so a frame a
 /// dispatcher takes off the wire unverified is verified by the engine
 /// that receives it, once. On transmit the engine computes every checksum
-/// (the frame may leave through a real device).
+/// (the frame may leave through a real device), unless the frames leave
+/// through a NIC that computes UDP checksums
+/// ([`MemFrameDevice::set_nic_udp_checksums`]).
 impl<const N: usize> FrameDevice for MemFrameDevice<'_, N> {
     fn max_frame_len(&self) -> usize {
         MAX_FRAME_LEN
+    }
+
+    fn computes_udp_checksum(&self) -> bool {
+        self.nic_udp_checksums
     }
 
     fn receive<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {

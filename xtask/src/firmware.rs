@@ -407,10 +407,10 @@ const SETTINGS: &[Setting] = &[
         features: &[],
     },
     Setting {
-        name: "the Elba's build: the board's setting, engine loop for speed, path index",
+        name: "the Elba's build: the board's setting, engine loop for speed, path index, UDP checksums in the NIC",
         flags: None,
         profile: Some(FIRMWARE_SPEED_PROFILE),
-        features: &["path-index"],
+        features: &["elba-bench"],
     },
 ];
 

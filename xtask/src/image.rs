@@ -782,6 +782,10 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
         format!("host: the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
         nic_dropped(&pair.nic),
     ));
+    checks.push((
+        "host: the stand-in NIC found every UDP checksum good (it computes those the firmware leaves to it)".to_string(),
+        nic_checksums_good(&pair.nic),
+    ));
 
     // 2. Every core of both twins: the workload role's traffic.
     let pair = twin_pair(&uboot, &tftp, &cfg, &workload_plan(), TWIN_LOSS)?;
@@ -815,6 +819,10 @@ pub fn elba_twin(ctx: Option<&mut Context>) -> Result<(), Error> {
     checks.push((
         format!("twin: the stand-in NIC dropped frames ({TWIN_LOSS} % loss)"),
         nic_dropped(&pair.nic),
+    ));
+    checks.push((
+        "twin: the stand-in NIC found every UDP checksum good (it computes those the firmware leaves to it)".to_string(),
+        nic_checksums_good(&pair.nic),
     ));
 
     let mut failed = Vec::new();
@@ -862,6 +870,12 @@ fn nic_dropped(nic: &str) -> bool {
         let l = nic_last(nic, t);
         l.contains(" lost=") && !l.contains(" lost=0 ")
     })
+}
+
+/// Whether the stand-in NIC found every UDP checksum good, on frames it
+/// completed itself (the firmware leaves the field to it) and delivered.
+fn nic_checksums_good(nic: &str) -> bool {
+    (0..2).all(|t| nic_last(nic, t).contains(" bad_checksum=0 "))
 }
 
 /// Starts one twin with the node's configuration line `config` (and, with

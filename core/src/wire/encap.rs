@@ -174,6 +174,17 @@ pub fn rx_udp_verified_checksums() -> ChecksumCapabilities {
     caps
 }
 
+/// The IPv4 header checksum computed on transmit, the UDP checksum left
+/// zero for the device to compute (a NIC's checksum offload, Linux's
+/// `NETIF_F_HW_CSUM`); on receive both verified. What
+/// [`EncapRepr::emit_with`] takes for a device that computes UDP
+/// checksums.
+pub fn udp_tx_offloaded_checksums() -> ChecksumCapabilities {
+    let mut caps = software_checksums();
+    caps.udp = Checksum::Rx;
+    caps
+}
+
 impl EncapRepr {
     /// Bytes of Ethernet, IP and UDP headers.
     pub fn header_len(&self) -> usize {
@@ -467,6 +478,30 @@ mod tests {
             parse_frame(&offloaded[..n], v4().dst_port),
             Err(Error::Encapsulation)
         );
+    }
+
+    /// With the UDP checksum left to the device, the frame differs from
+    /// the software one only in that field, which the device's checksum
+    /// fills back to the same bytes.
+    #[test]
+    fn a_udp_checksum_left_to_the_device_is_the_only_difference() {
+        for e in [v4(), v6()] {
+            let (software, n) = frame(&e, &software_checksums());
+            let (mut offloaded, m) = frame(&e, &udp_tx_offloaded_checksums());
+            assert_eq!(n, m);
+            let at = ETHERNET_HEADER_LEN + e.ip.header_len() + 6;
+            assert_eq!(offloaded[at..at + 2], [0, 0]);
+            assert_eq!(
+                offloaded[..at],
+                software[..at],
+                "IP header checksum computed"
+            );
+            assert_eq!(offloaded[at + 2..n], software[at + 2..n]);
+            // The device's part.
+            let (src, dst) = (e.ip.src(), e.ip.dst());
+            UdpPacket::new_unchecked(&mut offloaded[at - 6..n]).fill_checksum(&src, &dst);
+            assert_eq!(offloaded[..n], software[..n]);
+        }
     }
 
     /// A corrupted checksum fails the software check and passes where the

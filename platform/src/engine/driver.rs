@@ -11,7 +11,7 @@
 //! trailer from `finish_packet*`).
 
 use metaroce_core::api::{RxMeta, Transmit};
-use metaroce_core::wire::{CrcVerdict, EncapRepr};
+use metaroce_core::wire::{encap, CrcVerdict, EncapRepr};
 use metaroce_core::Instant;
 
 use super::iface::{Interface, Route};
@@ -116,9 +116,16 @@ impl<D: FrameDevice, const N: usize> PacketLink for Frames<'_, D, N> {
             return Sent::Unsendable;
         }
         let wire_len = net::padded(frame_len);
+        let caps = if self.device.computes_udp_checksum() {
+            encap::udp_tx_offloaded_checksums()
+        } else {
+            encap::software_checksums()
+        };
         let sent = self.device.transmit(wire_len, |slot| {
             slot[frame_len..].fill(0);
-            encap.emit(slot, transport_len, |packet| fill(packet, Some(&encap)))
+            encap.emit_with(slot, transport_len, &caps, |packet| {
+                fill(packet, Some(&encap))
+            })
         });
         match sent {
             Some(Ok(_)) => Sent::Bytes(wire_len),

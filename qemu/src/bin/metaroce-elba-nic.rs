@@ -8,7 +8,12 @@
 //! table slot in the destination connection id, the connect hash for a
 //! CONNECT, core 0 for ARP and ICMP: `metaroce_platform::shard`), drops
 //! the given share of frames on the way (a lossy fabric), and rings the
-//! rx doorbell word of each core it fed. Frames for a core whose rx ring
+//! rx doorbell word of each core it fed. Like the NIC it stands for, it
+//! offloads checksums (the descriptor flags of `shm.rs`): it computes the
+//! UDP checksum of every frame sent with `FLAG_TX_UDP_CHECKSUM`, and
+//! verifies the IPv4 header and UDP checksums of every frame it delivers,
+//! setting `FLAG_RX_CHECKSUMS_GOOD` when they are good (counted otherwise:
+//! `bad_checksum`). Frames for a core whose rx ring
 //! is full wait in a queue of that core's (up to `BACKLOG` frames, then
 //! they are dropped and counted), as a NIC's buffers would hold them, so
 //! the drops are the configured loss rather than the cores' polling.
@@ -35,6 +40,10 @@ use metaroce_core::Shard;
 use metaroce_platform::shard::{Dispatcher, ShardMap, Steer};
 use metaroce_platform::shmem::SharedMemory;
 use metaroce_verbs::SharedFile;
+use smoltcp::wire::{
+    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket,
+    ETHERNET_HEADER_LEN,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -136,6 +145,9 @@ const HEADER_BYTES: u64 = 192;
 const SLOT_BYTES: u64 = 1536;
 const DATA_AT: u64 = 4;
 const DATA_BYTES: usize = 1532;
+/// The descriptor flags (`boards/pensando-elba/drivers/src/shm.rs`).
+const FLAG_TX_UDP_CHECKSUM: u16 = 1 << 0;
+const FLAG_RX_CHECKSUMS_GOOD: u16 = 1 << 1;
 
 /// The host's end of one shared-memory ring (the ring protocol of
 /// `shm.rs`: head and tail are free-running counters; the producer
@@ -160,8 +172,8 @@ impl Ring {
         self.at + HEADER_BYTES + u64::from(index & (slots - 1)) * SLOT_BYTES
     }
 
-    /// Takes the next frame the firmware sent, into `out`.
-    fn pop(&self, m: &SharedMemory<'_>, out: &mut Vec<u8>) -> Option<()> {
+    /// Takes the next frame the firmware sent, into `out`; its flags.
+    fn pop(&self, m: &SharedMemory<'_>, out: &mut Vec<u8>) -> Option<u16> {
         let slots = self.slots(m)?;
         let head = m.load_u32(self.at + HEAD_AT).ok()?;
         let tail = m.load_u32(self.at + TAIL_AT).ok()?;
@@ -170,16 +182,17 @@ impl Ring {
             return None;
         }
         let slot = self.slot(tail, slots);
-        let mut len = [0u8; 2];
-        m.copy_out(slot, &mut len).ok()?;
-        let len = usize::from(u16::from_le_bytes(len)).min(DATA_BYTES);
+        let mut words = [0u8; 4];
+        m.copy_out(slot, &mut words).ok()?;
+        let len = usize::from(u16::from_le_bytes([words[0], words[1]])).min(DATA_BYTES);
         out.resize(len, 0);
         m.copy_out(slot + DATA_AT, out).ok()?;
-        m.store_u32(self.at + TAIL_AT, tail.wrapping_add(1)).ok()
+        m.store_u32(self.at + TAIL_AT, tail.wrapping_add(1)).ok()?;
+        Some(u16::from_le_bytes([words[2], words[3]]))
     }
 
-    /// Gives the firmware a frame; `None` if the ring is full.
-    fn push(&self, m: &SharedMemory<'_>, frame: &[u8]) -> Option<()> {
+    /// Gives the firmware a frame with `flags`; `None` if the ring is full.
+    fn push(&self, m: &SharedMemory<'_>, frame: &[u8], flags: u16) -> Option<()> {
         let slots = self.slots(m)?;
         let head = m.load_u32(self.at + HEAD_AT).ok()?;
         let tail = m.load_u32(self.at + TAIL_AT).ok()?;
@@ -189,7 +202,7 @@ impl Ring {
         let slot = self.slot(head, slots);
         let len = u16::try_from(frame.len()).ok()?;
         m.copy_in(slot, &len.to_le_bytes()).ok()?;
-        m.copy_in(slot + 2, &0u16.to_le_bytes()).ok()?;
+        m.copy_in(slot + 2, &flags.to_le_bytes()).ok()?;
         m.copy_in(slot + DATA_AT, frame).ok()?;
         m.store_u32(self.at + HEAD_AT, head.wrapping_add(1)).ok()
     }
@@ -197,6 +210,54 @@ impl Ring {
 
 /// Frames a core's queue holds while its rx ring is full.
 const BACKLOG: usize = 4096;
+
+/// The IP addresses and the UDP datagram's place in an IPv4 or IPv6 UDP
+/// frame; `None` for anything else.
+fn udp_of(frame: &[u8]) -> Option<(IpAddress, IpAddress, usize)> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let at = ETHERNET_HEADER_LEN;
+    match eth.ethertype() {
+        EthernetProtocol::Ipv4 => {
+            let ip = Ipv4Packet::new_checked(&frame[at..]).ok()?;
+            (ip.next_header() == IpProtocol::Udp).then(|| {
+                let udp = at + usize::from(ip.header_len());
+                (ip.src_addr().into(), ip.dst_addr().into(), udp)
+            })
+        }
+        EthernetProtocol::Ipv6 => {
+            let ip = Ipv6Packet::new_checked(&frame[at..]).ok()?;
+            (ip.next_header() == IpProtocol::Udp)
+                .then(|| (ip.src_addr().into(), ip.dst_addr().into(), at + 40))
+        }
+        _ => None,
+    }
+}
+
+/// Computes and writes a UDP frame's checksum, as the NIC's transmit
+/// checksum offload does; other frames are left as they are.
+fn fill_udp_checksum(frame: &mut [u8]) {
+    if let Some((src, dst, at)) = udp_of(frame) {
+        if let Ok(mut udp) = UdpPacket::new_checked(&mut frame[at..]) {
+            udp.fill_checksum(&src, &dst);
+        }
+    }
+}
+
+/// Whether a frame's checksums are good, as the NIC's receive checksum
+/// offload finds them: a UDP frame whose IPv4 header checksum (IPv6 has
+/// none) and UDP checksum verify. Anything else gets no verdict.
+fn checksums_good(frame: &[u8]) -> bool {
+    let Some((src, dst, at)) = udp_of(frame) else {
+        return false;
+    };
+    let ip_ok = match EthernetFrame::new_unchecked(frame).ethertype() {
+        EthernetProtocol::Ipv4 => {
+            Ipv4Packet::new_unchecked(&frame[ETHERNET_HEADER_LEN..]).verify_checksum()
+        }
+        _ => true,
+    };
+    ip_ok && UdpPacket::new_checked(&frame[at..]).is_ok_and(|udp| udp.verify_checksum(&src, &dst))
+}
 
 /// One twin: its RAM, and per core its rings, rx doorbell word and the
 /// frames waiting for room in its rx ring.
@@ -216,6 +277,9 @@ struct Counters {
     lost: u64,
     full: u64,
     unroutable: u64,
+    /// UDP frames delivered whose checksums were wrong (without
+    /// `FLAG_RX_CHECKSUMS_GOOD`, for the engine to find and count).
+    bad_checksum: u64,
     /// Bytes written to the twin's doorbell line.
     spi: u64,
     per_core: Vec<[u64; 2]>,
@@ -286,8 +350,11 @@ fn main() -> ExitCode {
             for core in 0..args.cores {
                 for _ in 0..64 {
                     let src = twins[from].file.view();
-                    if twins[from].tx[core].pop(&src, &mut frame).is_none() {
+                    let Some(flags) = twins[from].tx[core].pop(&src, &mut frame) else {
                         break;
+                    };
+                    if flags & FLAG_TX_UDP_CHECKSUM != 0 {
+                        fill_udp_checksum(&mut frame);
                     }
                     moved = true;
                     counters[from].per_core[core][0] += 1;
@@ -321,8 +388,13 @@ fn main() -> ExitCode {
             let dst = twin.file.view();
             for (c, queue) in twin.backlog.iter_mut().enumerate() {
                 while let Some(frame) = queue.front() {
-                    if twin.rx[c].push(&dst, frame).is_none() {
+                    let good = checksums_good(frame);
+                    let flags = if good { FLAG_RX_CHECKSUMS_GOOD } else { 0 };
+                    if twin.rx[c].push(&dst, frame, flags).is_none() {
                         break;
+                    }
+                    if !good && udp_of(frame).is_some() {
+                        counters[to].bad_checksum += 1;
                     }
                     queue.pop_front();
                     counters[from].moved += 1;
@@ -364,11 +436,12 @@ fn report(counters: &[Counters]) {
         let tx: Vec<String> = c.per_core.iter().map(|p| p[0].to_string()).collect();
         let rx: Vec<String> = c.per_core.iter().map(|p| p[1].to_string()).collect();
         println!(
-            "ELBA-NIC twin={twin} moved={} lost={} backlog_full={} unroutable={} spi={} tx_per_core={} rx_per_core={}",
+            "ELBA-NIC twin={twin} moved={} lost={} backlog_full={} unroutable={} bad_checksum={} spi={} tx_per_core={} rx_per_core={}",
             c.moved,
             c.lost,
             c.full,
             c.unroutable,
+            c.bad_checksum,
             c.spi,
             tx.join(","),
             rx.join(",")

@@ -129,6 +129,15 @@ impl FrameDevice for NodeDevice {
         }
     }
 
+    /// Each device's own offload: the Elba's NIC rings compute UDP
+    /// checksums, virtio-net here does not.
+    fn computes_udp_checksum(&self) -> bool {
+        match self {
+            NodeDevice::Net(net) => net.computes_udp_checksum(),
+            NodeDevice::Link(link) => link.computes_udp_checksum(),
+        }
+    }
+
     fn transmit_ready(&mut self) -> bool {
         match self {
             NodeDevice::Net(net) => net.transmit_ready(),

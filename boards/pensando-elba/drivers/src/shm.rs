@@ -26,7 +26,17 @@
 //! ([`ShmConsumer::fault`]) and treated as empty (or full), never followed.
 //!
 //! A frame slot is a [`FrameDescriptor`]: `u16` length, `u16` flags, then
-//! the frame bytes (1536 bytes in all).
+//! the frame bytes (1536 bytes in all). Flags, as a NIC's descriptors
+//! carry its checksum offload (spec 3.1.5, "Who verifies"):
+//!
+//! | bit | direction | meaning |
+//! |---|---|---|
+//! | [`FLAG_TX_UDP_CHECKSUM`] | to the NIC | compute the frame's UDP checksum (IPv4 or IPv6; the pseudo-header, the UDP header with the field zero, the payload; a computed 0 sent as `0xffff`) and write it; the firmware left it zero |
+//! | [`FLAG_RX_CHECKSUMS_GOOD`] | from the NIC | the frame's IPv4 header checksum and UDP checksum were verified and are good; without it the engine verifies them |
+//!
+//! Other bits are zero; a NIC that finds a checksum wrong delivers the
+//! frame without [`FLAG_RX_CHECKSUMS_GOOD`], and the engine finds and
+//! counts it.
 //!
 //! A doorbell ([`ShmDoorbell`]) is a `u32` word the ringing side
 //! increments (Release) and the other side compares with the last value
@@ -39,7 +49,9 @@ use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use metaroce_platform::device::{FrameDevice, MAX_FRAME_LEN};
+use metaroce_platform::device::{
+    ChecksumVerdict, CrcVerdict, FrameDevice, RxVerdict, MAX_FRAME_LEN,
+};
 use metaroce_platform::doorbell::Doorbell;
 use metaroce_platform::ring::{RingConsumer, RingProducer};
 
@@ -51,6 +63,11 @@ pub const RING_VERSION: u32 = 1;
 pub const MAX_SLOTS: u32 = 1 << 15;
 /// Bytes of frame data in a [`FrameDescriptor`].
 pub const FRAME_DATA_BYTES: usize = 1532;
+/// [`FrameDescriptor::flags`]: the NIC computes the UDP checksum.
+pub const FLAG_TX_UDP_CHECKSUM: u16 = 1 << 0;
+/// [`FrameDescriptor::flags`]: the NIC verified the IPv4 header and UDP
+/// checksums.
+pub const FLAG_RX_CHECKSUMS_GOOD: u16 = 1 << 1;
 
 /// The ring header: three cache lines (see the module documentation).
 #[repr(C, align(64))]
@@ -88,7 +105,8 @@ unsafe impl Descriptor for u64 {}
 pub struct FrameDescriptor {
     /// Bytes of `data` in use.
     pub len: u16,
-    /// Reserved for the NIC side (checksum offload, errors); 0 for now.
+    /// Checksum offload ([`FLAG_TX_UDP_CHECKSUM`],
+    /// [`FLAG_RX_CHECKSUMS_GOOD`]); other bits zero.
     pub flags: u16,
     pub data: [u8; FRAME_DATA_BYTES],
 }
@@ -509,6 +527,12 @@ impl<N: Notify> FrameDevice for ShmFrameDevice<'_, N> {
     }
 
     fn receive<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.receive_with_verdict(|frame, _| f(frame))
+    }
+
+    /// The NIC's checksum verdict from the descriptor's flags; the CRC
+    /// trailer is the engine's to check.
+    fn receive_with_verdict<R>(&mut self, f: impl FnOnce(&[u8], RxVerdict) -> R) -> Option<R> {
         let mut f = Some(f);
         loop {
             let delivered = self.rx.pop_with(|d| {
@@ -516,7 +540,15 @@ impl<N: Notify> FrameDevice for ShmFrameDevice<'_, N> {
                 if len > MAX_FRAME_LEN {
                     return None;
                 }
-                f.take().map(|f| f(&d.data[..len]))
+                let verdict = RxVerdict {
+                    checksums: if d.flags & FLAG_RX_CHECKSUMS_GOOD != 0 {
+                        ChecksumVerdict::Verified
+                    } else {
+                        ChecksumVerdict::NotChecked
+                    },
+                    crc: CrcVerdict::NotChecked,
+                };
+                f.take().map(|f| f(&d.data[..len], verdict))
             })?;
             match delivered {
                 Some(result) => return Some(result),
@@ -524,6 +556,12 @@ impl<N: Notify> FrameDevice for ShmFrameDevice<'_, N> {
                 None => self.stats.rx_bad_length += 1,
             }
         }
+    }
+
+    /// The NIC computes UDP checksums ([`FLAG_TX_UDP_CHECKSUM`] on every
+    /// frame sent).
+    fn computes_udp_checksum(&self) -> bool {
+        true
     }
 
     fn transmit_ready(&mut self) -> bool {
@@ -534,7 +572,7 @@ impl<N: Notify> FrameDevice for ShmFrameDevice<'_, N> {
         let wire_len = u16::try_from(len).ok().filter(|_| len <= MAX_FRAME_LEN)?;
         let result = self.tx.push_with(|d| {
             d.len = wire_len;
-            d.flags = 0;
+            d.flags = FLAG_TX_UDP_CHECKSUM;
             f(&mut d.data[..len])
         })?;
         self.tx_bell.ring();
@@ -778,5 +816,40 @@ mod tests {
             assert_eq!((len, first, last), (64 + i as u16, i as u8, i as u8));
         }
         assert!(dev.fault().is_none());
+    }
+
+    #[test]
+    fn checksum_offload_is_asked_of_the_nic_and_its_verdict_passed_on() {
+        let mut rx_mem = Memory::<{ 192 + 4 * 1536 }>::new();
+        let mut tx_mem = Memory::<{ 192 + 4 * 1536 }>::new();
+        let mut rx_ring = ShmRing::<FrameDescriptor>::format(&mut rx_mem.0, 4).unwrap();
+        let mut tx_ring = ShmRing::<FrameDescriptor>::format(&mut tx_mem.0, 4).unwrap();
+        let (mut nic_rx, rx) = rx_ring.split();
+        let (tx, mut nic_tx) = tx_ring.split();
+        let word = AtomicU32::new(0);
+        let mut dev = ShmFrameDevice::new(rx, tx, ShmDoorbell::new(&word, ()));
+        assert!(dev.computes_udp_checksum());
+        dev.transmit(60, |f| f.fill(0)).unwrap();
+        assert_eq!(nic_tx.pop_with(|d| d.flags), Some(FLAG_TX_UDP_CHECKSUM));
+        for flags in [FLAG_RX_CHECKSUMS_GOOD, 0] {
+            let d = FrameDescriptor {
+                len: 60,
+                flags,
+                data: [0; FRAME_DATA_BYTES],
+            };
+            nic_rx.push(d).unwrap();
+        }
+        let checksums = |dev: &mut ShmFrameDevice<'_, ()>| {
+            dev.receive_with_verdict(|_, v| (v.checksums, v.crc))
+                .unwrap()
+        };
+        assert_eq!(
+            checksums(&mut dev),
+            (ChecksumVerdict::Verified, CrcVerdict::NotChecked)
+        );
+        assert_eq!(
+            checksums(&mut dev),
+            (ChecksumVerdict::NotChecked, CrcVerdict::NotChecked)
+        );
     }
 }
