@@ -1,0 +1,360 @@
+//! What every peer address holds, and the tickets of announced regions: the
+//! server's books ([`Books`]). The firmware keeps them in fixed arrays
+//! ([`LocalBooks`]); the host tool keeps one set for all its engine threads
+//! behind a mutex and implements [`Books`] over it.
+//!
+//! The books are the control path only: the server touches them when it
+//! adopts a connection, answers an `ANNOUNCE` or a `JOIN`, and when a
+//! connection ends; never per packet.
+
+use metaroce_core::api::{ConnHandle, PeerAddr};
+use metaroce_core::rng::{Rng, Seed};
+
+use super::Memory;
+use crate::Operation;
+
+/// What each peer address may hold at once, and the server in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Connections from one address.
+    pub connections_per_peer: u32,
+    /// Bytes of announced regions of one address.
+    pub bytes_per_peer: u64,
+    /// Bytes of announced regions of every peer.
+    pub bytes_total: u64,
+    /// Regions (announced or joined) of one address.
+    pub regions_per_peer: u32,
+}
+
+/// Why the books refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The address holds its budget of connections.
+    PeerConnections,
+    /// The address's announced bytes would pass its budget.
+    PeerBytes,
+    /// Every peer's bytes together would pass the server's budget.
+    TotalBytes,
+    /// The address's regions would pass its budget.
+    PeerRegions,
+    /// The ticket names no region.
+    BadTicket,
+}
+
+/// What a joining connection gets: the region and what its announcement
+/// said about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionShare {
+    pub memory: Memory,
+    pub op: Operation,
+    pub seed: u64,
+    pub size: u32,
+}
+
+/// Regions an announcement or a join books: the data region and the
+/// read-only page.
+pub const REGIONS_PER_GRANT: u32 = 2;
+
+/// The server's books: budgets per peer address and in total, and the
+/// tickets that let a connection `JOIN` another's region.
+pub trait Books {
+    /// A new connection from `peer`, within its budget.
+    fn adopt(&mut self, peer: PeerAddr) -> Result<(), Refusal>;
+    /// A connection from `peer` ended.
+    fn release_connection(&mut self, peer: PeerAddr);
+    /// Reserves an announced region of `footprint` bytes for `peer`,
+    /// checked and booked at once.
+    fn reserve_region(&mut self, peer: PeerAddr, footprint: u64) -> Result<(), Refusal>;
+    /// Gives back a reservation.
+    fn release_region(&mut self, peer: PeerAddr, footprint: u64);
+    /// Publishes the region `owner` announced under a new ticket: never 0,
+    /// unguessable, never one in use.
+    fn publish(&mut self, owner: ConnHandle, share: RegionShare) -> u64;
+    /// `JOIN`: connection `conn` from `peer` wants the region `ticket`
+    /// names; booked as [`REGIONS_PER_GRANT`] regions of `peer`.
+    fn join(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr)
+        -> Result<RegionShare, Refusal>;
+    /// A joiner ended, or could not use what it joined: its regions are
+    /// given back, unless the owner's end already revoked it.
+    fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr);
+    /// The owner of `ticket`'s region ends: the ticket goes and every
+    /// joiner's regions are given back. `revoke` is called with each joiner
+    /// of this server (whose keys it drops before the memory goes);
+    /// joiners elsewhere are told through their own [`Books::take_revoked`].
+    fn withdraw(&mut self, ticket: u64, revoke: &mut dyn FnMut(ConnHandle));
+    /// Joiners of this server whose region's owner, elsewhere, ended since
+    /// the last call. Books of one server have none.
+    fn take_revoked(&mut self, _revoke: &mut dyn FnMut(ConnHandle)) {}
+}
+
+/// What one peer address holds.
+#[derive(Debug, Clone, Copy)]
+struct PeerUsage {
+    peer: PeerAddr,
+    connections: u32,
+    regions: u32,
+    bytes: u64,
+}
+
+impl PeerUsage {
+    fn is_empty(&self) -> bool {
+        self.connections == 0 && self.regions == 0 && self.bytes == 0
+    }
+}
+
+/// The ticket of the region connection slot `i` announced, and its joiners.
+#[derive(Debug, Clone, Copy)]
+struct TicketEntry {
+    ticket: u64,
+    share: RegionShare,
+    /// First joiner (a slot), the rest linked through `joiners`.
+    first_joiner: Option<u16>,
+}
+
+/// A joiner: which ticket, and the next joiner of the same region.
+#[derive(Debug, Clone, Copy)]
+struct JoinerEntry {
+    conn: ConnHandle,
+    peer: PeerAddr,
+    ticket: u64,
+    next: Option<u16>,
+}
+
+/// Books of one server in fixed arrays: `CONNS` connection slots (handle
+/// indices below it), `PEERS` peer addresses at once (more are refused).
+/// A ticket names its owner's slot in its low 16 bits (a `JOIN` finds the
+/// region without a search) and 48 random bits above.
+#[derive(Debug)]
+pub struct LocalBooks<const CONNS: usize, const PEERS: usize> {
+    budget: Budget,
+    peers: [Option<PeerUsage>; PEERS],
+    bytes_total: u64,
+    tickets: [Option<TicketEntry>; CONNS],
+    joiners: [Option<JoinerEntry>; CONNS],
+    rng: Rng,
+}
+
+const SLOT_BITS: u64 = 0xffff;
+
+impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
+    const _FITS: () = assert!(CONNS <= 1 << 16);
+
+    /// Empty books; `seed` keys the tickets' generator.
+    pub fn new(budget: Budget, seed: Seed) -> Self {
+        let () = Self::_FITS;
+        LocalBooks {
+            budget,
+            peers: [None; PEERS],
+            bytes_total: 0,
+            tickets: [None; CONNS],
+            joiners: [None; CONNS],
+            rng: Rng::new(seed),
+        }
+    }
+
+    /// Peer addresses holding anything, and the bytes of all.
+    pub fn holdings(&self) -> (usize, u64) {
+        (self.peers.iter().flatten().count(), self.bytes_total)
+    }
+
+    /// The usage of `peer`: found, or made in a free entry (`None` when
+    /// every entry is taken).
+    fn usage(&mut self, peer: PeerAddr) -> Option<&mut PeerUsage> {
+        let at = self
+            .peers
+            .iter()
+            .position(|u| u.is_some_and(|u| u.peer.ip == peer.ip))
+            .or_else(|| self.peers.iter().position(Option::is_none))?;
+        let entry = &mut self.peers[at];
+        Some(entry.get_or_insert(PeerUsage {
+            peer,
+            connections: 0,
+            regions: 0,
+            bytes: 0,
+        }))
+    }
+
+    /// Changes `peer`'s usage by `change`, and forgets an address that
+    /// holds nothing.
+    fn update(&mut self, peer: PeerAddr, change: impl FnOnce(&mut PeerUsage)) {
+        if let Some(entry) = self
+            .peers
+            .iter_mut()
+            .find(|u| u.is_some_and(|u| u.peer.ip == peer.ip))
+        {
+            if let Some(u) = entry.as_mut() {
+                change(u);
+                if u.is_empty() {
+                    *entry = None;
+                }
+            }
+        }
+    }
+
+    fn give_back_regions(&mut self, peer: PeerAddr) {
+        self.update(peer, |u| {
+            u.regions = u.regions.saturating_sub(REGIONS_PER_GRANT)
+        });
+    }
+
+    fn tidy(&mut self, peer: PeerAddr) {
+        self.update(peer, |_| {});
+    }
+}
+
+impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> {
+    fn adopt(&mut self, peer: PeerAddr) -> Result<(), Refusal> {
+        let limit = self.budget.connections_per_peer;
+        let within = self
+            .usage(peer)
+            .filter(|u| u.connections < limit)
+            .map(|u| u.connections += 1)
+            .is_some();
+        if within {
+            Ok(())
+        } else {
+            self.tidy(peer);
+            Err(Refusal::PeerConnections)
+        }
+    }
+
+    fn release_connection(&mut self, peer: PeerAddr) {
+        self.update(peer, |u| u.connections = u.connections.saturating_sub(1));
+    }
+
+    fn reserve_region(&mut self, peer: PeerAddr, footprint: u64) -> Result<(), Refusal> {
+        let budget = self.budget;
+        let total = self.bytes_total;
+        let Some(u) = self.usage(peer) else {
+            return Err(Refusal::PeerRegions);
+        };
+        let refusal = if u.bytes + footprint > budget.bytes_per_peer {
+            Some(Refusal::PeerBytes)
+        } else if total + footprint > budget.bytes_total {
+            Some(Refusal::TotalBytes)
+        } else if u.regions + REGIONS_PER_GRANT > budget.regions_per_peer {
+            Some(Refusal::PeerRegions)
+        } else {
+            u.bytes += footprint;
+            u.regions += REGIONS_PER_GRANT;
+            None
+        };
+        match refusal {
+            Some(r) => {
+                self.tidy(peer);
+                Err(r)
+            }
+            None => {
+                self.bytes_total += footprint;
+                Ok(())
+            }
+        }
+    }
+
+    fn release_region(&mut self, peer: PeerAddr, footprint: u64) {
+        self.bytes_total = self.bytes_total.saturating_sub(footprint);
+        self.update(peer, |u| {
+            u.bytes = u.bytes.saturating_sub(footprint);
+            u.regions = u.regions.saturating_sub(REGIONS_PER_GRANT);
+        });
+    }
+
+    fn publish(&mut self, owner: ConnHandle, share: RegionShare) -> u64 {
+        let slot = u64::from(owner.index) & SLOT_BITS;
+        let ticket = loop {
+            let t = (self.rng.next_u64() & !SLOT_BITS) | slot;
+            if t > SLOT_BITS {
+                break t;
+            }
+        };
+        if let Some(entry) = self.tickets.get_mut(slot as usize) {
+            *entry = Some(TicketEntry {
+                ticket,
+                share,
+                first_joiner: None,
+            });
+        }
+        ticket
+    }
+
+    fn join(
+        &mut self,
+        ticket: u64,
+        conn: ConnHandle,
+        peer: PeerAddr,
+    ) -> Result<RegionShare, Refusal> {
+        let owner = (ticket & SLOT_BITS) as usize;
+        let j = conn.index as usize;
+        let share = match self.tickets.get(owner) {
+            Some(Some(t)) if ticket > SLOT_BITS && t.ticket == ticket && j < CONNS => t.share,
+            _ => return Err(Refusal::BadTicket),
+        };
+        let limit = self.budget.regions_per_peer;
+        let within = self
+            .usage(peer)
+            .filter(|u| u.regions + REGIONS_PER_GRANT <= limit)
+            .map(|u| u.regions += REGIONS_PER_GRANT)
+            .is_some();
+        if !within {
+            self.tidy(peer);
+            return Err(Refusal::PeerRegions);
+        }
+        if let Some(Some(t)) = self.tickets.get_mut(owner) {
+            let next = t.first_joiner.replace(j as u16);
+            self.joiners[j] = Some(JoinerEntry {
+                conn,
+                peer,
+                ticket,
+                next,
+            });
+        }
+        Ok(share)
+    }
+
+    fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr) {
+        let j = conn.index as usize;
+        match self.joiners.get(j) {
+            Some(Some(e)) if e.ticket == ticket && e.conn == conn => {}
+            _ => return,
+        }
+        let after = self.joiners[j].take().and_then(|e| e.next);
+        // Out of its region's list: a walk over that region's joiners only.
+        if let Some(Some(t)) = self.tickets.get_mut((ticket & SLOT_BITS) as usize) {
+            if t.first_joiner == Some(j as u16) {
+                t.first_joiner = after;
+            } else {
+                let mut at = t.first_joiner;
+                while let Some(k) = at.map(usize::from) {
+                    let Some(e) = self.joiners[k].as_mut() else {
+                        break;
+                    };
+                    if e.next == Some(j as u16) {
+                        e.next = after;
+                        break;
+                    }
+                    at = e.next;
+                }
+            }
+        }
+        self.give_back_regions(peer);
+    }
+
+    fn withdraw(&mut self, ticket: u64, revoke: &mut dyn FnMut(ConnHandle)) {
+        let owner = (ticket & SLOT_BITS) as usize;
+        let Some(entry) = self.tickets.get_mut(owner) else {
+            return;
+        };
+        let mut next = match entry {
+            Some(t) if t.ticket == ticket => entry.take().and_then(|t| t.first_joiner),
+            _ => return,
+        };
+        while let Some(j) = next.map(usize::from) {
+            let Some(e) = self.joiners[j].take() else {
+                break;
+            };
+            next = e.next;
+            self.give_back_regions(e.peer);
+            revoke(e.conn);
+        }
+    }
+}
