@@ -380,6 +380,9 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             if let Some(k) = key {
                 host.deregister(k);
             }
+            if s.pending == 0 {
+                self.drop_region(host, i);
+            }
             self.mark(i);
             return;
         }
@@ -573,6 +576,11 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
         if core::mem::take(&mut s.filling) {
             self.filling -= 1;
+        }
+        if s.pending > 0 {
+            // Registrations of the memory are still out: it goes when the
+            // last is answered (and its key dropped).
+            return;
         }
         let memory = s.memory.take();
         let joined = core::mem::take(&mut s.joined);
