@@ -174,31 +174,22 @@ impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
         }))
     }
 
-    /// Changes `peer`'s usage by `change`, and forgets an address that
-    /// holds nothing.
-    fn update(&mut self, peer: PeerAddr, change: impl FnOnce(&mut PeerUsage)) {
-        if let Some(entry) = self
-            .peers
-            .iter_mut()
-            .find(|u| u.is_some_and(|u| u.peer.ip == peer.ip))
-        {
-            if let Some(u) = entry.as_mut() {
-                change(u);
-                if u.is_empty() {
-                    *entry = None;
-                }
+    /// Takes `connections`, `regions` and `bytes` off `peer`'s usage, and
+    /// forgets an address that holds nothing. (One function for every
+    /// change: the firmware's code budget.)
+    fn give_back(&mut self, peer: PeerAddr, connections: u32, regions: u32, bytes: u64) {
+        for entry in self.peers.iter_mut() {
+            let Some(u) = entry.as_mut().filter(|u| u.peer.ip == peer.ip) else {
+                continue;
+            };
+            u.connections = u.connections.saturating_sub(connections);
+            u.regions = u.regions.saturating_sub(regions);
+            u.bytes = u.bytes.saturating_sub(bytes);
+            if u.is_empty() {
+                *entry = None;
             }
+            return;
         }
-    }
-
-    fn give_back_regions(&mut self, peer: PeerAddr) {
-        self.update(peer, |u| {
-            u.regions = u.regions.saturating_sub(REGIONS_PER_GRANT)
-        });
-    }
-
-    fn tidy(&mut self, peer: PeerAddr) {
-        self.update(peer, |_| {});
     }
 }
 
@@ -213,13 +204,13 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
         if within {
             Ok(())
         } else {
-            self.tidy(peer);
+            self.give_back(peer, 0, 0, 0);
             Err(Refusal::PeerConnections)
         }
     }
 
     fn release_connection(&mut self, peer: PeerAddr) {
-        self.update(peer, |u| u.connections = u.connections.saturating_sub(1));
+        self.give_back(peer, 1, 0, 0);
     }
 
     fn reserve_region(&mut self, peer: PeerAddr, footprint: u64) -> Result<(), Refusal> {
@@ -241,7 +232,7 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
         };
         match refusal {
             Some(r) => {
-                self.tidy(peer);
+                self.give_back(peer, 0, 0, 0);
                 Err(r)
             }
             None => {
@@ -253,10 +244,7 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
 
     fn release_region(&mut self, peer: PeerAddr, footprint: u64) {
         self.bytes_total = self.bytes_total.saturating_sub(footprint);
-        self.update(peer, |u| {
-            u.bytes = u.bytes.saturating_sub(footprint);
-            u.regions = u.regions.saturating_sub(REGIONS_PER_GRANT);
-        });
+        self.give_back(peer, 0, REGIONS_PER_GRANT, footprint);
     }
 
     fn publish(&mut self, owner: ConnHandle, share: RegionShare) -> u64 {
@@ -296,7 +284,7 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
             .map(|u| u.regions += REGIONS_PER_GRANT)
             .is_some();
         if !within {
-            self.tidy(peer);
+            self.give_back(peer, 0, 0, 0);
             return Err(Refusal::PeerRegions);
         }
         if let Some(Some(t)) = self.tickets.get_mut(owner) {
@@ -336,7 +324,7 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
                 }
             }
         }
-        self.give_back_regions(peer);
+        self.give_back(peer, 0, REGIONS_PER_GRANT, 0);
     }
 
     fn withdraw(&mut self, ticket: u64, revoke: &mut dyn FnMut(ConnHandle)) {
@@ -353,7 +341,7 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
                 break;
             };
             next = e.next;
-            self.give_back_regions(e.peer);
+            self.give_back(e.peer, 0, REGIONS_PER_GRANT, 0);
             revoke(e.conn);
         }
     }

@@ -571,9 +571,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
     fn drop_region<H: ServeHost>(&mut self, host: &mut H, i: usize) {
         let conn = self.handle(i);
         let s = &mut self.slots.as_mut()[i];
-        for k in core::mem::take(&mut s.keys).into_iter().flatten() {
-            host.deregister(k);
-        }
+        drop_keys(host, &mut s.keys);
         if core::mem::take(&mut s.filling) {
             self.filling -= 1;
         }
@@ -881,10 +879,16 @@ fn revoke<H: ServeHost>(slots: &mut [Slot], first_index: u32, host: &mut H, j: C
         return;
     }
     s.joined = 0;
-    for k in core::mem::take(&mut s.keys).into_iter().flatten() {
-        host.deregister(k);
-    }
+    drop_keys(host, &mut s.keys);
     if let Some(m) = s.memory.take() {
         host.detach(&m);
+    }
+}
+
+fn drop_keys<H: ServeHost>(host: &mut H, keys: &mut [Option<u32>; 2]) {
+    for key in keys {
+        if let Some(k) = key.take() {
+            host.deregister(k);
+        }
     }
 }

@@ -9,9 +9,10 @@
 //! ends; never per packet. One mutex guards it; with one thread it is
 //! never contended.
 //!
-//! A ticket names a region and the thread whose connection announced it.
-//! A connection on another thread that joins gets the region's shared
-//! arenas ([`crate::memory::SharedArena`]) and keys of its own there. When
+//! A ticket names a region. With several threads every announced region's
+//! arenas are shared ([`crate::memory::SharedArena`]) and kept here by
+//! address, so a connection on another thread that joins reaches the bytes
+//! and gets keys of its own there. When
 //! the owner ends, the joiners lose their keys before the owner's memory
 //! is let go: those on the owner's thread at once, those on other threads
 //! as soon as their thread's next turn takes the revocation (it is woken
@@ -23,52 +24,17 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use metaroce_core::api::ConnHandle;
+use metaroce_core::api::{ConnHandle, PeerAddr};
 
 use super::PeerBudget;
-use crate::app::Operation;
+use crate::app::serve::{self, Refusal, RegionShare, REGIONS_PER_GRANT};
 use crate::memory::SharedArena;
+use crate::node::socket_of;
 use crate::shard::steer::Waker;
 
-/// Memory an announcement allocated: the data region and the read-only
-/// page; owned by the announcing connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Memory {
-    pub base: u64,
-    pub len: u64,
-    pub ro_base: u64,
-}
-
-/// What a joining connection gets: the region, what the announcement
-/// said about it, and its bytes.
-#[derive(Debug, Clone)]
-pub(crate) struct RegionShare {
-    pub memory: Memory,
-    pub op: Option<Operation>,
-    pub seed: u64,
-    pub size: u32,
-    /// The thread of the announcing connection (its arenas live there).
-    pub thread: usize,
-    /// Its bytes, for joiners on other threads: shared only when the
-    /// server has several threads ([`Ledger::threads`]), so a server of one
-    /// thread never locks to place a packet.
-    pub arenas: Option<(SharedArena, SharedArena)>,
-}
-
-/// Why the ledger refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The address holds its budget of connections.
-    PeerConnections,
-    /// The address's announced bytes would pass its budget.
-    PeerBytes,
-    /// Every peer's bytes together would pass the server's budget.
-    TotalBytes,
-    /// The address's regions would pass its budget.
-    PeerRegions,
-    /// The ticket names no region.
-    BadTicket,
-}
+/// A region's arenas, shared between threads: its owner's thread, the
+/// data region's and the read-only page's.
+pub(crate) type Shared = (usize, SharedArena, SharedArena);
 
 /// What one peer address holds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -97,6 +63,8 @@ struct Books {
     peers: HashMap<IpAddr, PeerUsage>,
     bytes_total: u64,
     tickets: HashMap<u64, Ticket>,
+    /// Announced regions' shared arenas, by data address.
+    arenas: HashMap<u64, Shared>,
     /// Per thread: its joiners whose region's owner ended.
     revoked: Vec<Vec<ConnHandle>>,
 }
@@ -140,6 +108,7 @@ impl Ledger {
                 peers: HashMap::new(),
                 bytes_total: 0,
                 tickets: HashMap::new(),
+                arenas: HashMap::new(),
                 revoked: vec![Vec::new(); threads],
             }),
             pending: (0..threads).map(|_| AtomicBool::new(false)).collect(),
@@ -182,8 +151,7 @@ impl Ledger {
         books.tidy(peer);
     }
 
-    /// Reserves an announced region of `footprint` bytes (two regions:
-    /// data and read-only) for `peer`, checked and booked at once so that
+    /// Reserves an announced region of `footprint` bytes for `peer`, checked and booked at once so that
     /// threads announcing together cannot pass the budget between them.
     pub(crate) fn reserve_region(&self, peer: IpAddr, footprint: u64) -> Result<(), Refusal> {
         let mut books = self.books();
@@ -193,7 +161,7 @@ impl Ledger {
             Some(Refusal::PeerBytes)
         } else if total + footprint > self.budget.bytes_total {
             Some(Refusal::TotalBytes)
-        } else if usage.regions + 2 > self.budget.regions_per_peer {
+        } else if usage.regions + REGIONS_PER_GRANT > self.budget.regions_per_peer {
             Some(Refusal::PeerRegions)
         } else {
             None
@@ -203,7 +171,7 @@ impl Ledger {
             return Err(r);
         }
         usage.bytes += footprint;
-        usage.regions += 2;
+        usage.regions += REGIONS_PER_GRANT;
         books.bytes_total += footprint;
         Ok(())
     }
@@ -215,7 +183,7 @@ impl Ledger {
         books.bytes_total = books.bytes_total.saturating_sub(footprint);
         let usage = books.usage(peer);
         usage.bytes = usage.bytes.saturating_sub(footprint);
-        usage.regions = usage.regions.saturating_sub(2);
+        usage.regions = usage.regions.saturating_sub(REGIONS_PER_GRANT);
         books.tidy(peer);
     }
 
@@ -257,14 +225,14 @@ impl Ledger {
             return Err(Refusal::BadTicket);
         }
         let usage = books.usage(peer);
-        if usage.regions + 2 > self.budget.regions_per_peer {
+        if usage.regions + REGIONS_PER_GRANT > self.budget.regions_per_peer {
             books.tidy(peer);
             return Err(Refusal::PeerRegions);
         }
-        usage.regions += 2;
+        usage.regions += REGIONS_PER_GRANT;
         let entry = books.tickets.get_mut(&ticket).expect("checked above");
         entry.joiners.push(Joiner { thread, conn, peer });
-        Ok(entry.share.clone())
+        Ok(entry.share)
     }
 
     /// A joiner ended, or could not use what it joined: its regions are
@@ -280,7 +248,7 @@ impl Ledger {
             .retain(|j| !(j.thread == thread && j.conn == conn));
         if entry.joiners.len() < before {
             let usage = books.usage(peer);
-            usage.regions = usage.regions.saturating_sub(2);
+            usage.regions = usage.regions.saturating_sub(REGIONS_PER_GRANT);
             books.tidy(peer);
         }
     }
@@ -298,7 +266,7 @@ impl Ledger {
         let mut woken = 0u64;
         for j in entry.joiners {
             let usage = books.usage(j.peer);
-            usage.regions = usage.regions.saturating_sub(2);
+            usage.regions = usage.regions.saturating_sub(REGIONS_PER_GRANT);
             books.tidy(j.peer);
             if j.thread == thread {
                 local.push(j.conn);
@@ -337,6 +305,21 @@ impl Ledger {
             .unwrap_or_default()
     }
 
+    /// Keeps an announced region's shared arenas for joiners elsewhere.
+    pub(crate) fn share_arenas(&self, base: u64, shared: Shared) {
+        self.books().arenas.insert(base, shared);
+    }
+
+    /// The shared arenas of the region at `base`.
+    pub(crate) fn arenas(&self, base: u64) -> Option<Shared> {
+        self.books().arenas.get(&base).cloned()
+    }
+
+    /// The region at `base` is freed: joiners keep the bytes they hold.
+    pub(crate) fn forget_arenas(&self, base: u64) {
+        self.books().arenas.remove(&base);
+    }
+
     /// Peer addresses holding anything, and the bytes of all (for tests).
     pub fn holdings(&self) -> (usize, u64) {
         let books = self.books();
@@ -344,26 +327,80 @@ impl Ledger {
     }
 }
 
+/// The ledger as the books of one engine thread's server.
+#[derive(Debug)]
+pub(crate) struct ThreadBooks {
+    pub ledger: Arc<Ledger>,
+    pub thread: usize,
+}
+
+fn ip(peer: PeerAddr) -> IpAddr {
+    socket_of(peer).ip()
+}
+
+impl serve::Books for ThreadBooks {
+    fn adopt(&mut self, peer: PeerAddr) -> Result<(), Refusal> {
+        self.ledger.adopt(ip(peer))
+    }
+
+    fn release_connection(&mut self, peer: PeerAddr) {
+        self.ledger.release_connection(ip(peer));
+    }
+
+    fn reserve_region(&mut self, peer: PeerAddr, footprint: u64) -> Result<(), Refusal> {
+        self.ledger.reserve_region(ip(peer), footprint)
+    }
+
+    fn release_region(&mut self, peer: PeerAddr, footprint: u64) {
+        self.ledger.release_region(ip(peer), footprint);
+    }
+
+    fn publish(&mut self, _owner: ConnHandle, share: RegionShare) -> u64 {
+        self.ledger.publish(share)
+    }
+
+    fn join(
+        &mut self,
+        ticket: u64,
+        conn: ConnHandle,
+        peer: PeerAddr,
+    ) -> Result<RegionShare, Refusal> {
+        self.ledger.join(ticket, self.thread, conn, ip(peer))
+    }
+
+    fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr) {
+        self.ledger.leave(ticket, self.thread, conn, ip(peer));
+    }
+
+    fn withdraw(&mut self, ticket: u64, revoke: &mut dyn FnMut(ConnHandle)) {
+        self.ledger
+            .withdraw(ticket, self.thread)
+            .into_iter()
+            .for_each(revoke);
+    }
+
+    fn take_revoked(&mut self, revoke: &mut dyn FnMut(ConnHandle)) {
+        self.ledger
+            .take_revoked(self.thread)
+            .into_iter()
+            .for_each(revoke);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Arenas;
 
-    fn share(thread: usize) -> RegionShare {
-        let mut a = Arenas::for_thread(thread);
-        let base = a.alloc(64, 0);
-        let ro_base = a.alloc(16, 0);
+    fn share() -> RegionShare {
         RegionShare {
-            memory: Memory {
-                base,
+            memory: serve::Memory {
+                base: 1 << 32,
                 len: 64,
-                ro_base,
+                ro_base: 2 << 32,
             },
-            op: None,
+            op: crate::app::Operation::Write,
             seed: 1,
             size: 8,
-            thread,
-            arenas: a.share(base).zip(a.share(ro_base)),
         }
     }
 
@@ -392,7 +429,7 @@ mod tests {
         assert_eq!(ledger.reserve_region(a, 30), Err(Refusal::PeerBytes));
         assert_eq!(ledger.reserve_region(b, 80), Err(Refusal::TotalBytes));
         assert_eq!(ledger.reserve_region(b, 60), Ok(()));
-        let ticket = ledger.publish(share(0));
+        let ticket = ledger.publish(share());
         // b joins twice from thread 1: its third region pair is refused.
         assert!(ledger.join(ticket, 1, h(20), b).is_ok());
         assert!(ledger.join(ticket, 1, h(21), b).is_ok());
