@@ -169,6 +169,20 @@ enum State {
 
 const NO_SLOT: u32 = u32::MAX;
 
+/// An answer waiting for room in the send queue, built from the slot's
+/// state when it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    None,
+    /// `REGION` with the slot's keys (refused `NO_TICKET` if the region
+    /// went meanwhile).
+    Region,
+    /// `REPORT` of what the slot verified.
+    Report,
+    /// A refusing `REGION` with this status.
+    Refused(u8),
+}
+
 /// One connection's state; a table of them is the server's storage.
 #[derive(Debug, Clone, Copy)]
 pub struct Slot {
@@ -182,7 +196,7 @@ pub struct Slot {
     to_post: u32,
     next_send: u32,
     /// Answers waiting for room in the send queue (oldest first).
-    outbox: [Option<Message>; 2],
+    answers: [Answer; 2],
     /// On the work list, and the next slot on it.
     queued: bool,
     next_work: u32,
@@ -194,10 +208,8 @@ pub struct Slot {
     /// The ticket it joined (0: none).
     joined: u64,
     keys: [Option<u32>; 2],
-    /// Registrations asked for and not answered yet, and whether one was
-    /// refused.
+    /// Registrations asked for and not answered yet.
     pending: u8,
-    key_refused: bool,
     /// A `READ` region being filled: slots filled so far.
     filling: bool,
     filled: u32,
@@ -218,7 +230,7 @@ impl Slot {
         release_at: Instant::ZERO,
         to_post: 0,
         next_send: 0,
-        outbox: [None; 2],
+        answers: [Answer::None; 2],
         queued: false,
         next_work: NO_SLOT,
         memory: None,
@@ -227,7 +239,6 @@ impl Slot {
         joined: 0,
         keys: [None; 2],
         pending: 0,
-        key_refused: false,
         filling: false,
         filled: 0,
         op: None,
@@ -340,15 +351,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         match host.received(c.conn, slot, c.byte_len) {
             Some(Message::Announce { op, seed, size }) => self.announce(host, i, op, seed, size),
             Some(Message::Join { ticket }) => self.join(host, i, ticket),
-            Some(Message::Done { .. }) => {
-                let s = &self.slots.as_ref()[i];
-                let report = Message::Report {
-                    verified: s.verified,
-                    corrupt: s.corrupt,
-                    bytes: s.bytes,
-                };
-                self.queue_send(host, i, report);
-            }
+            Some(Message::Done { .. }) => self.answer(host, i, Answer::Report),
             _ => {}
         }
         0
@@ -386,10 +389,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.mark(i);
             return;
         }
-        match key {
-            Some(k) => s.keys[kind as usize] = Some(k),
-            None => s.key_refused = true,
-        }
+        s.keys[kind as usize] = key;
         if s.pending == 0 {
             self.answer_keys(host, i);
         }
@@ -425,13 +425,13 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
                     }
                     self.flush_sends(host, i);
                     let s = &self.slots.as_ref()[i];
-                    if s.to_post != 0 || s.outbox[0].is_some() || s.filling {
+                    if s.to_post != 0 || s.answers[0] != Answer::None || s.filling {
                         self.mark(i);
                     }
                 }
                 State::Ending => {
                     if s.pending == 0 && now >= s.release_at && host.release(handle) {
-                        *s = Slot::FREE;
+                        self.occupy(i, State::Free, 0, None, Instant::ZERO);
                     } else {
                         self.mark(i);
                     }
@@ -511,13 +511,8 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.counters.refused_no_buffers += 1;
             return host.reject(conn);
         }
-        self.slots.as_mut()[i] = Slot {
-            state: State::Open,
-            generation: conn.generation,
-            peer: Some(peer),
-            to_post: u32::MAX >> (32 - self.config.recv_slots.clamp(1, 32)),
-            ..Slot::FREE
-        };
+        self.occupy(i, State::Open, conn.generation, Some(peer), Instant::ZERO);
+        self.slots.as_mut()[i].to_post = u32::MAX >> (32 - self.config.recv_slots.clamp(1, 32));
         self.open += 1;
         self.mark(i);
     }
@@ -533,12 +528,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         match s.state {
             State::Open if s.generation == conn.generation => {}
             State::Free => {
-                self.slots.as_mut()[i] = Slot {
-                    state: State::Ending,
-                    generation: conn.generation,
-                    release_at: at,
-                    ..Slot::FREE
-                };
+                self.occupy(i, State::Ending, conn.generation, None, at);
                 return self.mark(i);
             }
             _ => return,
@@ -560,7 +550,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         let s = &mut self.slots.as_mut()[i];
         s.state = State::Ending;
         s.release_at = at;
-        s.outbox = [None; 2];
+        s.answers = [Answer::None; 2];
         self.open -= 1;
         self.mark(i);
     }
@@ -608,7 +598,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
     }
 
     fn refuse<H: ServeHost>(&mut self, host: &mut H, i: usize, status: u32) {
-        self.queue_send(host, i, Message::region_refused(status));
+        self.answer(host, i, Answer::Refused(status as u8));
     }
 
     /// Counts an `ANNOUNCE` or `JOIN` over budget for `reason` and answers
@@ -757,7 +747,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             match host.register(conn, kind, base, len, access) {
                 Registration::Key(k) => s.keys[kind as usize] = Some(k),
                 Registration::Pending => s.pending += 1,
-                Registration::Refused => s.key_refused = true,
+                Registration::Refused => {}
             }
         }
         if s.pending == 0 {
@@ -770,9 +760,8 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
     fn answer_keys<H: ServeHost>(&mut self, host: &mut H, i: usize) {
         let conn = self.handle(i);
         let s = self.slots.as_ref()[i];
-        let (Some(m), [Some(key), Some(ro_key)], false) = (s.memory, s.keys, s.key_refused) else {
+        let (Some(m), [Some(_), Some(_)]) = (s.memory, s.keys) else {
             self.drop_region(host, i);
-            self.slots.as_mut()[i].key_refused = false;
             if s.memory.is_none() {
                 // A joiner whose region's owner ended meanwhile.
                 self.counters.refused_bad_ticket += 1;
@@ -782,7 +771,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.counters.refused_no_keys += 1;
             return self.refuse(host, i, REGION_OVER_BUDGET);
         };
-        let ticket = match (s.owns, s.op) {
+        match (s.owns, s.op) {
             (true, Some(op)) => {
                 let share = RegionShare {
                     memory: m,
@@ -790,26 +779,11 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
                     seed: s.seed,
                     size: s.size,
                 };
-                let t = self.books.publish(conn, share);
-                self.slots.as_mut()[i].ticket = t;
-                t
+                self.slots.as_mut()[i].ticket = self.books.publish(conn, share);
             }
-            _ => {
-                self.counters.joins += 1;
-                0
-            }
-        };
-        let answer = Message::Region {
-            status: REGION_OK,
-            key,
-            addr: m.base,
-            len: m.len,
-            slots: SLOTS,
-            ro_key,
-            ro_addr: m.ro_base,
-            ticket,
-        };
-        self.queue_send(host, i, answer);
+            _ => self.counters.joins += 1,
+        }
+        self.answer(host, i, Answer::Region);
     }
 
     /// A WRITE_IMM of message `index` arrived: checks its slot against the
@@ -840,13 +814,13 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
     /// Queues an answer on slot `i` and posts what the send queue takes.
     /// One message answers one message, so two waiting are plenty; a third
     /// is dropped.
-    fn queue_send<H: ServeHost>(&mut self, host: &mut H, i: usize, message: Message) {
+    fn answer<H: ServeHost>(&mut self, host: &mut H, i: usize, answer: Answer) {
         let s = &mut self.slots.as_mut()[i];
-        if let Some(free) = s.outbox.iter_mut().find(|m| m.is_none()) {
-            *free = Some(message);
+        if let Some(free) = s.answers.iter_mut().find(|a| **a == Answer::None) {
+            *free = answer;
         }
         self.flush_sends(host, i);
-        if self.slots.as_ref()[i].outbox[0].is_some() {
+        if self.slots.as_ref()[i].answers[0] != Answer::None {
             self.mark(i);
         }
     }
@@ -854,13 +828,51 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
     fn flush_sends<H: ServeHost>(&mut self, host: &mut H, i: usize) {
         let conn = self.handle(i);
         let s = &mut self.slots.as_mut()[i];
-        while let Some(m) = s.outbox[0] {
-            if !host.post_send(conn, s.next_send, &m.encode()) {
+        while s.answers[0] != Answer::None {
+            let message = match (s.answers[0], s.memory, s.keys) {
+                (Answer::Report, ..) => Message::Report {
+                    verified: s.verified,
+                    corrupt: s.corrupt,
+                    bytes: s.bytes,
+                },
+                (Answer::Region, Some(m), [Some(key), Some(ro_key)]) => Message::Region {
+                    status: REGION_OK,
+                    key,
+                    addr: m.base,
+                    len: m.len,
+                    slots: SLOTS,
+                    ro_key,
+                    ro_addr: m.ro_base,
+                    ticket: s.ticket,
+                },
+                (Answer::Refused(status), ..) => Message::region_refused(u32::from(status)),
+                // A joiner whose region's owner ended before its answer.
+                _ => Message::region_refused(REGION_NO_TICKET),
+            };
+            if !host.post_send(conn, s.next_send, &message.encode()) {
                 break;
             }
             s.next_send = s.next_send.wrapping_add(1);
-            s.outbox = [s.outbox[1], None];
+            s.answers = [s.answers[1], Answer::None];
         }
+    }
+
+    /// Slot `i` starts over in `state`, for the connection of `generation`.
+    fn occupy(
+        &mut self,
+        i: usize,
+        state: State,
+        generation: u32,
+        peer: Option<PeerAddr>,
+        release_at: Instant,
+    ) {
+        self.slots.as_mut()[i] = Slot {
+            state,
+            generation,
+            peer,
+            release_at,
+            ..Slot::FREE
+        };
     }
 }
 
