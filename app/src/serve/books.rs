@@ -102,28 +102,27 @@ impl PeerUsage {
     }
 }
 
-/// The ticket of the region connection slot `i` announced, and its joiners.
+/// The ticket of the region connection slot `i` announced.
 #[derive(Debug, Clone, Copy)]
 struct TicketEntry {
     ticket: u64,
     share: RegionShare,
-    /// First joiner (a slot), the rest linked through `joiners`.
-    first_joiner: Option<u16>,
 }
 
-/// A joiner: which ticket, and the next joiner of the same region.
+/// A connection that joined the region of `ticket`.
 #[derive(Debug, Clone, Copy)]
 struct JoinerEntry {
     conn: ConnHandle,
     peer: PeerAddr,
     ticket: u64,
-    next: Option<u16>,
 }
 
 /// Books of one server in fixed arrays: `CONNS` connection slots (handle
 /// indices below it), `PEERS` peer addresses at once (more are refused).
 /// A ticket names its owner's slot in its low 16 bits (a `JOIN` finds the
-/// region without a search) and 48 random bits above.
+/// region without a search) and 48 random bits above. The owner's end
+/// looks for its joiners in every slot: a rare event, and less code than
+/// lists through them.
 #[derive(Debug)]
 pub struct LocalBooks<const CONNS: usize, const PEERS: usize> {
     budget: Budget,
@@ -160,12 +159,19 @@ impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
     /// The usage of `peer`: found, or made in a free entry (`None` when
     /// every entry is taken).
     fn usage(&mut self, peer: PeerAddr) -> Option<&mut PeerUsage> {
-        let at = self
-            .peers
-            .iter()
-            .position(|u| u.is_some_and(|u| u.peer.ip == peer.ip))
-            .or_else(|| self.peers.iter().position(Option::is_none))?;
-        let entry = &mut self.peers[at];
+        let mut free = None;
+        let mut found = None;
+        for (at, entry) in self.peers.iter().enumerate() {
+            match entry {
+                Some(u) if u.peer.ip == peer.ip => {
+                    found = Some(at);
+                    break;
+                }
+                None if free.is_none() => free = Some(at),
+                _ => {}
+            }
+        }
+        let entry = &mut self.peers[found.or(free)?];
         Some(entry.get_or_insert(PeerUsage {
             peer,
             connections: 0,
@@ -256,11 +262,7 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
             }
         };
         if let Some(entry) = self.tickets.get_mut(slot as usize) {
-            *entry = Some(TicketEntry {
-                ticket,
-                share,
-                first_joiner: None,
-            });
+            *entry = Some(TicketEntry { ticket, share });
         }
         ticket
     }
@@ -287,62 +289,32 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
             self.give_back(peer, 0, 0, 0);
             return Err(Refusal::PeerRegions);
         }
-        if let Some(Some(t)) = self.tickets.get_mut(owner) {
-            let next = t.first_joiner.replace(j as u16);
-            self.joiners[j] = Some(JoinerEntry {
-                conn,
-                peer,
-                ticket,
-                next,
-            });
-        }
+        self.joiners[j] = Some(JoinerEntry { conn, peer, ticket });
         Ok(share)
     }
 
     fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr) {
-        let j = conn.index as usize;
-        match self.joiners.get(j) {
-            Some(Some(e)) if e.ticket == ticket && e.conn == conn => {}
-            _ => return,
+        let Some(entry) = self.joiners.get_mut(conn.index as usize) else {
+            return;
+        };
+        if entry.is_some_and(|e| e.ticket == ticket && e.conn == conn) {
+            *entry = None;
+            self.give_back(peer, 0, REGIONS_PER_GRANT, 0);
         }
-        let after = self.joiners[j].take().and_then(|e| e.next);
-        // Out of its region's list: a walk over that region's joiners only.
-        if let Some(Some(t)) = self.tickets.get_mut((ticket & SLOT_BITS) as usize) {
-            if t.first_joiner == Some(j as u16) {
-                t.first_joiner = after;
-            } else {
-                let mut at = t.first_joiner;
-                while let Some(k) = at.map(usize::from) {
-                    let Some(e) = self.joiners[k].as_mut() else {
-                        break;
-                    };
-                    if e.next == Some(j as u16) {
-                        e.next = after;
-                        break;
-                    }
-                    at = e.next;
-                }
-            }
-        }
-        self.give_back(peer, 0, REGIONS_PER_GRANT, 0);
     }
 
     fn withdraw(&mut self, ticket: u64, revoke: &mut dyn FnMut(ConnHandle)) {
         let owner = (ticket & SLOT_BITS) as usize;
-        let Some(entry) = self.tickets.get_mut(owner) else {
-            return;
-        };
-        let mut next = match entry {
-            Some(t) if t.ticket == ticket => entry.take().and_then(|t| t.first_joiner),
+        match self.tickets.get_mut(owner) {
+            Some(entry) if entry.is_some_and(|t| t.ticket == ticket) => *entry = None,
             _ => return,
-        };
-        while let Some(j) = next.map(usize::from) {
-            let Some(e) = self.joiners[j].take() else {
-                break;
-            };
-            next = e.next;
-            self.give_back(e.peer, 0, REGIONS_PER_GRANT, 0);
-            revoke(e.conn);
+        }
+        for j in 0..CONNS {
+            if let Some(e) = self.joiners[j].filter(|e| e.ticket == ticket) {
+                self.joiners[j] = None;
+                self.give_back(e.peer, 0, REGIONS_PER_GRANT, 0);
+                revoke(e.conn);
+            }
         }
     }
 }
