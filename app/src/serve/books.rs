@@ -159,20 +159,12 @@ impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
     /// The usage of `peer`: found, or made in a free entry (`None` when
     /// every entry is taken).
     fn usage(&mut self, peer: PeerAddr) -> Option<&mut PeerUsage> {
-        let mut free = None;
-        let mut found = None;
-        for (at, entry) in self.peers.iter().enumerate() {
-            match entry {
-                Some(u) if u.peer.ip == peer.ip => {
-                    found = Some(at);
-                    break;
-                }
-                None if free.is_none() => free = Some(at),
-                _ => {}
-            }
-        }
-        let entry = &mut self.peers[found.or(free)?];
-        Some(entry.get_or_insert(PeerUsage {
+        let at = self
+            .peers
+            .iter()
+            .position(|u| u.is_some_and(|u| u.peer.ip == peer.ip))
+            .or_else(|| self.peers.iter().position(Option::is_none))?;
+        Some(self.peers[at].get_or_insert(PeerUsage {
             peer,
             connections: 0,
             regions: 0,

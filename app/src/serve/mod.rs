@@ -167,7 +167,9 @@ enum State {
     Ending,
 }
 
-const NO_SLOT: u32 = u32::MAX;
+/// The end of the work list (which holds slot numbers plus one, so that a
+/// free slot is almost all zeros).
+const NO_SLOT: u32 = 0;
 
 /// An answer waiting for room in the send queue, built from the slot's
 /// state when it goes.
@@ -190,7 +192,8 @@ pub struct Slot {
     /// The handle's generation: completions and registrations of an
     /// earlier connection on the same slot are told apart by it.
     generation: u32,
-    peer: Option<PeerAddr>,
+    /// Its peer (while it is not free).
+    peer: PeerAddr,
     release_at: Instant,
     /// Receive slots still to be posted (bit per slot).
     to_post: u32,
@@ -213,7 +216,8 @@ pub struct Slot {
     /// A `READ` region being filled: slots filled so far.
     filling: bool,
     filled: u32,
-    op: Option<Operation>,
+    /// What its region is for (when `size` is not 0).
+    op: Operation,
     seed: u64,
     size: u32,
     verified: u64,
@@ -222,11 +226,15 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// A slot no connection uses.
-    pub const FREE: Slot = Slot {
+    /// A slot no connection uses: a table of them is `[Slot::free(); N]`.
+    pub fn free() -> Slot {
+        Slot {
         state: State::Free,
         generation: 0,
-        peer: None,
+        peer: PeerAddr {
+            ip: core::net::Ipv4Addr::UNSPECIFIED.into(),
+            port: 0,
+        },
         release_at: Instant::ZERO,
         to_post: 0,
         next_send: 0,
@@ -241,13 +249,14 @@ impl Slot {
         pending: 0,
         filling: false,
         filled: 0,
-        op: None,
+        op: Operation::Write,
         seed: 0,
         size: 0,
         verified: 0,
         corrupt: 0,
         bytes: 0,
-    };
+    }
+    }
 }
 
 /// The serve application over a table of connection slots `S` (slot `i`
@@ -271,7 +280,7 @@ pub struct Server<S, B> {
 }
 
 impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
-    /// A server over `slots` (every one [`Slot::FREE`]) whose first holds
+    /// A server over `slots` (every one [`Slot::free`]) whose first holds
     /// handle index `first_index`.
     pub fn new(slots: S, first_index: u32, books: B, config: Config) -> Self {
         Server {
@@ -431,7 +440,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
                 }
                 State::Ending => {
                     if s.pending == 0 && now >= s.release_at && host.release(handle) {
-                        self.occupy(i, State::Free, 0, None, Instant::ZERO);
+                        self.occupy(i, State::Free, 0, Slot::free().peer, Instant::ZERO);
                     } else {
                         self.mark(i);
                     }
@@ -470,16 +479,16 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
         slots[i].queued = true;
         slots[i].next_work = NO_SLOT;
-        match slots.get_mut(self.work_tail as usize) {
-            Some(tail) => tail.next_work = i as u32,
-            None => self.work_head = i as u32,
+        match (self.work_tail as usize).checked_sub(1) {
+            Some(tail) => slots[tail].next_work = i as u32 + 1,
+            None => self.work_head = i as u32 + 1,
         }
-        self.work_tail = i as u32;
+        self.work_tail = i as u32 + 1;
         self.work_len += 1;
     }
 
     fn pop_work(&mut self) -> Option<usize> {
-        let i = self.work_head as usize;
+        let i = (self.work_head as usize).checked_sub(1)?;
         let s = self.slots.as_mut().get_mut(i)?;
         s.queued = false;
         self.work_head = s.next_work;
@@ -511,7 +520,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.counters.refused_no_buffers += 1;
             return host.reject(conn);
         }
-        self.occupy(i, State::Open, conn.generation, Some(peer), Instant::ZERO);
+        self.occupy(i, State::Open, conn.generation, peer, Instant::ZERO);
         self.slots.as_mut()[i].to_post = u32::MAX >> (32 - self.config.recv_slots.clamp(1, 32));
         self.open += 1;
         self.mark(i);
@@ -528,24 +537,22 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         match s.state {
             State::Open if s.generation == conn.generation => {}
             State::Free => {
-                self.occupy(i, State::Ending, conn.generation, None, at);
+                self.occupy(i, State::Ending, conn.generation, s.peer, at);
                 return self.mark(i);
             }
             _ => return,
         }
-        if let Some(peer) = s.peer {
-            host.finished(&Finished {
-                conn,
-                peer,
-                op: s.op,
-                size: s.size,
-                verified: s.verified,
-                corrupt: s.corrupt,
-                bytes: s.bytes,
-                end,
-            });
-            self.books.release_connection(peer);
-        }
+        host.finished(&Finished {
+            conn,
+            peer: s.peer,
+            op: (s.size != 0).then_some(s.op),
+            size: s.size,
+            verified: s.verified,
+            corrupt: s.corrupt,
+            bytes: s.bytes,
+            end,
+        });
+        self.books.release_connection(s.peer);
         self.drop_region(host, i);
         let s = &mut self.slots.as_mut()[i];
         s.state = State::Ending;
@@ -574,7 +581,8 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         let joined = core::mem::take(&mut s.joined);
         let owns = core::mem::take(&mut s.owns);
         let ticket = core::mem::take(&mut s.ticket);
-        let (Some(m), Some(peer)) = (memory, s.peer) else {
+        let peer = s.peer;
+        let Some(m) = memory else {
             return;
         };
         if joined != 0 {
@@ -643,9 +651,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
         let len = u64::from(size) * u64::from(SLOTS);
         let footprint = len + u64::from(READ_ONLY_LEN);
-        let Some(peer) = self.slots.as_ref()[i].peer else {
-            return;
-        };
+        let peer = self.slots.as_ref()[i].peer;
         if let Err(r) = self.books.reserve_region(peer, footprint) {
             return self.refuse_over_budget(host, i, r);
         }
@@ -661,7 +667,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         let s = &mut self.slots.as_mut()[i];
         s.memory = Some(memory);
         s.owns = true;
-        s.op = Some(op);
+        s.op = op;
         s.seed = seed;
         s.size = size;
         if op == Operation::Read {
@@ -680,9 +686,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         if self.refuse_second(host, i) {
             return;
         }
-        let Some(peer) = self.slots.as_ref()[i].peer else {
-            return;
-        };
+        let peer = self.slots.as_ref()[i].peer;
         let share = match self.books.join(ticket, self.handle(i), peer) {
             Ok(share) => share,
             Err(Refusal::BadTicket) => {
@@ -695,7 +699,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         let s = &mut self.slots.as_mut()[i];
         s.memory = Some(share.memory);
         s.joined = ticket;
-        s.op = Some(share.op);
+        s.op = share.op;
         s.seed = share.seed;
         s.size = share.size;
         self.request_keys(host, i);
@@ -734,22 +738,9 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         let Some(m) = s.memory else {
             return;
         };
-        let asks = [
-            (KeyKind::Data, m.base, m.len, Access::ALL),
-            (
-                KeyKind::ReadOnly,
-                m.ro_base,
-                u64::from(READ_ONLY_LEN),
-                Access::REMOTE_READ,
-            ),
-        ];
-        for (kind, base, len, access) in asks {
-            match host.register(conn, kind, base, len, access) {
-                Registration::Key(k) => s.keys[kind as usize] = Some(k),
-                Registration::Pending => s.pending += 1,
-                Registration::Refused => {}
-            }
-        }
+        let ro_len = u64::from(READ_ONLY_LEN);
+        ask(host, conn, s, KeyKind::Data, m.base, m.len, Access::ALL);
+        ask(host, conn, s, KeyKind::ReadOnly, m.ro_base, ro_len, Access::REMOTE_READ);
         if s.pending == 0 {
             self.answer_keys(host, i);
         }
@@ -771,17 +762,16 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.counters.refused_no_keys += 1;
             return self.refuse(host, i, REGION_OVER_BUDGET);
         };
-        match (s.owns, s.op) {
-            (true, Some(op)) => {
-                let share = RegionShare {
-                    memory: m,
-                    op,
-                    seed: s.seed,
-                    size: s.size,
-                };
-                self.slots.as_mut()[i].ticket = self.books.publish(conn, share);
-            }
-            _ => self.counters.joins += 1,
+        if s.owns {
+            let share = RegionShare {
+                memory: m,
+                op: s.op,
+                seed: s.seed,
+                size: s.size,
+            };
+            self.slots.as_mut()[i].ticket = self.books.publish(conn, share);
+        } else {
+            self.counters.joins += 1;
         }
         self.answer(host, i, Answer::Region);
     }
@@ -863,7 +853,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         i: usize,
         state: State,
         generation: u32,
-        peer: Option<PeerAddr>,
+        peer: PeerAddr,
         release_at: Instant,
     ) {
         self.slots.as_mut()[i] = Slot {
@@ -871,7 +861,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             generation,
             peer,
             release_at,
-            ..Slot::FREE
+            ..Slot::free()
         };
     }
 }
@@ -902,5 +892,22 @@ fn drop_keys<H: ServeHost>(host: &mut H, keys: &mut [Option<u32>; 2]) {
         if let Some(k) = key.take() {
             host.deregister(k);
         }
+    }
+}
+
+/// Asks for one of a slot's keys.
+fn ask<H: ServeHost>(
+    host: &mut H,
+    conn: ConnHandle,
+    s: &mut Slot,
+    kind: KeyKind,
+    base: u64,
+    len: u64,
+    access: Access,
+) {
+    match host.register(conn, kind, base, len, access) {
+        Registration::Key(k) => s.keys[kind as usize] = Some(k),
+        Registration::Pending => s.pending += 1,
+        Registration::Refused => {}
     }
 }

@@ -164,7 +164,7 @@ fn budget() -> Budget {
 
 fn server() -> TestServer {
     Server::new(
-        [Slot::FREE; CONNS],
+        [Slot::free(); CONNS],
         0,
         LocalBooks::new(budget(), seed_from_u64(7)),
         Config {

@@ -31,7 +31,7 @@ use metaroce_app::{Message, CONTROL_LEN, READ_ONLY_LEN, SLOTS};
 use metaroce_core::api::{
     Access, ConnHandle, LocalBuf, Op, RecvRequest, Region, Status, WorkRequest,
 };
-use metaroce_core::storage::buddy::{order_for, Buddy, BuddyNode, Extent};
+use metaroce_core::storage::buddy::{order_for, Buddy, BuddyNode, Extent, MIN_SHIFT};
 use metaroce_core::wire::CloseReason;
 use metaroce_core::{CommandError, Event, Instant};
 use metaroce_platform::dma::HostWindow;
@@ -123,8 +123,6 @@ struct Platform<'a> {
     node: u8,
     /// Control-buffer keys per slot, registered at boot.
     control: [Option<u32>; SERVE_CONNECTIONS],
-    /// The arena block of the region slot `s` announced.
-    extents: [Option<Extent>; SERVE_CONNECTIONS],
     arena: Buddy<ArenaNodes>,
     /// Admin commands waiting for room in the admin ring.
     admin: Deque<(u64, AdminOp), 256>,
@@ -231,27 +229,25 @@ impl<N: ServeNode> ServeHost for Host<'_, '_, '_, N> {
     }
 
     fn allocate(&mut self, conn: ConnHandle, len: u64) -> Option<Memory> {
-        let i = conn.index as usize;
         let units = len.div_ceil(ARENA_UNIT) as u32;
         let extent = self.platform.arena.allocate(order_for(units))?;
         let base = ARENA_BASE + extent.first_unit() as u64 * ARENA_UNIT;
         if let Ok(bytes) = self.mem.slice_mut(base, len as usize) {
             bytes.fill(0);
         }
-        self.platform.extents[i] = Some(extent);
         Some(Memory {
             base,
             len,
-            ro_base: read_only_addr(i),
+            ro_base: read_only_addr(conn.index as usize),
         })
     }
 
     fn free(&mut self, memory: &Memory) {
-        // The read-only page names the slot that announced the region.
-        let owner = ((memory.ro_base - READ_ONLY_BASE) / u64::from(READ_ONLY_LEN)) as usize;
-        if let Some(e) = self.platform.extents.get_mut(owner).and_then(Option::take) {
-            self.platform.arena.release(e);
-        }
+        // The block `allocate` took: where the region is, and its order.
+        let first_unit = ((memory.base - ARENA_BASE) / ARENA_UNIT) as u32;
+        let units = memory.len.div_ceil(ARENA_UNIT) as u32;
+        let extent = Extent::from_parts(first_unit >> MIN_SHIFT, order_for(units));
+        self.platform.arena.release(extent);
     }
 
     fn register(
@@ -341,12 +337,11 @@ impl<'a> Serve<'a> {
                 port,
                 node: cfg.node,
                 control: [None; SERVE_CONNECTIONS],
-                extents: [None; SERVE_CONNECTIONS],
                 arena: Buddy::new(ArenaNodes([BuddyNode::INIT; ARENA_NODES])),
                 admin: Deque::new(),
             },
             server: Server::new(
-                [Slot::FREE; SERVE_CONNECTIONS],
+                [Slot::free(); SERVE_CONNECTIONS],
                 0,
                 LocalBooks::new(budget, seed),
                 config,

@@ -142,7 +142,7 @@ impl Server {
         Server {
             node,
             budget,
-            app: serve::Server::new(vec![Slot::FREE; slots], first, books, config),
+            app: serve::Server::new(vec![Slot::free(); slots], first, books, config),
             controls: HashMap::new(),
             ledger,
             thread,
