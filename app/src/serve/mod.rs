@@ -34,8 +34,10 @@ use metaroce_core::api::{Access, Completion, ConnHandle, Opcode, PeerAddr, Statu
 use metaroce_core::wire::CloseReason;
 use metaroce_core::{Event, Instant};
 
+#[cfg(doc)]
+use crate::{check_pattern, fill_pattern};
 use crate::{
-    check_pattern, fill_pattern, Message, Operation, READ_ONLY_INDEX, READ_ONLY_LEN,
+    Message, Operation, READ_ONLY_INDEX, READ_ONLY_LEN,
     REGION_BAD_SIZE, REGION_NO_TICKET, REGION_OK, REGION_OVER_BUDGET, SLOTS,
 };
 
@@ -134,10 +136,12 @@ pub trait ServeHost {
         access: Access,
     ) -> Registration;
     fn deregister(&mut self, key: u32);
-    /// `f` over the `len` bytes at `addr`; `None` if they are not memory.
-    fn read<R>(&mut self, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R>;
-    /// `f` over the `len` bytes at `addr`, if they are memory.
-    fn write(&mut self, addr: u64, len: usize, f: impl FnOnce(&mut [u8]));
+    /// Whether the `len` bytes at `addr` are `pattern(seed, index)`
+    /// ([`check_pattern`]); `None` if they are not memory.
+    fn check_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) -> Option<bool>;
+    /// Fills the `len` bytes at `addr`, if they are memory, with
+    /// `pattern(seed, index)` ([`fill_pattern`]).
+    fn fill_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64);
     /// A connection ended: what it did (its control buffers may go now).
     fn finished(&mut self, report: &Finished);
     /// Releases an ended connection's handle; `false`: not yet (its last
@@ -167,9 +171,8 @@ enum State {
     Ending,
 }
 
-/// The end of the work list (which holds slot numbers plus one, so that a
-/// free slot is almost all zeros).
-const NO_SLOT: u32 = 0;
+/// The end of the work list.
+const NO_SLOT: u32 = u32::MAX;
 
 /// An answer waiting for room in the send queue, built from the slot's
 /// state when it goes.
@@ -479,16 +482,16 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
         slots[i].queued = true;
         slots[i].next_work = NO_SLOT;
-        match (self.work_tail as usize).checked_sub(1) {
-            Some(tail) => slots[tail].next_work = i as u32 + 1,
-            None => self.work_head = i as u32 + 1,
+        match slots.get_mut(self.work_tail as usize) {
+            Some(tail) => tail.next_work = i as u32,
+            None => self.work_head = i as u32,
         }
-        self.work_tail = i as u32 + 1;
+        self.work_tail = i as u32;
         self.work_len += 1;
     }
 
     fn pop_work(&mut self) -> Option<usize> {
-        let i = (self.work_head as usize).checked_sub(1)?;
+        let i = self.work_head as usize;
         let s = self.slots.as_mut().get_mut(i)?;
         s.queued = false;
         self.work_head = s.next_work;
@@ -605,12 +608,16 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
     }
 
+    // Out of line: a call per refusal is smaller than the answer's code at
+    // each (the firmware's code budget).
+    #[inline(never)]
     fn refuse<H: ServeHost>(&mut self, host: &mut H, i: usize, status: u32) {
         self.answer(host, i, Answer::Refused(status as u8));
     }
 
     /// Counts an `ANNOUNCE` or `JOIN` over budget for `reason` and answers
     /// it.
+    #[inline(never)]
     fn refuse_over_budget<H: ServeHost>(&mut self, host: &mut H, i: usize, reason: Refusal) {
         let c = &mut self.counters;
         c.refused_over_budget += 1;
@@ -661,9 +668,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.books.release_region(peer, footprint);
             return self.refuse_over_budget(host, i, Refusal::TotalBytes);
         };
-        host.write(memory.ro_base, READ_ONLY_LEN as usize, |page| {
-            fill_pattern(seed, READ_ONLY_INDEX, page)
-        });
+        host.fill_pattern(memory.ro_base, READ_ONLY_LEN as usize, seed, READ_ONLY_INDEX);
         let s = &mut self.slots.as_mut()[i];
         s.memory = Some(memory);
         s.owns = true;
@@ -719,7 +724,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             }
             let at = m.base + u64::from(s.filled) * u64::from(s.size);
             let (seed, index) = (s.seed, u64::from(s.filled));
-            host.write(at, s.size as usize, |slot| fill_pattern(seed, index, slot));
+            host.fill_pattern(at, s.size as usize, seed, index);
             s.filled += 1;
             budget = budget.saturating_sub(u64::from(s.size));
         }
@@ -793,8 +798,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
         s.bytes += size;
         let seed = s.seed;
-        let check = |data: &[u8]| check_pattern(seed, u64::from(index), data);
-        match host.read(m.base + at, size as usize, check) {
+        match host.check_pattern(m.base + at, size as usize, seed, u64::from(index)) {
             Some(true) => s.verified += 1,
             _ => s.corrupt += 1,
         }

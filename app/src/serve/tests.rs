@@ -132,14 +132,15 @@ impl ServeHost for FakeHost {
     fn deregister(&mut self, key: u32) {
         self.keys.remove(&key).expect("a live key");
     }
-    fn read<R>(&mut self, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    fn check_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) -> Option<bool> {
         let at = addr as usize;
-        self.memory.get(at..at + len).map(f)
+        let bytes = self.memory.get(at..at + len)?;
+        Some(check_pattern(seed, index, bytes))
     }
-    fn write(&mut self, addr: u64, len: usize, f: impl FnOnce(&mut [u8])) {
+    fn fill_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) {
         let at = addr as usize;
         if let Some(b) = self.memory.get_mut(at..at + len) {
-            f(b)
+            fill_pattern(seed, index, b)
         }
     }
     fn finished(&mut self, report: &Finished) {

@@ -27,7 +27,7 @@ use metaroce_app::serve::{
     Budget, Config, End, Finished, KeyKind, LocalBooks, Memory, Registration, ServeHost, Server,
     Slot,
 };
-use metaroce_app::{Message, CONTROL_LEN, READ_ONLY_LEN, SLOTS};
+use metaroce_app::{check_pattern, fill_pattern, Message, CONTROL_LEN, READ_ONLY_LEN, SLOTS};
 use metaroce_core::api::{
     Access, ConnHandle, LocalBuf, Op, RecvRequest, Region, Status, WorkRequest,
 };
@@ -280,13 +280,14 @@ impl<N: ServeNode> ServeHost for Host<'_, '_, '_, N> {
         self.platform.deregister(key);
     }
 
-    fn read<R>(&mut self, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        self.mem.slice(addr, len).ok().map(f)
+    fn check_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) -> Option<bool> {
+        let bytes = self.mem.slice(addr, len).ok()?;
+        Some(check_pattern(seed, index, bytes))
     }
 
-    fn write(&mut self, addr: u64, len: usize, f: impl FnOnce(&mut [u8])) {
+    fn fill_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) {
         if let Ok(bytes) = self.mem.slice_mut(addr, len) {
-            f(bytes);
+            fill_pattern(seed, index, bytes);
         }
     }
 

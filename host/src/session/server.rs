@@ -328,12 +328,14 @@ impl serve::ServeHost for HostSide<'_> {
         let _ = self.node.ep.deregister_region(key);
     }
 
-    fn read<R>(&mut self, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        self.node.mem.with(addr, len, f)
+    fn check_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) -> Option<bool> {
+        let check = |bytes: &[u8]| app::check_pattern(seed, index, bytes);
+        self.node.mem.with(addr, len, check)
     }
 
-    fn write(&mut self, addr: u64, len: usize, f: impl FnOnce(&mut [u8])) {
-        self.node.mem.with_mut(addr, len, f);
+    fn fill_pattern(&mut self, addr: u64, len: usize, seed: u64, index: u64) {
+        let fill = |bytes: &mut [u8]| app::fill_pattern(seed, index, bytes);
+        self.node.mem.with_mut(addr, len, fill);
     }
 
     fn finished(&mut self, r: &Finished) {
