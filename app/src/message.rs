@@ -339,5 +339,4 @@ mod tests {
         .encode();
         assert_eq!((rep.len(), rep[12], rep[20]), (28, 2, 3));
     }
-
 }

@@ -13,19 +13,6 @@ use metaroce_core::rng::{Rng, Seed};
 use super::Memory;
 use crate::Operation;
 
-/// What each peer address may hold at once, and the server in all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
-    /// Connections from one address.
-    pub connections_per_peer: u32,
-    /// Bytes of announced regions of one address.
-    pub bytes_per_peer: u64,
-    /// Bytes of announced regions of every peer.
-    pub bytes_total: u64,
-    /// Regions (announced or joined) of one address.
-    pub regions_per_peer: u32,
-}
-
 /// Why the books refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -72,8 +59,12 @@ pub trait Books {
     fn publish(&mut self, owner: ConnHandle, share: RegionShare) -> u64;
     /// `JOIN`: connection `conn` from `peer` wants the region `ticket`
     /// names; booked as [`REGIONS_PER_GRANT`] regions of `peer`.
-    fn join(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr)
-        -> Result<RegionShare, Refusal>;
+    fn join(
+        &mut self,
+        ticket: u64,
+        conn: ConnHandle,
+        peer: PeerAddr,
+    ) -> Result<RegionShare, Refusal>;
     /// A joiner ended, or could not use what it joined: its regions are
     /// given back, unless the owner's end already revoked it.
     fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr);
@@ -92,14 +83,7 @@ pub trait Books {
 struct PeerUsage {
     peer: PeerAddr,
     connections: u32,
-    regions: u32,
     bytes: u64,
-}
-
-impl PeerUsage {
-    fn is_empty(&self) -> bool {
-        self.connections == 0 && self.regions == 0 && self.bytes == 0
-    }
 }
 
 /// The ticket of the region connection slot `i` announced.
@@ -113,21 +97,25 @@ struct TicketEntry {
 #[derive(Debug, Clone, Copy)]
 struct JoinerEntry {
     conn: ConnHandle,
-    peer: PeerAddr,
     ticket: u64,
 }
 
-/// Books of one server in fixed arrays: `CONNS` connection slots (handle
-/// indices below it), `PEERS` peer addresses at once (more are refused).
-/// A ticket names its owner's slot in its low 16 bits (a `JOIN` finds the
-/// region without a search) and 48 random bits above. The owner's end
-/// looks for its joiners in every slot: a rare event, and less code than
-/// lists through them.
+/// Books of one server in fixed arrays, for a server whose memory is its
+/// total budget (an announcement it has no room for is refused
+/// [`Refusal::TotalBytes`]): per peer address, connections and bytes of
+/// announced regions. Regions are not counted: a connection reaches one
+/// region at most, so a peer's are bounded by its connections.
+///
+/// `CONNS` connection slots (handle indices below it), `PEERS` peer
+/// addresses at once (more are refused). A ticket names its owner's slot
+/// in its low 16 bits (a `JOIN` finds the region without a search) and 48
+/// random bits above. The owner's end looks for its joiners in every slot:
+/// a rare event, and less code than lists through them.
 #[derive(Debug)]
 pub struct LocalBooks<const CONNS: usize, const PEERS: usize> {
-    budget: Budget,
+    connections_per_peer: u32,
+    bytes_per_peer: u64,
     peers: [Option<PeerUsage>; PEERS],
-    bytes_total: u64,
     tickets: [Option<TicketEntry>; CONNS],
     joiners: [Option<JoinerEntry>; CONNS],
     rng: Rng,
@@ -138,13 +126,15 @@ const SLOT_BITS: u64 = 0xffff;
 impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
     const _FITS: () = assert!(CONNS <= 1 << 16);
 
-    /// Empty books; `seed` keys the tickets' generator.
-    pub fn new(budget: Budget, seed: Seed) -> Self {
+    /// Empty books: at most `connections_per_peer` connections and
+    /// `bytes_per_peer` bytes of regions per peer address; `seed` keys
+    /// the tickets' generator.
+    pub fn new(connections_per_peer: u32, bytes_per_peer: u64, seed: Seed) -> Self {
         let () = Self::_FITS;
         LocalBooks {
-            budget,
+            connections_per_peer,
+            bytes_per_peer,
             peers: [None; PEERS],
-            bytes_total: 0,
             tickets: [None; CONNS],
             joiners: [None; CONNS],
             rng: Rng::new(seed),
@@ -153,7 +143,8 @@ impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
 
     /// Peer addresses holding anything, and the bytes of all.
     pub fn holdings(&self) -> (usize, u64) {
-        (self.peers.iter().flatten().count(), self.bytes_total)
+        let held = self.peers.iter().flatten();
+        (held.clone().count(), held.map(|u| u.bytes).sum())
     }
 
     /// The usage of `peer`: found, or made in a free entry (`None` when
@@ -167,23 +158,21 @@ impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
         Some(self.peers[at].get_or_insert(PeerUsage {
             peer,
             connections: 0,
-            regions: 0,
             bytes: 0,
         }))
     }
 
-    /// Takes `connections`, `regions` and `bytes` off `peer`'s usage, and
-    /// forgets an address that holds nothing. (One function for every
-    /// change: the firmware's code budget.)
-    fn give_back(&mut self, peer: PeerAddr, connections: u32, regions: u32, bytes: u64) {
+    /// Takes `connections` and `bytes` off `peer`'s usage, and forgets an
+    /// address that holds nothing. (One function for every change: the
+    /// firmware's code budget.)
+    fn give_back(&mut self, peer: PeerAddr, connections: u32, bytes: u64) {
         for entry in self.peers.iter_mut() {
             let Some(u) = entry.as_mut().filter(|u| u.peer.ip == peer.ip) else {
                 continue;
             };
             u.connections = u.connections.saturating_sub(connections);
-            u.regions = u.regions.saturating_sub(regions);
             u.bytes = u.bytes.saturating_sub(bytes);
-            if u.is_empty() {
+            if u.connections == 0 && u.bytes == 0 {
                 *entry = None;
             }
             return;
@@ -193,7 +182,7 @@ impl<const CONNS: usize, const PEERS: usize> LocalBooks<CONNS, PEERS> {
 
 impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> {
     fn adopt(&mut self, peer: PeerAddr) -> Result<(), Refusal> {
-        let limit = self.budget.connections_per_peer;
+        let limit = self.connections_per_peer;
         let within = self
             .usage(peer)
             .filter(|u| u.connections < limit)
@@ -202,47 +191,28 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
         if within {
             Ok(())
         } else {
-            self.give_back(peer, 0, 0, 0);
+            self.give_back(peer, 0, 0);
             Err(Refusal::PeerConnections)
         }
     }
 
     fn release_connection(&mut self, peer: PeerAddr) {
-        self.give_back(peer, 1, 0, 0);
+        self.give_back(peer, 1, 0);
     }
 
     fn reserve_region(&mut self, peer: PeerAddr, footprint: u64) -> Result<(), Refusal> {
-        let budget = self.budget;
-        let total = self.bytes_total;
-        let Some(u) = self.usage(peer) else {
-            return Err(Refusal::PeerRegions);
-        };
-        let refusal = if u.bytes + footprint > budget.bytes_per_peer {
-            Some(Refusal::PeerBytes)
-        } else if total + footprint > budget.bytes_total {
-            Some(Refusal::TotalBytes)
-        } else if u.regions + REGIONS_PER_GRANT > budget.regions_per_peer {
-            Some(Refusal::PeerRegions)
-        } else {
-            u.bytes += footprint;
-            u.regions += REGIONS_PER_GRANT;
-            None
-        };
-        match refusal {
-            Some(r) => {
-                self.give_back(peer, 0, 0, 0);
-                Err(r)
-            }
-            None => {
-                self.bytes_total += footprint;
+        let limit = self.bytes_per_peer;
+        match self.usage(peer) {
+            Some(u) if u.bytes + footprint <= limit => {
+                u.bytes += footprint;
                 Ok(())
             }
+            _ => Err(Refusal::PeerBytes),
         }
     }
 
     fn release_region(&mut self, peer: PeerAddr, footprint: u64) {
-        self.bytes_total = self.bytes_total.saturating_sub(footprint);
-        self.give_back(peer, 0, REGIONS_PER_GRANT, footprint);
+        self.give_back(peer, 0, footprint);
     }
 
     fn publish(&mut self, owner: ConnHandle, share: RegionShare) -> u64 {
@@ -263,35 +233,27 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
         &mut self,
         ticket: u64,
         conn: ConnHandle,
-        peer: PeerAddr,
+        _peer: PeerAddr,
     ) -> Result<RegionShare, Refusal> {
         let owner = (ticket & SLOT_BITS) as usize;
-        let j = conn.index as usize;
-        let share = match self.tickets.get(owner) {
-            Some(Some(t)) if ticket > SLOT_BITS && t.ticket == ticket && j < CONNS => t.share,
-            _ => return Err(Refusal::BadTicket),
+        let (Some(Some(t)), Some(joiner)) = (
+            self.tickets.get(owner),
+            self.joiners.get_mut(conn.index as usize),
+        ) else {
+            return Err(Refusal::BadTicket);
         };
-        let limit = self.budget.regions_per_peer;
-        let within = self
-            .usage(peer)
-            .filter(|u| u.regions + REGIONS_PER_GRANT <= limit)
-            .map(|u| u.regions += REGIONS_PER_GRANT)
-            .is_some();
-        if !within {
-            self.give_back(peer, 0, 0, 0);
-            return Err(Refusal::PeerRegions);
+        if ticket <= SLOT_BITS || t.ticket != ticket {
+            return Err(Refusal::BadTicket);
         }
-        self.joiners[j] = Some(JoinerEntry { conn, peer, ticket });
-        Ok(share)
+        *joiner = Some(JoinerEntry { conn, ticket });
+        Ok(t.share)
     }
 
-    fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr) {
-        let Some(entry) = self.joiners.get_mut(conn.index as usize) else {
-            return;
-        };
-        if entry.is_some_and(|e| e.ticket == ticket && e.conn == conn) {
-            *entry = None;
-            self.give_back(peer, 0, REGIONS_PER_GRANT, 0);
+    fn leave(&mut self, ticket: u64, conn: ConnHandle, _peer: PeerAddr) {
+        if let Some(entry) = self.joiners.get_mut(conn.index as usize) {
+            if entry.is_some_and(|e| e.ticket == ticket && e.conn == conn) {
+                *entry = None;
+            }
         }
     }
 
@@ -301,10 +263,9 @@ impl<const CONNS: usize, const PEERS: usize> Books for LocalBooks<CONNS, PEERS> 
             Some(entry) if entry.is_some_and(|t| t.ticket == ticket) => *entry = None,
             _ => return,
         }
-        for j in 0..CONNS {
-            if let Some(e) = self.joiners[j].filter(|e| e.ticket == ticket) {
-                self.joiners[j] = None;
-                self.give_back(e.peer, 0, REGIONS_PER_GRANT, 0);
+        for entry in self.joiners.iter_mut() {
+            if let Some(e) = entry.filter(|e| e.ticket == ticket) {
+                *entry = None;
                 revoke(e.conn);
             }
         }

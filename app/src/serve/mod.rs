@@ -25,7 +25,7 @@ mod counters;
 #[cfg(test)]
 mod tests;
 
-pub use books::{Books, Budget, LocalBooks, Refusal, RegionShare, REGIONS_PER_GRANT};
+pub use books::{Books, LocalBooks, Refusal, RegionShare, REGIONS_PER_GRANT};
 pub use counters::Counters;
 
 use core::time::Duration;
@@ -37,8 +37,8 @@ use metaroce_core::{Event, Instant};
 #[cfg(doc)]
 use crate::{check_pattern, fill_pattern};
 use crate::{
-    Message, Operation, READ_ONLY_INDEX, READ_ONLY_LEN,
-    REGION_BAD_SIZE, REGION_NO_TICKET, REGION_OK, REGION_OVER_BUDGET, SLOTS,
+    Message, Operation, READ_ONLY_INDEX, READ_ONLY_LEN, REGION_BAD_SIZE, REGION_NO_TICKET,
+    REGION_OK, REGION_OVER_BUDGET, SLOTS,
 };
 
 /// Memory of an announced region: the data region (`len` bytes, zeroed or
@@ -232,33 +232,33 @@ impl Slot {
     /// A slot no connection uses: a table of them is `[Slot::free(); N]`.
     pub fn free() -> Slot {
         Slot {
-        state: State::Free,
-        generation: 0,
-        peer: PeerAddr {
-            ip: core::net::Ipv4Addr::UNSPECIFIED.into(),
-            port: 0,
-        },
-        release_at: Instant::ZERO,
-        to_post: 0,
-        next_send: 0,
-        answers: [Answer::None; 2],
-        queued: false,
-        next_work: NO_SLOT,
-        memory: None,
-        owns: false,
-        ticket: 0,
-        joined: 0,
-        keys: [None; 2],
-        pending: 0,
-        filling: false,
-        filled: 0,
-        op: Operation::Write,
-        seed: 0,
-        size: 0,
-        verified: 0,
-        corrupt: 0,
-        bytes: 0,
-    }
+            state: State::Free,
+            generation: 0,
+            peer: PeerAddr {
+                ip: core::net::Ipv4Addr::UNSPECIFIED.into(),
+                port: 0,
+            },
+            release_at: Instant::ZERO,
+            to_post: 0,
+            next_send: 0,
+            answers: [Answer::None; 2],
+            queued: false,
+            next_work: NO_SLOT,
+            memory: None,
+            owns: false,
+            ticket: 0,
+            joined: 0,
+            keys: [None; 2],
+            pending: 0,
+            filling: false,
+            filled: 0,
+            op: Operation::Write,
+            seed: 0,
+            size: 0,
+            verified: 0,
+            corrupt: 0,
+            bytes: 0,
+        }
     }
 }
 
@@ -668,7 +668,12 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
             self.books.release_region(peer, footprint);
             return self.refuse_over_budget(host, i, Refusal::TotalBytes);
         };
-        host.fill_pattern(memory.ro_base, READ_ONLY_LEN as usize, seed, READ_ONLY_INDEX);
+        host.fill_pattern(
+            memory.ro_base,
+            READ_ONLY_LEN as usize,
+            seed,
+            READ_ONLY_INDEX,
+        );
         let s = &mut self.slots.as_mut()[i];
         s.memory = Some(memory);
         s.owns = true;
@@ -745,7 +750,15 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         };
         let ro_len = u64::from(READ_ONLY_LEN);
         ask(host, conn, s, KeyKind::Data, m.base, m.len, Access::ALL);
-        ask(host, conn, s, KeyKind::ReadOnly, m.ro_base, ro_len, Access::REMOTE_READ);
+        ask(
+            host,
+            conn,
+            s,
+            KeyKind::ReadOnly,
+            m.ro_base,
+            ro_len,
+            Access::REMOTE_READ,
+        );
         if s.pending == 0 {
             self.answer_keys(host, i);
         }

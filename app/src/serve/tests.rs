@@ -73,7 +73,8 @@ impl ServeHost for FakeHost {
         Message::decode(&bytes[..(len as usize).min(bytes.len())])
     }
     fn post_send(&mut self, conn: ConnHandle, _seq: u32, message: &[u8]) -> bool {
-        self.sent.push((conn, Message::decode(message).expect("valid")));
+        self.sent
+            .push((conn, Message::decode(message).expect("valid")));
         true
     }
     fn allocate(&mut self, _conn: ConnHandle, len: u64) -> Option<Memory> {
@@ -154,20 +155,12 @@ impl ServeHost for FakeHost {
 
 type TestServer = Server<[Slot; CONNS], LocalBooks<CONNS, 4>>;
 
-fn budget() -> Budget {
-    Budget {
-        connections_per_peer: 4,
-        bytes_per_peer: 1 << 20,
-        bytes_total: 3 << 19,
-        regions_per_peer: 6,
-    }
-}
-
 fn server() -> TestServer {
     Server::new(
         [Slot::free(); CONNS],
         0,
-        LocalBooks::new(budget(), seed_from_u64(7)),
+        // 4 connections and 1 MiB of regions per peer.
+        LocalBooks::new(4, 1 << 20, seed_from_u64(7)),
         Config {
             max_message: 8192,
             recv_slots: RECV,
@@ -276,7 +269,10 @@ fn close(s: &mut TestServer, host: &mut FakeHost, conn: ConnHandle) {
 fn a_new_connection_gets_its_receives_posted() {
     let (mut s, mut host) = (server(), FakeHost::new());
     connect(&mut s, &mut host, h(3), 1);
-    assert_eq!(host.posted_recvs, (0..RECV).map(|r| (h(3), r)).collect::<Vec<_>>());
+    assert_eq!(
+        host.posted_recvs,
+        (0..RECV).map(|r| (h(3), r)).collect::<Vec<_>>()
+    );
     assert_eq!(s.open_connections(), 1);
 }
 
@@ -348,11 +344,18 @@ fn read_regions_are_filled_before_the_answer_a_budget_at_a_time() {
         let at = (addr + j * 1000) as usize;
         assert!(check_pattern(9, j, &host.memory[at..at + 1000]));
     }
-    let Message::Region { ro_addr, ro_key, .. } = host.sent[0].1 else {
+    let Message::Region {
+        ro_addr, ro_key, ..
+    } = host.sent[0].1
+    else {
         unreachable!()
     };
     let ro = ro_addr as usize;
-    assert!(check_pattern(9, READ_ONLY_INDEX, &host.memory[ro..ro + 4096]));
+    assert!(check_pattern(
+        9,
+        READ_ONLY_INDEX,
+        &host.memory[ro..ro + 4096]
+    ));
     assert_eq!(host.keys[&ro_key].2, Access::REMOTE_READ);
 }
 
@@ -406,6 +409,8 @@ fn join_of_a_wrong_ticket_is_refused() {
 #[test]
 fn budgets_are_refused_by_reason_and_the_connection_stays_usable() {
     let (mut s, mut host) = (server(), FakeHost::new());
+    // The host's memory, 1.5 MiB, is the total.
+    host.memory_room = 3 << 19;
     for i in 0..5 {
         connect(&mut s, &mut host, h(i), 1);
     }
@@ -435,7 +440,12 @@ fn budgets_are_refused_by_reason_and_the_connection_stays_usable() {
     assert_eq!((c.refused_bad_size, c.refused_second_announce), (2, 1));
     assert_eq!(c.refused_over_budget, 2);
     // The refused connection is still served.
-    accepted(deliver(&mut s, &mut host, h(1), announce(Operation::Write, 8)));
+    accepted(deliver(
+        &mut s,
+        &mut host,
+        h(1),
+        announce(Operation::Write, 8),
+    ));
 }
 
 #[test]
@@ -453,7 +463,11 @@ fn a_full_region_table_and_no_memory_are_refused() {
     let m = deliver(&mut s, &mut host, h(1), announce(Operation::Write, 8));
     assert_eq!(status(m), REGION_OVER_BUDGET);
     assert_eq!(s.counters().refused_total_bytes, 1);
-    assert_eq!(s.books().holdings(), (1, 0), "the peer holds connections only");
+    assert_eq!(
+        s.books().holdings(),
+        (1, 0),
+        "the peer holds connections only"
+    );
     host.no_buffers = true;
     connect(&mut s, &mut host, h(2), 3);
     assert_eq!(s.counters().refused_no_buffers, 1);
@@ -533,6 +547,14 @@ fn a_refused_connection_is_released_when_it_closes() {
     assert_eq!(host.released, [h(0)]);
     assert!(host.finished.is_empty());
     host.no_buffers = false;
-    connect(&mut s, &mut host, ConnHandle { index: 0, generation: 2 }, 1);
+    connect(
+        &mut s,
+        &mut host,
+        ConnHandle {
+            index: 0,
+            generation: 2,
+        },
+        1,
+    );
     assert_eq!(s.open_connections(), 1);
 }

@@ -24,7 +24,7 @@ use core::time::Duration;
 
 use heapless::Deque;
 use metaroce_app::serve::{
-    Budget, Config, End, Finished, KeyKind, LocalBooks, Memory, Registration, ServeHost, Server,
+    Config, End, Finished, KeyKind, LocalBooks, Memory, Registration, ServeHost, Server,
     Slot,
 };
 use metaroce_app::{check_pattern, fill_pattern, Message, CONTROL_LEN, READ_ONLY_LEN, SLOTS};
@@ -321,13 +321,6 @@ impl Platform<'_> {
 
 impl<'a> Serve<'a> {
     pub fn new(cfg: &NodeConfig, port: Port<'a>, now: Instant, seed: [u8; 32]) -> Self {
-        let budget = Budget {
-            connections_per_peer: cfg.peer_connections,
-            bytes_per_peer: BYTES_PER_PEER,
-            // The arena is what all peers share: its end is the total.
-            bytes_total: u64::MAX,
-            regions_per_peer: u32::MAX,
-        };
         let config = Config {
             max_message: MAX_SERVE_MESSAGE,
             recv_slots: RECV_SLOTS,
@@ -344,7 +337,7 @@ impl<'a> Serve<'a> {
             server: Server::new(
                 [Slot::free(); SERVE_CONNECTIONS],
                 0,
-                LocalBooks::new(budget, seed),
+                LocalBooks::new(cfg.peer_connections, BYTES_PER_PEER, seed),
                 config,
             ),
             ip: cfg.ip,
