@@ -453,6 +453,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
     }
 
+    #[inline(always)]
     fn handle(&self, i: usize) -> ConnHandle {
         ConnHandle {
             index: self.first_index + i as u32,
