@@ -522,7 +522,8 @@ fn join_across_threads_shares_the_region_until_its_owner_ends() {
     let joins: u64 = outcomes.iter().map(|o| o.server.counters().joins).sum();
     assert_eq!(joins, 1);
     assert_eq!(
-        outcomes[1].server.counters().joins, 1,
+        outcomes[1].server.counters().joins,
+        1,
         "the joiner is thread 1's"
     );
 }

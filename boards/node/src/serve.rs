@@ -24,8 +24,7 @@ use core::time::Duration;
 
 use heapless::Deque;
 use metaroce_app::serve::{
-    Config, End, Finished, KeyKind, LocalBooks, Memory, Registration, ServeHost, Server,
-    Slot,
+    Config, End, Finished, KeyKind, LocalBooks, Memory, Registration, ServeHost, Server, Slot,
 };
 use metaroce_app::{check_pattern, fill_pattern, Message, CONTROL_LEN, READ_ONLY_LEN, SLOTS};
 use metaroce_core::api::{
@@ -270,7 +269,11 @@ impl<N: ServeNode> ServeHost for Host<'_, '_, '_, N> {
             pd: domain(i),
         };
         let t = tag(kind, conn.generation, i);
-        match self.platform.admin.push_back((t, AdminOp::Register(region))) {
+        match self
+            .platform
+            .admin
+            .push_back((t, AdminOp::Register(region)))
+        {
             Ok(()) => Registration::Pending,
             Err(_) => Registration::Refused,
         }

@@ -250,7 +250,10 @@ impl serve::ServeHost for HostSide<'_> {
 
     fn received(&mut self, conn: ConnHandle, slot: u32, len: u32) -> Option<Message> {
         let buf = self.controls.get(&conn)?.recv_buf(slot);
-        let bytes = self.node.mem.slice(buf.addr, len.min(CONTROL_LEN) as usize)?;
+        let bytes = self
+            .node
+            .mem
+            .slice(buf.addr, len.min(CONTROL_LEN) as usize)?;
         Message::decode(bytes)
     }
 
@@ -258,9 +261,7 @@ impl serve::ServeHost for HostSide<'_> {
         let Some(control) = self.controls.get(&conn) else {
             return false;
         };
-        control
-            .send_numbered(self.node, conn, seq, message)
-            .is_ok()
+        control.send_numbered(self.node, conn, seq, message).is_ok()
     }
 
     fn allocate(&mut self, _conn: ConnHandle, len: u64) -> Option<Memory> {
