@@ -1,6 +1,7 @@
 //! The server driven by a fake host: memory in a vector, registrations
 //! answered at once or later, every post recorded.
 
+use core::time::Duration;
 use std::collections::HashMap;
 
 use metaroce_core::api::{Access, Completion, ConnHandle, Opcode, PeerAddr, Status};
