@@ -34,8 +34,6 @@ use metaroce_core::api::{Access, Completion, ConnHandle, Opcode, PeerAddr, Statu
 use metaroce_core::wire::CloseReason;
 use metaroce_core::{Event, Instant};
 
-#[cfg(doc)]
-use crate::{check_pattern, fill_pattern};
 use crate::{
     Message, Operation, READ_ONLY_INDEX, READ_ONLY_LEN, REGION_BAD_SIZE, REGION_NO_TICKET,
     REGION_OK, REGION_OVER_BUDGET, SLOTS,
@@ -332,6 +330,8 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
         }
     }
 
+    // In place: a few instructions, smaller than a call at each of its
+    // callers (the firmware's code budget).
     #[inline(always)]
     fn handle(&self, i: usize) -> ConnHandle {
         ConnHandle {
@@ -497,7 +497,7 @@ impl<S: AsRef<[Slot]> + AsMut<[Slot]>, B: Books> Server<S, B> {
 
     /// Counts an `ANNOUNCE` or `JOIN` over budget for `reason` and answers
     /// it.
-    #[inline(never)]
+    #[inline(never)] // as `refuse`
     fn refuse_over_budget<H: ServeHost>(&mut self, host: &mut H, i: usize, reason: Refusal) {
         let c = &mut self.counters;
         c.refused_over_budget += 1;
