@@ -25,6 +25,11 @@ const GUARD: u64 = 0x10_0000;
 /// address on every thread.
 const THREAD_SPAN: u64 = 1 << 40;
 
+/// The engine thread whose arenas hand out `addr`.
+pub fn thread_of(addr: u64) -> usize {
+    (addr.saturating_sub(FIRST_BASE) / THREAD_SPAN) as usize
+}
+
 /// The bytes of an arena that several engine threads reach (its length
 /// never changes).
 #[derive(Debug, Clone)]

@@ -149,7 +149,7 @@ fn several_clients_on_two_engine_threads() {
     let mut reports = 0;
     for o in &outcomes {
         assert!(
-            o.server.counters.connections > 0,
+            o.server.counters().connections > 0,
             "thread {} served no connection: {:?}",
             o.thread,
             shard::thread_summaries(&outcomes)
@@ -199,7 +199,7 @@ fn hold_spreads_connections_over_both_threads() {
     let outcomes = server.join().expect("server thread");
     let per_thread: Vec<u64> = outcomes
         .iter()
-        .map(|o| o.server.counters.connections)
+        .map(|o| o.server.counters().connections)
         .collect();
     assert_eq!(per_thread.iter().sum::<u64>(), 48);
     // The CONNECT hash spreads 48 connections: neither thread gets fewer
@@ -232,7 +232,7 @@ fn a_peer_budget_holds_for_the_node_not_per_thread() {
     let outcomes = server.join().expect("server thread");
     let adopted: Vec<u64> = outcomes
         .iter()
-        .map(|o| o.server.counters.connections)
+        .map(|o| o.server.counters().connections)
         .collect();
     assert!(adopted.iter().all(|&n| n > 0), "{adopted:?}");
     let total = shard::total_counters(&outcomes);
@@ -519,10 +519,11 @@ fn join_across_threads_shares_the_region_until_its_owner_ends() {
     assert!(refused, "the joiner's key outlived the region's owner");
     stop.store(true, Ordering::Relaxed);
     let outcomes = server.join().expect("server thread");
-    let joins: u64 = outcomes.iter().map(|o| o.server.counters.joins).sum();
+    let joins: u64 = outcomes.iter().map(|o| o.server.counters().joins).sum();
     assert_eq!(joins, 1);
     assert_eq!(
-        outcomes[1].server.counters.joins, 1,
+        outcomes[1].server.counters().joins,
+        1,
         "the joiner is thread 1's"
     );
 }

@@ -65,8 +65,9 @@ impl Extent {
     }
 
     /// The extent of `block` and `order`, as [`Extent::block`] and
-    /// [`Extent::order`] gave them (a handle stored in fewer bytes).
-    pub(crate) const fn from_parts(block: u32, order: u8) -> Extent {
+    /// [`Extent::order`] gave them (a handle stored in fewer bytes, or
+    /// worked out again from where the extent is and how long).
+    pub const fn from_parts(block: u32, order: u8) -> Extent {
         Extent { block, order }
     }
 }

@@ -556,7 +556,7 @@ fn print_sharded_summary(outcomes: &[ThreadOutcome], json: bool) {
                 "open": open,
                 "live": live,
                 "half_open": half_open,
-                "server": c,
+                "server": metaroce_host::session::counters_json(&c),
                 "endpoint": metaroce_host::counters::json_sum(&nodes),
                 "steering": steering,
                 "threads": threads,
@@ -602,7 +602,7 @@ fn print_sharded_summary(outcomes: &[ThreadOutcome], json: bool) {
 
 /// What the server did and refused, by reason (docs/counters.md).
 fn print_serve_summary(server: &Server, json: bool) {
-    let c = server.counters;
+    let c = server.counters();
     let node = &server.node;
     if json {
         say(&serde_json::json!({
@@ -611,7 +611,7 @@ fn print_serve_summary(server: &Server, json: bool) {
                 "open": server.open_connections(),
                 "live": node.ep.live_connections(),
                 "half_open": node.ep.half_open(),
-                "server": c,
+                "server": metaroce_host::session::counters_json(&c),
                 "endpoint": metaroce_host::counters::json(node),
                 "reseeds": node.engine_stats().reseeds,
                 "protection": {

@@ -9,11 +9,12 @@
 //! ends; never per packet. One mutex guards it; with one thread it is
 //! never contended.
 //!
-//! A ticket names a region and the thread whose connection announced it.
-//! A connection on another thread that joins gets the region's shared
-//! arenas ([`crate::memory::SharedArena`]) and keys of its own there. When
-//! the owner ends, the joiners lose their keys before the owner's memory
-//! is let go: those on the owner's thread at once, those on other threads
+//! Each engine thread's server reaches it as its [`serve::Books`]
+//! ([`ThreadBooks`]). A ticket names a region. With several threads every
+//! announced region's arenas are shared ([`crate::memory::SharedArena`])
+//! and kept here by address, so a connection on another thread that joins
+//! reaches the bytes and gets keys of its own there. When the owner ends,
+//! the joiners lose their keys before the owner's memory is let go: those on the owner's thread at once, those on other threads
 //! as soon as their thread's next turn takes the revocation (it is woken
 //! for it); the shared bytes live until the last of them let go, so no
 //! packet ever reaches freed memory.
@@ -23,52 +24,17 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use metaroce_core::api::ConnHandle;
+use metaroce_core::api::{ConnHandle, PeerAddr};
 
 use super::PeerBudget;
-use crate::app::Operation;
+use crate::app::serve::{self, Refusal, RegionShare, REGIONS_PER_GRANT};
 use crate::memory::SharedArena;
+use crate::node::socket_of;
 use crate::shard::steer::Waker;
 
-/// Memory an announcement allocated: the data region and the read-only
-/// page; owned by the announcing connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Memory {
-    pub base: u64,
-    pub len: u64,
-    pub ro_base: u64,
-}
-
-/// What a joining connection gets: the region, what the announcement
-/// said about it, and its bytes.
-#[derive(Debug, Clone)]
-pub(crate) struct RegionShare {
-    pub memory: Memory,
-    pub op: Option<Operation>,
-    pub seed: u64,
-    pub size: u32,
-    /// The thread of the announcing connection (its arenas live there).
-    pub thread: usize,
-    /// Its bytes, for joiners on other threads: shared only when the
-    /// server has several threads ([`Ledger::threads`]), so a server of one
-    /// thread never locks to place a packet.
-    pub arenas: Option<(SharedArena, SharedArena)>,
-}
-
-/// Why the ledger refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The address holds its budget of connections.
-    PeerConnections,
-    /// The address's announced bytes would pass its budget.
-    PeerBytes,
-    /// Every peer's bytes together would pass the server's budget.
-    TotalBytes,
-    /// The address's regions would pass its budget.
-    PeerRegions,
-    /// The ticket names no region.
-    BadTicket,
-}
+/// A region's arenas, shared between threads: its owner's thread, the
+/// data region's and the read-only page's.
+pub(crate) type Shared = (usize, SharedArena, SharedArena);
 
 /// What one peer address holds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -93,26 +59,29 @@ struct Ticket {
 }
 
 #[derive(Debug)]
-struct Books {
+struct Accounts {
     peers: HashMap<IpAddr, PeerUsage>,
     bytes_total: u64,
     tickets: HashMap<u64, Ticket>,
+    /// Announced regions' shared arenas, by data address.
+    arenas: HashMap<u64, Shared>,
     /// Per thread: its joiners whose region's owner ended.
     revoked: Vec<Vec<ConnHandle>>,
 }
 
-impl Books {
+impl Accounts {
     fn usage(&mut self, peer: IpAddr) -> &mut PeerUsage {
         self.peers.entry(peer).or_default()
     }
 
-    /// Forgets an address that holds nothing.
-    fn tidy(&mut self, peer: IpAddr) {
-        if self
-            .peers
-            .get(&peer)
-            .is_some_and(|u| u.connections == 0 && u.regions == 0 && u.bytes == 0)
-        {
+    /// Takes `connections`, `regions` and `bytes` off `peer`, and forgets
+    /// an address that holds nothing.
+    fn give_back(&mut self, peer: IpAddr, connections: u32, regions: u32, bytes: u64) {
+        let u = self.usage(peer);
+        u.connections = u.connections.saturating_sub(connections);
+        u.regions = u.regions.saturating_sub(regions);
+        u.bytes = u.bytes.saturating_sub(bytes);
+        if u.connections == 0 && u.regions == 0 && u.bytes == 0 {
             self.peers.remove(&peer);
         }
     }
@@ -122,7 +91,7 @@ impl Books {
 #[derive(Debug)]
 pub struct Ledger {
     budget: PeerBudget,
-    books: Mutex<Books>,
+    accounts: Mutex<Accounts>,
     /// Per thread: revocations are waiting (checked every turn without
     /// taking the lock).
     pending: Vec<AtomicBool>,
@@ -136,10 +105,11 @@ impl Ledger {
         let threads = threads.max(1);
         Arc::new(Ledger {
             budget,
-            books: Mutex::new(Books {
+            accounts: Mutex::new(Accounts {
                 peers: HashMap::new(),
                 bytes_total: 0,
                 tickets: HashMap::new(),
+                arenas: HashMap::new(),
                 revoked: vec![Vec::new(); threads],
             }),
             pending: (0..threads).map(|_| AtomicBool::new(false)).collect(),
@@ -156,161 +126,17 @@ impl Ledger {
         self.pending.len()
     }
 
-    fn books(&self) -> MutexGuard<'_, Books> {
+    fn accounts(&self) -> MutexGuard<'_, Accounts> {
         // Every update below is complete before the guard drops: a thread
         // that panicked while holding it left consistent books.
-        self.books.lock().unwrap_or_else(PoisonError::into_inner)
+        self.accounts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new connection from `peer`, within its budget.
-    pub(crate) fn adopt(&self, peer: IpAddr) -> Result<(), Refusal> {
-        let mut books = self.books();
-        let usage = books.usage(peer);
-        if usage.connections >= self.budget.connections_per_peer {
-            books.tidy(peer);
-            return Err(Refusal::PeerConnections);
-        }
-        usage.connections += 1;
-        Ok(())
-    }
-
-    /// A connection from `peer` ended.
-    pub(crate) fn release_connection(&self, peer: IpAddr) {
-        let mut books = self.books();
-        let usage = books.usage(peer);
-        usage.connections = usage.connections.saturating_sub(1);
-        books.tidy(peer);
-    }
-
-    /// Reserves an announced region of `footprint` bytes (two regions:
-    /// data and read-only) for `peer`, checked and booked at once so that
-    /// threads announcing together cannot pass the budget between them.
-    pub(crate) fn reserve_region(&self, peer: IpAddr, footprint: u64) -> Result<(), Refusal> {
-        let mut books = self.books();
-        let total = books.bytes_total;
-        let usage = books.usage(peer);
-        let refusal = if usage.bytes + footprint > self.budget.bytes_per_peer {
-            Some(Refusal::PeerBytes)
-        } else if total + footprint > self.budget.bytes_total {
-            Some(Refusal::TotalBytes)
-        } else if usage.regions + 2 > self.budget.regions_per_peer {
-            Some(Refusal::PeerRegions)
-        } else {
-            None
-        };
-        if let Some(r) = refusal {
-            books.tidy(peer);
-            return Err(r);
-        }
-        usage.bytes += footprint;
-        usage.regions += 2;
-        books.bytes_total += footprint;
-        Ok(())
-    }
-
-    /// Gives back a reservation (the region could not be set up, or its
-    /// connection ended).
-    pub(crate) fn release_region(&self, peer: IpAddr, footprint: u64) {
-        let mut books = self.books();
-        books.bytes_total = books.bytes_total.saturating_sub(footprint);
-        let usage = books.usage(peer);
-        usage.bytes = usage.bytes.saturating_sub(footprint);
-        usage.regions = usage.regions.saturating_sub(2);
-        books.tidy(peer);
-    }
-
-    /// Publishes an announced region under a new random ticket (a
-    /// capability: unguessable, never 0, never one in use).
-    pub(crate) fn publish(&self, share: RegionShare) -> u64 {
-        let mut books = self.books();
-        let ticket = loop {
-            let mut b = [0u8; 8];
-            if getrandom::fill(&mut b).is_err() {
-                continue;
-            }
-            let t = u64::from_le_bytes(b);
-            if t != 0 && !books.tickets.contains_key(&t) {
-                break t;
-            }
-        };
-        books.tickets.insert(
-            ticket,
-            Ticket {
-                share,
-                joiners: Vec::new(),
-            },
-        );
-        ticket
-    }
-
-    /// `JOIN`: connection `conn` of thread `thread`, from `peer`, wants
-    /// the region `ticket` names; booked as two regions of `peer`.
-    pub(crate) fn join(
-        &self,
-        ticket: u64,
-        thread: usize,
-        conn: ConnHandle,
-        peer: IpAddr,
-    ) -> Result<RegionShare, Refusal> {
-        let mut books = self.books();
-        if !books.tickets.contains_key(&ticket) {
-            return Err(Refusal::BadTicket);
-        }
-        let usage = books.usage(peer);
-        if usage.regions + 2 > self.budget.regions_per_peer {
-            books.tidy(peer);
-            return Err(Refusal::PeerRegions);
-        }
-        usage.regions += 2;
-        let entry = books.tickets.get_mut(&ticket).expect("checked above");
-        entry.joiners.push(Joiner { thread, conn, peer });
-        Ok(entry.share.clone())
-    }
-
-    /// A joiner ended, or could not use what it joined: its regions are
-    /// given back, unless the owner's end already revoked it.
-    pub(crate) fn leave(&self, ticket: u64, thread: usize, conn: ConnHandle, peer: IpAddr) {
-        let mut books = self.books();
-        let Some(entry) = books.tickets.get_mut(&ticket) else {
-            return;
-        };
-        let before = entry.joiners.len();
-        entry
-            .joiners
-            .retain(|j| !(j.thread == thread && j.conn == conn));
-        if entry.joiners.len() < before {
-            let usage = books.usage(peer);
-            usage.regions = usage.regions.saturating_sub(2);
-            books.tidy(peer);
-        }
-    }
-
-    /// The owner of `ticket`'s region ends: the ticket goes, every
-    /// joiner's regions are given back, and the joiners on other threads
-    /// are told (their threads woken). Returns the joiners of `thread`
-    /// (the caller's own), whose keys it drops itself.
-    pub(crate) fn withdraw(&self, ticket: u64, thread: usize) -> Vec<ConnHandle> {
-        let mut books = self.books();
-        let Some(entry) = books.tickets.remove(&ticket) else {
-            return Vec::new();
-        };
-        let mut local = Vec::new();
-        let mut woken = 0u64;
-        for j in entry.joiners {
-            let usage = books.usage(j.peer);
-            usage.regions = usage.regions.saturating_sub(2);
-            books.tidy(j.peer);
-            if j.thread == thread {
-                local.push(j.conn);
-            } else if let Some(list) = books.revoked.get_mut(j.thread) {
-                list.push(j.conn);
-                woken |= 1 << j.thread.min(63);
-            }
-        }
-        drop(books);
-        while woken != 0 {
-            let t = woken.trailing_zeros() as usize;
-            woken &= woken - 1;
+    /// Wakes the threads in `threads` (a bit each) for their revocations.
+    fn wake(&self, mut threads: u64) {
+        while threads != 0 {
+            let t = threads.trailing_zeros() as usize;
+            threads &= threads - 1;
             if let Some(flag) = self.pending.get(t) {
                 flag.store(true, Ordering::Release);
             }
@@ -318,60 +144,202 @@ impl Ledger {
                 w.wake();
             }
         }
-        local
     }
 
-    /// Joiners of `thread` whose region's owner ended since the last call
-    /// (one atomic load when there are none).
-    pub(crate) fn take_revoked(&self, thread: usize) -> Vec<ConnHandle> {
-        let Some(flag) = self.pending.get(thread) else {
-            return Vec::new();
-        };
-        if !flag.swap(false, Ordering::Acquire) {
-            return Vec::new();
-        }
-        self.books()
-            .revoked
-            .get_mut(thread)
-            .map(std::mem::take)
-            .unwrap_or_default()
+    /// Keeps an announced region's shared arenas for joiners elsewhere.
+    pub(crate) fn share_arenas(&self, base: u64, shared: Shared) {
+        self.accounts().arenas.insert(base, shared);
+    }
+
+    /// The shared arenas of the region at `base`.
+    pub(crate) fn arenas(&self, base: u64) -> Option<Shared> {
+        self.accounts().arenas.get(&base).cloned()
+    }
+
+    /// The region at `base` is freed: joiners keep the bytes they hold.
+    pub(crate) fn forget_arenas(&self, base: u64) {
+        self.accounts().arenas.remove(&base);
     }
 
     /// Peer addresses holding anything, and the bytes of all (for tests).
     pub fn holdings(&self) -> (usize, u64) {
-        let books = self.books();
-        (books.peers.len(), books.bytes_total)
+        let a = self.accounts();
+        (a.peers.len(), a.bytes_total)
+    }
+}
+
+/// The ledger as the books of one engine thread's server.
+#[derive(Debug)]
+pub(crate) struct ThreadBooks {
+    pub ledger: Arc<Ledger>,
+    pub thread: usize,
+}
+
+fn ip(peer: PeerAddr) -> IpAddr {
+    socket_of(peer).ip()
+}
+
+impl serve::Books for ThreadBooks {
+    fn adopt(&mut self, peer: PeerAddr) -> Result<(), Refusal> {
+        let mut a = self.ledger.accounts();
+        let usage = a.usage(ip(peer));
+        if usage.connections >= self.ledger.budget.connections_per_peer {
+            a.give_back(ip(peer), 0, 0, 0);
+            return Err(Refusal::PeerConnections);
+        }
+        usage.connections += 1;
+        Ok(())
+    }
+
+    fn release_connection(&mut self, peer: PeerAddr) {
+        self.ledger.accounts().give_back(ip(peer), 1, 0, 0);
+    }
+
+    /// Checked and booked at once, so that threads announcing together
+    /// cannot pass the budget between them.
+    fn reserve_region(&mut self, peer: PeerAddr, footprint: u64) -> Result<(), Refusal> {
+        let budget = self.ledger.budget;
+        let mut a = self.ledger.accounts();
+        let total = a.bytes_total;
+        let usage = a.usage(ip(peer));
+        let refusal = if usage.bytes + footprint > budget.bytes_per_peer {
+            Refusal::PeerBytes
+        } else if total + footprint > budget.bytes_total {
+            Refusal::TotalBytes
+        } else if usage.regions + REGIONS_PER_GRANT > budget.regions_per_peer {
+            Refusal::PeerRegions
+        } else {
+            usage.bytes += footprint;
+            usage.regions += REGIONS_PER_GRANT;
+            a.bytes_total += footprint;
+            return Ok(());
+        };
+        a.give_back(ip(peer), 0, 0, 0);
+        Err(refusal)
+    }
+
+    fn release_region(&mut self, peer: PeerAddr, footprint: u64) {
+        let mut a = self.ledger.accounts();
+        a.bytes_total = a.bytes_total.saturating_sub(footprint);
+        a.give_back(ip(peer), 0, REGIONS_PER_GRANT, footprint);
+    }
+
+    /// A new random ticket (a capability: unguessable, never 0, never one
+    /// in use).
+    fn publish(&mut self, _owner: ConnHandle, share: RegionShare) -> u64 {
+        let mut a = self.ledger.accounts();
+        let ticket = loop {
+            let mut b = [0u8; 8];
+            if getrandom::fill(&mut b).is_err() {
+                continue;
+            }
+            let t = u64::from_le_bytes(b);
+            if t != 0 && !a.tickets.contains_key(&t) {
+                break t;
+            }
+        };
+        let joiners = Vec::new();
+        a.tickets.insert(ticket, Ticket { share, joiners });
+        ticket
+    }
+
+    fn join(
+        &mut self,
+        ticket: u64,
+        conn: ConnHandle,
+        peer: PeerAddr,
+    ) -> Result<RegionShare, Refusal> {
+        let peer = ip(peer);
+        let mut a = self.ledger.accounts();
+        if !a.tickets.contains_key(&ticket) {
+            return Err(Refusal::BadTicket);
+        }
+        let usage = a.usage(peer);
+        if usage.regions + REGIONS_PER_GRANT > self.ledger.budget.regions_per_peer {
+            a.give_back(peer, 0, 0, 0);
+            return Err(Refusal::PeerRegions);
+        }
+        usage.regions += REGIONS_PER_GRANT;
+        let entry = a.tickets.get_mut(&ticket).expect("checked above");
+        let thread = self.thread;
+        entry.joiners.push(Joiner { thread, conn, peer });
+        Ok(entry.share)
+    }
+
+    fn leave(&mut self, ticket: u64, conn: ConnHandle, peer: PeerAddr) {
+        let mut a = self.ledger.accounts();
+        let Some(entry) = a.tickets.get_mut(&ticket) else {
+            return;
+        };
+        let before = entry.joiners.len();
+        let thread = self.thread;
+        entry
+            .joiners
+            .retain(|j| !(j.thread == thread && j.conn == conn));
+        if entry.joiners.len() < before {
+            a.give_back(ip(peer), 0, REGIONS_PER_GRANT, 0);
+        }
+    }
+
+    /// The joiners on other threads are queued for their threads, which
+    /// are woken.
+    fn withdraw(&mut self, ticket: u64, revoke: &mut dyn FnMut(ConnHandle)) {
+        let mut a = self.ledger.accounts();
+        let Some(entry) = a.tickets.remove(&ticket) else {
+            return;
+        };
+        let mut local = Vec::new();
+        let mut woken = 0u64;
+        for j in entry.joiners {
+            a.give_back(j.peer, 0, REGIONS_PER_GRANT, 0);
+            if j.thread == self.thread {
+                local.push(j.conn);
+            } else if let Some(list) = a.revoked.get_mut(j.thread) {
+                list.push(j.conn);
+                woken |= 1 << j.thread.min(63);
+            }
+        }
+        drop(a);
+        self.ledger.wake(woken);
+        local.into_iter().for_each(revoke);
+    }
+
+    /// One atomic load when there are none.
+    fn take_revoked(&mut self, revoke: &mut dyn FnMut(ConnHandle)) {
+        let Some(flag) = self.ledger.pending.get(self.thread) else {
+            return;
+        };
+        if flag.swap(false, Ordering::Acquire) {
+            let mut a = self.ledger.accounts();
+            let list = a.revoked.get_mut(self.thread).map(std::mem::take);
+            drop(a);
+            list.unwrap_or_default().into_iter().for_each(revoke);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Arenas;
-
-    fn share(thread: usize) -> RegionShare {
-        let mut a = Arenas::for_thread(thread);
-        let base = a.alloc(64, 0);
-        let ro_base = a.alloc(16, 0);
-        RegionShare {
-            memory: Memory {
-                base,
-                len: 64,
-                ro_base,
-            },
-            op: None,
-            seed: 1,
-            size: 8,
-            thread,
-            arenas: a.share(base).zip(a.share(ro_base)),
-        }
-    }
+    use crate::app::serve::Books;
 
     fn h(index: u32) -> ConnHandle {
-        ConnHandle {
-            index,
-            generation: 1,
+        let generation = 1;
+        ConnHandle { index, generation }
+    }
+
+    fn peer(host: u8) -> PeerAddr {
+        let ip = std::net::Ipv4Addr::new(10, 0, 0, host).into();
+        PeerAddr { ip, port: 1 }
+    }
+
+    fn revoked(books: &mut ThreadBooks, ticket: Option<u64>) -> Vec<ConnHandle> {
+        let mut list = Vec::new();
+        match ticket {
+            Some(t) => books.withdraw(t, &mut |c| list.push(c)),
+            None => books.take_revoked(&mut |c| list.push(c)),
         }
+        list
     }
 
     #[test]
@@ -383,39 +351,50 @@ mod tests {
             regions_per_peer: 6,
         };
         let ledger = Ledger::new(budget, 2, None);
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        assert_eq!(ledger.adopt(a), Ok(()));
-        assert_eq!(ledger.adopt(a), Ok(()));
-        assert_eq!(ledger.adopt(a), Err(Refusal::PeerConnections));
-        assert_eq!(ledger.reserve_region(a, 80), Ok(()));
-        assert_eq!(ledger.reserve_region(a, 30), Err(Refusal::PeerBytes));
-        assert_eq!(ledger.reserve_region(b, 80), Err(Refusal::TotalBytes));
-        assert_eq!(ledger.reserve_region(b, 60), Ok(()));
-        let ticket = ledger.publish(share(0));
+        let books = |thread| ThreadBooks {
+            ledger: ledger.clone(),
+            thread,
+        };
+        let (mut t0, mut t1, a, b) = (books(0), books(1), peer(1), peer(2));
+        assert_eq!(t0.adopt(a), Ok(()));
+        assert_eq!(t1.adopt(a), Ok(()));
+        assert_eq!(t0.adopt(a), Err(Refusal::PeerConnections));
+        assert_eq!(t0.reserve_region(a, 80), Ok(()));
+        assert_eq!(t1.reserve_region(a, 30), Err(Refusal::PeerBytes));
+        assert_eq!(t1.reserve_region(b, 80), Err(Refusal::TotalBytes));
+        assert_eq!(t1.reserve_region(b, 60), Ok(()));
+        let memory = serve::Memory {
+            base: 1 << 32,
+            len: 64,
+            ro_base: 2 << 32,
+        };
+        let (op, seed, size) = (crate::app::Operation::Write, 1, 8);
+        let ticket = t0.publish(
+            h(0),
+            RegionShare {
+                memory,
+                op,
+                seed,
+                size,
+            },
+        );
         // b joins twice from thread 1: its third region pair is refused.
-        assert!(ledger.join(ticket, 1, h(20), b).is_ok());
-        assert!(ledger.join(ticket, 1, h(21), b).is_ok());
-        assert_eq!(
-            ledger.join(ticket, 0, h(3), b).map(|_| ()),
-            Err(Refusal::PeerRegions)
-        );
-        assert_eq!(
-            ledger.join(ticket ^ 1, 0, h(3), a).map(|_| ()),
-            Err(Refusal::BadTicket)
-        );
-        assert!(ledger.join(ticket, 0, h(2), a).is_ok());
-        ledger.leave(ticket, 1, h(21), b);
+        assert!(t1.join(ticket, h(20), b).is_ok());
+        assert!(t1.join(ticket, h(21), b).is_ok());
+        assert_eq!(t0.join(ticket, h(3), b), Err(Refusal::PeerRegions));
+        assert_eq!(t0.join(ticket ^ 1, h(3), a), Err(Refusal::BadTicket));
+        assert!(t0.join(ticket, h(2), a).is_ok());
+        t1.leave(ticket, h(21), b);
         // The owner ends: its own thread's joiner comes back to it, the
         // other thread's is queued for that thread.
-        assert_eq!(ledger.withdraw(ticket, 0), vec![h(2)]);
-        assert_eq!(ledger.take_revoked(1), vec![h(20)]);
-        assert!(ledger.take_revoked(1).is_empty());
-        ledger.leave(ticket, 1, h(20), b); // after the revocation: no-op
-        ledger.release_region(a, 80);
-        ledger.release_region(b, 60);
-        ledger.release_connection(a);
-        ledger.release_connection(a);
+        assert_eq!(revoked(&mut t0, Some(ticket)), vec![h(2)]);
+        assert_eq!(revoked(&mut t1, None), vec![h(20)]);
+        assert!(revoked(&mut t1, None).is_empty());
+        t1.leave(ticket, h(20), b); // after the revocation: no-op
+        t0.release_region(a, 80);
+        t1.release_region(b, 60);
+        t0.release_connection(a);
+        t1.release_connection(a);
         assert_eq!(ledger.holdings(), (0, 0), "nothing left booked");
     }
 }

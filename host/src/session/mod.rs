@@ -15,7 +15,7 @@ pub use client::{run_client, ClientOptions, PathRow, Progress, Summary};
 pub use crowd::{Crowd, CrowdOptions, CrowdReport, Sources};
 pub use hold::{run_hold, HoldOptions, HoldSummary};
 pub use ledger::Ledger;
-pub use server::{PeerBudget, Server, ServerCounters, ServerReport};
+pub use server::{counters_json, PeerBudget, Server, ServerCounters, ServerReport};
 
 use std::time::Duration;
 
@@ -138,26 +138,43 @@ impl Control {
         h: ConnHandle,
         m: &Message,
     ) -> Result<(), CommandError> {
-        let slot = RECV_SLOTS + self.next_send % SEND_SLOTS;
+        let seq = self.next_send;
         self.next_send += 1;
+        self.send_numbered(node, h, seq, &m.encode())
+    }
+
+    /// Sends `bytes` as control message number `seq` of the connection
+    /// (its send slot rotates with `seq`); a full queue is emptied into the
+    /// core first.
+    pub(crate) fn send_numbered(
+        &self,
+        node: &mut Node,
+        h: ConnHandle,
+        seq: u32,
+        bytes: &[u8],
+    ) -> Result<(), CommandError> {
+        let slot = RECV_SLOTS + seq % SEND_SLOTS;
         let addr = self.base + u64::from(slot * CONTROL_LEN);
-        let bytes = m.encode();
         if let Some(dst) = node.mem.slice_mut(addr, bytes.len()) {
-            dst.copy_from_slice(&bytes);
+            dst.copy_from_slice(bytes);
         }
-        node.post_send(
-            h,
-            WorkRequest {
-                id: CONTROL_WR + u64::from(self.next_send),
-                op: Op::Send,
-                local: LocalBuf {
-                    key: self.key,
-                    addr,
-                    len: bytes.len() as u32,
-                },
+        let wr = WorkRequest {
+            id: CONTROL_WR + u64::from(seq) + 1,
+            op: Op::Send,
+            local: LocalBuf {
+                key: self.key,
+                addr,
+                len: bytes.len() as u32,
             },
-        )?;
+        };
+        let posted = match node.post_send(h, wr) {
+            Err(CommandError::QueueFull) => {
+                node.flush();
+                node.post_send(h, wr)
+            }
+            r => r,
+        };
         node.flush();
-        Ok(())
+        posted
     }
 }

@@ -310,7 +310,7 @@ pub fn thread_summaries(outcomes: &[ThreadOutcome]) -> Vec<ThreadSummary> {
         .map(|o| ThreadSummary {
             thread: o.thread,
             port: o.server.node.local_addr().port(),
-            connections: o.server.counters.connections,
+            connections: o.server.counters().connections,
             open: o.server.open_connections(),
             steering: o.steering,
         })
@@ -321,40 +321,7 @@ pub fn thread_summaries(outcomes: &[ThreadOutcome]) -> Vec<ThreadSummary> {
 pub fn total_counters(outcomes: &[ThreadOutcome]) -> ServerCounters {
     let mut total = ServerCounters::default();
     for o in outcomes {
-        // Named field by field: a counter added to `ServerCounters` fails
-        // to compile here until it is summed too.
-        let ServerCounters {
-            connections,
-            refused_peer_connections,
-            refused_no_buffers,
-            refused_bad_size,
-            refused_over_budget,
-            refused_bad_ticket,
-            refused_second_announce,
-            refused_peer_bytes,
-            refused_total_bytes,
-            refused_peer_regions,
-            refused_no_keys,
-            closed,
-            idle_timeouts,
-            failed,
-            joins,
-        } = o.server.counters;
-        total.connections += connections;
-        total.refused_peer_connections += refused_peer_connections;
-        total.refused_no_buffers += refused_no_buffers;
-        total.refused_bad_size += refused_bad_size;
-        total.refused_over_budget += refused_over_budget;
-        total.refused_bad_ticket += refused_bad_ticket;
-        total.refused_second_announce += refused_second_announce;
-        total.refused_peer_bytes += refused_peer_bytes;
-        total.refused_total_bytes += refused_total_bytes;
-        total.refused_peer_regions += refused_peer_regions;
-        total.refused_no_keys += refused_no_keys;
-        total.closed += closed;
-        total.idle_timeouts += idle_timeouts;
-        total.failed += failed;
-        total.joins += joins;
+        total.add(&o.server.counters());
     }
     total
 }
