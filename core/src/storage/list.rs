@@ -190,6 +190,14 @@ impl List {
         }
     }
 
+    pub const fn back(&self) -> Option<u32> {
+        if self.tail == END {
+            None
+        } else {
+            Some(self.tail)
+        }
+    }
+
     /// Appends `i`, which must be unlinked.
     pub fn push_back<T>(
         &mut self,

@@ -119,9 +119,31 @@ impl TimerWheel {
             if e.deadline_ns == deadline_ns {
                 return;
             }
+            // A deadline that moves within its bucket, where the element
+            // is already last (a paced sender's, one packet time later),
+            // changes only the deadline: removing and appending it again
+            // would leave it in the same place.
+            let bucket = self.bucket_of(deadline_ns);
+            if usize::from(e.bucket) == bucket && self.buckets[bucket].back() == Some(i) {
+                e.deadline_ns = deadline_ns;
+                return;
+            }
             self.cancel(items, i, entry);
         }
         self.file(items, i, deadline_ns, entry);
+    }
+
+    /// The bucket a deadline is filed in now.
+    #[inline]
+    fn bucket_of(&self, deadline_ns: u64) -> usize {
+        let last = self.elapsed + (1u64 << (LEVEL_BITS * LEVELS as u32)) - 1;
+        // `max` then `min`, as `clamp` (`last` is never below `elapsed`)
+        // without its panic path, whose message links `core::fmt` into
+        // the firmware.
+        let tick = (deadline_ns >> TICK_SHIFT).max(self.elapsed).min(last);
+        let level = Self::level_of(self.elapsed, tick).min(LEVELS - 1);
+        let slot = ((tick >> (level as u32 * LEVEL_BITS)) as usize) & (SLOTS - 1);
+        level * SLOTS + slot
     }
 
     fn file<T>(
@@ -131,14 +153,9 @@ impl TimerWheel {
         deadline_ns: u64,
         entry: impl Fn(&mut T) -> &mut TimerEntry + Copy,
     ) {
-        let last = self.elapsed + (1u64 << (LEVEL_BITS * LEVELS as u32)) - 1;
-        // `max` then `min`, as `clamp` (`last` is never below `elapsed`)
-        // without its panic path, whose message links `core::fmt` into
-        // the firmware.
-        let tick = (deadline_ns >> TICK_SHIFT).max(self.elapsed).min(last);
-        let level = Self::level_of(self.elapsed, tick).min(LEVELS - 1);
-        let slot = ((tick >> (level as u32 * LEVEL_BITS)) as usize) & (SLOTS - 1);
-        let bucket = level * SLOTS + slot;
+        let bucket = self.bucket_of(deadline_ns);
+        let level = bucket / SLOTS;
+        let slot = bucket % SLOTS;
         self.buckets[bucket].push_back(items, i, |t| &mut entry(t).links);
         let e = entry(&mut items[i as usize]);
         e.deadline_ns = deadline_ns;
