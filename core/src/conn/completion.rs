@@ -184,6 +184,9 @@ impl<const P: usize> Connection<P> {
         }
         res.recvs.pop_front(&mut self.recv.queue);
         self.recv.base = self.recv.base.wrapping_add(1);
+        if self.recv_finger.get() == Some(i) {
+            self.recv_finger = OptIndex::NONE;
+        }
         self.counters.completions += 1;
         Some(Completion {
             conn: handle,
@@ -213,6 +216,7 @@ impl<const P: usize> Connection<P> {
             res.work.pop_front(&mut self.send.queue);
         }
         res.recvs.clear(&mut self.recv.queue);
+        self.recv_finger = OptIndex::NONE;
         self.send.cursor = OptIndex::NONE;
         self.send.read_jobs = 0;
         self.send.user_jobs = 0;

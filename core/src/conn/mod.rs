@@ -245,6 +245,8 @@ pub struct RecvEntry {
     pub(crate) bytes: u32,
     pub(crate) imm: Option<u32>,
     pub(crate) write_imm: bool,
+    /// Its receive index (spec 3.5): where the receive finger is.
+    pub(crate) number: u32,
 }
 
 impl RecvEntry {
@@ -262,6 +264,7 @@ impl RecvEntry {
         bytes: 0,
         imm: None,
         write_imm: false,
+        number: 0,
     };
 }
 
@@ -309,7 +312,7 @@ impl PoolRefusals {
 /// The pools and tables connections draw on, owned by the endpoint.
 pub struct Resources<B: Backing, const P: usize> {
     pub(crate) work: Pool<Slice<B, PoolEntry<WorkEntry>>>,
-    pub(crate) recvs: Pool<Slice<B, PoolEntry<RecvEntry>>>,
+    pub(crate) recvs: RecvPool<B>,
     pub(crate) senders: Pool<Slice<B, PoolEntry<SenderState<P>>>>,
     pub(crate) inflight: Inflight<B>,
     /// The receivers' out-of-order bitmaps.
@@ -336,6 +339,9 @@ pub struct Resources<B: Backing, const P: usize> {
     /// before anything else.
     pub(crate) naks: heapless::Deque<QueuedNak, NAK_QUEUE>,
 }
+
+/// The endpoint's posted receives, as [`Resources`] holds them.
+pub(crate) type RecvPool<B> = Pool<Slice<B, PoolEntry<RecvEntry>>>;
 
 /// The endpoint's in-flight records, as [`Resources`] holds them.
 pub(crate) type Inflight<B> = InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>;
@@ -438,7 +444,28 @@ pub(crate) struct SendSide {
     /// earlier bursts are unknown to a later one), with the ACCEPT's Rate
     /// Grant in Mbit/s (0: none), the first sender state's share and first
     /// flight (spec 4.10.6).
-    pub first_sender: Option<u32>,
+    pub first_sender: FirstSender,
+}
+
+/// An `Option<u32>` Rate Grant in four bytes (a connection's footprint
+/// counts): `u32::MAX` is none, a grant that large reads as one less.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FirstSender(u32);
+
+impl FirstSender {
+    pub const NONE: FirstSender = FirstSender(u32::MAX);
+
+    pub const fn grant(mbps: u32) -> FirstSender {
+        FirstSender(if mbps == u32::MAX { mbps - 1 } else { mbps })
+    }
+
+    pub const fn get(self) -> Option<u32> {
+        if self.0 == u32::MAX {
+            None
+        } else {
+            Some(self.0)
+        }
+    }
 }
 
 /// The receiver's state (spec 4.5, 4.8).
@@ -518,6 +545,12 @@ pub struct Connection<const P: usize> {
     pub(crate) entropy: [u16; P],
     pub(crate) send: SendSide,
     pub(crate) recv: RecvSide<P>,
+    /// The receive the last SEND or WRITE_IMM packet claimed (an index
+    /// into the receive pool; `OptIndex::NONE` once it is taken or
+    /// discarded): the next packet's is found from it, not by a walk from
+    /// the queue's front. Beside `recv`, not in it, where it would cost a
+    /// connection eight bytes of alignment.
+    pub(crate) recv_finger: OptIndex,
     pub(crate) ctrl: Control,
     /// Control packets waiting to go out.
     pub(crate) pending: Pending,
@@ -575,7 +608,7 @@ impl<const P: usize> Connection<P> {
             peer_read_depth: 0,
             user_jobs: 0,
             starved: false,
-            first_sender: Some(0),
+            first_sender: FirstSender::grant(0),
         },
         recv: RecvSide {
             win: ReceiveWindow::EMPTY,
@@ -592,6 +625,7 @@ impl<const P: usize> Connection<P> {
             rx_count: [0; P],
             ce_count: [0; P],
         },
+        recv_finger: OptIndex::NONE,
         pending: Pending(0),
         close_reason: CloseReason::Normal,
         ctrl_tries: 0,
@@ -886,7 +920,7 @@ impl<const P: usize> Connection<P> {
                     // Its READ depth rides in the Path ID (spec 3.8.1).
                     self.send.peer_read_depth = repr.header.path.min(255) as u8;
                     if crate::config::GRANTS {
-                        self.send.first_sender = Some(a.rate_grant_mbps());
+                        self.send.first_sender = FirstSender::grant(a.rate_grant_mbps());
                         // An early sender already runs: the grant replaces
                         // its first flight's line rate.
                         self.apply_grant(a.rate_grant_mbps(), res, config);

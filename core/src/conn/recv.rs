@@ -2,10 +2,11 @@
 //! each packet where it says, receive buffers, and the ACKs and NAKs that
 //! answer.
 
-use super::{Blame, ConnState, Connection, RecvEntry, Resources};
+use super::{Blame, ConnState, Connection, RecvEntry, RecvPool, Resources};
 use crate::api::{Access, LocalBuf, Memory, RecvRequest, Status, Transmit};
 use crate::config::Config;
 use crate::psn::Psn;
+use crate::storage::list::OptIndex;
 use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
 use crate::wire::encap::ecn;
@@ -37,6 +38,7 @@ impl<const P: usize> Connection<P> {
         }
         let entry = RecvEntry {
             req,
+            number: self.recv.base.wrapping_add(self.recv.queue.len()),
             ..RecvEntry::VACANT
         };
         if res.recvs.push_back(&mut self.recv.queue, entry).is_err() {
@@ -298,9 +300,8 @@ impl<const P: usize> Connection<P> {
         if slot < 0 {
             return Err(NakReason::ProtocolError);
         }
-        let i = res
-            .recvs
-            .nth(&self.recv.queue, slot as u32)
+        let i = self
+            .find_receive::<B>(slot as u32, &res.recvs)
             .ok_or(NakReason::ReceiverNotReady)?;
         let entry = res.recvs.get_mut(i);
         if send_payload.is_some() && msg.len > entry.req.local.len {
@@ -317,6 +318,30 @@ impl<const P: usize> Connection<P> {
             Some(_) => return Err(NakReason::ProtocolError),
         }
         Ok((entry.req.local, i))
+    }
+
+    /// The receive `n` places from the queue's front, found from the
+    /// finger when it is at or before it (the packets of one message claim
+    /// the same receive, the next message the one after), else from the
+    /// front; the finger moves to it.
+    fn find_receive<B: Backing>(&mut self, n: u32, recvs: &RecvPool<B>) -> Option<u32> {
+        if n >= self.recv.queue.len() {
+            return None;
+        }
+        let mut at = 0;
+        let mut i = self.recv.queue.head()?;
+        if let Some(f) = self.recv_finger.get() {
+            let place = recvs.get(f).number.wrapping_sub(self.recv.base);
+            if place <= n {
+                (at, i) = (place, f);
+            }
+        }
+        while at < n {
+            i = recvs.next_of(i)?;
+            at += 1;
+        }
+        self.recv_finger = OptIndex::some(i);
+        Some(i)
     }
 
     /// An ACK now (spec 4.5), carrying `rate_hint_mbps`.

@@ -234,7 +234,7 @@ impl<const P: usize> Connection<P> {
         self.send.nxt = self.send.initial;
         self.send.una = self.send.initial;
         self.send.cursor = OptIndex::from(self.send.queue.head());
-        self.send.first_sender = Some(0);
+        self.send.first_sender = super::FirstSender::grant(0);
     }
 
     /// Entries posted before the ACCEPT were cut at this end's own MTU:
@@ -266,7 +266,7 @@ impl<const P: usize> Connection<P> {
         let st = res.senders.get_mut(s);
         st.rate_hint_mbps = grant_mbps;
         st.startup_window = super::sender::granted_window(grant_mbps, config);
-        self.send.first_sender = None;
+        self.send.first_sender = super::FirstSender::NONE;
     }
 
     /// Takes a sender state from the pool if the connection has none.
@@ -288,14 +288,14 @@ impl<const P: usize> Connection<P> {
             config,
             now,
             self.send.rtt,
-            self.send.first_sender,
+            self.send.first_sender.get(),
             self.params.paths,
         )) {
             Some(s) => {
                 self.send.state = OptIndex::some(s);
                 // A later sender state (after an idle spell) starts from
                 // the start-up window: the grant is as old as the handshake.
-                self.send.first_sender = None;
+                self.send.first_sender = super::FirstSender::NONE;
                 Some(s)
             }
             None => {
