@@ -76,7 +76,11 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Whether an entry is finished: every packet sent and acknowledged
-    /// (and a READ's response placed).
+    /// (and a READ's response placed). O(1) for the entry completions are
+    /// taken from, the queue's first: every PSN before it is acknowledged,
+    /// so the cumulative ACK is at or past its first PSN and the walk
+    /// below stops at once (the PSN at the cumulative ACK is not
+    /// acknowledged); only an entry behind an unfinished one is walked.
     fn entry_done<B: Backing>(&self, e: &WorkEntry, res: &Resources<B, P>) -> bool {
         if e.started < e.packets {
             return false;
