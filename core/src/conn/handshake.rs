@@ -1,7 +1,10 @@
 //! Handshake, keep-alive and close (spec 4.1, 4.2, 4.12): the control
 //! packets and the state changes they cause.
 
-use super::{Blame, ConnState, Connection, Negotiated, Opening, Pending, PendingEvents, Resources};
+use super::{
+    Blame, ConnState, Connection, Credentials, Negotiated, Opening, Pending, PendingEvents,
+    RecvPools, SendPools,
+};
 use crate::api::{Status, Transmit};
 use crate::config::Config;
 use crate::rng::Rng;
@@ -68,9 +71,9 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn start_early<B: Backing>(
         &mut self,
         proof: [u8; COOKIE_LEN],
-        res: &mut Resources<B, P>,
+        credentials: &mut Credentials<B>,
     ) -> bool {
-        let Some(i) = res.cookies.alloc(proof) else {
+        let Some(i) = credentials.cookies.alloc(proof) else {
             return false;
         };
         self.cookie = OptIndex::some(i);
@@ -84,9 +87,9 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn start_token<B: Backing>(
         &mut self,
         token: [u8; COOKIE_LEN],
-        res: &mut Resources<B, P>,
+        credentials: &mut Credentials<B>,
     ) -> bool {
-        let Some(i) = res.cookies.alloc(token) else {
+        let Some(i) = credentials.cookies.alloc(token) else {
             return false;
         };
         self.cookie = OptIndex::some(i);
@@ -101,12 +104,12 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn queue_new_token<B: Backing>(
         &mut self,
         token: [u8; COOKIE_LEN],
-        res: &mut Resources<B, P>,
+        credentials: &mut Credentials<B>,
     ) {
         if self.cookie.is_some() {
             return;
         }
-        if let Some(i) = res.cookies.alloc(token) {
+        if let Some(i) = credentials.cookies.alloc(token) {
             self.cookie = OptIndex::some(i);
             self.pending.set(Pending::NEW_TOKEN);
         }
@@ -116,9 +119,9 @@ impl<const P: usize> Connection<P> {
     /// (all zero before either). It is kept in the endpoint's cookie pool from the RETRY until
     /// the connection leaves Connecting (the endpoint gives it back then),
     /// so an idle connection pays only the index.
-    fn retry_cookie<B: Backing>(&self, res: &Resources<B, P>) -> [u8; COOKIE_LEN] {
+    fn retry_cookie<B: Backing>(&self, credentials: &Credentials<B>) -> [u8; COOKIE_LEN] {
         match self.cookie.get() {
-            Some(i) if self.state == ConnState::Connecting => *res.cookies.get(i),
+            Some(i) if self.state == ConnState::Connecting => *credentials.cookies.get(i),
             _ => [0; COOKIE_LEN],
         }
     }
@@ -133,7 +136,8 @@ impl<const P: usize> Connection<P> {
         &mut self,
         now: Instant,
         r: &RetryRepr,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        credentials: &mut Credentials<B>,
         config: &Config,
     ) -> RetryOutcome {
         if self.state != ConnState::Connecting || r.cookie == [0; COOKIE_LEN] {
@@ -144,23 +148,23 @@ impl<const P: usize> Connection<P> {
             // cookie replaces the proof, the CONNECT goes out as a plain
             // one, and the first flight, which it did not keep, is sent
             // again once established, under the keys of 5.3.3.
-            *res.cookies.get_mut(i) = r.cookie;
+            *credentials.cookies.get_mut(i) = r.cookie;
             self.opening = Opening::Plain;
-            self.rewind_early(res);
-            res.keys.unkey(&self.protection);
+            self.rewind_early(send);
+            credentials.keys.unkey(&self.protection);
         } else if let (true, Some(i)) = (
             cfg!(feature = "tokens") && self.opening == Opening::Token,
             self.cookie.get(),
         ) {
             // The acceptor did not take the token (spec 4.2.5): the cookie
             // replaces it.
-            *res.cookies.get_mut(i) = r.cookie;
+            *credentials.cookies.get_mut(i) = r.cookie;
             self.opening = Opening::Plain;
         } else if self.cookie.is_some() {
             return RetryOutcome::Duplicate;
         } else {
-            let Some(i) = res.cookies.alloc(r.cookie) else {
-                res.refusals.cookies += 1;
+            let Some(i) = credentials.cookies.alloc(r.cookie) else {
+                credentials.cookie_refusals += 1;
                 return RetryOutcome::NoRoom;
             };
             self.cookie = OptIndex::some(i);
@@ -194,9 +198,9 @@ impl<const P: usize> Connection<P> {
     /// longer Connecting (or is freed). Once per handshake: out of line.
     #[cold]
     #[inline(never)]
-    pub(crate) fn drop_cookie<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+    pub(crate) fn drop_cookie<B: Backing>(&mut self, credentials: &mut Credentials<B>) {
         if let Some(i) = self.cookie.get() {
-            res.cookies.free(i);
+            credentials.cookies.free(i);
             self.cookie = OptIndex::NONE;
         }
     }
@@ -256,13 +260,18 @@ impl<const P: usize> Connection<P> {
     /// Initiator: the ACCEPT's protection does not meet our policy or
     /// offer (spec 5.3.6: no downgrade). The connection closes as REJECTED
     /// and one CLOSE tells the acceptor.
-    pub(crate) fn refuse_accept<B: Backing>(&mut self, a: &ConnectRepr, res: &mut Resources<B, P>) {
+    pub(crate) fn refuse_accept<B: Backing>(
+        &mut self,
+        a: &ConnectRepr,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
+    ) {
         self.remote_id = a.src_conn;
         self.remote_token = a.src_token;
         if a.reply_port != 0 {
             self.peer.port = a.reply_port;
         }
-        self.flush_work(Status::Flushed, Blame::Nobody, res);
+        self.flush_work(Status::Flushed, Blame::Nobody, send, recv);
         self.state = ConnState::Closed;
         self.close_reason = CloseReason::Rejected;
         self.ctrl.deadline = MaybeInstant::NONE;
@@ -282,22 +291,23 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn close<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
         config: &Config,
     ) {
         match self.state {
             ConnState::Established | ConnState::Accepting => {
                 self.state = ConnState::Closing;
                 self.close_reason = CloseReason::Normal;
-                self.maybe_send_close(now, res, config);
+                self.maybe_send_close(now, send, config);
             }
             ConnState::Error => {
                 self.state = ConnState::Closing;
                 self.close_reason = CloseReason::Error;
-                self.maybe_send_close(now, res, config);
+                self.maybe_send_close(now, send, config);
             }
             ConnState::Connecting => {
-                self.flush_work(Status::Flushed, Blame::Nobody, res);
+                self.flush_work(Status::Flushed, Blame::Nobody, send, recv);
                 self.state = ConnState::Closed;
                 self.pending = Pending::default();
                 self.ctrl.deadline = MaybeInstant::NONE;
@@ -311,13 +321,13 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn maybe_send_close<B: Backing>(
         &mut self,
         now: Instant,
-        res: &Resources<B, P>,
+        send: &SendPools<B, P>,
         config: &Config,
     ) {
         if self.state == ConnState::Closing
             && !self.pending.has(Pending::CLOSE)
             && self.ctrl.deadline.is_none()
-            && self.all_entries_done(res)
+            && self.all_entries_done(send)
         {
             self.pending.set(Pending::CLOSE);
             self.ctrl.deadline = MaybeInstant::some(now + config.handshake_timeout);
@@ -329,7 +339,8 @@ impl<const P: usize> Connection<P> {
         &mut self,
         flags: Flags,
         reason: CloseReason,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
     ) {
         let reply = flags.contains(Flags::CLOSE_REPLY);
         if !reply {
@@ -341,7 +352,7 @@ impl<const P: usize> Connection<P> {
         if self.state == ConnState::Closed {
             return;
         }
-        self.flush_work(Status::Flushed, Blame::Nobody, res);
+        self.flush_work(Status::Flushed, Blame::Nobody, send, recv);
         self.state = ConnState::Closed;
         self.ctrl.deadline = MaybeInstant::NONE;
         self.pending.clear(Pending::CLOSE);
@@ -356,7 +367,8 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn on_ctrl_timeout<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
         config: &Config,
     ) {
         if self.state == ConnState::Connecting {
@@ -364,7 +376,7 @@ impl<const P: usize> Connection<P> {
             if now >= give_up {
                 self.ctrl.deadline = MaybeInstant::NONE;
                 self.pending = Pending::default();
-                self.fail(Status::RetryExceeded, Blame::Front, res);
+                self.fail(Status::RetryExceeded, Blame::Front, send, recv);
                 return;
             }
             self.ctrl_tries = self.ctrl_tries.saturating_add(1);
@@ -379,14 +391,14 @@ impl<const P: usize> Connection<P> {
                 // Confirmations exhausted: keep-alives take over.
                 ConnState::Established => {}
                 ConnState::Closing => {
-                    self.flush_work(Status::Flushed, Blame::Nobody, res);
+                    self.flush_work(Status::Flushed, Blame::Nobody, send, recv);
                     self.state = ConnState::Closed;
                     self.pending.clear(Pending::CLOSE);
                     self.events.raise(PendingEvents::CLOSED);
                 }
                 _ => {
                     self.pending = Pending::default();
-                    self.fail(Status::RetryExceeded, Blame::Front, res);
+                    self.fail(Status::RetryExceeded, Blame::Front, send, recv);
                 }
             }
             return;
@@ -464,7 +476,7 @@ impl<const P: usize> Connection<P> {
         now: Instant,
         buf: &mut [u8],
         grant_mbps: u32,
-        res: &Resources<B, P>,
+        credentials: &Credentials<B>,
         config: &Config,
     ) -> Option<Transmit> {
         let pending = self.pending;
@@ -479,7 +491,7 @@ impl<const P: usize> Connection<P> {
             // The READ depth rides in the Path ID (spec 3.8.1).
             h.path = u16::from(self.send.read_depth);
             let c = ConnectRepr {
-                cookie: self.retry_cookie(res),
+                cookie: self.retry_cookie(credentials),
                 ..self.connect_repr(config)
             };
             (Pending::CONNECT, h, Body::Connect(c))
@@ -505,7 +517,7 @@ impl<const P: usize> Connection<P> {
         } else if cfg!(feature = "tokens") && pending.has(Pending::NEW_TOKEN) {
             let h = self.header(now, next_psn, 0, Flags::NONE);
             let token = match self.cookie.get() {
-                Some(i) => *res.cookies.get(i),
+                Some(i) => *credentials.cookies.get(i),
                 None => [0; COOKIE_LEN],
             };
             (

@@ -11,13 +11,17 @@
 //! * [`recovery`]: acknowledgements, loss detection, retransmission
 //!   timeouts, NAK handling;
 //! * [`timers`]: deadlines and what happens when they pass;
-//! * [`completion`]: completions in order and the error state.
+//! * [`completion`]: completions in order and the error state;
+//! * [`resources`]: the endpoint's pools connections draw on, grouped by
+//!   concern.
 //!
 //! A connection owns only its fixed part (ids, sequence state, queue
 //! heads, per-path entropy and receive counters, counters). Work entries,
 //! receive buffers, the sender's telemetry and in-flight records come from
-//! the endpoint's pools ([`Resources`]) while they are in use. A connection
-//! never sees another connection's state.
+//! the endpoint's pools while they are in use, grouped by concern in
+//! [`Resources`]; each method borrows only the groups it touches (the
+//! sender's [`SendPools`], the receiver's [`RecvPools`], the memory
+//! regions, ...). A connection never sees another connection's state.
 
 mod completion;
 mod handshake;
@@ -25,6 +29,7 @@ mod paths;
 mod recovery;
 mod recv;
 pub mod reorder;
+mod resources;
 mod send;
 pub mod sender;
 mod timers;
@@ -32,15 +37,13 @@ mod timers;
 use crate::api::{ConnHandle, PeerAddr, RecvRequest, Status};
 use crate::api::{Memory, Transmit};
 use crate::config::Config;
-use crate::memory::RegionTable;
 use crate::psn::Psn;
 use crate::rng::Rng;
 use crate::rtt::RttEstimator;
 use crate::stats::ConnStats;
-use crate::storage::buddy::BuddyNode;
 use crate::storage::list::OptIndex;
-use crate::storage::pool::{Pool, PoolEntry, Queue};
-use crate::storage::{Backing, Slice};
+use crate::storage::pool::Queue;
+use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
 use crate::wire::{Body, CloseReason, MemoryTarget};
 
@@ -49,6 +52,9 @@ pub(crate) use handshake::RetryOutcome;
 pub(crate) use recv::ReliableOutcome;
 use reorder::ReceiveWindow;
 pub use reorder::ReorderPool;
+pub use resources::{Credentials, PoolRefusals, RecvPools, Resources, SendPools, NAK_QUEUE};
+pub(crate) use resources::{Inflight, QueuedNak, RecvRefusals, SendRefusals};
+pub(crate) use resources::{RecvPool, Regions};
 pub use sender::{InflightPool, InflightRecord, PathSender, SenderState};
 
 /// Connection states (spec 4.1).
@@ -266,113 +272,6 @@ impl RecvEntry {
         write_imm: false,
         number: 0,
     };
-}
-
-/// Endpoint-wide counts of refusals for want of pool space (back-pressure).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct PoolRefusals {
-    /// Posts refused: the work-entry pool was empty (the poster retries).
-    pub work_entries: u64,
-    /// Receives refused: the receive-entry pool was empty.
-    pub recv_entries: u64,
-    /// READ_REQUESTs answered RECEIVER_NOT_READY: no job slot.
-    pub read_jobs: u64,
-    /// Times a connection waited for a sender state.
-    pub senders: u64,
-    /// Times a connection waited for in-flight records.
-    pub inflight_records: u64,
-    /// Out-of-order packets dropped: no receive bitmap could be taken or
-    /// grown to record them (spec 4.14.3); the sender resends them.
-    pub reorder_words: u64,
-    /// RETRYs an initiator could not take: the cookie pool was empty (it
-    /// repeats its CONNECT and takes a later one, spec 4.2).
-    pub cookies: u64,
-    /// NAKs not sent: the endpoint's NAK queue was full (spec 4.7: the
-    /// sender's retransmission brings the packet, and its NAK, again).
-    pub naks: u64,
-}
-
-impl PoolRefusals {
-    /// Every pool with its refusals, for summaries and telemetry export.
-    pub fn by_pool(&self) -> [(&'static str, u64); 8] {
-        [
-            ("work_entries", self.work_entries),
-            ("recv_entries", self.recv_entries),
-            ("read_jobs", self.read_jobs),
-            ("senders", self.senders),
-            ("inflight_records", self.inflight_records),
-            ("reorder_words", self.reorder_words),
-            ("cookies", self.cookies),
-            ("naks", self.naks),
-        ]
-    }
-}
-
-/// The pools and tables connections draw on, owned by the endpoint.
-pub struct Resources<B: Backing, const P: usize> {
-    pub(crate) work: Pool<Slice<B, PoolEntry<WorkEntry>>>,
-    pub(crate) recvs: RecvPool<B>,
-    pub(crate) senders: Pool<Slice<B, PoolEntry<SenderState<P>>>>,
-    pub(crate) inflight: Inflight<B>,
-    /// The receivers' out-of-order bitmaps.
-    pub(crate) reorder: ReorderPool<Slice<B, u64>, Slice<B, BuddyNode>>,
-    pub(crate) regions: RegionTable<Slice<B, crate::memory::RegionSlot>>,
-    pub(crate) rng: Rng,
-    /// READ-response jobs in use, endpoint-wide.
-    pub(crate) read_jobs: u32,
-    /// The READ depths the live connections stated (spec 4.14.3), each
-    /// reserved from `Config::read_jobs_endpoint_limit`.
-    pub(crate) read_reserved: u32,
-    /// Sender states given back since the endpoint last woke connections
-    /// starved of one (each wakes a few).
-    pub(crate) senders_returned: u32,
-    pub(crate) refusals: PoolRefusals,
-    /// Reliable packets refused by any connection, by reason.
-    pub(crate) rx_refusals: crate::stats::RefusalStats,
-    /// Key slots of protected connections, the pre-shared keys, the
-    /// protection counters (spec 5.3).
-    pub(crate) keys: crate::crypto::KeyPool<B>,
-    /// Initiators' RETRY cookies while they are Connecting (spec 4.2).
-    pub(crate) cookies: Pool<Slice<B, PoolEntry<[u8; crate::wire::COOKIE_LEN]>>>,
-    /// NAKs waiting to go out, one per refused packet (spec 4.7), sent
-    /// before anything else.
-    pub(crate) naks: heapless::Deque<QueuedNak, NAK_QUEUE>,
-}
-
-/// The endpoint's posted receives, as [`Resources`] holds them.
-pub(crate) type RecvPool<B> = Pool<Slice<B, PoolEntry<RecvEntry>>>;
-
-/// The endpoint's in-flight records, as [`Resources`] holds them.
-pub(crate) type Inflight<B> = InflightPool<Slice<B, InflightRecord>, Slice<B, BuddyNode>>;
-
-/// NAKs the endpoint holds between a receive batch and its transmissions:
-/// as many as a batch of the platform's engine loop can refuse (32 frames).
-pub const NAK_QUEUE: usize = 32;
-
-/// A NAK waiting to go out: the refusing connection's id, the refused
-/// PSN, the reason and the path to answer on. Its Cumulative PSN is the
-/// connection's when it is sent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct QueuedNak {
-    pub conn: u32,
-    pub psn: u32,
-    pub path: u16,
-    pub reason: crate::wire::NakReason,
-}
-
-impl<B: Backing, const P: usize> core::fmt::Debug for Resources<B, P> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Resources")
-            .field("work_free", &self.work.available())
-            .field("recv_free", &self.recvs.available())
-            .field("senders_free", &self.senders.available())
-            .field("inflight_free", &self.inflight.free_records())
-            .field("reorder_free", &self.reorder.free_words())
-            .field("read_jobs", &self.read_jobs)
-            .field("refusals", &self.refusals)
-            .finish()
-    }
 }
 
 /// Control packets waiting to go out (bit set).
@@ -728,10 +627,10 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Snapshot of the counters.
-    pub fn stats<B: Backing>(&self, res: &Resources<B, P>) -> ConnStats {
+    pub fn stats<B: Backing>(&self, send: &SendPools<B, P>) -> ConnStats {
         let c = &self.counters;
         let (rate_mbps, rate_hint_mbps) = self.send.state.get().map_or((0, 0), |s| {
-            let s = res.senders.get(s);
+            let s = send.senders.get(s);
             (
                 crate::cc::CongestionControl::rate_mbps(&s.cc),
                 s.rate_hint_mbps,
@@ -854,6 +753,8 @@ impl<const P: usize> Connection<P> {
 
 impl<const P: usize> Connection<P> {
     /// Dispatches a packet whose connection id, token and source matched.
+    /// Takes every group: its handlers together touch all but the READ
+    /// reservations, and each is lent only the groups it uses.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_packet<B: Backing>(
         &mut self,
@@ -883,6 +784,14 @@ impl<const P: usize> Connection<P> {
             // The acceptor is established: the confirmation got through.
             self.ctrl.deadline = MaybeInstant::NONE;
         }
+        let Resources {
+            send,
+            recv,
+            regions,
+            rng,
+            credentials,
+            ..
+        } = res;
         match &repr.body {
             Body::Accept(a) => {
                 if self.state == ConnState::Connecting {
@@ -892,30 +801,30 @@ impl<const P: usize> Connection<P> {
                     let offer = self.connect_repr(config);
                     let policy = config.protection.policy;
                     let early = self.early();
-                    if res
+                    if credentials
                         .keys
                         .on_accept(&mut self.protection, early, policy, &offer, a)
                         .is_err()
                     {
-                        self.refuse_accept(a, res);
+                        self.refuse_accept(a, send, recv);
                         return None;
                     }
                     if a.reply_port != 0 {
                         self.peer.port = a.reply_port;
                     }
                     let before = self.params;
-                    self.adopt_peer(a, config, &mut res.rng);
+                    self.adopt_peer(a, config, rng);
                     if crate::crypto::SUPPORTED && self.early() {
                         // The acceptor took the offer in full, or the
                         // first flight was sized for values it does not
                         // have: sent again from the start (spec 4.2.4).
                         if self.params != before {
-                            self.rewind_early(res);
+                            self.rewind_early(send);
                         }
                         self.opening = Opening::Plain;
                     }
                     if crate::crypto::SUPPORTED && self.params.mtu != before.mtu {
-                        self.resegment_unstarted(res);
+                        self.resegment_unstarted(send);
                     }
                     // Its READ depth rides in the Path ID (spec 3.8.1).
                     self.send.peer_read_depth = repr.header.path.min(255) as u8;
@@ -923,7 +832,7 @@ impl<const P: usize> Connection<P> {
                         self.send.first_sender = FirstSender::grant(a.rate_grant_mbps());
                         // An early sender already runs: the grant replaces
                         // its first flight's line rate.
-                        self.apply_grant(a.rate_grant_mbps(), res, config);
+                        self.apply_grant(a.rate_grant_mbps(), send, config);
                     }
                     // Confirm at once so the acceptor is established even if
                     // we have no data to send, and repeat the confirmation
@@ -941,23 +850,23 @@ impl<const P: usize> Connection<P> {
             }
             Body::Connect(_) | Body::Keepalive | Body::Retry(_) | Body::NewToken(_) => None,
             Body::Close(c) => {
-                self.on_close(repr.header.flags, c.reason, res);
+                self.on_close(repr.header.flags, c.reason, send, recv);
                 None
             }
             Body::Ack(a) => {
                 if self.state.is_open() || self.state == ConnState::Error {
-                    self.on_ack(now, a, res, config);
+                    self.on_ack(now, a, send, rng, config);
                 }
                 None
             }
             Body::Nak(n) => {
                 if self.state.is_open() {
-                    self.on_nak(now, n, res, config);
+                    self.on_nak(now, n, send, recv, config);
                 }
                 None
             }
             Body::Write(_) | Body::Send(_) | Body::ReadRequest(_) | Body::ReadResponse(_) => {
-                Some(self.on_reliable(now, repr, payload, ce, res, mem, config))
+                Some(self.on_reliable(now, repr, payload, ce, send, recv, regions, mem, config))
             }
         }
     }
@@ -971,25 +880,29 @@ impl<const P: usize> Connection<P> {
         self.control_ready() || self.ack_ready()
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn poll_transmit<B: Backing>(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         rate_hint_mbps: u32,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
+        regions: &Regions<B>,
+        credentials: &Credentials<B>,
         config: &Config,
     ) -> Option<Transmit> {
         if self.pending.any() {
-            if let Some(t) = self.poll_control(now, buf, rate_hint_mbps, res, config) {
+            if let Some(t) = self.poll_control(now, buf, rate_hint_mbps, credentials, config) {
                 return Some(t);
             }
         }
         if self.ack_ready() {
-            return self.emit_ack(now, buf, rate_hint_mbps, res);
+            return self.emit_ack(now, buf, rate_hint_mbps, recv);
         }
         if !self.may_send_data() {
             return None;
         }
-        self.poll_data(now, buf, res, config)
+        self.poll_data(now, buf, send, recv, regions, config)
     }
 }

@@ -7,7 +7,7 @@ use core::time::Duration;
 
 use super::recv::status_of;
 use super::sender::{SenderState, Slot, ONE};
-use super::{Blame, Connection, Inflight, Resources};
+use super::{Blame, Connection, Inflight, RecvPools, SendPools};
 use crate::cc::CongestionControl;
 use crate::config::Config;
 use crate::psn::Psn;
@@ -22,7 +22,8 @@ impl<const P: usize> Connection<P> {
         &mut self,
         now: Instant,
         ack: &AckRepr,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        rng: &mut Rng,
         config: &Config,
     ) {
         self.counters.acks_received += 1;
@@ -49,14 +50,11 @@ impl<const P: usize> Connection<P> {
             return;
         };
         // The sender state is changed where it lies, beside the in-flight
-        // records and the generator: borrowed apart, not copied out and
-        // back (it holds every path's telemetry).
-        let Resources {
-            senders,
-            inflight,
-            rng,
-            ..
-        } = res;
+        // records: borrowed apart, not copied out and back (it holds every
+        // path's telemetry).
+        let SendPools {
+            senders, inflight, ..
+        } = send;
         let st = senders.get_mut(s);
         let Some(extent) = st.extent else {
             if let Some(rtt) = rtt_sample {
@@ -265,7 +263,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn on_probe<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
         config: &Config,
     ) {
         let Some(s) = self.send.state.get() else {
@@ -275,10 +273,10 @@ impl<const P: usize> Connection<P> {
         // do new packets waiting only for their pacing slot (their send
         // re-arms the probe) unless the retransmission timer is due: then
         // the next of them is the probe, in its place.
-        let unsent = self.first_unsent(res).is_some();
-        let Resources {
+        let unsent = self.first_unsent(send).is_some();
+        let SendPools {
             senders, inflight, ..
-        } = res;
+        } = send;
         let st = senders.get_mut(s);
         st.probe_deadline = None;
         let paced = unsent && self.may_send_new(st);
@@ -430,7 +428,8 @@ impl<const P: usize> Connection<P> {
         &mut self,
         now: Instant,
         nak: &NakRepr,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
         config: &Config,
     ) {
         self.counters.naks_received += 1;
@@ -450,48 +449,50 @@ impl<const P: usize> Connection<P> {
                 .send
                 .state
                 .get()
-                .is_none_or(|s| now >= res.senders.get(s).rnr_until);
-            let entry = res
+                .is_none_or(|s| now >= send.senders.get(s).rnr_until);
+            let entry = send
                 .work
                 .iter(&self.send.queue)
-                .find(|&i| res.work.get(i).holds(psn))
+                .find(|&i| send.work.get(i).holds(psn))
                 .filter(|_| new_retry);
             if let Some(i) = entry {
-                let e = res.work.get_mut(i);
+                let e = send.work.get_mut(i);
                 e.rnr_retries = e.rnr_retries.saturating_add(1);
                 if e.rnr_retries > config.rnr_retry_limit {
                     self.fail(
                         crate::api::Status::ReceiverNotReadyExceeded,
                         Blame::Psn(psn),
-                        res,
+                        send,
+                        recv,
                     );
                     return;
                 }
             }
             if let Some(s) = self.send.state.get() {
-                let st = res.senders.get_mut(s);
+                let st = send.senders.get_mut(s);
                 if let Some(extent) = st.extent {
-                    if res.inflight.get(extent, psn).slot() == Slot::InFlight {
-                        self.mark_lost::<B>(st, &mut res.inflight, extent, psn);
+                    if send.inflight.get(extent, psn).slot() == Slot::InFlight {
+                        self.mark_lost::<B>(st, &mut send.inflight, extent, psn);
                     }
                 }
                 st.rnr_until = now + config.rnr_delay;
             }
             return;
         }
-        self.fail(status_of(nak.reason), Blame::Psn(psn), res);
+        self.fail(status_of(nak.reason), Blame::Psn(psn), send, recv);
     }
 
     pub(crate) fn on_rto<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
         config: &Config,
     ) {
         let Some(s) = self.send.state.get() else {
             return;
         };
-        let st = res.senders.get_mut(s);
+        let st = send.senders.get_mut(s);
         self.counters.timeouts += 1;
         st.rto_backoff = st.rto_backoff.saturating_add(1);
         // Ride-through (spec 4.6.4): give up by the time gone without
@@ -499,14 +500,19 @@ impl<const P: usize> Connection<P> {
         // the ride-through is survived whatever the RTO was.
         if now.saturating_duration_since(st.progress_at) >= self.ride_through(config) {
             let culprit = self.send.una;
-            self.fail(crate::api::Status::RetryExceeded, Blame::Psn(culprit), res);
+            self.fail(
+                crate::api::Status::RetryExceeded,
+                Blame::Psn(culprit),
+                send,
+                recv,
+            );
             self.pending.set(super::Pending::CLOSE);
             self.close_reason = crate::wire::CloseReason::Error;
             return;
         }
-        let Resources {
+        let SendPools {
             senders, inflight, ..
-        } = res;
+        } = send;
         let st = senders.get_mut(s);
         st.cc.on_timeout(now);
         if let Some(extent) = st.extent {

@@ -2,7 +2,7 @@
 //! each packet where it says, receive buffers, and the ACKs and NAKs that
 //! answer.
 
-use super::{Blame, ConnState, Connection, RecvEntry, RecvPool, Resources};
+use super::{Blame, ConnState, Connection, RecvEntry, RecvPool, RecvPools, Regions, SendPools};
 use crate::api::{Access, LocalBuf, Memory, RecvRequest, Status, Transmit};
 use crate::config::Config;
 use crate::psn::Psn;
@@ -30,7 +30,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn post_recv<B: Backing>(
         &mut self,
         req: RecvRequest,
-        res: &mut Resources<B, P>,
+        recv: &mut RecvPools<B>,
         config: &Config,
     ) -> Result<(), PostRefusal> {
         if self.recv.queue.len() >= u32::from(config.recv_queue_limit) {
@@ -41,8 +41,8 @@ impl<const P: usize> Connection<P> {
             number: self.recv.base.wrapping_add(self.recv.queue.len()),
             ..RecvEntry::VACANT
         };
-        if res.recvs.push_back(&mut self.recv.queue, entry).is_err() {
-            res.refusals.recv_entries += 1;
+        if recv.recvs.push_back(&mut self.recv.queue, entry).is_err() {
+            recv.refusals.recv_entries += 1;
             return Err(PostRefusal::PoolEmpty);
         }
         Ok(())
@@ -50,12 +50,13 @@ impl<const P: usize> Connection<P> {
 
     /// Gives the out-of-order bitmap back (the connection takes no more
     /// reliable packets).
-    pub(crate) fn release_receiver<B: Backing>(&mut self, res: &mut Resources<B, P>) {
-        self.recv.win.discard(&mut res.reorder);
+    pub(crate) fn release_receiver<B: Backing>(&mut self, recv: &mut RecvPools<B>) {
+        self.recv.win.discard(&mut recv.reorder);
     }
 
     /// A reliable packet whose connection id and token matched (spec 4.7.1
-    /// from the state check on).
+    /// from the state check on). The send side for a READ's request or
+    /// response, and for a failure.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_reliable<B: Backing>(
         &mut self,
@@ -63,14 +64,16 @@ impl<const P: usize> Connection<P> {
         repr: &Repr,
         payload: &[u8],
         ce: bool,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
+        regions: &Regions<B>,
         mem: &mut impl Memory,
         config: &Config,
     ) -> ReliableOutcome {
         let h = &repr.header;
         if let Some((nak_psn, reason)) = self.recv.sticky_nak {
             // Sticky error: every later packet hears the same NAK (spec 4.7.2).
-            self.queue_nak(h.path, nak_psn, reason, res);
+            self.queue_nak(h.path, nak_psn, reason, recv);
             return ReliableOutcome::Refused;
         }
         // An acceptor that took an early CONNECT places its first flight
@@ -79,12 +82,12 @@ impl<const P: usize> Connection<P> {
             || (crate::crypto::SUPPORTED && self.early() && self.state == ConnState::Accepting);
         if !open || h.path >= self.params.paths {
             self.counters.invalid_dropped += 1;
-            res.rx_refusals.invalid += 1;
+            recv.rx_refusals.invalid += 1;
             return ReliableOutcome::Dropped;
         }
         let psn = Psn(h.psn);
         let d = psn.offset_from(self.recv.win.cum);
-        if d < 0 || (d > 0 && self.recv.win.received(&res.reorder, psn)) {
+        if d < 0 || (d > 0 && self.recv.win.received(&recv.reorder, psn)) {
             self.counters.duplicates_received += 1;
             self.count_on_path(h.path, ce);
             self.note_echo(h);
@@ -94,7 +97,7 @@ impl<const P: usize> Connection<P> {
         // Spec 4.3: only PSNs inside the negotiated window are accepted.
         if d as u32 >= self.params.window {
             self.counters.out_of_window += 1;
-            res.rx_refusals.out_of_window += 1;
+            recv.rx_refusals.out_of_window += 1;
             return ReliableOutcome::Dropped;
         }
         // Room to record it comes before placement: a packet that cannot
@@ -103,24 +106,24 @@ impl<const P: usize> Connection<P> {
         // Spec 3.5: from here on the packet counts on its path, whatever
         // becomes of it (new, refused, or not recordable).
         self.count_on_path(h.path, ce);
-        if d > 0 && self.recv.win.reserve(&mut res.reorder, d as u32).is_err() {
+        if d > 0 && self.recv.win.reserve(&mut recv.reorder, d as u32).is_err() {
             self.counters.reorder_refused += 1;
-            res.refusals.reorder_words += 1;
+            recv.refusals.reorder_words += 1;
             return ReliableOutcome::Dropped;
         }
-        if let Err(reason) = self.place(repr, payload, res, mem) {
-            self.queue_nak(h.path, h.psn, reason, res);
-            res.rx_refusals.count_nak(reason);
+        if let Err(reason) = self.place(repr, payload, send, recv, regions, mem) {
+            self.queue_nak(h.path, h.psn, reason, recv);
+            recv.rx_refusals.count_nak(reason);
             if reason.is_fatal() {
                 self.recv.sticky_nak = Some((h.psn, reason));
-                self.fail(status_of(reason), Blame::Nobody, res);
+                self.fail(status_of(reason), Blame::Nobody, send, recv);
             }
             return ReliableOutcome::Refused;
         }
         // Whether it fills a gap (something sent after it came first).
         let late = self.recv.win.fills_gap(d, psn);
         // Accepted: record it (spec 4.3); room was reserved above.
-        let _ = self.recv.win.record(&mut res.reorder, psn, d as u32);
+        let _ = self.recv.win.record(&mut recv.reorder, psn, d as u32);
         self.counters.packets_received += 1;
         self.counters.bytes_received += payload.len() as u64;
         self.recv.last_data_rx = MaybeInstant::some(now);
@@ -160,7 +163,7 @@ impl<const P: usize> Connection<P> {
         path: u16,
         psn: u32,
         reason: NakReason,
-        res: &mut Resources<B, P>,
+        recv: &mut RecvPools<B>,
     ) {
         let q = super::QueuedNak {
             conn: self.local_id,
@@ -168,8 +171,8 @@ impl<const P: usize> Connection<P> {
             path: if path < self.params.paths { path } else { 0 },
             reason,
         };
-        if res.naks.push_back(q).is_err() {
-            res.refusals.naks += 1;
+        if recv.naks.push_back(q).is_err() {
+            recv.refusals.naks += 1;
         }
     }
 
@@ -192,12 +195,15 @@ impl<const P: usize> Connection<P> {
     }
 
     /// Validates and places one reliable packet. Nothing is written unless
-    /// every check passes (spec 5.1).
+    /// every check passes (spec 5.1). The send side holds the READs: the
+    /// answers to the peer's and ours its responses complete.
     fn place<B: Backing>(
         &mut self,
         repr: &Repr,
         payload: &[u8],
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
+        regions: &Regions<B>,
         mem: &mut impl Memory,
     ) -> Result<(), NakReason> {
         // Spec 3.7: a payload above the negotiated MTU is a protocol error.
@@ -209,12 +215,12 @@ impl<const P: usize> Connection<P> {
             Body::Write(w) => {
                 let receive = match w.imm {
                     Some(wi) => Some(
-                        self.claim_receive(wi.recv_index, w.msg, Some(wi.imm), true, None, res)?
+                        self.claim_receive(wi.recv_index, w.msg, Some(wi.imm), true, None, recv)?
                             .1,
                     ),
                     None => None,
                 };
-                res.regions.check(
+                regions.check(
                     w.target.key,
                     self.pd,
                     w.target.addr,
@@ -223,40 +229,39 @@ impl<const P: usize> Connection<P> {
                 )?;
                 mem.write(w.target.addr, payload);
                 if let Some(i) = receive {
-                    res.recvs.get_mut(i).bytes += payload.len() as u32;
+                    recv.recvs.get_mut(i).bytes += payload.len() as u32;
                 }
             }
             Body::Send(s) => {
                 let (buf, receive) =
-                    self.claim_receive(s.recv_index, s.msg, s.imm, false, Some(payload), res)?;
+                    self.claim_receive(s.recv_index, s.msg, s.imm, false, Some(payload), recv)?;
                 let addr = buf.addr + u64::from(s.msg.offset);
-                res.regions
-                    .check(buf.key, self.pd, addr, len, Access::LOCAL_WRITE)?;
+                regions.check(buf.key, self.pd, addr, len, Access::LOCAL_WRITE)?;
                 mem.write(addr, payload);
-                res.recvs.get_mut(receive).bytes += payload.len() as u32;
+                recv.recvs.get_mut(receive).bytes += payload.len() as u32;
             }
             Body::ReadRequest(r) => {
-                res.regions.check(
+                regions.check(
                     r.source.key,
                     self.pd,
                     r.source.addr,
                     u64::from(r.len),
                     Access::REMOTE_READ,
                 )?;
-                if !self.queue_read_response(r.msg_id, r.len, r.source, r.sink, res) {
+                if !self.queue_read_response(r.msg_id, r.len, r.source, r.sink, send) {
                     return Err(NakReason::ReceiverNotReady);
                 }
             }
             Body::ReadResponse(r) => {
-                let entry = res
+                let entry = send
                     .work
                     .iter(&self.send.queue)
                     .find(|&i| {
-                        let e = res.work.get(i);
+                        let e = send.work.get(i);
                         e.is_read() && e.msg_id == r.msg.id && e.started > 0
                     })
                     .ok_or(NakReason::ProtocolError)?;
-                let e = *res.work.get(entry);
+                let e = *send.work.get(entry);
                 let super::Job::User(wr) = e.job else {
                     return Err(NakReason::ProtocolError);
                 };
@@ -269,7 +274,7 @@ impl<const P: usize> Connection<P> {
                 {
                     return Err(NakReason::ProtocolError);
                 }
-                res.regions.check(
+                regions.check(
                     wr.local.key,
                     self.pd,
                     r.target.addr,
@@ -277,7 +282,7 @@ impl<const P: usize> Connection<P> {
                     Access::LOCAL_WRITE,
                 )?;
                 mem.write(r.target.addr, payload);
-                res.work.get_mut(entry).read_bytes += payload.len() as u32;
+                send.work.get_mut(entry).read_bytes += payload.len() as u32;
             }
             _ => return Err(NakReason::ProtocolError),
         }
@@ -294,16 +299,16 @@ impl<const P: usize> Connection<P> {
         imm: Option<u32>,
         write_imm: bool,
         send_payload: Option<&[u8]>,
-        res: &mut Resources<B, P>,
+        recv: &mut RecvPools<B>,
     ) -> Result<(LocalBuf, u32), NakReason> {
         let slot = recv_index.wrapping_sub(self.recv.base) as i32;
         if slot < 0 {
             return Err(NakReason::ProtocolError);
         }
         let i = self
-            .find_receive::<B>(slot as u32, &res.recvs)
+            .find_receive::<B>(slot as u32, &recv.recvs)
             .ok_or(NakReason::ReceiverNotReady)?;
-        let entry = res.recvs.get_mut(i);
+        let entry = recv.recvs.get_mut(i);
         if send_payload.is_some() && msg.len > entry.req.local.len {
             return Err(NakReason::ReceiveTooSmall);
         }
@@ -350,13 +355,13 @@ impl<const P: usize> Connection<P> {
         now: Instant,
         buf: &mut [u8],
         rate_hint_mbps: u32,
-        res: &Resources<B, P>,
+        recv: &RecvPools<B>,
     ) -> Option<Transmit> {
         let path = (self.recv.echo_path as usize % P) as u8;
         let (sack_offset, sack) = self
             .recv
             .win
-            .sack_block(&res.reorder, Psn(self.recv.echo_psn));
+            .sack_block(&recv.reorder, Psn(self.recv.echo_psn));
         let repr = Repr {
             // The PSN field of an ACK is informational: the next PSN this
             // end will send (spec 3.2.4).

@@ -3,7 +3,7 @@
 //! needs.
 
 use super::sender::{SenderState, Slot};
-use super::{ConnState, Connection, Job, Resources, WorkEntry};
+use super::{ConnState, Connection, Job, RecvPools, Regions, SendPools, WorkEntry};
 use crate::api::{Access, Op, PayloadRef, Status, Transmit, WorkRequest};
 use crate::cc::{serialization_nanos, CongestionControl};
 use crate::config::Config;
@@ -42,7 +42,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn post_send<B: Backing>(
         &mut self,
         wr: WorkRequest,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
         config: &Config,
     ) -> Result<(), PostRefusal> {
         if self.send.user_jobs >= config.send_queue_limit {
@@ -64,8 +64,8 @@ impl<const P: usize> Connection<P> {
             recv_index,
             ..WorkEntry::VACANT
         };
-        let Ok(i) = res.work.push_back(&mut self.send.queue, entry) else {
-            res.refusals.work_entries += 1;
+        let Ok(i) = send.work.push_back(&mut self.send.queue, entry) else {
+            send.refusals.work_entries += 1;
             return Err(PostRefusal::PoolEmpty);
         };
         self.send.user_jobs += 1;
@@ -90,13 +90,13 @@ impl<const P: usize> Connection<P> {
         len: u32,
         source: MemoryTarget,
         sink: MemoryTarget,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
     ) -> bool {
-        let serving = self.reads_in_progress(res, true);
+        let serving = self.reads_in_progress(send, true);
         // Always reserved before the ACCEPT or CONNECT (at least 1).
         let depth = self.send.read_depth.max(1);
         if serving >= u16::from(depth) {
-            res.refusals.read_jobs += 1;
+            send.refusals.read_jobs += 1;
             return false;
         }
         let mtu = u32::from(self.params.mtu);
@@ -107,12 +107,12 @@ impl<const P: usize> Connection<P> {
             packets: len.div_ceil(mtu).max(1),
             ..WorkEntry::VACANT
         };
-        let Ok(i) = res.work.push_back(&mut self.send.queue, entry) else {
-            res.refusals.read_jobs += 1;
+        let Ok(i) = send.work.push_back(&mut self.send.queue, entry) else {
+            send.refusals.read_jobs += 1;
             return false;
         };
         self.send.read_jobs += 1;
-        res.read_jobs += 1;
+        send.read_jobs += 1;
         if self.send.cursor.is_none() {
             self.send.cursor = OptIndex::some(i);
         }
@@ -123,10 +123,10 @@ impl<const P: usize> Connection<P> {
     /// responses are not all sent yet; else ours sent and not complete
     /// (entries not started yet come last in the queue).
     #[inline(never)]
-    fn reads_in_progress<B: Backing>(&self, res: &Resources<B, P>, serving: bool) -> u16 {
+    fn reads_in_progress<B: Backing>(&self, send: &SendPools<B, P>, serving: bool) -> u16 {
         let mut n = 0;
-        for i in res.work.iter(&self.send.queue) {
-            let e = res.work.get(i);
+        for i in send.work.iter(&self.send.queue) {
+            let e = send.work.get(i);
             let counts = if serving {
                 matches!(e.job, Job::ReadResponse { .. }) && e.started < e.packets
             } else {
@@ -139,27 +139,27 @@ impl<const P: usize> Connection<P> {
 
     /// The first entry with packets not yet sent, advancing the cursor past
     /// entries that are fully started or failed (amortised O(1)).
-    pub(crate) fn first_unsent<B: Backing>(&mut self, res: &Resources<B, P>) -> Option<u32> {
+    pub(crate) fn first_unsent<B: Backing>(&mut self, send: &SendPools<B, P>) -> Option<u32> {
         let mut at = self.send.cursor.get();
         while let Some(i) = at {
-            let e = res.work.get(i);
+            let e = send.work.get(i);
             if e.started < e.packets && e.error.is_none() {
                 break;
             }
-            at = res.work.next_of(i);
+            at = send.work.next_of(i);
         }
         self.send.cursor = at.into();
         // Spec 4.8.6: a READ waits, and the entries after it, while the
         // peer's stated READ depth is taken by READs outstanding (sent,
         // responses not all placed).
         let i = at?;
-        let e = res.work.get(i);
+        let e = send.work.get(i);
         if e.is_read() && e.started == 0 {
             let depth = match self.send.peer_read_depth {
                 0 => crate::wire::packet::DEFAULT_READ_DEPTH,
                 d => u16::from(d),
             };
-            let outstanding = self.reads_in_progress(res, false);
+            let outstanding = self.reads_in_progress(send, false);
             if outstanding >= depth {
                 return None;
             }
@@ -172,14 +172,14 @@ impl<const P: usize> Connection<P> {
     /// if `unsent` says.
     pub(crate) fn data_waiting<B: Backing>(
         &mut self,
-        res: &Resources<B, P>,
+        send: &SendPools<B, P>,
         unsent: Option<bool>,
     ) -> bool {
         if !self.may_send_data() {
             return false;
         }
         if let Some(s) = self.send.state.get() {
-            let st = res.senders.get(s);
+            let st = send.senders.get(s);
             if st.lost_pending() > 0 {
                 return true;
             }
@@ -189,7 +189,7 @@ impl<const P: usize> Connection<P> {
         }
         match unsent {
             Some(u) => u,
-            None => self.first_unsent(res).is_some(),
+            None => self.first_unsent(send).is_some(),
         }
     }
 
@@ -222,14 +222,14 @@ impl<const P: usize> Connection<P> {
     /// established (spec 4.2.4). Nothing was acknowledged, so nothing is
     /// lost or repeated.
     #[cold]
-    pub(crate) fn rewind_early<B: Backing>(&mut self, res: &mut Resources<B, P>) {
-        self.release_sender(res);
+    pub(crate) fn rewind_early<B: Backing>(&mut self, send: &mut SendPools<B, P>) {
+        self.release_sender(send);
         let mut cursor = self.send.queue.head();
         while let Some(i) = cursor {
-            let e = res.work.get_mut(i);
+            let e = send.work.get_mut(i);
             e.started = 0;
             e.read_bytes = 0;
-            cursor = res.work.next_of(i);
+            cursor = send.work.next_of(i);
         }
         self.send.nxt = self.send.initial;
         self.send.una = self.send.initial;
@@ -239,15 +239,15 @@ impl<const P: usize> Connection<P> {
 
     /// Entries posted before the ACCEPT were cut at this end's own MTU:
     /// those not started yet are cut again at the negotiated one.
-    pub(crate) fn resegment_unstarted<B: Backing>(&mut self, res: &mut Resources<B, P>) {
+    pub(crate) fn resegment_unstarted<B: Backing>(&mut self, send: &mut SendPools<B, P>) {
         let mtu = u32::from(self.params.mtu.max(1));
         let mut cursor = self.send.queue.head();
         while let Some(i) = cursor {
-            let e = res.work.get_mut(i);
+            let e = send.work.get_mut(i);
             if e.started == 0 && !e.is_read() {
                 e.packets = e.len.div_ceil(mtu).max(1);
             }
-            cursor = res.work.next_of(i);
+            cursor = send.work.next_of(i);
         }
     }
 
@@ -257,13 +257,13 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn apply_grant<B: Backing>(
         &mut self,
         grant_mbps: u32,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
         config: &Config,
     ) {
         let (Some(s), true) = (self.send.state.get(), grant_mbps > 0) else {
             return;
         };
-        let st = res.senders.get_mut(s);
+        let st = send.senders.get_mut(s);
         st.rate_hint_mbps = grant_mbps;
         st.startup_window = super::sender::granted_window(grant_mbps, config);
         self.send.first_sender = super::FirstSender::NONE;
@@ -274,7 +274,7 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn ensure_sender<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
         config: &Config,
     ) -> Option<u32> {
         if let Some(s) = self.send.state.get() {
@@ -284,7 +284,7 @@ impl<const P: usize> Connection<P> {
         // window: what 63 senders starting together into one host can
         // all send without overflowing its switch port (spec 4.2.4,
         // 4.10.6); the ACCEPT's grant takes over a round trip later.
-        match res.senders.alloc(SenderState::new(
+        match send.senders.alloc(SenderState::new(
             config,
             now,
             self.send.rtt,
@@ -299,7 +299,7 @@ impl<const P: usize> Connection<P> {
                 Some(s)
             }
             None => {
-                res.refusals.senders += 1;
+                send.refusals.senders += 1;
                 self.send.starved = true;
                 None
             }
@@ -308,34 +308,34 @@ impl<const P: usize> Connection<P> {
 
     /// Gives the sender state and its in-flight records back (idle, closed
     /// or failed). The connection's RTT estimate stays.
-    pub(crate) fn release_sender<B: Backing>(&mut self, res: &mut Resources<B, P>) -> bool {
+    pub(crate) fn release_sender<B: Backing>(&mut self, send: &mut SendPools<B, P>) -> bool {
         let Some(s) = self.send.state.take() else {
             return false;
         };
-        if let Some(e) = res.senders.get(s).extent {
-            res.inflight.release(e);
+        if let Some(e) = send.senders.get(s).extent {
+            send.inflight.release(e);
         }
-        res.senders.free(s);
-        res.senders_returned += 1;
+        send.senders.free(s);
+        send.senders_returned += 1;
         true
     }
 
     /// Makes room for PSN `psn` in the in-flight records, growing the
     /// extent by doubling. `false` when the records pool has no room.
-    fn ensure_record<B: Backing>(&mut self, s: u32, psn: Psn, res: &mut Resources<B, P>) -> bool {
+    fn ensure_record<B: Backing>(&mut self, s: u32, psn: Psn, send: &mut SendPools<B, P>) -> bool {
         let span = psn.distance_from(self.send.una) + 1;
-        let st = res.senders.get_mut(s);
+        let st = send.senders.get_mut(s);
         match st.extent {
             Some(e) if span <= e.units() => true,
             Some(e) => {
                 let want = (e.units() * 2).max(span.next_power_of_two());
-                match res.inflight.grow(e, self.send.una, self.send.nxt, want) {
+                match send.inflight.grow(e, self.send.una, self.send.nxt, want) {
                     Some(new) => {
-                        res.senders.get_mut(s).extent = Some(new);
+                        send.senders.get_mut(s).extent = Some(new);
                         true
                     }
                     None => {
-                        res.refusals.inflight_records += 1;
+                        send.refusals.inflight_records += 1;
                         self.send.starved = true;
                         false
                     }
@@ -343,13 +343,13 @@ impl<const P: usize> Connection<P> {
             }
             None => {
                 let want = FIRST_EXTENT.max(span.next_power_of_two());
-                match res.inflight.allocate(want) {
+                match send.inflight.allocate(want) {
                     Some(new) => {
-                        res.senders.get_mut(s).extent = Some(new);
+                        send.senders.get_mut(s).extent = Some(new);
                         true
                     }
                     None => {
-                        res.refusals.inflight_records += 1;
+                        send.refusals.inflight_records += 1;
                         self.send.starved = true;
                         false
                     }
@@ -368,12 +368,15 @@ impl<const P: usize> Connection<P> {
     }
 
     /// The next data packet, if one is due: a retransmission before new
-    /// data (spec 4.6.3), within the windows and the pacing schedule.
+    /// data (spec 4.6.3), within the windows and the pacing schedule. The
+    /// receive side only for a failure (its bitmap goes back).
     pub(crate) fn poll_data<B: Backing>(
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
+        regions: &Regions<B>,
         config: &Config,
     ) -> Option<Transmit> {
         if !self.may_send_data() {
@@ -386,14 +389,14 @@ impl<const P: usize> Connection<P> {
             .send
             .state
             .get()
-            .and_then(|s| res.senders.get(s).lost.front());
+            .and_then(|s| send.senders.get(s).lost.front());
         let unsent = match lost {
             Some(_) => None,
-            None => Some(self.first_unsent(res)?),
+            None => Some(self.first_unsent(send)?),
         };
-        let s = self.ensure_sender(now, res, config)?;
+        let s = self.ensure_sender(now, send, config)?;
         // A reference, not a copy: the state holds every path's telemetry.
-        let st = res.senders.get(s);
+        let st = send.senders.get(s);
         if now < st.rnr_until || now < st.next_send_at {
             return None;
         }
@@ -404,7 +407,7 @@ impl<const P: usize> Connection<P> {
                 return None;
             }
             let psn = self.send.nxt;
-            if !self.ensure_record(s, psn, res) {
+            if !self.ensure_record(s, psn, send) {
                 return None;
             }
             (psn, false)
@@ -412,32 +415,32 @@ impl<const P: usize> Connection<P> {
         // Find the message and packet index for this PSN.
         let mtu = u32::from(self.params.mtu);
         let (entry_index, packet_index) = if retransmission {
-            let found = res
+            let found = send
                 .work
                 .iter(&self.send.queue)
-                .find(|&i| res.work.get(i).holds(psn));
+                .find(|&i| send.work.get(i).holds(psn));
             match found {
-                Some(i) => (i, psn.distance_from(res.work.get(i).first_psn)),
+                Some(i) => (i, psn.distance_from(send.work.get(i).first_psn)),
                 None => {
                     // Its message already failed and left the queue.
-                    let st = res.senders.get_mut(s);
+                    let st = send.senders.get_mut(s);
                     let e = st.extent?;
                     let mut lost = st.lost;
-                    res.inflight.unlink(&mut lost, e, self.send.una, psn);
-                    res.inflight.get_mut(e, psn).set_slot(Slot::Acked);
-                    res.senders.get_mut(s).lost = lost;
+                    send.inflight.unlink(&mut lost, e, self.send.una, psn);
+                    send.inflight.get_mut(e, psn).set_slot(Slot::Acked);
+                    send.senders.get_mut(s).lost = lost;
                     return None;
                 }
             }
         } else {
             let i = unsent?;
-            let e = res.work.get_mut(i);
+            let e = send.work.get_mut(i);
             if e.started == 0 {
                 e.first_psn = psn;
             }
             (i, e.started)
         };
-        let entry = *res.work.get(entry_index);
+        let entry = *send.work.get(entry_index);
         let offset = packet_index * mtu;
         let chunk = entry.len.saturating_sub(offset).min(mtu);
         let last = packet_index + 1 == entry.packets;
@@ -452,10 +455,13 @@ impl<const P: usize> Connection<P> {
         // and waits for completions), or when the window is about to fill.
         // Otherwise the receiver's coalescing (spec 4.5) bounds the delay.
         let goes_idle = last
-            && res.work.iter_from(res.work.next_of(entry_index)).all(|k| {
-                let e = res.work.get(k);
-                e.started >= e.packets
-            });
+            && send
+                .work
+                .iter_from(send.work.next_of(entry_index))
+                .all(|k| {
+                    let e = send.work.get(k);
+                    e.started >= e.packets
+                });
         if goes_idle || window_nearly_full {
             flags = flags.with(Flags::ACK_REQUEST);
         }
@@ -471,12 +477,11 @@ impl<const P: usize> Connection<P> {
                     len: chunk,
                 };
                 // The local buffer must still be registered (spec 5.1).
-                if res
-                    .regions
+                if regions
                     .check(wr.local.key, self.pd, src.addr, u64::from(chunk), Access(0))
                     .is_err()
                 {
-                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), res);
+                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), send, recv);
                     return None;
                 }
                 user_body(
@@ -497,8 +502,7 @@ impl<const P: usize> Connection<P> {
                 // The source must still be registered for remote reads
                 // (spec 4.8.6): the application may have deregistered it
                 // while the responses stream.
-                if res
-                    .regions
+                if regions
                     .check(
                         source.key,
                         self.pd,
@@ -508,7 +512,7 @@ impl<const P: usize> Connection<P> {
                     )
                     .is_err()
                 {
-                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), res);
+                    self.fail(Status::LocalProtection, super::Blame::Psn(psn), send, recv);
                     return None;
                 }
                 (
@@ -526,7 +530,7 @@ impl<const P: usize> Connection<P> {
         let payload = payload.filter(|p| p.len > 0);
         let payload_len = payload.map_or(0, |p| p.len as u16);
         let min_rtt = self.send.rtt.min_ns();
-        let path = res
+        let path = send
             .senders
             .get_mut(s)
             .choose_path(self.params.paths, min_rtt);
@@ -539,12 +543,12 @@ impl<const P: usize> Connection<P> {
         // Commit the send: the record goes to the outstanding list's end
         // (the newest transmission), from the lost list if resent.
         let una = self.send.una;
-        let super::Resources {
+        let SendPools {
             senders,
             inflight,
             work,
             ..
-        } = res;
+        } = send;
         let st = senders.get_mut(s);
         let e = st.extent?;
         if retransmission {

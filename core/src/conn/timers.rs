@@ -4,7 +4,7 @@
 //! is acted on when handled, so it moves into the future (or goes away):
 //! a handled connection is never due again at the same instant.
 
-use super::{ConnState, Connection, Pending, Resources};
+use super::{ConnState, Connection, Pending, RecvPools, SendPools};
 use crate::config::Config;
 use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
@@ -28,18 +28,18 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn outlook<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
         config: &Config,
         idle_check: bool,
     ) -> (bool, Option<Instant>) {
         let unsent = if idle_check {
-            self.note_idle(now, res)
+            self.note_idle(now, send)
         } else {
             None
         };
-        let has_data = self.data_waiting(res, unsent);
-        let wants = self.wants_transmit(now, res, has_data);
-        (wants, self.next_timer(now, res, config, has_data))
+        let has_data = self.data_waiting(send, unsent);
+        let wants = self.wants_transmit(now, send, has_data);
+        (wants, self.next_timer(now, send, config, has_data))
     }
 
     /// Whether a packet is ready to go right now; `has_data`: whether
@@ -47,7 +47,7 @@ impl<const P: usize> Connection<P> {
     fn wants_transmit<B: Backing>(
         &self,
         now: Instant,
-        res: &Resources<B, P>,
+        send: &SendPools<B, P>,
         has_data: bool,
     ) -> bool {
         if self.control_ready() || self.ack_ready() {
@@ -61,7 +61,7 @@ impl<const P: usize> Connection<P> {
             // already refused (then the endpoint wakes it).
             None => !self.send.starved,
             Some(s) => {
-                let st = res.senders.get(s);
+                let st = send.senders.get(s);
                 now >= st.next_send_at && now >= st.rnr_until && !self.send.starved
             }
         }
@@ -70,13 +70,13 @@ impl<const P: usize> Connection<P> {
     /// Notes whether the sender just went idle (for the sender state's
     /// linger), or is busy again. Whether an entry has unsent packets, if
     /// it asked.
-    fn note_idle<B: Backing>(&mut self, now: Instant, res: &mut Resources<B, P>) -> Option<bool> {
+    fn note_idle<B: Backing>(&mut self, now: Instant, send: &mut SendPools<B, P>) -> Option<bool> {
         let s = self.send.state.get()?;
         let mut unsent = None;
         let busy = self.send.una != self.send.nxt
-            || res.senders.get(s).lost_pending() > 0
-            || *unsent.insert(self.first_unsent(res).is_some());
-        let st = res.senders.get_mut(s);
+            || send.senders.get(s).lost_pending() > 0
+            || *unsent.insert(self.first_unsent(send).is_some());
+        let st = send.senders.get_mut(s);
         if busy {
             st.idle_since = None;
         } else if st.idle_since.is_none() {
@@ -90,7 +90,7 @@ impl<const P: usize> Connection<P> {
     fn next_timer<B: Backing>(
         &self,
         now: Instant,
-        res: &Resources<B, P>,
+        send: &SendPools<B, P>,
         config: &Config,
         has_data: bool,
     ) -> Option<Instant> {
@@ -106,7 +106,7 @@ impl<const P: usize> Connection<P> {
             // An early initiator's first flight is paced (spec 4.2.4).
             ConnState::Connecting if self.may_send_data() => {
                 if let Some(s) = self.send.state.get() {
-                    let st = res.senders.get(s);
+                    let st = send.senders.get(s);
                     if st.next_send_at > now && !self.send.starved && has_data {
                         t = earliest(t, Some(st.next_send_at));
                     }
@@ -117,7 +117,7 @@ impl<const P: usize> Connection<P> {
                     t = earliest(t, self.recv.ack_due.get());
                 }
                 if let Some(s) = self.send.state.get() {
-                    let st = res.senders.get(s);
+                    let st = send.senders.get(s);
                     t = earliest(t, st.rto_deadline);
                     t = earliest(t, st.rack_deadline);
                     t = earliest(t, st.probe_deadline);
@@ -141,8 +141,18 @@ impl<const P: usize> Connection<P> {
 
     /// Ends the connection at once, its work flushed, with one CLOSE
     /// saying why (an idle timeout, or its slot reclaimed, spec 4.2.3).
-    pub(crate) fn end<B: Backing>(&mut self, reason: CloseReason, res: &mut Resources<B, P>) {
-        self.flush_work(crate::api::Status::Flushed, super::Blame::Nobody, res);
+    pub(crate) fn end<B: Backing>(
+        &mut self,
+        reason: CloseReason,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
+    ) {
+        self.flush_work(
+            crate::api::Status::Flushed,
+            super::Blame::Nobody,
+            send,
+            recv,
+        );
         self.state = ConnState::Closed;
         self.close_reason = reason;
         self.pending = Pending::default();
@@ -175,16 +185,22 @@ impl<const P: usize> Connection<P> {
     pub(crate) fn handle_timeout<B: Backing>(
         &mut self,
         now: Instant,
-        res: &mut Resources<B, P>,
+        send: &mut SendPools<B, P>,
+        recv: &mut RecvPools<B>,
         config: &Config,
     ) {
         if self.ctrl.deadline.get().is_some_and(|d| now >= d) {
-            self.on_ctrl_timeout(now, res, config);
+            self.on_ctrl_timeout(now, send, recv, config);
         }
         let idle_timeout = self.idle_timeout(config);
         if self.state == ConnState::Accepting && now >= self.ctrl.last_heard + idle_timeout {
             // The initiator never confirmed the handshake (spec 4.1.1).
-            self.fail(crate::api::Status::RetryExceeded, super::Blame::Nobody, res);
+            self.fail(
+                crate::api::Status::RetryExceeded,
+                super::Blame::Nobody,
+                send,
+                recv,
+            );
             return;
         }
         if self.acks_allowed() && self.recv.ack_due.get().is_some_and(|d| now >= d) {
@@ -194,30 +210,30 @@ impl<const P: usize> Connection<P> {
             return;
         }
         if now >= self.ctrl.last_heard + idle_timeout {
-            self.end(CloseReason::IdleTimeout, res);
+            self.end(CloseReason::IdleTimeout, send, recv);
             return;
         }
         if let Some(s) = self.send.state.get() {
-            let st = res.senders.get_mut(s);
+            let st = send.senders.get_mut(s);
             if let (Some(d), Some(extent)) = (st.rack_deadline, st.extent) {
                 if now >= d {
-                    self.detect_losses::<B>(now, st, &mut res.inflight, extent);
+                    self.detect_losses::<B>(now, st, &mut send.inflight, extent);
                 }
             }
-            if res.senders.get(s).probe_deadline.is_some_and(|d| now >= d) {
-                self.on_probe(now, res, config);
+            if send.senders.get(s).probe_deadline.is_some_and(|d| now >= d) {
+                self.on_probe(now, send, config);
             }
-            if res.senders.get(s).rto_deadline.is_some_and(|d| now >= d) {
-                self.on_rto(now, res, config);
+            if send.senders.get(s).rto_deadline.is_some_and(|d| now >= d) {
+                self.on_rto(now, send, recv, config);
             }
             if self.state.is_open() {
-                let linger_over = res
+                let linger_over = send
                     .senders
                     .get(s)
                     .idle_since
                     .is_some_and(|i| now >= i + config.sender_linger);
                 if linger_over {
-                    self.release_sender(res);
+                    self.release_sender(send);
                 }
             }
         }

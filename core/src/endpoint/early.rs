@@ -111,7 +111,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !config.early_data || c.key_id == 0 {
             return None;
         }
-        let psk = self.res.keys.psk(c.key_id)?;
+        let psk = self.res.credentials.keys.psk(c.key_id)?;
         let at = ProofAddresses {
             initiator: local,
             initiator_port: src_port,
@@ -155,7 +155,12 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let (Some(local), true, true) = (config.local_ip, config.early_data, protects) else {
             return Err(Refusal::Invalid);
         };
-        let psk = self.res.keys.psk(c.key_id).ok_or(Refusal::Invalid)?;
+        let psk = self
+            .res
+            .credentials
+            .keys
+            .psk(c.key_id)
+            .ok_or(Refusal::Invalid)?;
         let wall = self.wall_ns(now);
         let window = config.early_window.as_nanos() as u64;
         let time = proof_time(&c.cookie);

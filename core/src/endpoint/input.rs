@@ -97,11 +97,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         // Spec 5.3.5: a protected connection takes only packets that
         // authenticate (decrypted into `rx_plain`), CONNECT, ACCEPT and
         // RETRY aside.
-        let payload = match self
-            .res
-            .keys
-            .admit(&conn.protection, bytes, &mut self.rx_plain)
-        {
+        let keys = &mut self.res.credentials.keys;
+        let payload = match keys.admit(&conn.protection, bytes, &mut self.rx_plain) {
             Admit::Clear => payload,
             Admit::Opened(plain) => plain,
             Admit::Drop => return,
@@ -109,7 +106,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if let Body::Retry(r) = &repr.body {
             // Addressed with our CONNECT's id and token, so it answers our
             // CONNECT; taken once per handshake (spec 4.2).
-            match conn.on_retry(now, r, &mut self.res, config) {
+            let res = &mut self.res;
+            match conn.on_retry(now, r, &mut res.send, &mut res.credentials, config) {
                 RetryOutcome::Taken => self.refresh(i as u32, now, false),
                 // Counted with the pool refusals.
                 RetryOutcome::NoRoom => {}
@@ -314,7 +312,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         // Spec 5.3.6: the suite and key, or a refusal, before any state
         // (and only for a proved address: a key slot is state).
-        let mut protection = match self.res.keys.answer(&config.protection, c) {
+        let mut protection = match self.res.credentials.keys.answer(&config.protection, c) {
             Ok(p) => p,
             Err(why) => {
                 if why == crate::crypto::Refusal::NoKeySlot
@@ -328,7 +326,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
         };
         let Some((i, _, id)) = self.allocate_slot() else {
-            self.res.keys.release(&mut protection);
+            self.res.credentials.keys.release(&mut protection);
             self.drops.refused += 1;
             self.reply_stateless(peer, c, StatelessBody::Close(CloseReason::Rejected));
             return;
@@ -369,6 +367,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if protection.key_id() != 0 {
             let accept = conn.connect_repr(&config);
             self.res
+                .credentials
                 .keys
                 .install(&protection, false, conn.early(), c, &accept);
         }
@@ -440,7 +439,11 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             } else {
                 self.drops.reclaimed_idle += 1;
             }
-            s.conn.end(CloseReason::Reclaimed, &mut self.res);
+            s.conn.end(
+                CloseReason::Reclaimed,
+                &mut self.res.send,
+                &mut self.res.recv,
+            );
             self.refresh(i, now, false);
             return true;
         }
@@ -494,7 +497,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             if !s.live {
                 continue;
             }
-            s.conn.handle_timeout(now, &mut self.res, &self.config);
+            s.conn
+                .handle_timeout(now, &mut self.res.send, &mut self.res.recv, &self.config);
             self.refresh(i, now, true);
         }
     }

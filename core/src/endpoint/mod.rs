@@ -77,7 +77,10 @@ use crate::api::Op;
 use crate::api::{Access, ConnHandle, Memory, PeerAddr, RecvRequest, Region, WorkRequest};
 use crate::config::Config;
 use crate::conn::sender::InflightPool;
-use crate::conn::{ConnState, Connection, PathSender, PoolRefusals, Resources};
+use crate::conn::{
+    ConnState, Connection, Credentials, PathSender, PoolRefusals, RecvPools, RecvRefusals,
+    Resources, SendPools, SendRefusals,
+};
 use crate::memory::{RegionError, RegionTable};
 use crate::path::PathStats;
 use crate::rng::{ReseedPolicy, Rng, Seed};
@@ -385,21 +388,29 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             slots: connections,
             index: HashIndex::new(connection_index),
             res: Resources {
-                work: Pool::new(work_entries),
-                recvs: Pool::new(recv_entries),
-                senders: Pool::new(senders),
-                inflight: InflightPool::new(inflight_records, inflight_nodes),
-                reorder: crate::conn::ReorderPool::new(reorder_words, reorder_nodes),
+                send: SendPools {
+                    work: Pool::new(work_entries),
+                    senders: Pool::new(senders),
+                    inflight: InflightPool::new(inflight_records, inflight_nodes),
+                    read_jobs: 0,
+                    senders_returned: 0,
+                    refusals: SendRefusals::default(),
+                },
+                recv: RecvPools {
+                    recvs: Pool::new(recv_entries),
+                    reorder: crate::conn::ReorderPool::new(reorder_words, reorder_nodes),
+                    naks: Deque::new(),
+                    rx_refusals: crate::stats::RefusalStats::default(),
+                    refusals: RecvRefusals::default(),
+                },
                 regions: RegionTable::new(regions),
                 rng,
-                read_jobs: 0,
+                credentials: Credentials {
+                    cookies: Pool::new(cookies),
+                    cookie_refusals: 0,
+                    keys: crate::crypto::KeyPool::new(key_slots),
+                },
                 read_reserved: 0,
-                senders_returned: 0,
-                refusals: PoolRefusals::default(),
-                rx_refusals: crate::stats::RefusalStats::default(),
-                keys: crate::crypto::KeyPool::new(key_slots),
-                cookies: Pool::new(cookies),
-                naks: Deque::new(),
             },
             wheel: TimerWheel::new(),
             free,
@@ -647,16 +658,17 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         let s = &mut self.slots[i as usize];
         let conn = &mut s.conn;
-        conn.drop_cookie(&mut self.res);
-        conn.discard_work(&mut self.res);
-        conn.release_sender(&mut self.res);
+        let res = &mut self.res;
+        conn.drop_cookie(&mut res.credentials);
+        conn.discard_work(&mut res.send, &mut res.recv);
+        conn.release_sender(&mut res.send);
         let keyed = conn.protection.key_id;
         self.res.read_reserved = self
             .res
             .read_reserved
             .saturating_sub(u32::from(conn.send.read_depth));
-        self.res.keys.release(&mut conn.protection);
-        conn.release_receiver(&mut self.res);
+        self.res.credentials.keys.release(&mut conn.protection);
+        conn.release_receiver(&mut self.res.recv);
         if s.has(table::INDEXED) {
             let (ip, id, token) = (s.conn.peer.ip, s.conn.remote_id, s.conn.remote_token);
             let h = self.hash_peer(&ip, id, token);
@@ -719,6 +731,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         let protection = self
             .res
+            .credentials
             .keys
             .offer(&self.config.protection)
             .map_err(CommandError::Protection)?;
@@ -739,8 +752,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         let offer = conn.connect_repr(&self.config);
         #[cfg(feature = "aead")]
         if let Some(proof) = self.early_proof(now, peer, conn.entropy[0], &offer) {
-            if self.res.keys.install_early(&protection, &offer) {
-                conn.start_early(proof, &mut self.res);
+            if self.res.credentials.keys.install_early(&protection, &offer) {
+                conn.start_early(proof, &mut self.res.credentials);
             }
         }
         // Without 0-RTT, a token from an earlier connection to this
@@ -748,7 +761,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         #[cfg(feature = "tokens")]
         if !conn.early() {
             if let Some(token) = self.token_for(&peer.ip) {
-                conn.start_token(token, &mut self.res);
+                conn.start_token(token, &mut self.res.credentials);
             }
         }
         conn.start_connect(now, &self.config);
@@ -775,7 +788,10 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.now = self.now.max(now);
         let i = self.slot_of(h)?;
         let config = &self.config;
-        self.slots[i].conn.close(now, &mut self.res, config);
+        let res = &mut self.res;
+        self.slots[i]
+            .conn
+            .close(now, &mut res.send, &mut res.recv, config);
         if self.slots[i].conn.state == ConnState::Closing {
             self.slots[i].conn.close_reason = reason;
         }
@@ -791,7 +807,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !conn.state.is_terminal() {
             return Err(CommandError::NotClosed);
         }
-        if conn.has_completion(&self.res) {
+        if conn.has_completion(&self.res.send, &self.res.recv) {
             return Err(CommandError::NotDrained);
         }
         self.slots[i].released = true;
@@ -847,7 +863,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 
     /// A connection's counters.
     pub fn stats(&self, h: ConnHandle) -> Option<ConnStats> {
-        self.connection(h).map(|c| c.stats(&self.res))
+        self.connection(h).map(|c| c.stats(&self.res.send))
     }
 
     /// One path's telemetry: live while the connection sends (its sender
@@ -862,7 +878,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             .send
             .state
             .get()
-            .map_or(PathSender::IDLE, |s| self.res.senders.get(s).paths[p]);
+            .map_or(PathSender::IDLE, |s| self.res.send.senders.get(s).paths[p]);
         Some(PathStats::from_parts(c.entropy[p], &sender))
     }
 
@@ -874,29 +890,30 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// Reliable packets refused by connections, by reason (NAKs by reason,
     /// out of window, invalid).
     pub fn refusals(&self) -> crate::stats::RefusalStats {
-        self.res.rx_refusals
+        self.res.recv.rx_refusals
     }
 
     /// Refusals for want of pool space, by pool.
     pub fn pool_refusals(&self) -> PoolRefusals {
-        self.res.refusals
+        self.res.pool_refusals()
     }
 
     /// How full each pool is.
     pub fn pool_usage(&self) -> PoolUsage {
         let used = |total: u32, free: u32| (total - free, total);
+        let (send, recv) = (&self.res.send, &self.res.recv);
         PoolUsage {
             connections: (self.live, self.capacity() as u32),
-            work_entries: used(self.res.work.capacity(), self.res.work.available()),
-            recv_entries: used(self.res.recvs.capacity(), self.res.recvs.available()),
-            senders: used(self.res.senders.capacity(), self.res.senders.available()),
+            work_entries: used(send.work.capacity(), send.work.available()),
+            recv_entries: used(recv.recvs.capacity(), recv.recvs.available()),
+            senders: used(send.senders.capacity(), send.senders.available()),
             inflight_records: (
-                self.res.inflight.total_records() - self.res.inflight.free_records(),
-                self.res.inflight.total_records(),
+                send.inflight.total_records() - send.inflight.free_records(),
+                send.inflight.total_records(),
             ),
             reorder_words: (
-                self.res.reorder.total_words() - self.res.reorder.free_words(),
-                self.res.reorder.total_words(),
+                recv.reorder.total_words() - recv.reorder.free_words(),
+                recv.reorder.total_words(),
             ),
             regions: (
                 self.res.regions.len() as u32,
@@ -933,8 +950,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         // Behind data that already waits to go, a new entry changes
         // neither what the connection may send nor when: no refresh.
         let queued_behind =
-            conn.state == ConnState::Established && conn.first_unsent(&self.res).is_some();
-        conn.post_send(wr, &mut self.res, config)
+            conn.state == ConnState::Established && conn.first_unsent(&self.res.send).is_some();
+        conn.post_send(wr, &mut self.res.send, config)
             .map_err(|_| CommandError::QueueFull)?;
         if !queued_behind {
             let now = self.now;
@@ -962,7 +979,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !conn.can_post() {
             return Err(CommandError::NotOpen);
         }
-        conn.post_recv(req, &mut self.res, config)
+        conn.post_recv(req, &mut self.res.recv, config)
             .map_err(|_| CommandError::QueueFull)
     }
 

@@ -71,18 +71,19 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             && !(cfg!(feature = "tokens") && conn.pending.has(crate::conn::Pending::NEW_TOKEN))
         {
             // The handshake is over: its RETRY cookie goes back.
-            conn.drop_cookie(&mut self.res);
+            conn.drop_cookie(&mut self.res.credentials);
         }
         let open = !(conn.state.is_terminal() || s.released);
         if !open {
-            conn.release_sender(&mut self.res);
+            conn.release_sender(&mut self.res.send);
         } else if conn.state == ConnState::Closing {
-            conn.maybe_send_close(now, &self.res, config);
+            conn.maybe_send_close(now, &self.res.send, config);
         }
-        let (wants, timer) = conn.outlook(now, &mut self.res, config, open);
+        let (wants, timer) = conn.outlook(now, &mut self.res.send, config, open);
         let urgent = conn.wants_control_or_ack();
         let starved = conn.send.starved;
-        let has_completion = completions_may_change && conn.has_completion(&self.res);
+        let has_completion =
+            completions_may_change && conn.has_completion(&self.res.send, &self.res.recv);
         let has_event = conn.events.any();
         let released = s.released;
         if wants {
@@ -122,7 +123,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         }
         // Wherever a sender state came back (idle linger, close, failure),
         // as many starved connections as it can serve try again.
-        let returned = core::mem::take(&mut self.res.senders_returned);
+        let returned = core::mem::take(&mut self.res.send.senders_returned);
         if returned > 0 {
             self.wake_waiters(returned as usize * WAKE_PER_RELEASE);
         }
@@ -276,7 +277,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
         }
         // Spec 4.7: every refused packet's NAK, in the order refused.
-        while let Some(q) = self.res.naks.pop_front() {
+        while let Some(q) = self.res.recv.naks.pop_front() {
             let i = self.ids.index_of(q.conn).unwrap_or(usize::MAX);
             let Some(s) = self.slots.get_mut(i) else {
                 continue;
@@ -285,7 +286,8 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 continue;
             }
             let t = s.conn.emit_nak(now, buf, &q);
-            let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
+            let keys = &mut self.res.credentials.keys;
+            let t = t.and_then(|t| keys.protect(&s.conn.protection, buf, t));
             if t.is_some() {
                 return t;
             }
@@ -320,12 +322,21 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 continue;
             }
             let before = (s.conn.state, s.conn.events);
-            let t = s
-                .conn
-                .poll_transmit(now, buf, hint, &mut self.res, &self.config);
+            let res = &mut self.res;
+            let t = s.conn.poll_transmit(
+                now,
+                buf,
+                hint,
+                &mut res.send,
+                &mut res.recv,
+                &res.regions,
+                &res.credentials,
+                &self.config,
+            );
             // Spec 5.3: a keyed connection's packets get the security
             // extension and are sealed when finished.
-            let t = t.and_then(|t| self.res.keys.protect(&s.conn.protection, buf, t));
+            let keys = &mut res.credentials.keys;
+            let t = t.and_then(|t| keys.protect(&s.conn.protection, buf, t));
             let changed = (s.conn.state, s.conn.events) != before;
             self.refresh_with(i, now, false, changed);
             if t.is_some() {
@@ -349,12 +360,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 continue;
             }
             let handle = s.handle(self.ids.global(i));
-            let c = s.conn.next_completion(handle, &mut self.res);
+            let c = s
+                .conn
+                .next_completion(handle, &mut self.res.send, &mut self.res.recv);
             if s.conn.state == ConnState::Established && !s.released {
                 // Taking a completion of an open connection changes only
                 // what is left to take: what it may send, its timers and
                 // its events stay as the last refresh filed them.
-                if s.conn.has_completion(&self.res) {
+                if s.conn.has_completion(&self.res.send, &self.res.recv) {
                     self.completions
                         .push_back(&mut self.slots, i, ConnSlot::completions_link);
                 }
@@ -418,7 +431,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         if !self.ready.is_empty()
             || !self.touched.is_empty()
             || !self.stateless.is_empty()
-            || !self.res.naks.is_empty()
+            || !self.res.recv.naks.is_empty()
         {
             return Some(Instant::ZERO);
         }

@@ -12,24 +12,24 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// with the same id. Connections offer or accept it by that id
     /// (`Config::protection`).
     pub fn add_psk(&mut self, key_id: u32, key: &[u8; PSK_LEN]) -> Result<(), KeyringError> {
-        self.res.keys.keyring.insert(key_id, key)
+        self.res.credentials.keys.keyring.insert(key_id, key)
     }
 
     /// Removes a pre-shared key: new handshakes naming it are refused;
     /// connections keyed from it keep their keys. Whether it was there.
     pub fn remove_psk(&mut self, key_id: u32) -> bool {
-        self.res.keys.keyring.remove(key_id)
+        self.res.credentials.keys.keyring.remove(key_id)
     }
 
     /// Protection counters: packets sealed and opened, drops and refused
     /// handshakes by reason.
     pub fn protection_stats(&self) -> ProtectionStats {
-        self.res.keys.stats
+        self.res.credentials.keys.stats
     }
 
     /// Key slots (in use, capacity).
     pub fn key_slots(&self) -> (u32, u32) {
-        let k = &self.res.keys;
+        let k = &self.res.credentials.keys;
         (k.capacity() - k.available(), k.capacity())
     }
 
@@ -47,7 +47,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// be sealed (its connection is gone): it then carries a zero tag that
     /// no receiver accepts.
     pub fn finish_transmit(&self, t: &Transmit, packet: &mut [u8]) -> bool {
-        let sealed = self.res.keys.seal(t, packet);
+        let sealed = self.res.credentials.keys.seal(t, packet);
         if let Some(body) = packet.len().checked_sub(wire::CRC_LEN) {
             let crc = wire::packet::crc32(&[&packet[..body]]);
             packet[body..].copy_from_slice(&crc.to_be_bytes());
@@ -60,7 +60,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// packet and leaves the trailer, the last [`wire::CRC_LEN`] bytes,
     /// zero for the device to fill. Returns what `finish_transmit` does.
     pub fn seal_transmit(&self, t: &Transmit, packet: &mut [u8]) -> bool {
-        let sealed = self.res.keys.seal(t, packet);
+        let sealed = self.res.credentials.keys.seal(t, packet);
         if let Some(body) = packet.len().checked_sub(wire::CRC_LEN) {
             packet[body..].fill(0);
         }

@@ -65,7 +65,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             .rotate(now, config.token_lifetime, &mut self.res.rng);
         let s = &mut self.slots[i as usize];
         let token = self.token_keys.issue_token(now, &s.conn.peer.ip);
-        s.conn.queue_new_token(token, &mut self.res);
+        s.conn.queue_new_token(token, &mut self.res.credentials);
         self.drops.tokens_issued += 1;
     }
 
