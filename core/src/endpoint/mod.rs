@@ -55,12 +55,14 @@
 //! passed, and only inside registered regions.
 
 mod admission;
+mod commands;
 #[cfg(feature = "aead")]
 mod early;
 mod input;
 mod output;
 mod prefixes;
 mod protection;
+mod queries;
 mod table;
 #[cfg(feature = "tokens")]
 mod tokens;
@@ -73,18 +75,15 @@ use core::hash::Hasher;
 use heapless::Deque;
 use siphasher::sip::SipHasher13;
 
-use crate::api::Op;
-use crate::api::{Access, ConnHandle, Memory, PeerAddr, RecvRequest, Region, WorkRequest};
+use crate::api::{ConnHandle, Memory, PeerAddr, Region};
 use crate::config::Config;
 use crate::conn::sender::InflightPool;
 use crate::conn::{
-    ConnState, Connection, Credentials, PathSender, PoolRefusals, RecvPools, RecvRefusals,
-    Resources, SendPools, SendRefusals,
+    Connection, Credentials, RecvPools, RecvRefusals, Resources, SendPools, SendRefusals,
 };
 use crate::memory::{RegionError, RegionTable};
-use crate::path::PathStats;
 use crate::rng::{ReseedPolicy, Rng, Seed};
-use crate::stats::{ConnStats, DropStats};
+use crate::stats::DropStats;
 use crate::storage::index::HashIndex;
 use crate::storage::list::{Fifo, List};
 use crate::storage::pool::Pool;
@@ -515,40 +514,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
 
     // ----- Connections ----------------------------------------------------
 
-    /// Slots in the table.
-    pub fn capacity(&self) -> usize {
-        self.slots.len().min(1 << 24)
-    }
-
-    /// Connections in use (live, not yet released).
-    pub fn live_connections(&self) -> u32 {
-        self.live
-    }
-
-    /// Half-open connections: accepted, ACCEPT sent, the initiator not yet
-    /// heard from again (spec 4.2, 5.1.4).
-    pub fn half_open(&self) -> u32 {
-        self.half_open
-    }
-
-    /// Half-open connections of source prefixes at their narrow length
-    /// (`ip`'s address itself by default).
-    pub fn half_open_from(&self, ip: &smoltcp::wire::IpAddress) -> u32 {
-        self.prefixes
-            .find(ip, &self.config.admission)
-            .map_or(0, |p| self.prefixes.entry(p.narrow).half_open)
-    }
-
-    /// Connections held by `ip`'s prefix at its wide length (its /24 or
-    /// /48 by default), and how many wide prefixes hold any.
-    pub fn prefix_load(&self, ip: &smoltcp::wire::IpAddress) -> (u32, u32) {
-        let held = self
-            .prefixes
-            .find(ip, &self.config.admission)
-            .map_or(0, |p| self.prefixes.entry(p.wide).total);
-        (held, self.prefixes.wide_in_use)
-    }
-
     /// Slot `i` leaves the half-open count (it left Accepting, or is freed).
     /// Once per accepted connection: kept out of line.
     #[cold]
@@ -709,301 +674,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         self.free.push_back(&mut self.slots, i, ConnSlot::free_link);
     }
 
-    fn slot_of(&self, h: ConnHandle) -> Result<usize, CommandError> {
-        let i = h.index.wrapping_sub(self.ids.first) as usize;
-        match self.slots.get(i) {
-            Some(s) if s.live && !s.released && s.generation == h.generation => Ok(i),
-            _ => Err(CommandError::UnknownConnection),
-        }
-    }
-
-    /// Opens a connection to `peer` in protection domain `pd`. Work may be
-    /// posted at once; it goes out when the handshake completes.
-    pub fn connect(
-        &mut self,
-        now: Instant,
-        peer: PeerAddr,
-        pd: u32,
-    ) -> Result<ConnHandle, CommandError> {
-        self.now = self.now.max(now);
-        if self.free.is_empty() {
-            return Err(CommandError::NoFreeConnection);
-        }
-        let protection = self
-            .res
-            .credentials
-            .keys
-            .offer(&self.config.protection)
-            .map_err(CommandError::Protection)?;
-        let (i, handle, id) = self.allocate_slot().ok_or(CommandError::NoFreeConnection)?;
-        let mut conn = Connection::new(
-            id,
-            peer,
-            pd,
-            &self.config,
-            &mut self.res.rng,
-            now,
-            ConnState::Connecting,
-        );
-        conn.protection = protection;
-        // 0-RTT (spec 4.2.4): a keyed CONNECT with a proof, and its early
-        // keys so the first flight can leave with it.
-        #[cfg(feature = "aead")]
-        let offer = conn.connect_repr(&self.config);
-        #[cfg(feature = "aead")]
-        if let Some(proof) = self.early_proof(now, peer, conn.entropy[0], &offer) {
-            if self.res.credentials.keys.install_early(&protection, &offer) {
-                conn.start_early(proof, &mut self.res.credentials);
-            }
-        }
-        // Without 0-RTT, a token from an earlier connection to this
-        // acceptor skips the RETRY (spec 4.2.5).
-        #[cfg(feature = "tokens")]
-        if !conn.early() {
-            if let Some(token) = self.token_for(&peer.ip) {
-                conn.start_token(token, &mut self.res.credentials);
-            }
-        }
-        conn.start_connect(now, &self.config);
-        self.slots[i as usize].conn = conn;
-        self.refresh(i, now, false);
-        Ok(handle)
-    }
-
-    /// Closes a connection gracefully: once its sends are acknowledged a
-    /// CLOSE goes out; the peer's reply (or a timeout) ends it.
-    pub fn close(&mut self, now: Instant, h: ConnHandle) -> Result<(), CommandError> {
-        self.close_with(now, h, CloseReason::Normal)
-    }
-
-    /// [`Endpoint::close`] with the reason the CLOSE carries: `Rejected`
-    /// when the application refuses a connection it was offered (over a
-    /// budget), `Error` after a failure.
-    pub fn close_with(
-        &mut self,
-        now: Instant,
-        h: ConnHandle,
-        reason: CloseReason,
-    ) -> Result<(), CommandError> {
-        self.now = self.now.max(now);
-        let i = self.slot_of(h)?;
-        let config = &self.config;
-        let res = &mut self.res;
-        self.slots[i]
-            .conn
-            .close(now, &mut res.send, &mut res.recv, config);
-        if self.slots[i].conn.state == ConnState::Closing {
-            self.slots[i].conn.close_reason = reason;
-        }
-        self.refresh(i as u32, now, false);
-        Ok(())
-    }
-
-    /// Gives a closed or failed connection's slot back once its completions
-    /// were polled. Its handle is stale from now on.
-    pub fn release(&mut self, h: ConnHandle) -> Result<(), CommandError> {
-        let i = self.slot_of(h)?;
-        let conn = &self.slots[i].conn;
-        if !conn.state.is_terminal() {
-            return Err(CommandError::NotClosed);
-        }
-        if conn.has_completion(&self.res.send, &self.res.recv) {
-            return Err(CommandError::NotDrained);
-        }
-        self.slots[i].released = true;
-        self.slots[i].conn.events = Default::default();
-        let now = self.now;
-        self.refresh(i as u32, now, false);
-        Ok(())
-    }
-
-    /// A connection, for inspection.
-    pub fn connection(&self, h: ConnHandle) -> Option<&Connection<P>> {
-        self.slot_of(h).ok().map(|i| &self.slots[i].conn)
-    }
-
-    /// Handles of every connection in use (O(capacity): for diagnostics,
-    /// not for a per-packet path).
-    pub fn handles(&self) -> impl Iterator<Item = ConnHandle> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.live && !s.released)
-            .map(|(i, s)| s.handle(self.ids.global(i as u32)))
-    }
-
-    /// A connection's protection domain: its regions must be registered
-    /// in it.
-    pub fn pd(&self, h: ConnHandle) -> Option<u32> {
-        self.connection(h).map(Connection::pd)
-    }
-
-    /// Moves a connection into protection domain `pd` (the application
-    /// chooses the domain of a connection it accepted), before any work is
-    /// posted on it: its regions are then those registered in `pd`.
-    pub fn set_pd(&mut self, h: ConnHandle, pd: u32) -> Result<(), CommandError> {
-        let i = self.slot_of(h)?;
-        let conn = &mut self.slots[i].conn;
-        if !conn.send.queue.is_empty() || !conn.recv.queue.is_empty() {
-            return Err(CommandError::NotOpen);
-        }
-        conn.pd = pd;
-        Ok(())
-    }
-
-    /// A connection's peer (IP address and MetaRoCE UDP port).
-    pub fn peer(&self, h: ConnHandle) -> Option<PeerAddr> {
-        self.connection(h).map(Connection::peer)
-    }
-
-    /// A connection's state.
-    pub fn state(&self, h: ConnHandle) -> Option<ConnState> {
-        self.connection(h).map(Connection::state)
-    }
-
-    /// A connection's counters.
-    pub fn stats(&self, h: ConnHandle) -> Option<ConnStats> {
-        self.connection(h).map(|c| c.stats(&self.res.send))
-    }
-
-    /// One path's telemetry: live while the connection sends (its sender
-    /// state holds the measurements), entropy and receive counts always.
-    pub fn path_stats(&self, h: ConnHandle, path: u8) -> Option<PathStats> {
-        let c = self.connection(h)?;
-        if u16::from(path) >= c.params.paths {
-            return None;
-        }
-        let p = usize::from(path);
-        let sender = c
-            .send
-            .state
-            .get()
-            .map_or(PathSender::IDLE, |s| self.res.send.senders.get(s).paths[p]);
-        Some(PathStats::from_parts(c.entropy[p], &sender))
-    }
-
-    /// Endpoint-wide drops by reason.
-    pub fn drops(&self) -> DropStats {
-        self.drops
-    }
-
-    /// Reliable packets refused by connections, by reason (NAKs by reason,
-    /// out of window, invalid).
-    pub fn refusals(&self) -> crate::stats::RefusalStats {
-        self.res.recv.rx_refusals
-    }
-
-    /// Refusals for want of pool space, by pool.
-    pub fn pool_refusals(&self) -> PoolRefusals {
-        self.res.pool_refusals()
-    }
-
-    /// How full each pool is.
-    pub fn pool_usage(&self) -> PoolUsage {
-        let used = |total: u32, free: u32| (total - free, total);
-        let (send, recv) = (&self.res.send, &self.res.recv);
-        PoolUsage {
-            connections: (self.live, self.capacity() as u32),
-            work_entries: used(send.work.capacity(), send.work.available()),
-            recv_entries: used(recv.recvs.capacity(), recv.recvs.available()),
-            senders: used(send.senders.capacity(), send.senders.available()),
-            inflight_records: (
-                send.inflight.total_records() - send.inflight.free_records(),
-                send.inflight.total_records(),
-            ),
-            reorder_words: (
-                recv.reorder.total_words() - recv.reorder.free_words(),
-                recv.reorder.total_words(),
-            ),
-            regions: (
-                self.res.regions.len() as u32,
-                self.res.regions.capacity() as u32,
-            ),
-        }
-    }
-
     // ----- Work requests --------------------------------------------------
-
-    /// Posts a send-queue work request (WRITE, WRITE_IMM, SEND, SEND_IMM, READ).
-    pub fn post_send(&mut self, h: ConnHandle, wr: WorkRequest) -> Result<(), CommandError> {
-        let i = self.slot_of(h)?;
-        let rights = match wr.op {
-            Op::Read { .. } => Access::LOCAL_WRITE,
-            _ => Access(0),
-        };
-        let pd = self.slots[i].conn.pd;
-        self.res
-            .regions
-            .check(
-                wr.local.key,
-                pd,
-                wr.local.addr,
-                u64::from(wr.local.len),
-                rights,
-            )
-            .map_err(CommandError::LocalProtection)?;
-        let config = &self.config;
-        let conn = &mut self.slots[i].conn;
-        if !conn.can_post() {
-            return Err(CommandError::NotOpen);
-        }
-        // Behind data that already waits to go, a new entry changes
-        // neither what the connection may send nor when: no refresh.
-        let queued_behind =
-            conn.state == ConnState::Established && conn.first_unsent(&self.res.send).is_some();
-        conn.post_send(wr, &mut self.res.send, config)
-            .map_err(|_| CommandError::QueueFull)?;
-        if !queued_behind {
-            let now = self.now;
-            self.refresh(i as u32, now, false);
-        }
-        Ok(())
-    }
-
-    /// Posts a receive buffer.
-    pub fn post_recv(&mut self, h: ConnHandle, req: RecvRequest) -> Result<(), CommandError> {
-        let i = self.slot_of(h)?;
-        let pd = self.slots[i].conn.pd;
-        self.res
-            .regions
-            .check(
-                req.local.key,
-                pd,
-                req.local.addr,
-                u64::from(req.local.len),
-                Access::LOCAL_WRITE,
-            )
-            .map_err(CommandError::LocalProtection)?;
-        let config = &self.config;
-        let conn = &mut self.slots[i].conn;
-        if !conn.can_post() {
-            return Err(CommandError::NotOpen);
-        }
-        conn.post_recv(req, &mut self.res.recv, config)
-            .map_err(|_| CommandError::QueueFull)
-    }
-
-    /// Bytes of state per connection and per pooled element.
-    pub fn footprint() -> Footprint {
-        use core::mem::size_of;
-        let slot = size_of::<ConnSlot<P>>();
-        let index_share = 2 * size_of::<u32>();
-        Footprint {
-            slot,
-            connection: size_of::<Connection<P>>(),
-            index_share,
-            idle_connection: slot + index_share,
-            per_path_fixed: size_of::<u16>() * 3,
-            sender_state: size_of::<crate::storage::pool::PoolEntry<crate::conn::SenderState<P>>>(),
-            path_telemetry: size_of::<PathSender>(),
-            work_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::WorkEntry>>(),
-            recv_entry: size_of::<crate::storage::pool::PoolEntry<crate::conn::RecvEntry>>(),
-            inflight_record: size_of::<crate::conn::InflightRecord>()
-                + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
-            reorder_word: size_of::<u64>()
-                + size_of::<crate::storage::buddy::BuddyNode>().div_ceil(16),
-        }
-    }
 }
 
 /// The index's keyed hash, for callers that hold the key apart from `self`.
