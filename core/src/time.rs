@@ -92,6 +92,17 @@ impl MaybeInstant {
     pub const fn is_none(self) -> bool {
         self.0 == u64::MAX
     }
+
+    /// The earlier of two (none is later than any instant): one compare,
+    /// where `Option<Instant>` needs a match.
+    #[inline]
+    pub const fn min(self, other: MaybeInstant) -> MaybeInstant {
+        if other.0 < self.0 {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 impl From<Option<Instant>> for MaybeInstant {

@@ -14,7 +14,7 @@ use crate::psn::Psn;
 use crate::rng::Rng;
 use crate::storage::buddy::Extent;
 use crate::storage::Backing;
-use crate::time::{duration_nanos, Instant};
+use crate::time::{duration_nanos, Instant, MaybeInstant};
 use crate::wire::{AckRepr, NakReason, NakRepr};
 
 impl<const P: usize> Connection<P> {
@@ -134,9 +134,9 @@ impl<const P: usize> Connection<P> {
             st.rto_backoff = 0;
             st.progress_at = now;
             st.rto_deadline = if self.send.una == self.send.nxt {
-                None
+                MaybeInstant::NONE
             } else {
-                Some(self.rto_deadline(now, st, config))
+                MaybeInstant::some(self.rto_deadline(now, st, config))
             };
             st.probes = 0;
             self.arm_probe(now, st, config);
@@ -232,7 +232,7 @@ impl<const P: usize> Connection<P> {
     /// retransmission timer, whose expiry a probe then replaces (up to
     /// [`MAX_PROBES`] times).
     pub(crate) fn arm_probe(&self, now: Instant, st: &mut SenderState<P>, config: &Config) {
-        st.probe_deadline = None;
+        st.probe_deadline = MaybeInstant::NONE;
         if self.send.una == self.send.nxt || st.probes >= MAX_PROBES {
             return;
         }
@@ -249,7 +249,7 @@ impl<const P: usize> Connection<P> {
         let srtt = u64::from(self.send.rtt.srtt_ns());
         let pto = (2 * srtt + config.ack_delay.as_nanos() as u64).max(floor) << st.probes;
         let at = now.plus_nanos(pto);
-        st.probe_deadline = Some(st.rto_deadline.map_or(at, |r| r.min(at)));
+        st.probe_deadline = MaybeInstant::some(at).min(st.rto_deadline);
     }
 
     /// The tail-loss probe (spec 4.6.5, after RFC 8985's TLP): nothing was
@@ -278,9 +278,9 @@ impl<const P: usize> Connection<P> {
             senders, inflight, ..
         } = send;
         let st = senders.get_mut(s);
-        st.probe_deadline = None;
+        st.probe_deadline = MaybeInstant::NONE;
         let paced = unsent && self.may_send_new(st);
-        let rto_due = st.rto_deadline.is_some_and(|d| now >= d);
+        let rto_due = st.rto_deadline.get().is_some_and(|d| now >= d);
         if let (Some(extent), Some(_), 0, false) = (
             st.extent,
             st.outstanding.front(),
@@ -307,7 +307,7 @@ impl<const P: usize> Connection<P> {
                 inflight.unlink(&mut st.outstanding, extent, self.send.una, psn);
                 inflight.push_back(&mut st.lost, extent, psn);
             }
-            st.rto_deadline = Some(self.rto_deadline(now, st, config));
+            st.rto_deadline = MaybeInstant::some(self.rto_deadline(now, st, config));
             self.arm_probe(now, st, config);
         }
     }
@@ -330,7 +330,7 @@ impl<const P: usize> Connection<P> {
         inflight: &mut Inflight<B>,
         extent: Extent,
     ) {
-        st.rack_deadline = None;
+        st.rack_deadline = MaybeInstant::NONE;
         let now_ts = now.wire_timestamp();
         let active = usize::from(self.params.paths);
         st.index.sync(&st.paths, active);
@@ -375,7 +375,7 @@ impl<const P: usize> Connection<P> {
                 let due = now.plus_nanos(u64::from(
                     r.sent_ts.wrapping_add(soonest).wrapping_sub(now_ts),
                 ));
-                st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
+                st.rack_deadline = st.rack_deadline.min(MaybeInstant::some(due));
                 break;
             }
             let path = &st.paths[usize::from(r.path) % P];
@@ -398,7 +398,7 @@ impl<const P: usize> Connection<P> {
                 self.mark_lost::<B>(st, inflight, extent, psn);
             } else {
                 let due = now.plus_nanos(u64::from(deadline.wrapping_sub(now_ts)));
-                st.rack_deadline = Some(st.rack_deadline.map_or(due, |d| d.min(due)));
+                st.rack_deadline = st.rack_deadline.min(MaybeInstant::some(due));
             }
             at = next;
         }
@@ -535,9 +535,9 @@ impl<const P: usize> Connection<P> {
             }
         }
         st.rto_deadline = if self.send.una == self.send.nxt {
-            None
+            MaybeInstant::NONE
         } else {
-            Some(self.rto_deadline(now, st, config))
+            MaybeInstant::some(self.rto_deadline(now, st, config))
         };
     }
 

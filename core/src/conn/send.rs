@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::psn::Psn;
 use crate::storage::list::OptIndex;
 use crate::storage::Backing;
-use crate::time::Instant;
+use crate::time::{Instant, MaybeInstant};
 use crate::wire::encap::ecn;
 use crate::wire::packet::{ReadResponseRepr, WriteImm};
 use crate::wire::{
@@ -567,7 +567,7 @@ impl<const P: usize> Connection<P> {
         record.meta = (transmissions << 2) | Slot::InFlight as u8;
         inflight.push_back(&mut st.outstanding, e, psn);
         st.on_sent(path, retransmission);
-        st.idle_since = None;
+        st.idle_since = MaybeInstant::NONE;
         if retransmission {
             self.counters.retransmissions += 1;
         } else {
@@ -581,7 +581,7 @@ impl<const P: usize> Connection<P> {
         if st.rto_deadline.is_none() {
             // Nothing was outstanding: the ride-through clock starts now.
             st.progress_at = now;
-            st.rto_deadline = Some(self.rto_deadline(now, st, config));
+            st.rto_deadline = MaybeInstant::some(self.rto_deadline(now, st, config));
         }
         self.arm_probe(now, st, config);
         // Pacing: the next packet may leave once this one has been

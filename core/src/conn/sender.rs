@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::psn::Psn;
 use crate::rtt::RttEstimator;
 use crate::storage::buddy::{order_for, Buddy, BuddyNode, Extent};
-use crate::time::Instant;
+use crate::time::{Instant, MaybeInstant};
 use core::ops::DerefMut;
 
 /// Fixed-point one (Q16) for fractions.
@@ -181,10 +181,10 @@ pub struct SenderState<const P: usize> {
     pub(crate) startup_window: u32,
     pub(crate) next_send_at: Instant,
     pub(crate) rnr_until: Instant,
-    pub(crate) rto_deadline: Option<Instant>,
-    pub(crate) rack_deadline: Option<Instant>,
+    pub(crate) rto_deadline: MaybeInstant,
+    pub(crate) rack_deadline: MaybeInstant,
     /// When a tail-loss probe goes out if nothing is heard (spec 4.6.5).
-    pub(crate) probe_deadline: Option<Instant>,
+    pub(crate) probe_deadline: MaybeInstant,
     pub(crate) rto_backoff: u8,
     /// Probes sent since the last progress.
     pub(crate) probes: u8,
@@ -197,7 +197,7 @@ pub struct SenderState<const P: usize> {
     pub(crate) next_path: u16,
     pub(crate) epoch_total: u32,
     /// When the connection last had nothing in flight and nothing to send.
-    pub(crate) idle_since: Option<Instant>,
+    pub(crate) idle_since: MaybeInstant,
 }
 
 /// The first flight a Rate Grant of `grant_mbps` allows: one data-centre
@@ -221,16 +221,16 @@ impl<const P: usize> SenderState<P> {
         startup_window: 0,
         next_send_at: Instant::ZERO,
         rnr_until: Instant::ZERO,
-        rto_deadline: None,
-        rack_deadline: None,
-        probe_deadline: None,
+        rto_deadline: MaybeInstant::NONE,
+        rack_deadline: MaybeInstant::NONE,
+        probe_deadline: MaybeInstant::NONE,
         rto_backoff: 0,
         probes: 0,
         progress_at: Instant::ZERO,
         rate_hint_mbps: 0,
         next_path: 0,
         epoch_total: 0,
-        idle_since: None,
+        idle_since: MaybeInstant::NONE,
     };
 
     /// A fresh sender: line rate, the start-up window, every path seeded

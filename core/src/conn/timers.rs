@@ -10,16 +10,6 @@ use crate::storage::Backing;
 use crate::time::{Instant, MaybeInstant};
 use crate::wire::CloseReason;
 
-/// The earlier of two optional instants.
-#[inline]
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
-    }
-}
-
 impl<const P: usize> Connection<P> {
     /// Where the endpoint files the connection after a change: whether a
     /// packet is ready to go right now and the next deadline, the sender's
@@ -78,9 +68,9 @@ impl<const P: usize> Connection<P> {
             || *unsent.insert(self.first_unsent(send).is_some());
         let st = send.senders.get_mut(s);
         if busy {
-            st.idle_since = None;
+            st.idle_since = MaybeInstant::NONE;
         } else if st.idle_since.is_none() {
-            st.idle_since = Some(now);
+            st.idle_since = MaybeInstant::some(now);
         }
         unsent
     }
@@ -94,13 +84,14 @@ impl<const P: usize> Connection<P> {
         config: &Config,
         has_data: bool,
     ) -> Option<Instant> {
-        let mut t = self.ctrl.deadline.get();
+        let some = MaybeInstant::some;
+        let mut t = self.ctrl.deadline;
         let idle_timeout = self.idle_timeout(config);
         match self.state {
             ConnState::Accepting => {
-                t = earliest(t, Some(self.ctrl.last_heard + idle_timeout));
+                t = t.min(some(self.ctrl.last_heard + idle_timeout));
                 if self.acks_allowed() && !self.recv.ack_now {
-                    t = earliest(t, self.recv.ack_due.get());
+                    t = t.min(self.recv.ack_due);
                 }
             }
             // An early initiator's first flight is paced (spec 4.2.4).
@@ -108,35 +99,34 @@ impl<const P: usize> Connection<P> {
                 if let Some(s) = self.send.state.get() {
                     let st = send.senders.get(s);
                     if st.next_send_at > now && !self.send.starved && has_data {
-                        t = earliest(t, Some(st.next_send_at));
+                        t = t.min(some(st.next_send_at));
                     }
                 }
             }
             ConnState::Established | ConnState::Closing => {
                 if !self.recv.ack_now {
-                    t = earliest(t, self.recv.ack_due.get());
+                    t = t.min(self.recv.ack_due);
                 }
                 if let Some(s) = self.send.state.get() {
                     let st = send.senders.get(s);
-                    t = earliest(t, st.rto_deadline);
-                    t = earliest(t, st.rack_deadline);
-                    t = earliest(t, st.probe_deadline);
-                    if let Some(idle) = st.idle_since {
-                        t = earliest(t, Some(idle + config.sender_linger));
+                    t = t.min(st.rto_deadline).min(st.rack_deadline);
+                    t = t.min(st.probe_deadline);
+                    if let Some(idle) = st.idle_since.get() {
+                        t = t.min(some(idle + config.sender_linger));
                     }
                     let paced = st.next_send_at.max(st.rnr_until);
                     if paced > now && !self.send.starved && has_data {
-                        t = earliest(t, Some(paced));
+                        t = t.min(some(paced));
                     }
                 }
                 if !self.pending.has(Pending::KEEPALIVE) {
-                    t = earliest(t, Some(self.ctrl.last_sent + config.keepalive_interval));
+                    t = t.min(some(self.ctrl.last_sent + config.keepalive_interval));
                 }
-                t = earliest(t, Some(self.ctrl.last_heard + idle_timeout));
+                t = t.min(some(self.ctrl.last_heard + idle_timeout));
             }
             _ => {}
         }
-        t
+        t.get()
     }
 
     /// Ends the connection at once, its work flushed, with one CLOSE
@@ -215,15 +205,27 @@ impl<const P: usize> Connection<P> {
         }
         if let Some(s) = self.send.state.get() {
             let st = send.senders.get_mut(s);
-            if let (Some(d), Some(extent)) = (st.rack_deadline, st.extent) {
+            if let (Some(d), Some(extent)) = (st.rack_deadline.get(), st.extent) {
                 if now >= d {
                     self.detect_losses::<B>(now, st, &mut send.inflight, extent);
                 }
             }
-            if send.senders.get(s).probe_deadline.is_some_and(|d| now >= d) {
+            if send
+                .senders
+                .get(s)
+                .probe_deadline
+                .get()
+                .is_some_and(|d| now >= d)
+            {
                 self.on_probe(now, send, config);
             }
-            if send.senders.get(s).rto_deadline.is_some_and(|d| now >= d) {
+            if send
+                .senders
+                .get(s)
+                .rto_deadline
+                .get()
+                .is_some_and(|d| now >= d)
+            {
                 self.on_rto(now, send, recv, config);
             }
             if self.state.is_open() {
@@ -231,6 +233,7 @@ impl<const P: usize> Connection<P> {
                     .senders
                     .get(s)
                     .idle_since
+                    .get()
                     .is_some_and(|i| now >= i + config.sender_linger);
                 if linger_over {
                     self.release_sender(send);
