@@ -204,20 +204,32 @@ impl<const P: usize> PathIndex<P> {
         self.num[b] * u64::from(self.den[a]) < self.num[a] * u64::from(self.den[b])
     }
 
-    /// Replays the match at `node`: the left child's winner keeps it on a
-    /// tie (the lower index).
+    /// [`Self::cheaper`] when every leaf is active (the usual case): no
+    /// bounds to check.
     #[inline]
-    fn play(&mut self, node: usize) {
+    fn cheaper_active(&self, b: usize, a: usize) -> bool {
+        self.num[b] * u64::from(self.den[a]) < self.num[a] * u64::from(self.den[b])
+    }
+
+    /// Replays the match at `node`: the left child's winner keeps it on a
+    /// tie (the lower index). `ALL`: every leaf is active.
+    #[inline]
+    fn play<const ALL: bool>(&mut self, node: usize) {
         let (l, r) = (self.winner(2 * node), self.winner(2 * node + 1));
-        self.tree[node] = if self.cheaper(r, l) { r } else { l } as u8;
+        let right = if ALL {
+            self.cheaper_active(r, l)
+        } else {
+            self.cheaper(r, l)
+        };
+        self.tree[node] = if right { r } else { l } as u8;
     }
 
     /// Replays the matches above leaf `i`.
     #[inline]
-    fn climb(&mut self, i: usize) {
+    fn climb<const ALL: bool>(&mut self, i: usize) {
         let mut node = (P + i) / 2;
         while node > 0 {
-            self.play(node);
+            self.play::<ALL>(node);
             node /= 2;
         }
     }
@@ -273,7 +285,7 @@ impl<const P: usize> PathIndex<P> {
                 self.compute_leaf(i, p);
             }
             for node in (1..P).rev() {
-                self.play(node);
+                self.play::<false>(node);
             }
         } else {
             let mut d = self.dirty;
@@ -283,7 +295,11 @@ impl<const P: usize> PathIndex<P> {
                 // Paths `b`, `b + 64`, ... share the bit.
                 for i in (b..n).step_by(64) {
                     self.compute_leaf(i, &paths[i]);
-                    self.climb(i);
+                    if n == P {
+                        self.climb::<true>(i);
+                    } else {
+                        self.climb::<false>(i);
+                    }
                 }
             }
         }
