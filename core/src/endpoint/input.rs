@@ -8,7 +8,7 @@ use crate::config::{AcceptDomain, AddressValidation, PER_CONNECTION_DOMAINS};
 use crate::conn::{ConnState, Connection, PendingEvents, RetryOutcome};
 use crate::storage::Backing;
 use crate::time::Instant;
-use crate::wire::{self, Body, CloseReason, ConnectRepr, CrcVerdict, Flags};
+use crate::wire::{self, Body, CloseReason, ConnectRepr, CrcVerdict, Flags, Repr};
 
 use crate::conn::ReliableOutcome;
 use crate::crypto::Admit;
@@ -42,13 +42,14 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         mem: &mut impl Memory,
     ) {
         self.now = self.now.max(now);
-        let (repr, payload) = match wire::parse_with_verdict(bytes, crc) {
+        let repr = match Repr::parse_with_verdict(&wire::Packet::new_unchecked(bytes), crc) {
             Ok(r) => r,
             Err(e) => {
                 self.drops.count_wire_error(e);
                 return;
             }
         };
+        let payload = repr.payload_in(bytes);
         if let Body::Connect(c) = repr.body {
             self.rx_read_depth = repr.header.path.min(255) as u8;
             let early = crate::crypto::SUPPORTED && repr.header.flags.contains(Flags::EARLY);
