@@ -8,7 +8,7 @@ use crate::config::{AcceptDomain, AddressValidation, PER_CONNECTION_DOMAINS};
 use crate::conn::{ConnState, Connection, PendingEvents, RetryOutcome};
 use crate::storage::Backing;
 use crate::time::Instant;
-use crate::wire::{self, Body, CloseReason, ConnectRepr, CrcVerdict, Flags, Repr};
+use crate::wire::{self, Body, CloseReason, ConnectRepr, CrcVerdict, Flags};
 
 use crate::conn::ReliableOutcome;
 use crate::crypto::Admit;
@@ -42,7 +42,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         mem: &mut impl Memory,
     ) {
         self.now = self.now.max(now);
-        let repr = match Repr::parse_with_verdict(&wire::Packet::new_unchecked(bytes), crc) {
+        let repr = match wire::packet::parse_repr(bytes, crc) {
             Ok(r) => r,
             Err(e) => {
                 self.drops.count_wire_error(e);

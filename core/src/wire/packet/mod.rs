@@ -632,7 +632,8 @@ pub fn crc32(parts: &[&[u8]]) -> u32 {
 mod repr;
 
 pub use repr::{
-    parse, parse_with_verdict, AcceptRepr, AckRepr, Body, CipherSuite, CloseRepr, ConnectRepr,
-    DataRepr, Header, MemoryTarget, MessageSpan, NakRepr, NewTokenRepr, Placement, ReadRequestRepr,
-    ReadResponseRepr, Repr, RetryRepr, SendRepr, TimerProfile, WriteImm, WriteRepr,
+    parse, parse_repr, parse_with_verdict, AcceptRepr, AckRepr, Body, CipherSuite, CloseRepr,
+    ConnectRepr, DataRepr, Header, MemoryTarget, MessageSpan, NakRepr, NewTokenRepr, Placement,
+    ReadRequestRepr, ReadResponseRepr, Repr, RetryRepr, SendRepr, TimerProfile, WriteImm,
+    WriteRepr,
 };

@@ -764,16 +764,24 @@ pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
 /// [`parse`] with a device's verdict on the CRC trailer (see
 /// [`Repr::parse_with_verdict`]).
 pub fn parse_with_verdict(bytes: &[u8], crc: CrcVerdict) -> Result<(Repr, &[u8])> {
-    // `Repr::parse_with_verdict` checks the lengths first: once.
-    let repr = Repr::parse_with_verdict(&Packet::new_unchecked(bytes), crc)?;
+    let repr = parse_repr(bytes, crc)?;
     Ok((repr, repr.payload_in(bytes)))
+}
+
+/// [`parse_with_verdict`] without the payload ([`Repr::payload_in`] finds
+/// it): the representation is returned where the caller keeps it, with no
+/// tuple built around it. Not generic, so it is compiled once, in this
+/// crate and at its opt-level, not in each crate that instantiates an
+/// endpoint (the firmware's engine loop is compiled for size).
+pub fn parse_repr(bytes: &[u8], crc: CrcVerdict) -> Result<Repr> {
+    // `Repr::parse_with_verdict` checks the lengths first: once.
+    Repr::parse_with_verdict(&Packet::new_unchecked(bytes), crc)
 }
 
 impl Repr {
     /// The payload of the packet this was parsed from (`bytes`, which
-    /// [`Repr::parse_with_verdict`] accepted). Apart from the parse, so a
-    /// caller that keeps the representation where the parse wrote it needs
-    /// no tuple built around it (a 104-byte move per packet).
+    /// [`Repr::parse_with_verdict`] accepted), taken apart from the parse
+    /// ([`parse_repr`]).
     #[inline]
     pub fn payload_in<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
         let mut start = self.header_len();
