@@ -115,22 +115,22 @@ impl TimerWheel {
         entry: impl Fn(&mut T) -> &mut TimerEntry + Copy,
     ) {
         let e = entry(&mut items[i as usize]);
+        if e.bucket != NO_BUCKET && e.deadline_ns == deadline_ns {
+            return;
+        }
+        let bucket = self.bucket_of(deadline_ns);
         if e.bucket != NO_BUCKET {
-            if e.deadline_ns == deadline_ns {
-                return;
-            }
             // A deadline that moves within its bucket, where the element
             // is already last (a paced sender's, one packet time later),
             // changes only the deadline: removing and appending it again
             // would leave it in the same place.
-            let bucket = self.bucket_of(deadline_ns);
             if usize::from(e.bucket) == bucket && self.buckets[bucket].back() == Some(i) {
                 e.deadline_ns = deadline_ns;
                 return;
             }
             self.cancel(items, i, entry);
         }
-        self.file(items, i, deadline_ns, entry);
+        self.file_in(items, i, deadline_ns, bucket, entry);
     }
 
     /// The bucket a deadline is filed in now.
@@ -154,6 +154,18 @@ impl TimerWheel {
         entry: impl Fn(&mut T) -> &mut TimerEntry + Copy,
     ) {
         let bucket = self.bucket_of(deadline_ns);
+        self.file_in(items, i, deadline_ns, bucket, entry);
+    }
+
+    /// [`Self::file`] into `bucket`, [`Self::bucket_of`] the deadline.
+    fn file_in<T>(
+        &mut self,
+        items: &mut [T],
+        i: u32,
+        deadline_ns: u64,
+        bucket: usize,
+        entry: impl Fn(&mut T) -> &mut TimerEntry + Copy,
+    ) {
         let level = bucket / SLOTS;
         let slot = bucket % SLOTS;
         self.buckets[bucket].push_back(items, i, |t| &mut entry(t).links);
