@@ -211,6 +211,7 @@ fn region_answer(p: &mut Peer) -> Result<(), Fail> {
 fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
     let deadline = std::time::Instant::now() + ACK_WAIT;
     let mut retransmitted = false;
+    let mut seen = Vec::new();
     while std::time::Instant::now() < deadline {
         let target = e.psn.wrapping_add(1);
         e.p.pump(Duration::from_millis(20), |rx| {
@@ -221,6 +222,7 @@ fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
             })
         });
         let rx = e.p.take();
+        seen.extend(kinds(&rx));
         no_reliable(&rx, "while the first flight was acknowledged")?;
         if rx.iter().any(|r| match r.repr.body {
             Body::Ack(a) => target.wrapping_sub(a.cumulative) as i32 <= 0,
@@ -240,7 +242,7 @@ fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
         }
     }
     Err(format!(
-        "the early SEND (PSN {}) was not acknowledged within {ACK_WAIT:?}",
+        "the early SEND (PSN {}) was not acknowledged within {ACK_WAIT:?} (received meanwhile: {seen:?}; retransmitted: {retransmitted})",
         e.psn
     ))
 }
