@@ -195,25 +195,44 @@ impl Peer {
             let Ok((n, _from)) = self.sock.recv_from(&mut buf) else {
                 continue;
             };
-            let rx = match self.keys.as_mut() {
-                Some(k) => match k.open(&buf[..n]) {
-                    Some(rx) => rx,
-                    None => continue,
-                },
-                None => {
-                    let Ok((repr, payload)) = wire::parse(&buf[..n]) else {
-                        continue;
-                    };
-                    Rx {
-                        repr,
-                        payload: payload.to_vec(),
-                    }
+            self.receive(&buf[..n]);
+        }
+    }
+
+    /// One received datagram: opened (when protected), acknowledged
+    /// (auto-ACK) and appended to the inbox.
+    fn receive(&mut self, bytes: &[u8]) {
+        let rx = match self.keys.as_mut() {
+            Some(k) => match k.open(bytes) {
+                Some(rx) => rx,
+                None => return,
+            },
+            None => {
+                let Ok((repr, payload)) = wire::parse(bytes) else {
+                    return;
+                };
+                Rx {
+                    repr,
+                    payload: payload.to_vec(),
                 }
-            };
-            if self.auto_ack && rx.repr.body.packet_type().is_reliable() {
-                self.receive_reliable(&rx);
             }
-            self.inbox.push(rx);
+        };
+        if self.auto_ack && rx.repr.body.packet_type().is_reliable() {
+            self.receive_reliable(&rx);
+        }
+        self.inbox.push(rx);
+    }
+
+    /// Keys the connection from the CONNECT `connect` we sent and the
+    /// target's ACCEPT, then opens the protected packets that arrived
+    /// before it was taken.
+    pub fn key_from_accept(&mut self, connect: &ConnectRepr, accept: &ConnectRepr) {
+        let Some(k) = self.keys.as_mut() else {
+            return;
+        };
+        k.on_accept(connect, accept);
+        for bytes in k.take_held() {
+            self.receive(&bytes);
         }
     }
 
@@ -404,8 +423,8 @@ impl Peer {
         self.accept = Some(a);
         self.accept_header = Some(h);
         let repr = self.connect_repr(mtu, paths, window);
-        if let (Some(k), Body::Connect(c)) = (self.keys.as_mut(), repr.body) {
-            k.on_accept(&c, &a);
+        if let Body::Connect(c) = repr.body {
+            self.key_from_accept(&c, &a);
         }
         Ok(())
     }

@@ -27,7 +27,18 @@ pub struct PeerKeys {
     /// 0-RTT (spec 4.2.4, 5.3.3): the early initiator-to-acceptor key
     /// this peer seals with since its early CONNECT.
     early: Option<kdf::DirectionKeys>,
+    /// Whether the ACCEPT keyed the target's direction: until then a
+    /// protected packet cannot open yet.
+    opening_keyed: bool,
+    /// Protected packets that arrived before the ACCEPT was taken (the
+    /// target's answer to an early packet can arrive in the same receive
+    /// burst as the ACCEPT), opened once it is, as an initiator that takes
+    /// its packets in order does.
+    held: Vec<Vec<u8>>,
 }
+
+/// Protected packets held for the ACCEPT's keys at most.
+const HELD_BEFORE_ACCEPT: usize = 16;
 
 impl PeerKeys {
     pub fn new(key_id: u32, psk: [u8; PSK_LEN]) -> PeerKeys {
@@ -38,6 +49,8 @@ impl PeerKeys {
             next_iv: Cell::new(1),
             rejected: 0,
             early: None,
+            opening_keyed: false,
+            held: Vec::new(),
         }
     }
 
@@ -66,6 +79,7 @@ impl PeerKeys {
     pub fn drop_early(&mut self) {
         self.session = None;
         self.early = None;
+        self.opening_keyed = false;
         self.next_iv.set(1);
     }
 
@@ -84,7 +98,14 @@ impl PeerKeys {
                 keys.initiator_to_acceptor = early.clone();
             }
             self.session = Some(Session::new(self.key_id, &keys, Role::Initiator));
+            self.opening_keyed = true;
         }
+    }
+
+    /// The protected packets that arrived before the ACCEPT keyed the
+    /// connection, in arrival order, to be opened now.
+    pub fn take_held(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.held)
     }
 
     /// `bytes` protected with the next IV when the connection is keyed and
@@ -130,6 +151,10 @@ impl PeerKeys {
     pub fn open(&mut self, bytes: &[u8]) -> Option<Rx> {
         let (repr, payload) = wire::parse(bytes).ok()?;
         let protected = repr.header.flags.contains(Flags::PROTECTED);
+        if protected && !self.opening_keyed && self.held.len() < HELD_BEFORE_ACCEPT {
+            self.held.push(bytes.to_vec());
+            return None;
+        }
         match (&mut self.session, protected) {
             (Some(session), true) => {
                 let sealed = Sealed::split(bytes)?;

@@ -206,29 +206,38 @@ fn region_answer(p: &mut Peer) -> Result<(), Fail> {
 /// Waits for the ACK of the early SEND; a RECEIVER_NOT_READY (the target's
 /// application had not posted its receives yet) draws a retransmission,
 /// as any initiator's would, now addressed to the connection. Fails if
-/// the target sends a reliable packet meanwhile: it is not Established
-/// (spec 4.2.4: an early packet does not confirm the handshake).
+/// the target sends a reliable packet before that: it is not Established
+/// (spec 4.2.4: an early packet does not confirm the handshake). Returns
+/// whether it retransmitted: the retransmission carries the target's
+/// token and so confirms the handshake (spec 4.2 step 6), and what the
+/// target sends after it (the answer to the announcement) stays in the
+/// inbox.
 fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
     let deadline = std::time::Instant::now() + ACK_WAIT;
+    let target = e.psn.wrapping_add(1);
+    let acked = move |r: &Rx| match r.repr.body {
+        Body::Ack(a) => target.wrapping_sub(a.cumulative) as i32 <= 0,
+        _ => false,
+    };
     let mut retransmitted = false;
     let mut seen = Vec::new();
     while std::time::Instant::now() < deadline {
-        let target = e.psn.wrapping_add(1);
         e.p.pump(Duration::from_millis(20), |rx| {
-            rx.iter().any(|r| match r.repr.body {
-                Body::Ack(a) => target.wrapping_sub(a.cumulative) as i32 <= 0,
-                Body::Nak(_) => true,
-                _ => false,
-            })
+            rx.iter()
+                .any(|r| acked(r) || (!retransmitted && matches!(r.repr.body, Body::Nak(_))))
         });
+        if retransmitted {
+            // Confirmed: reliable packets may come now, and stay.
+            if e.p.inbox.iter().any(acked) {
+                return Ok(true);
+            }
+            continue;
+        }
         let rx = e.p.take();
         seen.extend(kinds(&rx));
         no_reliable(&rx, "while the first flight was acknowledged")?;
-        if rx.iter().any(|r| match r.repr.body {
-            Body::Ack(a) => target.wrapping_sub(a.cumulative) as i32 <= 0,
-            _ => false,
-        }) {
-            return Ok(retransmitted);
+        if rx.iter().any(acked) {
+            return Ok(false);
         }
         if let Some(n) = Peer::first_nak(&rx) {
             ensure(n.reason == NakReason::ReceiverNotReady, || {
@@ -241,8 +250,10 @@ fn wait_first_flight_acked(e: &mut Early) -> Result<bool, Fail> {
             retransmitted = true;
         }
     }
+    let rejected = e.p.keys.as_ref().map_or(0, |k| k.rejected);
+    seen.extend(kinds(&e.p.inbox));
     Err(format!(
-        "the early SEND (PSN {}) was not acknowledged within {ACK_WAIT:?} (received meanwhile: {seen:?}; retransmitted: {retransmitted})",
+        "the early SEND (PSN {}) was not acknowledged within {ACK_WAIT:?} (received meanwhile: {seen:?}; {rejected} packets that did not authenticate; retransmitted: {retransmitted})",
         e.psn
     ))
 }
@@ -291,9 +302,7 @@ fn expect_accept(e: &mut Early) -> Result<(), Fail> {
     e.p.accept = Some(a);
     e.p.accept_header = Some(h);
     let offer = e.offer;
-    if let Some(k) = e.p.keys.as_mut() {
-        k.on_accept(&offer, &a);
-    }
+    e.p.key_from_accept(&offer, &a);
     Ok(())
 }
 
@@ -310,16 +319,19 @@ pub(super) fn early_accepted(ctx: &mut Ctx) -> Result<(), Fail> {
     expect_accept(&mut e)?;
     // A RECEIVER_NOT_READY answer (the target's application had not
     // posted its receives yet) is what an established connection would
-    // answer too; the retransmission is then what is placed.
-    wait_first_flight_acked(&mut e)?;
-    // The early SEND was delivered, and the target's application answers
-    // it at once; but an early packet does not confirm the handshake, so
-    // the answer waits for our confirmation.
-    e.p.pump(UNCONFIRMED, |_| false);
-    let rx = e.p.take();
-    no_reliable(&rx, "after the early SEND, before the confirmation")?;
-    // Confirm: a KEEPALIVE to the connection.
-    e.p.keepalive()?;
+    // answer too; the retransmission is then what is placed, and, being
+    // addressed to the connection, it confirms the handshake.
+    let confirmed = wait_first_flight_acked(&mut e)?;
+    if !confirmed {
+        // The early SEND was delivered, and the target's application
+        // answers it at once; but an early packet does not confirm the
+        // handshake, so the answer waits for our confirmation.
+        e.p.pump(UNCONFIRMED, |_| false);
+        let rx = e.p.take();
+        no_reliable(&rx, "after the early SEND, before the confirmation")?;
+        // Confirm: a KEEPALIVE to the connection.
+        e.p.keepalive()?;
+    }
     region_answer(&mut e.p)?;
     let rejected = e.p.keys.as_ref().map_or(0, |k| k.rejected);
     e.p.close();
