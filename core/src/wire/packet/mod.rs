@@ -434,6 +434,15 @@ pub struct Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+/// What [`Packet::layout`] read while it checked a packet's lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub packet_type: PacketType,
+    pub extension_len: usize,
+    pub flags: Flags,
+    pub payload_len: u16,
+}
+
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Wraps a buffer without checking it. Accessors may panic on a short
     /// buffer; use [`Packet::new_checked`] for untrusted input.
@@ -452,6 +461,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// the version, a known type, its extension header, the payload length it
     /// claims and the CRC trailer, with nothing after it.
     pub fn check_len(&self) -> Result<()> {
+        self.layout().map(|_| ())
+    }
+
+    /// [`Packet::check_len`], returning what it read on the way: the type,
+    /// its extension header's length, the flags and the payload length,
+    /// so a parse reads none of them again.
+    #[inline]
+    pub(crate) fn layout(&self) -> Result<Layout> {
         let b = self.buffer.as_ref();
         if b.len() < HEADER_LEN + CRC_LEN {
             return Err(Error::Truncated);
@@ -463,22 +480,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let ext = t
             .extension_len()
             .ok_or(Error::UnknownType(b[field::TYPE]))?;
-        let payload = usize::from(read_u16(b, field::PAYLOAD_LEN));
+        let payload_len = read_u16(b, field::PAYLOAD_LEN);
+        let flags = Flags(read_u16(b, field::FLAGS));
         // PROTECTED is read before the CRC check: it says where the
         // trailer is (spec 3.11 step 4).
-        let protection = if self.is_protected() {
+        let protection = if flags.contains(Flags::PROTECTED) {
             SECURITY_LEN + TAG_LEN
         } else {
             0
         };
-        let total = HEADER_LEN + ext + protection + payload + CRC_LEN;
+        let total = HEADER_LEN + ext + protection + usize::from(payload_len) + CRC_LEN;
         if b.len() < total {
             return Err(Error::Truncated);
         }
         if b.len() > total {
             return Err(Error::BadLength);
         }
-        Ok(())
+        Ok(Layout {
+            packet_type: t,
+            extension_len: ext,
+            flags,
+            payload_len,
+        })
     }
 
     /// Consumes the view and returns the buffer.

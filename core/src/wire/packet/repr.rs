@@ -4,8 +4,8 @@
 
 use super::field;
 use super::{
-    crc32, CloseReason, Flags, NakReason, Packet, PacketType, COOKIE_LEN, HEADER_LEN, MAX_MTU,
-    MAX_PATHS_WIRE, MAX_WINDOW_WIRE, MIN_MTU,
+    crc32, CloseReason, Flags, Layout, NakReason, Packet, PacketType, COOKIE_LEN, HEADER_LEN,
+    MAX_MTU, MAX_PATHS_WIRE, MAX_WINDOW_WIRE, MIN_MTU,
 };
 use crate::wire::protect::SECURITY_LEN;
 use crate::wire::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64, Error, Result};
@@ -404,17 +404,26 @@ fn check_zero(bytes: &[u8]) -> Result<()> {
     }
 }
 
-fn parse_span(ext: &[u8]) -> MessageSpan {
-    // MSG_ID, MSG_OFFSET and MSG_LEN sit at the same offsets in every data
-    // extension header.
+/// The message span of a data extension header, `N` bytes long, checked
+/// to hold this packet's `payload_len` bytes within the message. MSG_ID,
+/// MSG_OFFSET and MSG_LEN sit at the same offsets in every data extension
+/// header. The fixed length lets every field read go unchecked.
+#[inline(always)]
+fn parse_span<const N: usize>(ext: &[u8], payload_len: u16) -> Result<(&[u8; N], MessageSpan)> {
     use field::memory as f;
-    MessageSpan {
+    let ext: &[u8; N] = ext.first_chunk().ok_or(Error::Truncated)?;
+    let msg = MessageSpan {
         id: read_u32(ext, f::MSG_ID),
         offset: read_u32(ext, f::MSG_OFFSET),
         len: read_u32(ext, f::MSG_LEN),
+    };
+    if u64::from(msg.offset) + u64::from(payload_len) > u64::from(msg.len) {
+        return Err(Error::BadField);
     }
+    Ok((ext, msg))
 }
 
+#[inline(always)]
 fn parse_target(ext: &[u8]) -> MemoryTarget {
     use field::memory as f;
     MemoryTarget {
@@ -480,7 +489,12 @@ impl Repr {
         packet: &Packet<&T>,
         crc: CrcVerdict,
     ) -> Result<Repr> {
-        packet.check_len()?;
+        let Layout {
+            packet_type: t,
+            extension_len,
+            flags,
+            payload_len,
+        } = packet.layout()?;
         let crc_ok = match crc {
             CrcVerdict::NotChecked => packet.verify_crc(),
             CrcVerdict::Good => true,
@@ -489,37 +503,63 @@ impl Repr {
         if !crc_ok {
             return Err(Error::BadCrc);
         }
-        let t = packet.packet_type();
-        let flags = packet.flags();
         if flags.0 & !Flags::allowed_for(t) != 0 {
             return Err(Error::Reserved);
         }
-        let payload_len = packet.payload_len();
         if payload_len != 0 && !t.carries_payload() {
             return Err(Error::BadLength);
         }
-        if let Some(security) = packet.security() {
-            crate::wire::protect::SecurityRepr::parse(security)?;
+        let bytes: &[u8] = packet.buffer.as_ref();
+        let ext_end = HEADER_LEN + extension_len;
+        if flags.contains(Flags::PROTECTED) {
+            crate::wire::protect::SecurityRepr::parse(&bytes[ext_end..ext_end + SECURITY_LEN])?;
         }
-        let ext = packet.extension();
+        let ext = &bytes[HEADER_LEN..ext_end];
+        // Data types: the span is checked as it is read (spec 3.4: a
+        // packet's payload lies within its message).
         let body = match t {
-            PacketType::Write | PacketType::WriteImm => Body::Write(WriteRepr {
-                msg: parse_span(ext),
-                target: parse_target(ext),
-                imm: (t == PacketType::WriteImm).then(|| WriteImm {
-                    imm: read_u32(ext, field::memory::IMM),
-                    recv_index: read_u32(ext, field::memory::RECV_INDEX),
-                }),
-            }),
-            PacketType::Send | PacketType::SendImm => Body::Send(SendRepr {
-                msg: parse_span(ext),
-                recv_index: read_u32(ext, field::send::RECV_INDEX),
-                imm: (t == PacketType::SendImm).then(|| read_u32(ext, field::send::IMM)),
-            }),
-            PacketType::ReadResponse => Body::ReadResponse(ReadResponseRepr {
-                msg: parse_span(ext),
-                target: parse_target(ext),
-            }),
+            PacketType::Write => {
+                let (ext, msg) = parse_span::<24>(ext, payload_len)?;
+                Body::Write(WriteRepr {
+                    msg,
+                    target: parse_target(ext),
+                    imm: None,
+                })
+            }
+            PacketType::WriteImm => {
+                let (ext, msg) = parse_span::<32>(ext, payload_len)?;
+                Body::Write(WriteRepr {
+                    msg,
+                    target: parse_target(ext),
+                    imm: Some(WriteImm {
+                        imm: read_u32(ext, field::memory::IMM),
+                        recv_index: read_u32(ext, field::memory::RECV_INDEX),
+                    }),
+                })
+            }
+            PacketType::Send => {
+                let (ext, msg) = parse_span::<16>(ext, payload_len)?;
+                Body::Send(SendRepr {
+                    msg,
+                    recv_index: read_u32(ext, field::send::RECV_INDEX),
+                    imm: None,
+                })
+            }
+            PacketType::SendImm => {
+                let (ext, msg) = parse_span::<20>(ext, payload_len)?;
+                Body::Send(SendRepr {
+                    msg,
+                    recv_index: read_u32(ext, field::send::RECV_INDEX),
+                    imm: Some(read_u32(ext, field::send::IMM)),
+                })
+            }
+            PacketType::ReadResponse => {
+                let (ext, msg) = parse_span::<24>(ext, payload_len)?;
+                Body::ReadResponse(ReadResponseRepr {
+                    msg,
+                    target: parse_target(ext),
+                })
+            }
             PacketType::ReadRequest => {
                 use field::read_request as f;
                 Body::ReadRequest(ReadRequestRepr {
@@ -537,6 +577,7 @@ impl Repr {
             }
             PacketType::Ack => {
                 use field::ack as f;
+                let ext: &[u8; 56] = ext.first_chunk().ok_or(Error::Truncated)?;
                 let mut sack = [0u8; 32];
                 sack.copy_from_slice(&ext[f::SACK]);
                 Body::Ack(AckRepr {
@@ -597,20 +638,15 @@ impl Repr {
             PacketType::Keepalive => Body::Keepalive,
             PacketType::Unknown(v) => return Err(Error::UnknownType(v)),
         };
-        if let Some(d) = body.data() {
-            let end = u64::from(d.msg.offset) + u64::from(payload_len);
-            if end > u64::from(d.msg.len) {
-                return Err(Error::BadField);
-            }
-        }
+        let h: &[u8; HEADER_LEN] = bytes.first_chunk().ok_or(Error::Truncated)?;
         Ok(Repr {
             header: Header {
                 flags,
-                dst_conn: packet.dst_conn(),
-                token: packet.token(),
-                psn: packet.psn(),
-                path: packet.path(),
-                timestamp: packet.timestamp(),
+                dst_conn: read_u32(h, field::DST_CONN),
+                token: read_u64(h, field::TOKEN),
+                psn: read_u32(h, field::PSN),
+                path: read_u16(h, field::PATH),
+                timestamp: read_u32(h, field::TIMESTAMP),
             },
             body,
             payload_len,
