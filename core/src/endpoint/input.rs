@@ -133,10 +133,6 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             // within the floor, still counts (at once out of the count, 8
             // KiB messages one at a time: 1.0138x -> 1.145x).
             let i = i as u32;
-            if self.slots[i as usize].active.is_linked() {
-                self.active
-                    .remove(&mut self.slots, i, ConnSlot::active_link);
-            }
             let f = repr.header.flags;
             let idle = f.contains(Flags::ACK_REQUEST) && !f.contains(Flags::RETRANSMISSION);
             self.slots[i as usize].set(super::table::IDLE, idle);
@@ -149,7 +145,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
                 self.hint_cache.0 = Instant::FAR_FUTURE;
             }
             self.active
-                .push_back(&mut self.slots, i, ConnSlot::active_link);
+                .move_to_back(&mut self.slots, i, ConnSlot::active_link);
         }
         // An open connection is refreshed once for all the packets of a
         // receive batch, before anything reads what refresh files (the

@@ -253,6 +253,23 @@ impl List {
         Some(i)
     }
 
+    /// Makes `i` the last index, whether it was in this list or unlinked
+    /// (nothing to do when it is last already: a busy element usually is).
+    pub fn move_to_back<T>(
+        &mut self,
+        items: &mut [T],
+        i: u32,
+        link: impl Fn(&mut T) -> &mut Links + Copy,
+    ) {
+        if self.tail == i {
+            return;
+        }
+        if link(&mut items[i as usize]).is_linked() {
+            self.remove(items, i, link);
+        }
+        self.push_back(items, i, link);
+    }
+
     /// The index after `i` in this list.
     pub fn next_of<T>(&self, items: &[T], i: u32, link: impl Fn(&T) -> &Links) -> Option<u32> {
         let n = link(&items[i as usize]).next;
@@ -323,5 +340,24 @@ mod tests {
         assert_eq!(l.pop_front(&mut v, list_link), Some(3));
         assert_eq!(l.pop_front(&mut v, list_link), None);
         assert!(v.iter().all(|i| !i.links.is_linked()));
+    }
+
+    #[test]
+    fn move_to_back_links_or_moves_and_keeps_the_rest_in_order() {
+        let mut v = items(4);
+        let mut l = List::EMPTY;
+        // Unlinked: appended.
+        for i in [0, 1, 2] {
+            l.move_to_back(&mut v, i, list_link);
+        }
+        // Last already: nothing changes.
+        l.move_to_back(&mut v, 2, list_link);
+        // From the front and the middle.
+        l.move_to_back(&mut v, 0, list_link);
+        l.move_to_back(&mut v, 3, list_link);
+        l.move_to_back(&mut v, 2, list_link);
+        assert_eq!(l.len(), 4);
+        let order: Vec<u32> = core::iter::from_fn(|| l.pop_front(&mut v, list_link)).collect();
+        assert_eq!(order, [1, 0, 3, 2]);
     }
 }
