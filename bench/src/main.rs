@@ -432,14 +432,7 @@ fn scale_rows(args: &Args, one: f64, crc_cycle: f64) -> Result<Vec<Row>, BenchEr
         let watch = Stopwatch::start();
         let mut pair = Pair::with_connections(total, SCALE_SENDERS.min(total))?;
         let establish = watch.per_iteration(u64::from(total)).ns();
-        pair.run_writes((args.messages / 10).max(1), None)?;
-        let mut samples = Vec::new();
-        for _ in 0..args.repeats {
-            let watch = Stopwatch::start();
-            let counts = pair.run_writes(args.messages, None)?;
-            samples.push(watch.per_iteration(counts.data_packets));
-        }
-        let ns = measure::best(&samples).ns();
+        let ns = best_ns(&mut pair, args)?;
         offloaded.push((total, offloaded_ns(&mut pair, args)?));
         at_max = ns;
         rows.push(Row::new(
@@ -490,9 +483,9 @@ fn scale_rows(args: &Args, one: f64, crc_cycle: f64) -> Result<Vec<Row>, BenchEr
     Ok(rows)
 }
 
-/// The best per-packet cost of `pair` with the CRC left to a device.
-fn offloaded_ns(pair: &mut Pair, args: &Args) -> Result<f64, BenchError> {
-    pair.set_crc_offload(true);
+/// The best per-packet cost of `pair` over `args.repeats` timed runs,
+/// after a warm-up run a tenth as long.
+fn best_ns(pair: &mut Pair, args: &Args) -> Result<f64, BenchError> {
     pair.run_writes((args.messages / 10).max(1), None)?;
     let mut samples = Vec::new();
     for _ in 0..args.repeats {
@@ -500,8 +493,15 @@ fn offloaded_ns(pair: &mut Pair, args: &Args) -> Result<f64, BenchError> {
         let counts = pair.run_writes(args.messages, None)?;
         samples.push(watch.per_iteration(counts.data_packets));
     }
-    pair.set_crc_offload(false);
     Ok(measure::best(&samples).ns())
+}
+
+/// [`best_ns`] with the CRC left to a device.
+fn offloaded_ns(pair: &mut Pair, args: &Args) -> Result<f64, BenchError> {
+    pair.set_crc_offload(true);
+    let ns = best_ns(pair, args);
+    pair.set_crc_offload(false);
+    ns
 }
 
 fn main() -> ExitCode {
