@@ -423,6 +423,15 @@ fn parse_span<const N: usize>(ext: &[u8], payload_len: u16) -> Result<(&[u8; N],
     Ok((ext, msg))
 }
 
+/// A known type's extension header length, as a constant (a fixed-size
+/// view's length).
+const fn ext_len(t: PacketType) -> usize {
+    match t.extension_len() {
+        Some(n) => n,
+        None => 0,
+    }
+}
+
 #[inline(always)]
 fn parse_target(ext: &[u8]) -> MemoryTarget {
     use field::memory as f;
@@ -519,7 +528,7 @@ impl Repr {
         // packet's payload lies within its message).
         let body = match t {
             PacketType::Write => {
-                let (ext, msg) = parse_span::<24>(ext, payload_len)?;
+                let (ext, msg) = parse_span::<{ ext_len(PacketType::Write) }>(ext, payload_len)?;
                 Body::Write(WriteRepr {
                     msg,
                     target: parse_target(ext),
@@ -527,7 +536,7 @@ impl Repr {
                 })
             }
             PacketType::WriteImm => {
-                let (ext, msg) = parse_span::<32>(ext, payload_len)?;
+                let (ext, msg) = parse_span::<{ ext_len(PacketType::WriteImm) }>(ext, payload_len)?;
                 Body::Write(WriteRepr {
                     msg,
                     target: parse_target(ext),
@@ -538,7 +547,7 @@ impl Repr {
                 })
             }
             PacketType::Send => {
-                let (ext, msg) = parse_span::<16>(ext, payload_len)?;
+                let (ext, msg) = parse_span::<{ ext_len(PacketType::Send) }>(ext, payload_len)?;
                 Body::Send(SendRepr {
                     msg,
                     recv_index: read_u32(ext, field::send::RECV_INDEX),
@@ -546,7 +555,7 @@ impl Repr {
                 })
             }
             PacketType::SendImm => {
-                let (ext, msg) = parse_span::<20>(ext, payload_len)?;
+                let (ext, msg) = parse_span::<{ ext_len(PacketType::SendImm) }>(ext, payload_len)?;
                 Body::Send(SendRepr {
                     msg,
                     recv_index: read_u32(ext, field::send::RECV_INDEX),
@@ -554,7 +563,8 @@ impl Repr {
                 })
             }
             PacketType::ReadResponse => {
-                let (ext, msg) = parse_span::<24>(ext, payload_len)?;
+                let (ext, msg) =
+                    parse_span::<{ ext_len(PacketType::ReadResponse) }>(ext, payload_len)?;
                 Body::ReadResponse(ReadResponseRepr {
                     msg,
                     target: parse_target(ext),
@@ -577,7 +587,8 @@ impl Repr {
             }
             PacketType::Ack => {
                 use field::ack as f;
-                let ext: &[u8; 56] = ext.first_chunk().ok_or(Error::Truncated)?;
+                let ext: &[u8; ext_len(PacketType::Ack)] =
+                    ext.first_chunk().ok_or(Error::Truncated)?;
                 let mut sack = [0u8; 32];
                 sack.copy_from_slice(&ext[f::SACK]);
                 Body::Ack(AckRepr {
