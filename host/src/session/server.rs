@@ -156,6 +156,13 @@ impl Server {
         self.app.open_connections()
     }
 
+    /// Whether READ regions still wait for their pattern: the server is
+    /// busy even with no datagram to take, so a caller's loop should not
+    /// sleep before the next turn.
+    pub fn filling(&self) -> bool {
+        self.app.filling()
+    }
+
     /// What the server refused and saw so far.
     pub fn counters(&self) -> ServerCounters {
         *self.app.counters()
@@ -177,7 +184,7 @@ impl Server {
     /// One loop turn plus the server's work.
     pub fn turn(&mut self, max_wait: Duration) -> Result<(), HostError> {
         // A region still being filled: no sleeping between its slots.
-        let wait = if self.app.filling() {
+        let wait = if self.filling() {
             Duration::ZERO
         } else {
             max_wait
