@@ -98,7 +98,9 @@ def executed(log, first, end):
 
 
 def attribute(elf, counts, workspace):
-    """Counts by outermost function, innermost workspace function, file."""
+    """Counts by outermost function, innermost workspace function, file
+    and line of this workspace (for code outside it, the line that called
+    or inlined it)."""
     addresses = sorted(counts)
     out = subprocess.run(
         ["llvm-symbolizer", "--obj=" + elf, "--output-style=JSON", "--demangle"],
@@ -107,7 +109,7 @@ def attribute(elf, counts, workspace):
         text=True,
         check=True,
     ).stdout
-    outer, inner, files = (collections.Counter() for _ in range(3))
+    outer, inner, files, lines = (collections.Counter() for _ in range(4))
     for line in out.splitlines():
         record = json.loads(line)
         n = counts[int(record["Address"], 16)]
@@ -117,7 +119,11 @@ def attribute(elf, counts, workspace):
         outer[HASH.sub("", frames[-1]["FunctionName"])] += n
         inner[HASH.sub("", first["FunctionName"])] += n
         files[first["FileName"].replace(workspace, "") if own else "(outside the workspace)"] += n
-    return outer, inner, files
+        if own:
+            lines[f'{first["FileName"].replace(workspace, "")}:{first.get("Line", 0)}'] += n
+        else:
+            lines["(outside the workspace)"] += n
+    return outer, inner, files, lines
 
 
 def main():
@@ -128,6 +134,7 @@ def main():
     p.add_argument("--per", type=float, default=1.0, help="divide counts by this")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--workspace", default="/work/main/", help="source prefix of our crates")
+    p.add_argument("--lines", action="store_true", help="also a table of source lines")
     a = p.parse_args()
     first, end = window(a.elf, a.start)
     counts = executed(a.log, first, end)
@@ -135,10 +142,10 @@ def main():
     if total == 0:
         sys.exit("profile.py: the log holds no run of that function")
     print(f"instructions from the first run of {a.start}: {total} ({total / a.per:.0f} per unit)")
-    for title, table in zip(
-        ("outermost functions", "innermost workspace functions", "source files"),
-        attribute(a.elf, counts, a.workspace),
-    ):
+    titles = ["outermost functions", "innermost workspace functions", "source files"]
+    if a.lines:
+        titles.append("source lines")
+    for title, table in zip(titles, attribute(a.elf, counts, a.workspace)):
         print(f"\n{title}")
         for name, n in table.most_common(a.top):
             print(f"{n / a.per:9.0f} {100 * n / total:5.1f}%  {name[:140]}")
