@@ -128,20 +128,25 @@ impl<const P: usize> Connection<P> {
     /// extra borrow cost every refresh a few instructions.
     #[inline(always)]
     pub(crate) fn has_completion<B: Backing>(
-        &self,
+        &mut self,
         send: &SendPools<B, P>,
         recv: &RecvPools<B>,
     ) -> bool {
         self.send_completion_ready(send) || self.recv_completion_ready(recv)
     }
 
-    /// Whether the oldest send-queue entry completes (or is flushed).
-    fn send_completion_ready<B: Backing>(&self, send: &SendPools<B, P>) -> bool {
+    /// Whether the oldest send-queue entry completes (or is flushed); a
+    /// finished one is remembered for [`Connection::next_completion`].
+    fn send_completion_ready<B: Backing>(&mut self, send: &SendPools<B, P>) -> bool {
         let Some(i) = self.send.queue.head() else {
             return false;
         };
         let e = send.work.get(i);
-        self.flushing() || e.error.is_some() || self.entry_done(e, send)
+        if self.send.head_done || self.flushing() || e.error.is_some() {
+            return true;
+        }
+        self.send.head_done = self.entry_done(e, send);
+        self.send.head_done
     }
 
     /// Whether the oldest receive completes (or is flushed).
@@ -165,13 +170,15 @@ impl<const P: usize> Connection<P> {
         let flushing = self.flushing();
         while let Some(i) = self.send.queue.head() {
             let e = *send.work.get(i);
-            if !(flushing || e.error.is_some() || self.entry_done(&e, send)) {
+            if !(self.send.head_done || flushing || e.error.is_some() || self.entry_done(&e, send))
+            {
                 break;
             }
             if self.send.cursor == OptIndex::some(i) {
                 self.send.cursor = send.work.next_of(i).into();
             }
             send.work.pop_front(&mut self.send.queue);
+            self.send.head_done = false;
             match e.job {
                 Job::ReadResponse { .. } => {
                     self.send.read_jobs -= 1;
@@ -239,6 +246,7 @@ impl<const P: usize> Connection<P> {
             }
             send.work.pop_front(&mut self.send.queue);
         }
+        self.send.head_done = false;
         recv.recvs.clear(&mut self.recv.queue);
         self.recv_finger = OptIndex::NONE;
         self.send.cursor = OptIndex::NONE;

@@ -334,6 +334,10 @@ pub(crate) struct SendSide {
     /// A pool (sender states or in-flight records) refused it: the endpoint
     /// wakes it when something is given back.
     pub starved: bool,
+    /// The queue's first entry is known finished (a finished entry stays
+    /// so until it leaves the queue): the completion that found it so
+    /// spares the next one the check.
+    pub head_done: bool,
     /// The peer's READ_REQUESTs this end serves at once, as its CONNECT or
     /// ACCEPT states (spec 3.8.1, 4.8.6); reserved from the endpoint's
     /// budget, 0 until then. At most 255 (a byte of connection state).
@@ -509,6 +513,7 @@ impl<const P: usize> Connection<P> {
             peer_read_depth: 0,
             user_jobs: 0,
             starved: false,
+            head_done: false,
             first_sender: FirstSender::grant(0),
         },
         recv: RecvSide {

@@ -103,7 +103,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
     /// were polled. Its handle is stale from now on.
     pub fn release(&mut self, h: ConnHandle) -> Result<(), CommandError> {
         let i = self.slot_of(h)?;
-        let conn = &self.slots[i].conn;
+        let conn = &mut self.slots[i].conn;
         if !conn.state.is_terminal() {
             return Err(CommandError::NotClosed);
         }
