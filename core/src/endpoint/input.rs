@@ -42,10 +42,13 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
         mem: &mut impl Memory,
     ) {
         self.now = self.now.max(now);
-        let repr = match wire::packet::parse_repr(bytes, crc) {
+        // Borrowed where the parse left it, not moved out of the Result
+        // (a copy of the whole representation per packet).
+        let parsed = wire::packet::parse_repr(bytes, crc);
+        let repr = match &parsed {
             Ok(r) => r,
             Err(e) => {
-                self.drops.count_wire_error(e);
+                self.drops.count_wire_error(*e);
                 return;
             }
         };
@@ -117,7 +120,7 @@ impl<B: Backing, const P: usize> Endpoint<B, P> {
             }
             return;
         }
-        let outcome = conn.on_packet(now, &repr, payload, meta.ce, &mut self.res, mem, config);
+        let outcome = conn.on_packet(now, repr, payload, meta.ce, &mut self.res, mem, config);
         #[cfg(feature = "tokens")]
         if let Body::NewToken(t) = &repr.body {
             // For this endpoint's later CONNECTs to that acceptor.
