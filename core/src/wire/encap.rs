@@ -339,11 +339,7 @@ pub fn parse_frame_with<'a>(
     let ip_bytes = &frame[ETHERNET_HEADER_LEN..];
     let (ip, dscp, ecn_bits, hop_limit, udp_bytes) = match eth_repr.ethertype {
         EthernetProtocol::Ipv4 => {
-            if let Some(parsed) = parse_plain_ipv4(ip_bytes, caps) {
-                parsed?
-            } else {
-                parse_ipv4(ip_bytes, caps)?
-            }
+            parse_plain_ipv4(ip_bytes, caps).unwrap_or_else(|| parse_ipv4(ip_bytes, caps))?
         }
         EthernetProtocol::Ipv6 => {
             let ip = Ipv6Packet::new_checked(ip_bytes).map_err(|_| Error::Encapsulation)?;
