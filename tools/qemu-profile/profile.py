@@ -11,8 +11,9 @@ instructions by its executions and attributes every instruction to its
 source with `llvm-symbolizer` (inlined frames included), from the first
 execution of `--start` (a function symbol) on, and prints three tables:
 the real (outermost) functions, the innermost function of this workspace
-(what was inlined where), and the source files. `--per N` divides every
-count by N (the packets the window holds), so the tables read per packet.
+(what was inlined where), and the source files; `--lines` adds a fourth,
+the workspace's source lines. `--per N` divides every count by N (the
+packets the window holds), so the tables read per packet.
 
 Usage (the bench role of the Elba's build, see docs/results "Firmware on
 its CPU"):
@@ -35,6 +36,7 @@ import argparse
 import bisect
 import collections
 import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -133,7 +135,11 @@ def main():
     p.add_argument("--start", required=True, help="count from this function's first run")
     p.add_argument("--per", type=float, default=1.0, help="divide counts by this")
     p.add_argument("--top", type=int, default=30)
-    p.add_argument("--workspace", default="/work/main/", help="source prefix of our crates")
+    p.add_argument(
+        "--workspace",
+        default=str(pathlib.Path(__file__).resolve().parents[2]) + "/",
+        help="source prefix of our crates (default: this checkout)",
+    )
     p.add_argument("--lines", action="store_true", help="also a table of source lines")
     a = p.parse_args()
     first, end = window(a.elf, a.start)
