@@ -15,8 +15,8 @@
 
 pub use smoltcp::phy::{Checksum, ChecksumCapabilities};
 use smoltcp::wire::{
-    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
-    Ipv4Address, Ipv4Packet, Ipv4Repr, Ipv6Address, Ipv6Packet, Ipv6Repr, UdpPacket, UdpRepr,
+    EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Address,
+    Ipv4Packet, Ipv4Repr, Ipv6Address, Ipv6Packet, Ipv6Repr, UdpPacket,
 };
 
 use super::{Error, Result};
@@ -253,11 +253,6 @@ impl EncapRepr {
         eth[..6].copy_from_slice(&self.dst_mac.0);
         eth[6..12].copy_from_slice(&self.src_mac.0);
         eth[12..].copy_from_slice(&u16::from(ethertype).to_be_bytes());
-        let udp_repr = UdpRepr {
-            src_port: self.src_port,
-            dst_port: self.dst_port,
-        };
-        let (src, dst) = (self.ip.src(), self.ip.dst());
         match self.ip {
             IpPair::V4 { src: s, dst: d } => {
                 // The header written whole, as smoltcp's `Ipv4Repr::emit`
@@ -295,8 +290,7 @@ impl EncapRepr {
                     [h[10], h[11]] = ipv4_header_checksum(&h).to_be_bytes();
                 }
                 header.copy_from_slice(&h);
-                let mut udp = UdpPacket::new_unchecked(udp_bytes);
-                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, caps);
+                self.emit_udp(udp_bytes, caps, fill_transport);
             }
             IpPair::V6 { src: s, dst: d } => {
                 let mut ip = Ipv6Packet::new_unchecked(&mut *ip_bytes);
@@ -309,11 +303,35 @@ impl EncapRepr {
                 }
                 .emit(&mut ip);
                 ip.set_traffic_class(((self.dscp & 0x3f) << 2) | (self.ecn & 0b11));
-                let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
-                udp_repr.emit(&mut udp, &src, &dst, transport_len, fill_transport, caps);
+                self.emit_udp(ip.payload_mut(), caps, fill_transport);
             }
         }
         Ok(total)
+    }
+
+    /// Writes the UDP header and, through `fill_transport`, its payload
+    /// into `udp` (exactly the datagram), then the checksum if `caps`
+    /// leaves it to software: the header as one 8-byte store, as
+    /// smoltcp's `UdpRepr::emit` writes it (tests compare the two).
+    #[inline]
+    fn emit_udp(
+        &self,
+        udp: &mut [u8],
+        caps: &ChecksumCapabilities,
+        fill_transport: impl FnOnce(&mut [u8]),
+    ) {
+        let Some((header, payload)) = udp.split_first_chunk_mut::<UDP_HEADER_LEN>() else {
+            return;
+        };
+        // `emit_with` bounds the datagram by 65,535 - 40 bytes.
+        let len = (UDP_HEADER_LEN + payload.len()).min(usize::from(u16::MAX)) as u64;
+        // Ports, length and a zero checksum as one big-endian word.
+        *header = (u64::from(self.src_port) << 48 | u64::from(self.dst_port) << 32 | len << 16)
+            .to_be_bytes();
+        fill_transport(payload);
+        if caps.udp.tx() {
+            UdpPacket::new_unchecked(udp).fill_checksum(&self.ip.src(), &self.ip.dst());
+        }
     }
 }
 
@@ -334,10 +352,14 @@ pub fn parse_frame_with<'a>(
     udp_port: u16,
     caps: &ChecksumCapabilities,
 ) -> Result<(FrameInfo, &'a [u8])> {
-    let eth = EthernetFrame::new_checked(frame).map_err(|_| Error::Truncated)?;
-    let eth_repr = EthernetRepr::parse(&eth).map_err(|_| Error::Truncated)?;
-    let ip_bytes = &frame[ETHERNET_HEADER_LEN..];
-    let (ip, dscp, ecn_bits, hop_limit, udp_bytes) = match eth_repr.ethertype {
+    // Ethernet II at fixed offsets: destination, source, EtherType.
+    let (eth, ip_bytes) = frame
+        .split_first_chunk::<ETHERNET_HEADER_LEN>()
+        .ok_or(Error::Truncated)?;
+    let (dst_mac, rest) = eth.split_first_chunk::<6>().ok_or(Error::Truncated)?;
+    let (src_mac, ethertype) = rest.split_first_chunk::<6>().ok_or(Error::Truncated)?;
+    let ethertype = EthernetProtocol::from(u16::from_be_bytes([ethertype[0], ethertype[1]]));
+    let (ip, dscp, ecn_bits, hop_limit, udp_bytes) = match ethertype {
         EthernetProtocol::Ipv4 => {
             parse_plain_ipv4(ip_bytes, caps).unwrap_or_else(|| parse_ipv4(ip_bytes, caps))?
         }
@@ -363,29 +385,57 @@ pub fn parse_frame_with<'a>(
         }
         _ => return Err(Error::NotMetaRoce),
     };
-    let udp = UdpPacket::new_checked(udp_bytes).map_err(|_| Error::Encapsulation)?;
-    let udp_repr =
-        UdpRepr::parse(&udp, &ip.src(), &ip.dst(), caps).map_err(|_| Error::Encapsulation)?;
-    // smoltcp treats a zero UDP checksum as "none" for both families; over
-    // IPv6 a zero checksum is invalid (RFC 8200 section 8.1, spec 3.1.5).
-    if matches!(ip, IpPair::V6 { .. }) && udp.checksum() == 0 {
-        return Err(Error::Encapsulation);
-    }
-    if udp_repr.dst_port != udp_port {
+    let (src_port, dst_port, payload) = parse_udp(udp_bytes, &ip, caps)?;
+    if dst_port != udp_port {
         return Err(Error::NotMetaRoce);
     }
-    let udp_end = usize::from(udp.len());
     let info = FrameInfo {
-        src_mac: eth_repr.src_addr,
-        dst_mac: eth_repr.dst_addr,
+        src_mac: EthernetAddress(*src_mac),
+        dst_mac: EthernetAddress(*dst_mac),
         ip,
-        src_port: udp_repr.src_port,
-        dst_port: udp_repr.dst_port,
+        src_port,
+        dst_port,
         dscp,
         ecn: ecn_bits,
         hop_limit,
     };
-    Ok((info, &udp_bytes[UDP_HEADER_LEN..udp_end]))
+    Ok((info, payload))
+}
+
+/// A UDP datagram (`udp`, the IP payload) read at fixed offsets: its
+/// ports and payload, refused as smoltcp's `UdpRepr::parse` refuses it
+/// (short, a length field out of range, destination port zero, a bad
+/// checksum where `caps` asks for it; tests compare the two), and over
+/// IPv6 also with a zero checksum: smoltcp takes zero as "none" for both
+/// families, invalid over IPv6 (RFC 8200 section 8.1, spec 3.1.5).
+#[inline]
+fn parse_udp<'a>(
+    udp: &'a [u8],
+    ip: &IpPair,
+    caps: &ChecksumCapabilities,
+) -> Result<(u16, u16, &'a [u8])> {
+    let (h, _) = udp
+        .split_first_chunk::<UDP_HEADER_LEN>()
+        .ok_or(Error::Encapsulation)?;
+    let [sp0, sp1, dp0, dp1, l0, l1, c0, c1] = *h;
+    let len = usize::from(u16::from_be_bytes([l0, l1]));
+    let dst_port = u16::from_be_bytes([dp0, dp1]);
+    if len < UDP_HEADER_LEN || len > udp.len() || dst_port == 0 {
+        return Err(Error::Encapsulation);
+    }
+    if matches!(ip, IpPair::V6 { .. }) && c0 == 0 && c1 == 0 {
+        return Err(Error::Encapsulation);
+    }
+    // smoltcp's check passes a zero checksum.
+    if caps.udp.rx() && !UdpPacket::new_unchecked(&udp[..len]).verify_checksum(&ip.src(), &ip.dst())
+    {
+        return Err(Error::Encapsulation);
+    }
+    Ok((
+        u16::from_be_bytes([sp0, sp1]),
+        dst_port,
+        &udp[UDP_HEADER_LEN..len],
+    ))
 }
 
 /// What a frame's IP header tells: the address pair, DSCP, ECN, hop
@@ -488,6 +538,7 @@ pub fn mark_ce(frame: &mut [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smoltcp::wire::{EthernetRepr, UdpRepr};
     use std::vec;
     use std::vec::Vec;
 
@@ -690,6 +741,59 @@ mod tests {
         out
     }
 
+    /// The UDP datagram's verdict as smoltcp gives it, with the IPv6 rule
+    /// `parse_udp` adds: what the fixed-offset read must equal.
+    fn smoltcp_udp<'a>(
+        udp: &'a [u8],
+        ip: &IpPair,
+        caps: &ChecksumCapabilities,
+    ) -> Result<(u16, u16, &'a [u8])> {
+        let packet = UdpPacket::new_checked(udp).map_err(|_| Error::Encapsulation)?;
+        let repr = UdpRepr::parse(&packet, &ip.src(), &ip.dst(), caps)
+            .map_err(|_| Error::Encapsulation)?;
+        if matches!(ip, IpPair::V6 { .. }) && packet.checksum() == 0 {
+            return Err(Error::Encapsulation);
+        }
+        Ok((repr.src_port, repr.dst_port, packet.payload()))
+    }
+
+    /// The UDP header's edges, field by field and together (lengths
+    /// around the header's and the buffer's, port zero, checksums zero,
+    /// right and wrong, datagrams cut short), read as smoltcp reads them.
+    #[test]
+    fn udp_edges_are_read_as_smoltcp_reads_them() {
+        let payload = [0x11u8, 0x22, 0x33, 0x44, 0x55];
+        for e in [v4(), v6()] {
+            let mut out = vec![0u8; e.frame_len(payload.len())];
+            e.emit(&mut out, payload.len(), |p| p.copy_from_slice(&payload))
+                .unwrap();
+            let good = out[e.header_len() - UDP_HEADER_LEN..].to_vec();
+            let n = good.len() as u16;
+            let sum = u16::from_be_bytes([good[6], good[7]]);
+            for len in [0, 1, 7, 8, 9, n - 1, n, n + 1, u16::MAX] {
+                for dst_port in [0, e.dst_port] {
+                    for checksum in [0, sum, sum ^ 1] {
+                        for cut in 0..=good.len() {
+                            let mut udp = good.clone();
+                            udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
+                            udp[4..6].copy_from_slice(&len.to_be_bytes());
+                            udp[6..8].copy_from_slice(&checksum.to_be_bytes());
+                            udp.truncate(good.len() - cut);
+                            for which in 0..4 {
+                                let caps = any_caps(which);
+                                assert_eq!(
+                                    parse_udp(&udp, &e.ip, &caps),
+                                    smoltcp_udp(&udp, &e.ip, &caps),
+                                    "{udp:?} caps {which}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn any_caps(which: u8) -> ChecksumCapabilities {
         match which % 4 {
             0 => software_checksums(),
@@ -754,6 +858,36 @@ mod tests {
             let reference = parse_ipv4(&bytes, &caps);
             let fast = parse_plain_ipv4(&bytes, &caps).unwrap_or_else(|| parse_ipv4(&bytes, &caps));
             proptest::prop_assert_eq!(fast, reference);
+        }
+
+        /// The fixed-offset read of a UDP datagram accepts and refuses
+        /// what smoltcp's parse does over either family: mutated ports,
+        /// lengths and checksums, truncated datagrams, trailing bytes.
+        #[test]
+        fn udp_is_read_as_smoltcp_reads_it(
+            over_v6 in proptest::prelude::any::<bool>(),
+            good in proptest::prelude::any::<bool>(),
+            flips in proptest::collection::vec((0usize..12, proptest::prelude::any::<u8>()), 0..3),
+            cut in 0usize..16,
+            trailing in 0usize..4,
+            which in proptest::prelude::any::<u8>(),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+        ) {
+            let e = if over_v6 { v6() } else { v4() };
+            let caps = any_caps(which);
+            let mut out = vec![0u8; e.frame_len(payload.len())];
+            e.emit(&mut out, payload.len(), |p| p.copy_from_slice(&payload)).unwrap();
+            let mut udp = out[e.header_len() - UDP_HEADER_LEN..].to_vec();
+            if !good {
+                for (at, x) in &flips {
+                    if let Some(b) = udp.get_mut(*at) {
+                        *b ^= x;
+                    }
+                }
+            }
+            udp.extend(core::iter::repeat_n(0x5a, trailing));
+            udp.truncate(udp.len().saturating_sub(cut));
+            proptest::prop_assert_eq!(parse_udp(&udp, &e.ip, &caps), smoltcp_udp(&udp, &e.ip, &caps));
         }
     }
 }
