@@ -169,24 +169,30 @@ impl<const P: usize> Connection<P> {
     ) -> Option<Completion> {
         let flushing = self.flushing();
         while let Some(i) = self.send.queue.head() {
-            let e = *send.work.get(i);
-            if !(self.send.head_done || flushing || e.error.is_some() || self.entry_done(&e, send))
-            {
+            // Borrowed, and only what the completion reports read out:
+            // the entry is the size of a work request and more.
+            let e = send.work.get(i);
+            if !(self.send.head_done || flushing || e.error.is_some() || self.entry_done(e, send)) {
                 break;
             }
+            let (error, len) = (e.error, e.len);
+            let user = match &e.job {
+                Job::User(wr) => Some((wr.id, wr.op.opcode())),
+                Job::ReadResponse { .. } => None,
+            };
             if self.send.cursor == OptIndex::some(i) {
                 self.send.cursor = send.work.next_of(i).into();
             }
             send.work.pop_front(&mut self.send.queue);
             self.send.head_done = false;
-            match e.job {
-                Job::ReadResponse { .. } => {
+            match user {
+                None => {
                     self.send.read_jobs -= 1;
                     send.read_jobs -= 1;
                 }
-                Job::User(wr) => {
+                Some((wr_id, opcode)) => {
                     self.send.user_jobs -= 1;
-                    let status = e.error.unwrap_or(if flushing {
+                    let status = error.unwrap_or(if flushing {
                         Status::Flushed
                     } else {
                         Status::Success
@@ -194,10 +200,10 @@ impl<const P: usize> Connection<P> {
                     self.counters.completions += 1;
                     return Some(Completion {
                         conn: handle,
-                        wr_id: wr.id,
-                        opcode: wr.op.opcode(),
+                        wr_id,
+                        opcode,
                         status,
-                        byte_len: if status == Status::Success { e.len } else { 0 },
+                        byte_len: if status == Status::Success { len } else { 0 },
                         imm: None,
                     });
                 }
