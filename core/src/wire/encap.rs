@@ -320,6 +320,7 @@ impl EncapRepr {
         caps: &ChecksumCapabilities,
         fill_transport: impl FnOnce(&mut [u8]),
     ) {
+        // `emit_with` sized the frame, so the header is there.
         let Some((header, payload)) = udp.split_first_chunk_mut::<UDP_HEADER_LEN>() else {
             return;
         };
@@ -356,9 +357,9 @@ pub fn parse_frame_with<'a>(
     let (eth, ip_bytes) = frame
         .split_first_chunk::<ETHERNET_HEADER_LEN>()
         .ok_or(Error::Truncated)?;
-    let (dst_mac, rest) = eth.split_first_chunk::<6>().ok_or(Error::Truncated)?;
-    let (src_mac, ethertype) = rest.split_first_chunk::<6>().ok_or(Error::Truncated)?;
-    let ethertype = EthernetProtocol::from(u16::from_be_bytes([ethertype[0], ethertype[1]]));
+    let [dst_mac @ .., _, _, _, _, _, _, _, _] = *eth;
+    let [_, _, _, _, _, _, src_mac @ .., t0, t1] = *eth;
+    let ethertype = EthernetProtocol::from(u16::from_be_bytes([t0, t1]));
     let (ip, dscp, ecn_bits, hop_limit, udp_bytes) = match ethertype {
         EthernetProtocol::Ipv4 => {
             parse_plain_ipv4(ip_bytes, caps).unwrap_or_else(|| parse_ipv4(ip_bytes, caps))?
@@ -390,8 +391,8 @@ pub fn parse_frame_with<'a>(
         return Err(Error::NotMetaRoce);
     }
     let info = FrameInfo {
-        src_mac: EthernetAddress(*src_mac),
-        dst_mac: EthernetAddress(*dst_mac),
+        src_mac: EthernetAddress(src_mac),
+        dst_mac: EthernetAddress(dst_mac),
         ip,
         src_port,
         dst_port,
