@@ -235,9 +235,19 @@ fn a_peer_budget_holds_for_the_node_not_per_thread() {
         .map(|o| o.server.counters().connections)
         .collect();
     assert!(adopted.iter().all(|&n| n > 0), "{adopted:?}");
+    // Exactly the budget is served, node-wide. A refused initiator whose
+    // handshake timer fired before the refusal reached it (a loaded
+    // machine) repeats its CONNECT; a copy that arrives after the refused
+    // connection was released opens a new one (spec 4.2.2), refused
+    // again: so 8 or more arrive, every one beyond 8 such a repeat.
     let total = shard::total_counters(&outcomes);
-    assert_eq!(total.connections, 8);
-    assert_eq!(total.refused_peer_connections, 5, "{total:?}");
+    assert_eq!(total.refused_no_buffers, 0, "{total:?}");
+    assert_eq!(
+        total.connections - total.refused_peer_connections,
+        3,
+        "{total:?}"
+    );
+    assert!(total.refused_peer_connections >= 5, "{total:?}");
 }
 
 #[test]
